@@ -1,0 +1,285 @@
+//! Bodies of the monitor's HTTP + JSON API (`docs/mon-api.md`). Shared by the monitor, its
+//! client library, the CLI, OSDs and the block client, so that both ends of every call are
+//! compiled from one definition.
+
+use crate::ids::{Epoch, LogIndex, OsdId, PgId, Term};
+use crate::map::{ClusterMap, FailureDomain, Flags, ImageInfo, PgInfo, PoolInfo};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Machine-readable error codes. `retryable()` tells callers whether the same request may
+/// succeed later unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidArgument,
+    PoolExists,
+    PoolNotFound,
+    ImageExists,
+    ImageNotFound,
+    OsdNotFound,
+    UuidExists,
+    UuidMismatch,
+    OsdDown,
+    NotEnoughDomains,
+    NotEnoughOsds,
+    ShrinkRefused,
+    TooLarge,
+    PgNotFound,
+    StaleReport,
+    ReclaimNotFound,
+    /// No monitor holds the leadership right now (election in progress).
+    NoLeader,
+    /// A concurrent change won every retry; try again.
+    Conflict,
+    /// etcd or a peer monitor could not be reached.
+    Unavailable,
+    Internal,
+    /// A code this build does not know (sent by a newer monitor).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorCode {
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::NoLeader | ErrorCode::Conflict | ErrorCode::Unavailable
+        )
+    }
+
+    /// HTTP status the monitor answers with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidArgument
+            | ErrorCode::NotEnoughDomains
+            | ErrorCode::NotEnoughOsds
+            | ErrorCode::ShrinkRefused
+            | ErrorCode::TooLarge
+            | ErrorCode::UuidMismatch
+            | ErrorCode::OsdDown => 400,
+            ErrorCode::PoolNotFound
+            | ErrorCode::ImageNotFound
+            | ErrorCode::OsdNotFound
+            | ErrorCode::PgNotFound
+            | ErrorCode::ReclaimNotFound => 404,
+            ErrorCode::PoolExists
+            | ErrorCode::ImageExists
+            | ErrorCode::UuidExists
+            | ErrorCode::StaleReport
+            | ErrorCode::Conflict => 409,
+            ErrorCode::NoLeader | ErrorCode::Unavailable => 503,
+            ErrorCode::Internal | ErrorCode::Unknown => 500,
+        }
+    }
+}
+
+/// The error body of every failed call: `{"error": {...}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            retryable: code.retryable(),
+        }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ApiError,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApplyIdRequest {
+    pub uuid: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApplyIdResponse {
+    pub id: OsdId,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BootRequest {
+    pub uuid: String,
+    pub address: String,
+    pub port: u16,
+    pub host: String,
+    pub capacity_bytes: u64,
+}
+
+/// Answer to boot and heartbeat: the epoch lets the OSD see that it must fetch a newer map.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EpochResponse {
+    pub epoch: Epoch,
+}
+
+/// IO counters of one PG, cumulative since the reporting OSD started. Only the PG's leader
+/// reports client IO, so the sum over OSDs counts each IO once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgIoCounters {
+    pub pg: Option<PgId>,
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
+    /// Bytes and objects recovery still has to copy for this PG, and copied so far.
+    #[serde(default)]
+    pub recovery_remaining_bytes: u64,
+    #[serde(default)]
+    pub recovery_remaining_objects: u64,
+    #[serde(default)]
+    pub recovery_done_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HeartbeatRequest {
+    pub uuid: String,
+    #[serde(default)]
+    pub pgs: Vec<PgIoCounters>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CreatePoolRequest {
+    pub name: String,
+    pub pg_count: u32,
+    pub size: u32,
+    pub failure_domain: FailureDomain,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CreateImageRequest {
+    pub pool: String,
+    pub name: String,
+    pub size_bytes: u64,
+    /// Power of two; the monitor's default (4 MiB) when absent.
+    #[serde(default)]
+    pub object_size_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResizeImageRequest {
+    pub size_bytes: u64,
+    /// Shrinking discards data past the new end, so it must be asked for explicitly.
+    #[serde(default)]
+    pub allow_shrink: bool,
+}
+
+/// Sent by a PG replica that just became leader, with its current Raft configuration.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LeaderElectedRequest {
+    pub leader: OsdId,
+    pub term: Term,
+    /// Index of the configuration entry `voters` comes from (0 for the initial one).
+    pub conf_index: LogIndex,
+    pub voters: Vec<OsdId>,
+    /// Non-empty while the group is in a joint configuration: the outgoing voters.
+    #[serde(default)]
+    pub voters_outgoing: Vec<OsdId>,
+}
+
+/// Sent by the PG leader once a membership change has committed and left the joint state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MembershipFinishedRequest {
+    pub leader: OsdId,
+    pub term: Term,
+    pub conf_index: LogIndex,
+    pub voters: Vec<OsdId>,
+}
+
+/// Answer to PG reports: the PG as the monitor now has it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PgReportResponse {
+    pub epoch: Epoch,
+    pub pg: PgInfo,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PoolList {
+    pub pools: Vec<PoolInfo>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ImageList {
+    pub images: Vec<ImageInfo>,
+}
+
+/// A row of `pg ls`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PgRow {
+    pub pgid: PgId,
+    pub state_name: String,
+    #[serde(flatten)]
+    pub info: PgInfo,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PgList {
+    pub epoch: Epoch,
+    pub pgs: Vec<PgRow>,
+}
+
+/// The map, or "not modified" after a long-poll timeout (`map: None`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MapResponse {
+    pub epoch: Epoch,
+    pub map: Option<ClusterMap>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct IoRates {
+    pub read_bytes_per_sec: f64,
+    pub write_bytes_per_sec: f64,
+    pub read_ops_per_sec: f64,
+    pub write_ops_per_sec: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RecoveryStatus {
+    pub recovering_pgs: u32,
+    pub remaining_bytes: u64,
+    pub remaining_objects: u64,
+    pub bytes_per_sec: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MonMember {
+    pub name: String,
+    pub api_addr: String,
+}
+
+/// `GET /v1/status`: everything `fastblock-client status` prints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StatusResponse {
+    pub epoch: Epoch,
+    pub health: String,
+    pub health_checks: Vec<String>,
+    pub leader: Option<MonMember>,
+    pub mons: Vec<MonMember>,
+    pub flags: Flags,
+    pub osds_total: u32,
+    pub osds_up: u32,
+    pub osds_in: u32,
+    pub pools: u32,
+    pub pgs: u32,
+    pub images: u32,
+    /// PG count per state name (`active`, `undersize+remapped`, ...).
+    pub pg_states: BTreeMap<String, u32>,
+    pub io: IoRates,
+    pub recovery: RecoveryStatus,
+}

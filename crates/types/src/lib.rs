@@ -1,0 +1,25 @@
+//! Layer 0 of fastblock: the vocabulary every other crate speaks.
+//!
+//! Module map:
+//! - [`ids`]: newtype identifiers (`OsdId`, `PoolId`, `PgId`, `ImageId`, `Epoch`, ...). No raw
+//!   integer id crosses a crate boundary.
+//! - [`units`]: byte-size constants and the human size parser/formatter (`10G`, `512M`).
+//! - [`pg_state`]: the PG state bits shared with the reference system (creating 1, active 2,
+//!   undersize 4, down 8, remapped 16) and their display strings.
+//! - [`map`]: the cluster map model (OSDs, pools, PG maps, flags, images) exactly as it is stored
+//!   in etcd as JSON and served by the monitor.
+//! - [`names`]: validation of pool and image names.
+//! - [`api`]: request and response bodies of the monitor's HTTP API and its typed error.
+//!
+//! This crate must not depend on anything that does I/O, reads a clock or draws randomness:
+//! the simulator and the pure cores build on it.
+
+pub mod api;
+pub mod ids;
+pub mod map;
+pub mod names;
+pub mod pg_state;
+pub mod units;
+
+pub use ids::{Epoch, ImageId, LogIndex, OsdId, PgId, PoolId, Term};
+pub use pg_state::PgState;

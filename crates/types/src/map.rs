@@ -1,0 +1,256 @@
+//! The cluster map model, exactly as the monitor stores it in etcd (one JSON value per key, see
+//! `docs/etcd-keys.md`) and serves it to OSDs and clients (`GET /v1/map`).
+//!
+//! Maps are `BTreeMap`s so that iteration order, and therefore every JSON document and every
+//! placement decision made from it, is deterministic.
+
+use crate::ids::{Epoch, ImageId, LogIndex, OsdId, PgId, PoolId, Term};
+use crate::pg_state::PgState;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// What replicas of one PG must not share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureDomain {
+    /// Each OSD is its own domain.
+    Osd,
+    /// OSDs are grouped by the host name they report at boot.
+    Host,
+}
+
+impl fmt::Display for FailureDomain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailureDomain::Osd => "osd",
+            FailureDomain::Host => "host",
+        })
+    }
+}
+
+impl FromStr for FailureDomain {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "osd" => Ok(FailureDomain::Osd),
+            "host" => Ok(FailureDomain::Host),
+            other => Err(format!(
+                "unknown failure domain {other:?}: expected \"osd\" or \"host\""
+            )),
+        }
+    }
+}
+
+/// One OSD as the monitor knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdInfo {
+    pub id: OsdId,
+    /// Chosen by the OSD at mkfs; checked at every boot so that a wiped or swapped disk cannot
+    /// impersonate the OSD that owned the id.
+    pub uuid: String,
+    /// Host name reported at boot: the `host` failure domain.
+    #[serde(default)]
+    pub host: String,
+    /// IP address of the data port.
+    #[serde(default)]
+    pub address: String,
+    /// Data-plane TCP port (client IO and Raft traffic).
+    #[serde(default)]
+    pub port: u16,
+    /// Capacity of the OSD's disk.
+    #[serde(default)]
+    pub capacity_bytes: u64,
+    pub up: bool,
+    #[serde(rename = "in")]
+    pub is_in: bool,
+    /// Applied an id but never booted: not a placement target yet.
+    pub pending_create: bool,
+    /// Epoch of the OSD's last boot: lets peers tell a restarted OSD from the old incarnation.
+    #[serde(default)]
+    pub boot_epoch: Epoch,
+}
+
+impl OsdInfo {
+    /// An OSD that can receive new PG replicas.
+    pub fn is_placement_target(&self) -> bool {
+        self.is_in && !self.pending_create
+    }
+}
+
+/// Pool configuration. The PG map lives in its own key, [`PgMap`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolInfo {
+    pub id: PoolId,
+    pub name: String,
+    pub pg_count: u32,
+    /// Replicas per PG.
+    pub size: u32,
+    pub failure_domain: FailureDomain,
+    pub created_epoch: Epoch,
+}
+
+/// One PG of a pool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgInfo {
+    /// Bumped whenever `state`, `osdlist` or `newosdlist` change; OSDs act on PGs whose version
+    /// moved.
+    pub version: u64,
+    pub state: PgState,
+    /// The current Raft voters, as last reported by the PG's leader (or as first placed).
+    pub osdlist: Vec<OsdId>,
+    /// The target membership while `remapped`; empty otherwise.
+    #[serde(default)]
+    pub newosdlist: Vec<OsdId>,
+    /// The last leader that reported, a hint for clients; `None` until the first election.
+    #[serde(default)]
+    pub leader: Option<OsdId>,
+    /// Term and configuration index of the last accepted leader report: reports that are not
+    /// newer than this are stale and ignored (fencing against delayed messages).
+    #[serde(default)]
+    pub leader_term: Term,
+    #[serde(default)]
+    pub conf_index: LogIndex,
+}
+
+/// All PGs of one pool, stored under one key and changed in one transaction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgMap {
+    pub pool: PoolId,
+    /// Bumped whenever any PG of the pool changes.
+    pub version: u64,
+    pub pgs: BTreeMap<u32, PgInfo>,
+}
+
+/// Cluster-wide flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flags {
+    /// Down OSDs are not marked out automatically.
+    pub noout: bool,
+    /// OSDs coming in do not trigger a rebalance until the flag is cleared.
+    pub norebalance: bool,
+}
+
+/// An image (virtual disk).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageInfo {
+    pub id: ImageId,
+    pub pool: PoolId,
+    pub pool_name: String,
+    pub name: String,
+    pub size_bytes: u64,
+    pub object_size_bytes: u64,
+    pub created_epoch: Epoch,
+}
+
+impl ImageInfo {
+    pub fn object_count(&self) -> u64 {
+        self.size_bytes.div_ceil(self.object_size_bytes)
+    }
+}
+
+/// Data the data path must delete: a removed image, or the tail cut off by a shrink.
+/// The entry stays until the data path confirms the objects are gone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReclaimEntry {
+    pub id: u64,
+    pub pool: PoolId,
+    pub image: ImageId,
+    pub image_name: String,
+    pub object_size_bytes: u64,
+    /// Byte range of the image whose objects are garbage (`from` rounded up to an object).
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    pub reason: String,
+    pub epoch: Epoch,
+}
+
+/// Id counters. Ids are never reused, so the counters only grow and live in etcd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub next_osd_id: u32,
+    pub next_pool_id: u32,
+    pub next_image_id: u64,
+    pub next_reclaim_id: u64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            next_osd_id: 1,
+            next_pool_id: 1,
+            next_image_id: 1,
+            next_reclaim_id: 1,
+        }
+    }
+}
+
+/// What OSDs and clients need to route IO: served by `GET /v1/map`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    pub epoch: Epoch,
+    pub osds: BTreeMap<OsdId, OsdInfo>,
+    pub pools: BTreeMap<PoolId, PoolInfo>,
+    pub pgmaps: BTreeMap<PoolId, PgMap>,
+    pub flags: Flags,
+}
+
+impl ClusterMap {
+    pub fn pool_by_name(&self, name: &str) -> Option<&PoolInfo> {
+        self.pools.values().find(|p| p.name == name)
+    }
+
+    pub fn pg(&self, pg: PgId) -> Option<&PgInfo> {
+        self.pgmaps.get(&pg.pool)?.pgs.get(&pg.seq)
+    }
+
+    /// Every PG whose current or target membership includes `osd`.
+    pub fn pgs_of_osd(&self, osd: OsdId) -> Vec<PgId> {
+        let mut out = Vec::new();
+        for (pool, map) in &self.pgmaps {
+            for (seq, pg) in &map.pgs {
+                if pg.osdlist.contains(&osd) || pg.newosdlist.contains(&osd) {
+                    out.push(PgId::new(*pool, *seq));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_keys_serialize_as_strings_and_back() {
+        let mut map = ClusterMap::default();
+        map.osds.insert(
+            OsdId(3),
+            OsdInfo {
+                id: OsdId(3),
+                uuid: "u".into(),
+                host: "h".into(),
+                address: "127.0.0.1".into(),
+                port: 1,
+                capacity_bytes: 10,
+                up: true,
+                is_in: true,
+                pending_create: false,
+                boot_epoch: Epoch(2),
+            },
+        );
+        let json = serde_json::to_string(&map).unwrap();
+        assert!(json.contains("\"3\":{\"id\":3"), "{json}");
+        assert!(json.contains("\"in\":true"), "{json}");
+        let back: ClusterMap = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, map);
+    }
+
+    #[test]
+    fn failure_domain_parses() {
+        assert_eq!("host".parse::<FailureDomain>(), Ok(FailureDomain::Host));
+        assert!("rack".parse::<FailureDomain>().is_err());
+    }
+}
