@@ -257,7 +257,7 @@ pub struct RecoveryStatus {
     pub bytes_per_sec: f64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MonMember {
     pub name: String,
     pub api_addr: String,

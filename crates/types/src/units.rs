@@ -160,3 +160,41 @@ mod tests {
         }
     }
 }
+
+/// Error of [`parse_duration_ms`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid duration {0:?}: expected a number with a unit (ms, s, m, h), e.g. 500ms or 10s")]
+pub struct DurationParseError(pub String);
+
+/// Parses `500ms`, `10s`, `2m`, `1h` (a bare number means seconds) into milliseconds.
+pub fn parse_duration_ms(input: &str) -> Result<u64, DurationParseError> {
+    let s = input.trim();
+    let bad = || DurationParseError(input.to_string());
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let mult = match unit {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(mult).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("10s"), Ok(10_000));
+        assert_eq!(parse_duration_ms("10"), Ok(10_000));
+        assert_eq!(parse_duration_ms("2m"), Ok(120_000));
+        assert!(parse_duration_ms("").is_err());
+        assert!(parse_duration_ms("5x").is_err());
+        assert!(parse_duration_ms("-5s").is_err());
+    }
+}

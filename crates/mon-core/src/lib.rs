@@ -1,0 +1,42 @@
+//! The monitor's decisions as a deterministic state machine: no I/O, no clock, no randomness.
+//!
+//! The monitor service (`fastblock-mon`) keeps one [`MonState`] (loaded from etcd), applies an
+//! operation to a copy, and persists the keys that changed in one etcd transaction; only on
+//! success does the copy become the state. The simulator drives the same functions.
+//!
+//! Module map:
+//! - [`state`]: [`MonState`], its derived fields (PG states, versions, epoch) and the
+//!   [`MonState::finish`] step every operation ends with.
+//! - [`osd_ops`]: apply-id, boot, down, up, out, in, flags.
+//! - [`pool_ops`]: pool create/delete, repair and rebalance of PG targets.
+//! - [`image_ops`]: image create/remove/resize and the reclaim list.
+//! - [`pg_reports`]: "leader elected" and "membership change finished" from PG leaders.
+//! - [`liveness`]: heartbeat bookkeeping that turns silence into down and out events, with the
+//!   time passed in by the caller.
+//! - [`health`]: the health summary and PG-state counts for `status`.
+//! - [`limits`]: every bound the monitor enforces, with units in the names.
+//!
+//! Invariants (asserted in [`MonState::check_invariants`], run after every operation in tests):
+//! every PG member exists as an OSD; a PG's members and its target members each come from
+//! distinct OSDs; PG state bits are exactly those derived from the PG's facts; ids are below
+//! their counters, so they are never reused.
+
+pub mod health;
+pub mod image_ops;
+pub mod limits;
+pub mod liveness;
+pub mod osd_ops;
+pub mod pg_reports;
+pub mod pool_ops;
+pub mod state;
+
+pub use state::MonState;
+
+use fastblock_types::api::{ApiError, ErrorCode};
+
+/// Result of a monitor operation: the error is what the API returns.
+pub type OpResult<T> = Result<T, ApiError>;
+
+pub(crate) fn err<T>(code: ErrorCode, message: impl Into<String>) -> OpResult<T> {
+    Err(ApiError::new(code, message))
+}

@@ -1,0 +1,23 @@
+//! Bounds the monitor enforces on user input. Units are in the names.
+
+use fastblock_types::units::{BLOCK_SIZE_BYTES, KIB, MIB, PIB};
+
+/// PGs per pool: one pgmap key holds them all, and etcd's default request limit is 1.5 MiB;
+/// at ~150 bytes of JSON per PG this stays below a third of it.
+pub const PG_COUNT_MAX: u32 = 4096;
+/// Replicas per PG.
+pub const POOL_SIZE_MAX: u32 = 7;
+/// Largest image: 1 PiB. Object indexes and byte offsets stay far from u64 overflow.
+pub const IMAGE_SIZE_MAX_BYTES: u64 = PIB;
+/// Image sizes are whole blocks, because every frontend exposes 4 KiB blocks.
+pub const IMAGE_SIZE_ALIGN_BYTES: u64 = BLOCK_SIZE_BYTES;
+pub const OBJECT_SIZE_MIN_BYTES: u64 = 4 * KIB;
+pub const OBJECT_SIZE_MAX_BYTES: u64 = 64 * MIB;
+pub const OBJECT_SIZE_DEFAULT_BYTES: u64 = 4 * MIB;
+
+const _: () = assert!(OBJECT_SIZE_MIN_BYTES.is_power_of_two());
+const _: () = assert!(OBJECT_SIZE_MAX_BYTES.is_power_of_two());
+// An object must hold whole blocks so that per-block checksums never straddle objects.
+const _: () = assert!(OBJECT_SIZE_MIN_BYTES % BLOCK_SIZE_BYTES == 0);
+const _: () = assert!(OBJECT_SIZE_DEFAULT_BYTES >= OBJECT_SIZE_MIN_BYTES);
+const _: () = assert!(OBJECT_SIZE_DEFAULT_BYTES <= OBJECT_SIZE_MAX_BYTES);

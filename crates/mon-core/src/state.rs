@@ -1,0 +1,154 @@
+//! [`MonState`]: everything the monitor persists, and the derivation of PG states.
+
+use fastblock_types::map::{ClusterMap, Counters, ImageInfo, PgInfo, ReclaimEntry};
+use fastblock_types::{Epoch, OsdId, PgState, PoolId};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Work the monitor owes but has not done yet, persisted so a new leader picks it up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    /// An OSD came in while `norebalance` was set: rebalance when the flag is cleared.
+    pub rebalance_deferred: bool,
+}
+
+/// The whole persisted monitor state. Each field maps to etcd keys (see `docs/etcd-keys.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MonState {
+    pub map: ClusterMap,
+    /// Images keyed by (pool, name): names are unique per pool.
+    pub images: BTreeMap<(PoolId, String), ImageInfo>,
+    pub reclaim: BTreeMap<u64, ReclaimEntry>,
+    pub counters: Counters,
+    pub pending: Pending,
+}
+
+impl MonState {
+    /// The epoch the current operation will publish.
+    pub fn next_epoch(&self) -> Epoch {
+        Epoch(self.map.epoch.0 + 1)
+    }
+
+    /// Ends every operation: re-derives PG states from their facts, bumps the version of every
+    /// PG that changed and of its pool, and bumps the epoch if anything at all changed since
+    /// `before`. Returns whether anything changed.
+    pub fn finish(&mut self, before: &MonState) -> bool {
+        self.derive_pg_states();
+        for (pool_id, pgmap) in self.map.pgmaps.iter_mut() {
+            let old_map = before.map.pgmaps.get(pool_id);
+            let mut pool_changed = old_map.is_none();
+            for (seq, pg) in pgmap.pgs.iter_mut() {
+                let old = old_map.and_then(|m| m.pgs.get(seq));
+                if let Some(old) = old {
+                    if pg_facts_differ(old, pg) {
+                        pg.version = old.version + 1;
+                        pool_changed = true;
+                    } else {
+                        pg.version = old.version;
+                    }
+                }
+            }
+            if let Some(old_map) = old_map {
+                pgmap.version = old_map.version + u64::from(pool_changed);
+            }
+        }
+        self.map.epoch = before.map.epoch;
+        let changed = self != before;
+        if changed {
+            self.map.epoch = before.next_epoch();
+        }
+        self.check_invariants();
+        changed
+    }
+
+    /// Sets every PG's state bits from its facts (see `PgState`): `creating` until a leader
+    /// reported, `remapped` while a target is pending, `down` when the up members are no Raft
+    /// majority of the members, `undersize` when fewer up members than the pool size remain.
+    pub fn derive_pg_states(&mut self) {
+        let osds = &self.map.osds;
+        for (pool_id, pgmap) in self.map.pgmaps.iter_mut() {
+            let size = self.map.pools.get(pool_id).map_or(0, |p| p.size) as usize;
+            for pg in pgmap.pgs.values_mut() {
+                if same_members(&pg.osdlist, &pg.newosdlist) {
+                    pg.newosdlist.clear();
+                }
+                let up = pg
+                    .osdlist
+                    .iter()
+                    .filter(|id| osds.get(id).is_some_and(|o| o.up))
+                    .count();
+                let down = up * 2 <= pg.osdlist.len();
+                let undersize = !down && (up < size || pg.osdlist.len() < size);
+                pg.state = PgState::derive(
+                    pg.leader.is_none(),
+                    undersize,
+                    down,
+                    !pg.newosdlist.is_empty(),
+                );
+            }
+        }
+    }
+
+    /// Asserts the state invariants; a failure is a monitor bug, never bad input.
+    pub fn check_invariants(&self) {
+        for (pool_id, pgmap) in &self.map.pgmaps {
+            assert!(
+                self.map.pools.contains_key(pool_id),
+                "pgmap of unknown pool {pool_id} epoch {}",
+                self.map.epoch
+            );
+            assert_eq!(pgmap.pool, *pool_id, "pgmap key/pool mismatch");
+            for (seq, pg) in &pgmap.pgs {
+                for list in [&pg.osdlist, &pg.newosdlist] {
+                    let distinct: BTreeSet<_> = list.iter().collect();
+                    assert_eq!(distinct.len(), list.len(), "pg {pool_id}.{seq} repeats an OSD");
+                    for osd in list {
+                        assert!(
+                            self.map.osds.contains_key(osd),
+                            "pg {pool_id}.{seq} names unknown osd {osd} epoch {}",
+                            self.map.epoch
+                        );
+                    }
+                }
+            }
+        }
+        for osd in self.map.osds.keys() {
+            assert!(osd.0 >= 1 && osd.0 < self.counters.next_osd_id, "osd id {osd} not below counter");
+        }
+        for pool in self.map.pools.keys() {
+            assert!(pool.0 >= 1 && pool.0 < self.counters.next_pool_id, "pool id {pool} not below counter");
+        }
+        for image in self.images.values() {
+            assert!(image.id.0 < self.counters.next_image_id, "image id {} not below counter", image.id);
+            assert!(self.map.pools.contains_key(&image.pool), "image {} in unknown pool", image.id);
+        }
+        for id in self.reclaim.keys() {
+            assert!(*id < self.counters.next_reclaim_id, "reclaim id {id} not below counter");
+        }
+    }
+
+    /// The member list a PG is moving to: its target if remapped, else its current members.
+    pub fn target_of(pg: &PgInfo) -> &Vec<OsdId> {
+        if pg.newosdlist.is_empty() {
+            &pg.osdlist
+        } else {
+            &pg.newosdlist
+        }
+    }
+}
+
+/// Set equality of member lists (order is only a leader preference).
+pub fn same_members(a: &[OsdId], b: &[OsdId]) -> bool {
+    let a: BTreeSet<_> = a.iter().collect();
+    let b: BTreeSet<_> = b.iter().collect();
+    a == b
+}
+
+fn pg_facts_differ(a: &PgInfo, b: &PgInfo) -> bool {
+    a.state != b.state
+        || a.osdlist != b.osdlist
+        || a.newosdlist != b.newosdlist
+        || a.leader != b.leader
+        || a.leader_term != b.leader_term
+        || a.conf_index != b.conf_index
+}

@@ -1,0 +1,108 @@
+//! `fastblock-mon`: the monitor daemon. See `docs/mon-api.md` and `docs/etcd-keys.md`.
+
+use clap::Parser;
+use fastblock_mon::etcd_proc::EtcdMemberConfig;
+use fastblock_mon::server::{run, MonConfig};
+use fastblock_mon_core::liveness::LivenessConfig;
+use fastblock_types::units::parse_duration_ms;
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration_ms(s)
+        .map(Duration::from_millis)
+        .map_err(|e| e.to_string())
+}
+
+/// The fastblock monitor: keeps the cluster map in etcd and serves it over HTTP.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// This monitor's name (also its etcd member name).
+    #[arg(long, default_value = "a")]
+    name: String,
+    /// Data directory (the own etcd member's data lives under it).
+    #[arg(long, default_value = "/var/lib/fastblock/mon")]
+    data_dir: PathBuf,
+    /// Address of the HTTP API.
+    #[arg(long, default_value = "127.0.0.1:3333")]
+    api_addr: String,
+    /// Use this existing etcd cluster (comma-separated client URLs) instead of starting one.
+    #[arg(long, value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
+    /// Client address of the own etcd member.
+    #[arg(long, default_value = "127.0.0.1:2379")]
+    etcd_client_addr: String,
+    /// Peer address of the own etcd member.
+    #[arg(long, default_value = "127.0.0.1:2380")]
+    etcd_peer_addr: String,
+    /// All monitors' etcd members as NAME=http://IP:PEERPORT,...; the same on every monitor.
+    /// Default: this monitor alone.
+    #[arg(long)]
+    initial_cluster: Option<String>,
+    /// The etcd server binary.
+    #[arg(long, default_value = "etcd")]
+    etcd_binary: String,
+    /// Prefix of every fastblock key in etcd.
+    #[arg(long, default_value = "/fastblock")]
+    key_prefix: String,
+    /// Up → down after this long without a heartbeat.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    osd_down_after: Duration,
+    /// Down → out after this much longer (unless noout).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    osd_out_after: Duration,
+    /// How often OSD liveness is checked.
+    #[arg(long, default_value = "500ms", value_parser = duration)]
+    tick_interval: Duration,
+    /// TTL of the monitor's etcd lease: a dead leader is replaced within about this long.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    lease_ttl: Duration,
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let args = Args::parse();
+    let lease_ttl_secs = args.lease_ttl.as_secs().max(1) as i64;
+    let etcd_member = if args.etcd_endpoints.is_empty() {
+        Some(EtcdMemberConfig {
+            binary: args.etcd_binary.clone(),
+            name: args.name.clone(),
+            data_dir: args.data_dir.join("etcd"),
+            client_addr: args.etcd_client_addr.clone(),
+            peer_addr: args.etcd_peer_addr.clone(),
+            initial_cluster: args
+                .initial_cluster
+                .clone()
+                .unwrap_or_else(|| format!("{}=http://{}", args.name, args.etcd_peer_addr)),
+            cluster_token: "fastblock".to_string(),
+        })
+    } else {
+        None
+    };
+    let config = MonConfig {
+        name: args.name,
+        api_addr: args.api_addr,
+        etcd_member,
+        etcd_endpoints: args.etcd_endpoints,
+        key_prefix: args.key_prefix,
+        liveness: LivenessConfig {
+            osd_down_after_ms: args.osd_down_after.as_millis() as u64,
+            osd_out_after_ms: args.osd_out_after.as_millis() as u64,
+        },
+        tick_interval: args.tick_interval,
+        lease_ttl_secs,
+    };
+    if let Err(e) = run(config).await {
+        eprintln!("fastblock-mon: {e:#}");
+        std::process::exit(1);
+    }
+}

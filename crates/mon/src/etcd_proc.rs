@@ -1,0 +1,182 @@
+//! Runs and supervises the monitor's own etcd member.
+//!
+//! The member's data lives under the monitor's data dir. The child gets `PR_SET_PDEATHSIG` so
+//! that it dies with the monitor even when the monitor is SIGKILLed; on a clean shutdown the
+//! monitor stops it with SIGTERM and waits. If etcd exits on its own, the supervisor restarts it
+//! with a backoff: the monitor keeps answering (with `unavailable`) meanwhile.
+
+use anyhow::{bail, Context};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+#[derive(Clone, Debug)]
+pub struct EtcdMemberConfig {
+    pub binary: String,
+    pub name: String,
+    pub data_dir: PathBuf,
+    /// `ip:port` the member serves clients on.
+    pub client_addr: String,
+    /// `ip:port` the member talks to its peers on.
+    pub peer_addr: String,
+    /// etcd's `--initial-cluster`: `name=http://ip:port,...`, the same on every monitor.
+    pub initial_cluster: String,
+    pub cluster_token: String,
+}
+
+impl EtcdMemberConfig {
+    pub fn client_url(&self) -> String {
+        format!("http://{}", self.client_addr)
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.binary);
+        let peer_url = format!("http://{}", self.peer_addr);
+        // A member that already has data rejoins its cluster; "new" only bootstraps.
+        let state = if self.data_dir.join("member").exists() {
+            "existing"
+        } else {
+            "new"
+        };
+        cmd.arg("--name")
+            .arg(&self.name)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen-client-urls")
+            .arg(self.client_url())
+            .arg("--advertise-client-urls")
+            .arg(self.client_url())
+            .arg("--listen-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-cluster")
+            .arg(&self.initial_cluster)
+            .arg("--initial-cluster-state")
+            .arg(state)
+            .arg("--initial-cluster-token")
+            .arg(&self.cluster_token)
+            // Pool deletes and remaps change many keys in one transaction.
+            .arg("--max-txn-ops")
+            .arg("4096")
+            // Elections within a second or two on a quiet loopback cluster.
+            .arg("--heartbeat-interval")
+            .arg("100")
+            .arg("--election-timeout")
+            .arg("1000")
+            .arg("--logger")
+            .arg("zap")
+            .arg("--log-outputs")
+            .arg("stderr")
+            .arg("--log-level")
+            .arg("warn")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no Rust state; it
+        // runs in the forked child before exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd
+    }
+
+    fn spawn(&self) -> anyhow::Result<Child> {
+        std::fs::create_dir_all(&self.data_dir)
+            .with_context(|| format!("creating etcd data dir {}", self.data_dir.display()))?;
+        let log_path = self.data_dir.with_extension("log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening etcd log {}", log_path.display()))?;
+        let mut cmd = self.command();
+        cmd.stdout(log.try_clone()?).stderr(log);
+        let child = cmd.spawn().with_context(|| {
+            format!(
+                "starting etcd ({}); install it with scripts/install-deps.sh",
+                self.binary
+            )
+        })?;
+        tracing::info!(pid = child.id(), client = %self.client_url(), "etcd member started");
+        Ok(child)
+    }
+}
+
+/// Starts the member and supervises it until `shutdown` turns true, then stops it.
+pub async fn supervise(
+    config: EtcdMemberConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut child = config.spawn()?;
+    let mut restarts: u32 = 0;
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.context("waiting for etcd")?;
+                if *shutdown.borrow() {
+                    return Ok(());
+                }
+                restarts += 1;
+                let backoff = Duration::from_millis(200 * u64::from(restarts.min(25)));
+                tracing::error!(%status, restarts, ?backoff, "etcd exited; restarting");
+                tokio::time::sleep(backoff).await;
+                child = config.spawn()?;
+            }
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() {
+                    stop(&mut child).await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+async fn stop(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+    }
+    match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
+        Ok(_) => tracing::info!("etcd member stopped"),
+        Err(_) => {
+            tracing::warn!("etcd did not stop within 5 s; killing it");
+            let _ = child.kill().await;
+        }
+    }
+}
+
+/// Waits until etcd answers at `endpoint`, up to `timeout`.
+pub async fn wait_ready(endpoint: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let attempt = async {
+            let mut client = etcd_client::Client::connect(
+                [endpoint],
+                Some(etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(1))),
+            )
+            .await?;
+            client.get("/fastblock/readiness-probe", None).await?;
+            Ok::<_, etcd_client::Error>(())
+        };
+        match tokio::time::timeout(Duration::from_secs(2), attempt).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) if tokio::time::Instant::now() >= deadline => {
+                bail!("etcd at {endpoint} not ready after {timeout:?}: {e}")
+            }
+            Err(_) if tokio::time::Instant::now() >= deadline => {
+                bail!("etcd at {endpoint} not ready after {timeout:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}

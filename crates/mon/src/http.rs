@@ -1,0 +1,487 @@
+//! The HTTP + JSON API (documented in `docs/mon-api.md`). Handlers are thin: parse, call one
+//! `mon-core` operation through [`Monitor::apply`] or [`Monitor::read`], answer JSON.
+
+use crate::election::Role;
+use crate::forward::{status_of, Forwarder, FORWARDED_HEADER};
+use crate::metrics::{ApiLabels, Metrics};
+use crate::service::Monitor;
+use axum::body::Bytes;
+use axum::extract::{MatchedPath, Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use fastblock_mon_core::health::{health, pg_state_counts};
+use fastblock_mon_core::osd_ops::Flag;
+use fastblock_types::api::*;
+use fastblock_types::map::{Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry};
+use fastblock_types::{Epoch, OsdId, PgId};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest a map long-poll is held.
+const LONG_POLL_MS_MAX: u64 = 60_000;
+
+pub struct AppState {
+    pub mon: Arc<Monitor>,
+    pub metrics: Metrics,
+    pub forwarder: Forwarder,
+}
+
+type App = State<Arc<AppState>>;
+
+/// An [`ApiError`] as an HTTP response: status from the code, `{"error": ...}` body.
+pub struct ApiErr(pub ApiError);
+
+impl From<ApiError> for ApiErr {
+    fn from(e: ApiError) -> Self {
+        ApiErr(e)
+    }
+}
+
+impl IntoResponse for ApiErr {
+    fn into_response(self) -> Response {
+        (status_of(&self.0), Json(ErrorBody { error: self.0 })).into_response()
+    }
+}
+
+type ApiResult<T> = Result<Json<T>, ApiErr>;
+
+fn invalid(msg: impl Into<String>) -> ApiErr {
+    ApiErr(ApiError::new(ErrorCode::InvalidArgument, msg))
+}
+
+/// Parses a JSON body into our error format (axum's own rejection is plain text).
+fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiErr> {
+    serde_json::from_slice(body).map_err(|e| invalid(format!("invalid request body: {e}")))
+}
+
+fn parse_osd(id: &str) -> Result<OsdId, ApiErr> {
+    id.parse().map_err(|_| invalid(format!("invalid osd id {id:?}")))
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/v1/health", get(get_health))
+        .route("/v1/status", get(get_status))
+        .route("/v1/map", get(get_map))
+        .route("/v1/osds", get(list_osds))
+        .route("/v1/osds/apply-id", post(apply_id))
+        .route("/v1/osds/{id}/boot", post(boot))
+        .route("/v1/osds/{id}/heartbeat", post(heartbeat))
+        .route("/v1/osds/{id}/out", post(osd_out))
+        .route("/v1/osds/{id}/in", post(osd_in))
+        .route("/v1/pools", get(list_pools).post(create_pool))
+        .route("/v1/pools/{name}", get(get_pool).delete(delete_pool))
+        .route("/v1/pgs", get(list_pgs))
+        .route("/v1/pgs/{pgid}/leader", post(pg_leader))
+        .route("/v1/pgs/{pgid}/membership", post(pg_membership))
+        .route("/v1/images", get(list_images).post(create_image))
+        .route("/v1/images/{pool}/{name}", get(get_image).delete(remove_image))
+        .route("/v1/images/{pool}/{name}/resize", post(resize_image))
+        .route("/v1/flags", get(get_flags))
+        .route("/v1/flags/{flag}", put(set_flag).delete(unset_flag))
+        .route("/v1/reclaim", get(list_reclaim))
+        .route("/v1/reclaim/{id}", axum::routing::delete(reclaim_done))
+        .route_layer(middleware::from_fn_with_state(state.clone(), lead_or_forward))
+        .route_layer(middleware::from_fn_with_state(state.clone(), measure));
+    Router::new()
+        .route("/metrics", get(get_metrics))
+        .route("/v1/mon", get(get_mon))
+        .merge(api)
+        .fallback(|| async { ApiErr(ApiError::new(ErrorCode::InvalidArgument, "no such endpoint")) })
+        .with_state(state)
+}
+
+async fn measure(State(app): App, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    let method = req.method().to_string();
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    app.metrics
+        .api_latency_seconds
+        .get_or_create(&ApiLabels { method, route })
+        .observe(start.elapsed().as_secs_f64());
+    resp
+}
+
+/// Serves the call if this monitor leads; otherwise relays it to the leader.
+async fn lead_or_forward(State(app): App, req: Request, next: Next) -> Response {
+    let role = app.mon.role.borrow().clone();
+    let leader = match role {
+        Role::Leader { .. } => return next.run(req).await,
+        Role::Follower { leader } => leader,
+    };
+    let no_leader = || ApiErr(ApiError::new(ErrorCode::NoLeader, "no monitor leads right now; retry"));
+    if req.headers().contains_key(FORWARDED_HEADER) {
+        return no_leader().into_response();
+    }
+    match leader {
+        Some(l) if l.name != app.mon.me.name => match app.forwarder.forward(&l.api_addr, req).await {
+            Ok(resp) => resp,
+            Err(e) => ApiErr(e).into_response(),
+        },
+        _ => no_leader().into_response(),
+    }
+}
+
+async fn get_metrics(State(app): App) -> Response {
+    let text = match app.mon.read(|s, ctx| (s.clone(), ctx.stats.cluster(app.mon.now_ms()).0)).await {
+        Ok((state, io)) => app.metrics.render(Some((&state, io))),
+        Err(_) => app.metrics.render(None),
+    };
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+#[derive(Serialize)]
+struct MonView {
+    me: MonMember,
+    role: &'static str,
+    leader: Option<MonMember>,
+}
+
+async fn get_mon(State(app): App) -> Json<MonView> {
+    let role = app.mon.role.borrow().clone();
+    let (role, leader) = match role {
+        Role::Leader { .. } => ("leader", Some(app.mon.me.clone())),
+        Role::Follower { leader } => ("follower", leader),
+    };
+    Json(MonView {
+        me: app.mon.me.clone(),
+        role,
+        leader,
+    })
+}
+
+#[derive(Serialize)]
+struct HealthView {
+    status: &'static str,
+    checks: Vec<String>,
+    epoch: Epoch,
+}
+
+async fn get_health(State(app): App) -> ApiResult<HealthView> {
+    let view = app
+        .mon
+        .read(|s, _| {
+            let h = health(s);
+            HealthView {
+                status: h.status,
+                checks: h.checks,
+                epoch: s.map.epoch,
+            }
+        })
+        .await?;
+    Ok(Json(view))
+}
+
+async fn members(app: &AppState) -> Vec<MonMember> {
+    let mut client = app.mon.client.clone();
+    let opts = etcd_client::GetOptions::new().with_prefix();
+    let Ok(Ok(resp)) = tokio::time::timeout(
+        Duration::from_secs(2),
+        client.get(app.mon.keys.members_prefix(), Some(opts)),
+    )
+    .await
+    else {
+        return vec![app.mon.me.clone()];
+    };
+    resp.kvs()
+        .iter()
+        .filter_map(|kv| serde_json::from_slice(kv.value()).ok())
+        .collect()
+}
+
+async fn get_status(State(app): App) -> ApiResult<StatusResponse> {
+    let mons = members(&app).await;
+    let now = app.mon.now_ms();
+    let me = app.mon.me.clone();
+    let status = app
+        .mon
+        .read(|s, ctx| {
+            let h = health(s);
+            let (io, recovery) = ctx.stats.cluster(now);
+            let osds = s.map.osds.values().filter(|o| !o.pending_create);
+            StatusResponse {
+                epoch: s.map.epoch,
+                health: h.status.to_string(),
+                health_checks: h.checks,
+                leader: Some(me),
+                mons,
+                flags: s.map.flags,
+                osds_total: osds.clone().count() as u32,
+                osds_up: osds.clone().filter(|o| o.up).count() as u32,
+                osds_in: osds.filter(|o| o.is_in).count() as u32,
+                pools: s.map.pools.len() as u32,
+                pgs: s.map.pgmaps.values().map(|m| m.pgs.len() as u32).sum(),
+                images: s.images.len() as u32,
+                pg_states: pg_state_counts(s),
+                io,
+                recovery,
+            }
+        })
+        .await?;
+    Ok(Json(status))
+}
+
+#[derive(Deserialize)]
+struct MapQuery {
+    after: Option<u64>,
+    timeout_ms: Option<u64>,
+}
+
+async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapResponse> {
+    let mut epochs = app.mon.epoch.subscribe();
+    if let Some(after) = q.after {
+        // Make sure the state (and so the published epoch) is loaded before waiting on it.
+        app.mon.read(|_, _| ()).await?;
+        let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(LONG_POLL_MS_MAX));
+        let waited = tokio::time::timeout(timeout, epochs.wait_for(|e| e.0 > after))
+            .await
+            .is_ok();
+        if !waited {
+            let epoch = *epochs.borrow();
+            return Ok(Json(MapResponse { epoch, map: None }));
+        }
+    }
+    let map = app.mon.read(|s, _| s.map.clone()).await?;
+    Ok(Json(MapResponse {
+        epoch: map.epoch,
+        map: Some(map),
+    }))
+}
+
+async fn list_osds(State(app): App) -> ApiResult<Vec<OsdInfo>> {
+    Ok(Json(app.mon.read(|s, _| s.map.osds.values().cloned().collect()).await?))
+}
+
+async fn apply_id(State(app): App, body: Bytes) -> ApiResult<ApplyIdResponse> {
+    let req: ApplyIdRequest = parse(&body)?;
+    let id = app.mon.apply(|s, _| s.apply_id(&req.uuid)).await?;
+    Ok(Json(ApplyIdResponse { id }))
+}
+
+async fn boot(State(app): App, Path(id): Path<String>, body: Bytes) -> ApiResult<EpochResponse> {
+    let id = parse_osd(&id)?;
+    let req: BootRequest = parse(&body)?;
+    let epoch = app
+        .mon
+        .apply(|s, side| {
+            s.boot(id, &req)?;
+            side.liveness.heartbeat(id, side.now_ms);
+            side.stats.forget(id);
+            Ok(s.next_epoch())
+        })
+        .await?;
+    tracing::info!(osd = %id, address = %req.address, port = req.port, "osd booted");
+    Ok(Json(EpochResponse { epoch }))
+}
+
+async fn heartbeat(State(app): App, Path(id): Path<String>, body: Bytes) -> ApiResult<EpochResponse> {
+    let id = parse_osd(&id)?;
+    let req: HeartbeatRequest = parse(&body)?;
+    let epoch = app
+        .mon
+        .apply(|s, side| {
+            let osd = match s.map.osds.get(&id) {
+                Some(osd) => osd,
+                None => return Err(ApiError::new(ErrorCode::OsdNotFound, format!("osd {id} does not exist"))),
+            };
+            if !osd.uuid.eq_ignore_ascii_case(&req.uuid) {
+                return Err(ApiError::new(ErrorCode::UuidMismatch, format!("osd {id}: uuid mismatch")));
+            }
+            if osd.pending_create {
+                return Err(ApiError::new(ErrorCode::InvalidArgument, format!("osd {id} must boot first")));
+            }
+            side.liveness.heartbeat(id, side.now_ms);
+            side.stats.record(id, side.now_ms, &req.pgs);
+            if !osd.up {
+                s.mark_up(id)?;
+            }
+            Ok(s.map.epoch)
+        })
+        .await?;
+    // `apply` bumped the epoch if the OSD came back up; report the published one.
+    let published = *app.mon.epoch.borrow();
+    Ok(Json(EpochResponse { epoch: epoch.max(published) }))
+}
+
+async fn osd_out(State(app): App, Path(id): Path<String>) -> ApiResult<EpochResponse> {
+    let id = parse_osd(&id)?;
+    app.mon.apply(|s, _| s.mark_out(id)).await?;
+    Ok(Json(EpochResponse { epoch: *app.mon.epoch.borrow() }))
+}
+
+async fn osd_in(State(app): App, Path(id): Path<String>) -> ApiResult<EpochResponse> {
+    let id = parse_osd(&id)?;
+    app.mon.apply(|s, _| s.mark_in(id)).await?;
+    Ok(Json(EpochResponse { epoch: *app.mon.epoch.borrow() }))
+}
+
+async fn list_pools(State(app): App) -> ApiResult<PoolList> {
+    let pools = app.mon.read(|s, _| s.map.pools.values().cloned().collect()).await?;
+    Ok(Json(PoolList { pools }))
+}
+
+async fn create_pool(State(app): App, body: Bytes) -> ApiResult<PoolInfo> {
+    let req: CreatePoolRequest = parse(&body)?;
+    Ok(Json(app.mon.apply(|s, _| s.create_pool(&req)).await?))
+}
+
+async fn get_pool(State(app): App, Path(name): Path<String>) -> ApiResult<PoolInfo> {
+    Ok(Json(app.mon.read(|s, _| s.pool_by_name(&name).cloned()).await??))
+}
+
+#[derive(Deserialize)]
+struct ForceQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+async fn delete_pool(
+    State(app): App,
+    Path(name): Path<String>,
+    Query(q): Query<ForceQuery>,
+) -> ApiResult<PoolInfo> {
+    Ok(Json(app.mon.apply(|s, _| s.delete_pool(&name, q.force)).await?))
+}
+
+#[derive(Deserialize)]
+struct PoolQuery {
+    pool: Option<String>,
+}
+
+async fn list_pgs(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<PgList> {
+    let list = app
+        .mon
+        .read(|s, _| {
+            let pool_id = match &q.pool {
+                Some(name) => Some(s.pool_by_name(name)?.id),
+                None => None,
+            };
+            let mut pgs = Vec::new();
+            for (pool, map) in &s.map.pgmaps {
+                if pool_id.is_some_and(|p| p != *pool) {
+                    continue;
+                }
+                for (seq, pg) in &map.pgs {
+                    pgs.push(PgRow {
+                        pgid: PgId::new(*pool, *seq),
+                        state_name: pg.state.name(),
+                        info: pg.clone(),
+                    });
+                }
+            }
+            Ok::<_, ApiError>(PgList { epoch: s.map.epoch, pgs })
+        })
+        .await??;
+    Ok(Json(list))
+}
+
+fn parse_pg(pgid: &str) -> Result<PgId, ApiErr> {
+    pgid.parse().map_err(|e: fastblock_types::ids::PgIdParseError| invalid(e.to_string()))
+}
+
+async fn pg_leader(State(app): App, Path(pgid): Path<String>, body: Bytes) -> ApiResult<PgReportResponse> {
+    let pg = parse_pg(&pgid)?;
+    let req: LeaderElectedRequest = parse(&body)?;
+    let info = app.mon.apply(|s, _| s.leader_elected(pg, &req)).await?;
+    let info = app.mon.read(|s, _| s.map.pg(pg).cloned().unwrap_or(info)).await?;
+    Ok(Json(PgReportResponse { epoch: *app.mon.epoch.borrow(), pg: info }))
+}
+
+async fn pg_membership(State(app): App, Path(pgid): Path<String>, body: Bytes) -> ApiResult<PgReportResponse> {
+    let pg = parse_pg(&pgid)?;
+    let req: MembershipFinishedRequest = parse(&body)?;
+    let info = app.mon.apply(|s, _| s.membership_finished(pg, &req)).await?;
+    let info = app.mon.read(|s, _| s.map.pg(pg).cloned().unwrap_or(info)).await?;
+    Ok(Json(PgReportResponse { epoch: *app.mon.epoch.borrow(), pg: info }))
+}
+
+async fn list_images(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<ImageList> {
+    let images = app
+        .mon
+        .read(|s, _| {
+            let pool_id = match &q.pool {
+                Some(name) => Some(s.pool_by_name(name)?.id),
+                None => None,
+            };
+            Ok::<_, ApiError>(
+                s.images
+                    .values()
+                    .filter(|i| pool_id.is_none_or(|p| p == i.pool))
+                    .cloned()
+                    .collect(),
+            )
+        })
+        .await??;
+    Ok(Json(ImageList { images }))
+}
+
+async fn create_image(State(app): App, body: Bytes) -> ApiResult<ImageInfo> {
+    let req: CreateImageRequest = parse(&body)?;
+    Ok(Json(app.mon.apply(|s, _| s.create_image(&req)).await?))
+}
+
+async fn get_image(State(app): App, Path((pool, name)): Path<(String, String)>) -> ApiResult<ImageInfo> {
+    Ok(Json(app.mon.read(|s, _| s.image(&pool, &name).cloned()).await??))
+}
+
+async fn remove_image(State(app): App, Path((pool, name)): Path<(String, String)>) -> ApiResult<ImageInfo> {
+    Ok(Json(app.mon.apply(|s, _| s.remove_image(&pool, &name)).await?))
+}
+
+async fn resize_image(
+    State(app): App,
+    Path((pool, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<ImageInfo> {
+    let req: ResizeImageRequest = parse(&body)?;
+    Ok(Json(app.mon.apply(|s, _| s.resize_image(&pool, &name, &req)).await?))
+}
+
+async fn get_flags(State(app): App) -> ApiResult<Flags> {
+    Ok(Json(app.mon.read(|s, _| s.map.flags).await?))
+}
+
+async fn set_flag(State(app): App, Path(flag): Path<String>) -> ApiResult<Flags> {
+    change_flag(app, flag, true).await
+}
+
+async fn unset_flag(State(app): App, Path(flag): Path<String>) -> ApiResult<Flags> {
+    change_flag(app, flag, false).await
+}
+
+async fn change_flag(app: Arc<AppState>, flag: String, value: bool) -> ApiResult<Flags> {
+    let flag: Flag = flag.parse().map_err(invalid)?;
+    Ok(Json(
+        app.mon
+            .apply(|s, _| {
+                s.set_flag(flag, value);
+                Ok(s.map.flags)
+            })
+            .await?,
+    ))
+}
+
+async fn list_reclaim(State(app): App) -> ApiResult<Vec<ReclaimEntry>> {
+    Ok(Json(app.mon.read(|s, _| s.reclaim.values().cloned().collect()).await?))
+}
+
+async fn reclaim_done(State(app): App, Path(id): Path<String>) -> Result<StatusCode, ApiErr> {
+    let id: u64 = id.parse().map_err(|_| invalid(format!("invalid reclaim id {id:?}")))?;
+    app.mon.apply(|s, _| s.reclaim_done(id)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+

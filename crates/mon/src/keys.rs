@@ -1,0 +1,209 @@
+//! The etcd keyspace: every key the monitor writes, in one place (documented in
+//! `docs/etcd-keys.md`). All values are JSON.
+//!
+//! ```text
+//! <prefix>/epoch                   {"epoch":N}            bumped by every change
+//! <prefix>/counters                Counters               next ids; ids are never reused
+//! <prefix>/flags                   Flags                  noout, norebalance
+//! <prefix>/pending                 Pending                deferred work (rebalance)
+//! <prefix>/osds/<id>               OsdInfo
+//! <prefix>/pools/<id>              PoolInfo
+//! <prefix>/pgmaps/<pool id>        PgMap                  all PGs of one pool
+//! <prefix>/images/<pool id>/<name> ImageInfo
+//! <prefix>/reclaim/<id>            ReclaimEntry           data the data path must delete
+//! <prefix>/mon/leader              MonMember              held with the leader's lease
+//! <prefix>/mon/members/<name>      MonMember              each monitor, with its own lease
+//! ```
+
+use fastblock_mon_core::state::{MonState, Pending};
+use fastblock_types::map::{Counters, Flags, ImageInfo, OsdInfo, PgMap, PoolInfo, ReclaimEntry};
+use fastblock_types::Epoch;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug)]
+pub struct Keyspace {
+    prefix: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct EpochValue {
+    epoch: Epoch,
+}
+
+/// A key the monitor did not expect or could not parse: the state in etcd is damaged or was
+/// written by something else. The monitor refuses to lead on it rather than guess.
+#[derive(Debug, thiserror::Error)]
+#[error("etcd key {key}: {reason}")]
+pub struct KeyError {
+    pub key: String,
+    pub reason: String,
+}
+
+impl Keyspace {
+    pub fn new(prefix: &str) -> Self {
+        Keyspace {
+            prefix: prefix.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// The prefix of the whole cluster state (everything but `mon/`).
+    pub fn root(&self) -> String {
+        format!("{}/", self.prefix)
+    }
+
+    pub fn leader(&self) -> String {
+        format!("{}/mon/leader", self.prefix)
+    }
+
+    pub fn member(&self, name: &str) -> String {
+        format!("{}/mon/members/{name}", self.prefix)
+    }
+
+    pub fn members_prefix(&self) -> String {
+        format!("{}/mon/members/", self.prefix)
+    }
+
+    pub fn images_of_pool_prefix(&self, pool: u32) -> String {
+        format!("{}/images/{pool}/", self.prefix)
+    }
+
+    /// Serializes the state into its keys and JSON values.
+    pub fn encode(&self, state: &MonState) -> BTreeMap<String, String> {
+        let p = &self.prefix;
+        let json = |v: &dyn erased::Json| v.to_json();
+        let mut out = BTreeMap::new();
+        out.insert(format!("{p}/epoch"), json(&EpochValue { epoch: state.map.epoch }));
+        out.insert(format!("{p}/counters"), json(&state.counters));
+        out.insert(format!("{p}/flags"), json(&state.map.flags));
+        out.insert(format!("{p}/pending"), json(&state.pending));
+        for (id, osd) in &state.map.osds {
+            out.insert(format!("{p}/osds/{id}"), json(osd));
+        }
+        for (id, pool) in &state.map.pools {
+            out.insert(format!("{p}/pools/{id}"), json(pool));
+        }
+        for (id, pgmap) in &state.map.pgmaps {
+            out.insert(format!("{p}/pgmaps/{id}"), json(pgmap));
+        }
+        for ((pool, name), image) in &state.images {
+            out.insert(format!("{p}/images/{pool}/{name}"), json(image));
+        }
+        for (id, entry) in &state.reclaim {
+            out.insert(format!("{p}/reclaim/{id}"), json(entry));
+        }
+        out
+    }
+
+    /// Rebuilds the state from the keys under the prefix (the `mon/` keys are skipped).
+    pub fn decode(&self, kvs: &BTreeMap<String, String>) -> Result<MonState, KeyError> {
+        let mut state = MonState::default();
+        let root = self.root();
+        for (key, value) in kvs {
+            let Some(rest) = key.strip_prefix(&root) else {
+                continue;
+            };
+            let parts: Vec<&str> = rest.split('/').collect();
+            let bad = |reason: String| KeyError {
+                key: key.clone(),
+                reason,
+            };
+            let parse_err = |e: serde_json::Error| bad(format!("invalid JSON: {e}"));
+            match parts.as_slice() {
+                ["epoch"] => {
+                    let v: EpochValue = serde_json::from_str(value).map_err(parse_err)?;
+                    state.map.epoch = v.epoch;
+                }
+                ["counters"] => {
+                    state.counters = serde_json::from_str::<Counters>(value).map_err(parse_err)?
+                }
+                ["flags"] => state.map.flags = serde_json::from_str::<Flags>(value).map_err(parse_err)?,
+                ["pending"] => {
+                    state.pending = serde_json::from_str::<Pending>(value).map_err(parse_err)?
+                }
+                ["osds", _] => {
+                    let osd: OsdInfo = serde_json::from_str(value).map_err(parse_err)?;
+                    state.map.osds.insert(osd.id, osd);
+                }
+                ["pools", _] => {
+                    let pool: PoolInfo = serde_json::from_str(value).map_err(parse_err)?;
+                    state.map.pools.insert(pool.id, pool);
+                }
+                ["pgmaps", _] => {
+                    let pgmap: PgMap = serde_json::from_str(value).map_err(parse_err)?;
+                    state.map.pgmaps.insert(pgmap.pool, pgmap);
+                }
+                ["images", _, _] => {
+                    let image: ImageInfo = serde_json::from_str(value).map_err(parse_err)?;
+                    state.images.insert((image.pool, image.name.clone()), image);
+                }
+                ["reclaim", _] => {
+                    let entry: ReclaimEntry = serde_json::from_str(value).map_err(parse_err)?;
+                    state.reclaim.insert(entry.id, entry);
+                }
+                ["mon", ..] | ["readiness-probe"] => {}
+                _ => return Err(bad("unknown key".to_string())),
+            }
+        }
+        // Re-encoding must reproduce every key: a value stored under the wrong key (an osd
+        // JSON whose id differs from its key) would otherwise be silently moved.
+        let encoded = self.encode(&state);
+        for key in kvs.keys() {
+            let skip = key.starts_with(&format!("{}/mon/", self.prefix))
+                || key.ends_with("/readiness-probe");
+            if !skip && !encoded.contains_key(key) {
+                return Err(KeyError {
+                    key: key.clone(),
+                    reason: "value does not match its key".to_string(),
+                });
+            }
+        }
+        Ok(state)
+    }
+}
+
+mod erased {
+    /// Object-safe JSON encoding, so `encode` can take any value through one closure.
+    pub trait Json {
+        fn to_json(&self) -> String;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn to_json(&self) -> String {
+            serde_json::to_string(self).expect("monitor state always serializes")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastblock_types::api::ApplyIdRequest;
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let ks = Keyspace::new("/fb");
+        let mut state = MonState::default();
+        let before = state.clone();
+        let req = ApplyIdRequest {
+            uuid: "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c".into(),
+        };
+        state.apply_id(&req.uuid).unwrap();
+        state.map.flags.noout = true;
+        assert!(state.finish(&before));
+        let kvs = ks.encode(&state);
+        assert!(kvs.contains_key("/fb/osds/1"));
+        let back = ks.decode(&kvs).unwrap();
+        assert_eq!(back, state);
+    }
+
+    #[test]
+    fn decode_rejects_unknown_and_misplaced_keys() {
+        let ks = Keyspace::new("/fb");
+        let mut kvs = ks.encode(&MonState::default());
+        kvs.insert("/fb/bogus".into(), "{}".into());
+        assert!(ks.decode(&kvs).is_err());
+        let mut kvs = ks.encode(&MonState::default());
+        kvs.insert("/fb/flags".into(), "not json".into());
+        assert!(ks.decode(&kvs).is_err());
+    }
+}

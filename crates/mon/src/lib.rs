@@ -1,0 +1,29 @@
+//! The monitor service, `fastblock-mon`: owns the cluster map in etcd.
+//!
+//! Module map:
+//! - [`etcd_proc`]: starts and supervises the monitor's own etcd member (the default) and
+//!   stops it on exit.
+//! - [`keys`]: the etcd keyspace, one JSON value per key (`docs/etcd-keys.md`).
+//! - [`store`]: loading the state and committing changes in revision-guarded transactions.
+//! - [`election`]: leader election on an etcd lease; the won key's revision fences commits.
+//! - [`service`]: the leader's in-memory state and the operation pipeline
+//!   (copy → decide in `mon-core` → persist → publish), the liveness ticker.
+//! - [`http`]: the HTTP + JSON API (`docs/mon-api.md`); [`forward`] relays calls from
+//!   followers to the leader so any monitor answers.
+//! - [`stats`]: client IO and recovery rates from OSD heartbeats.
+//! - [`metrics`]: Prometheus `/metrics`.
+//! - [`server`]: wiring of all of the above for the binary and for tests.
+//!
+//! Decisions live in `fastblock-mon-core`; this crate only performs them. Only monitors talk
+//! to etcd: OSDs and clients use the HTTP API.
+
+pub mod election;
+pub mod etcd_proc;
+pub mod forward;
+pub mod http;
+pub mod keys;
+pub mod metrics;
+pub mod server;
+pub mod service;
+pub mod stats;
+pub mod store;
