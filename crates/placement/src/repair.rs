@@ -1,0 +1,120 @@
+//! Repair: replace members that stopped being placement targets, and fill short PGs.
+//!
+//! Each replacement takes the removed member's position, so the members that stay keep theirs
+//! (and a preferred leader stays the preferred leader). A PG for which no candidate exists keeps
+//! its out member: it stays degraded rather than shrinking, and a later call (after an OSD comes
+//! in) repairs it. Candidates are chosen with the same rule as initial placement, against the
+//! pool's current loads, updated after every replacement of this call.
+
+use crate::choose::{choose_member, Loads};
+use crate::domains::{domain_key, Topology};
+use crate::PoolSpec;
+use fastblock_types::map::OsdInfo;
+use fastblock_types::OsdId;
+use std::collections::BTreeMap;
+
+pub fn repair(
+    spec: &PoolSpec,
+    targets: &BTreeMap<u32, Vec<OsdId>>,
+    osds: &BTreeMap<OsdId, OsdInfo>,
+) -> BTreeMap<u32, Vec<OsdId>> {
+    let topo = Topology::new(spec.failure_domain, osds);
+    let mut loads = Loads::new(&topo, topo.member_loads(targets.values()));
+    let mut changed = BTreeMap::new();
+    for (&seq, members) in targets {
+        let mut list = members.clone();
+        let mut inserted: Vec<usize> = Vec::new();
+        replace_non_targets(spec, &topo, osds, &mut loads, seq, &mut list, &mut inserted);
+        while list.len() < spec.size as usize {
+            let used = used_domains(&topo, osds, &list, None);
+            let Some(i) = choose_member(&topo, &loads, spec.pool.get(), seq, &used) else {
+                break;
+            };
+            loads.add(&topo, i);
+            list.push(topo.osds[i]);
+            inserted.push(list.len() - 1);
+        }
+        if list != *members {
+            assert!(!inserted.is_empty());
+            assert_inserted_distinct(spec, osds, seq, &list, &inserted);
+            changed.insert(seq, list);
+        } else {
+            assert!(inserted.is_empty());
+        }
+    }
+    changed
+}
+
+/// Replaces every non-target member for which a candidate exists, in position order. A slot
+/// that finds no candidate is retried after the others, because replacing a later out member
+/// can free the domain it was blocking.
+fn replace_non_targets(
+    spec: &PoolSpec,
+    topo: &Topology,
+    osds: &BTreeMap<OsdId, OsdInfo>,
+    loads: &mut Loads,
+    seq: u32,
+    list: &mut [OsdId],
+    inserted: &mut Vec<usize>,
+) {
+    loop {
+        let mut progress = false;
+        for position in 0..list.len() {
+            if topo.target_index(list[position]).is_some() {
+                continue;
+            }
+            let used = used_domains(topo, osds, list, Some(position));
+            if let Some(i) = choose_member(topo, loads, spec.pool.get(), seq, &used) {
+                loads.add(topo, i);
+                list[position] = topo.osds[i];
+                inserted.push(position);
+                progress = true;
+            }
+        }
+        if !progress {
+            return;
+        }
+    }
+}
+
+/// Per-domain flags: the domains occupied by the members of `list`, except position `skip`.
+/// Out members still occupy their domain (they stay in the list until replaced).
+fn used_domains(
+    topo: &Topology,
+    osds: &BTreeMap<OsdId, OsdInfo>,
+    list: &[OsdId],
+    skip: Option<usize>,
+) -> Vec<bool> {
+    let mut used = vec![false; topo.domains.len()];
+    for (position, &osd) in list.iter().enumerate() {
+        if Some(position) == skip {
+            continue;
+        }
+        if let Some(d) = topo.domain_of(osd, osds) {
+            used[d] = true;
+        }
+    }
+    used
+}
+
+/// Every member this call put in shares its domain with no other member. (Members that were
+/// already there are the caller's; a bad input list is not made worse, and not asserted on.)
+fn assert_inserted_distinct(
+    spec: &PoolSpec,
+    osds: &BTreeMap<OsdId, OsdInfo>,
+    seq: u32,
+    list: &[OsdId],
+    inserted: &[usize],
+) {
+    for &p in inserted {
+        let key = domain_key(spec.failure_domain, list[p], osds);
+        for (q, &other) in list.iter().enumerate() {
+            assert!(
+                q == p || domain_key(spec.failure_domain, other, osds) != key,
+                "pool {} pg {seq}: new member {} shares a domain with {other}: {list:?}",
+                spec.pool,
+                list[p]
+            );
+        }
+    }
+}
