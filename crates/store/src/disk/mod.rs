@@ -1,0 +1,92 @@
+//! The only door from the engine to a disk: a small synchronous trait with two
+//! implementations, [`UringDisk`] (O_DIRECT + io_uring, production) and [`SimDisk`] (memory,
+//! "written" vs "durable" images, seeded crashes; tests and the simulator).
+//!
+//! All offsets and lengths are multiples of [`SECTOR_SIZE_BYTES`] and all buffers handed to a
+//! disk are [`AlignedBuf`]s or slices of them, so O_DIRECT never needs a bounce copy.
+//!
+//! Batching is part of the contract: `read_many` and `write_many` hand the device many
+//! operations in one submission (one `io_uring_enter`), and `write_many(.., sync: true)` makes
+//! them durable with one fdatasync. That is what group commit is built on.
+
+mod aligned;
+mod sim;
+mod uring;
+
+pub use aligned::AlignedBuf;
+pub use sim::{SimDisk, SimFile, SimImage};
+pub use uring::{SyncMode, UringDisk, UringOptions};
+
+use fastblock_types::units::SECTOR_SIZE_BYTES;
+use std::io;
+
+/// One read of a batch.
+pub struct ReadOp<'a> {
+    pub offset_bytes: u64,
+    pub buf: &'a mut [u8],
+}
+
+/// One write of a batch.
+pub struct WriteOp<'a> {
+    pub offset_bytes: u64,
+    pub buf: &'a [u8],
+}
+
+/// A fixed-size block device or preallocated file.
+///
+/// Durability contract (what `Ok` means if the machine crashes right after):
+/// - a write that returned `Ok` without a later successful sync may be lost, survive whole, or
+///   survive torn: any subset of its sectors may hold the new bytes, the others the old ones.
+///   Sectors (512 B) are the atomic unit, never smaller.
+/// - once `sync` (or `write_many(.., sync: true)`) returns `Ok`, every write that returned
+///   `Ok` before it, and the writes of that same call, are durable.
+/// - an `Err` leaves the state of the written range unknown; callers must fail-stop.
+pub trait Disk {
+    /// Size of the device in bytes, fixed for the life of the handle.
+    fn size_bytes(&self) -> u64;
+
+    /// Reads every op (possibly concurrently). `Ok` means every buffer is filled. Reads see all
+    /// earlier writes of this handle, synced or not.
+    fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()>;
+
+    /// Writes every op (possibly concurrently, in any order; ops must not overlap). With
+    /// `sync`, all of them and all earlier writes are durable when this returns `Ok`;
+    /// without, see the trait's contract for unsynced writes.
+    fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> io::Result<()>;
+
+    /// Makes every earlier successful write durable (fdatasync).
+    fn sync(&mut self) -> io::Result<()> {
+        self.write_many(&[], true)
+    }
+
+    /// Tells the device the range is unused. Afterwards the range reads as either its old
+    /// content or zeros, also after a crash; the engine never relies on which.
+    fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> io::Result<()>;
+
+    fn read(&mut self, offset_bytes: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.read_many(&mut [ReadOp { offset_bytes, buf }])
+    }
+
+    fn write(&mut self, offset_bytes: u64, buf: &[u8], sync: bool) -> io::Result<()> {
+        self.write_many(&[WriteOp { offset_bytes, buf }], sync)
+    }
+}
+
+/// Checks the alignment preconditions shared by every implementation. A violation is an engine
+/// bug, so it panics rather than returning an error.
+pub(crate) fn assert_io_aligned(what: &str, offset_bytes: u64, len_bytes: u64, size_bytes: u64) {
+    assert!(
+        offset_bytes % SECTOR_SIZE_BYTES == 0,
+        "{what}: offset {offset_bytes} not sector aligned"
+    );
+    assert!(
+        len_bytes % SECTOR_SIZE_BYTES == 0,
+        "{what}: length {len_bytes} not sector aligned"
+    );
+    assert!(
+        offset_bytes
+            .checked_add(len_bytes)
+            .is_some_and(|end| end <= size_bytes),
+        "{what}: range {offset_bytes}+{len_bytes} past the device end {size_bytes}"
+    );
+}

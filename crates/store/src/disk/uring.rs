@@ -1,0 +1,285 @@
+//! The production disk: O_DIRECT on a regular file or block device, driven through io_uring
+//! synchronously (submit a batch, wait for all of it). If the ring cannot be set up (old
+//! kernel, seccomp, RLIMIT_MEMLOCK) it falls back to pread/pwrite with O_DIRECT and logs why.
+
+use super::{assert_io_aligned, Disk, ReadOp, WriteOp};
+use io_uring::{opcode, squeue, types, IoUring};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// How `write_many(.., sync: true)` makes a batch durable. Both are one submission; which is
+/// faster depends on the device and file system, so the benchmark measures both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// The writes, then an fdatasync that drains them (IOSQE_IO_DRAIN).
+    Fdatasync,
+    /// Each write carries RWF_DSYNC; no separate fdatasync.
+    DsyncWrites,
+}
+
+#[derive(Clone, Debug)]
+pub struct UringOptions {
+    pub ring_entries: u32,
+    pub sync_mode: SyncMode,
+    /// Skip io_uring and use pread/pwrite (tests the fallback path).
+    pub force_fallback: bool,
+}
+
+impl Default for UringOptions {
+    fn default() -> Self {
+        UringOptions {
+            ring_entries: 128,
+            sync_mode: SyncMode::Fdatasync,
+            force_fallback: false,
+        }
+    }
+}
+
+pub struct UringDisk {
+    file: File,
+    ring: Option<IoUring>,
+    size_bytes: u64,
+    options: UringOptions,
+}
+
+impl std::fmt::Debug for UringDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringDisk")
+            .field("size_bytes", &self.size_bytes)
+            .field("uring", &self.ring.is_some())
+            .finish()
+    }
+}
+
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+
+impl UringDisk {
+    /// Opens an existing file or block device with O_DIRECT. A regular file must already have
+    /// its final size (see [`UringDisk::create_file`]).
+    pub fn open(path: &Path, options: UringOptions) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)?;
+        let meta = file.metadata()?;
+        let size_bytes = if meta.file_type().is_block_device() {
+            let mut size: u64 = 0;
+            // SAFETY: BLKGETSIZE64 writes one u64 through the valid pointer we pass.
+            let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size as *mut u64) };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            size
+        } else {
+            meta.len()
+        };
+        let ring = if options.force_fallback {
+            None
+        } else {
+            match IoUring::new(options.ring_entries) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e,
+                        "io_uring setup failed; falling back to pread/pwrite with O_DIRECT");
+                    None
+                }
+            }
+        };
+        Ok(UringDisk {
+            file,
+            ring,
+            size_bytes: size_bytes - size_bytes % super::SECTOR_SIZE_BYTES,
+            options,
+        })
+    }
+
+    /// Creates (or extends) a regular file of `size_bytes` and writes zeros over all of it,
+    /// so that later O_DIRECT overwrites and fdatasync never have to convert unwritten
+    /// extents (on ext4 that conversion costs a journal commit per sync).
+    pub fn create_file(path: &Path, size_bytes: u64) -> io::Result<()> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)?;
+        file.set_len(size_bytes)?;
+        let chunk = super::AlignedBuf::zeroed(1 << 20);
+        let mut pos = 0;
+        while pos < size_bytes {
+            let n = (size_bytes - pos).min(chunk.len() as u64) as usize;
+            file.write_all_at(&chunk[..n], pos)?;
+            pos += n as u64;
+        }
+        file.sync_all()
+    }
+
+    pub fn uses_io_uring(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Submits `sqes` (at most the ring size) and waits for all of them.
+    fn run(ring: &mut IoUring, sqes: &[(squeue::Entry, usize)]) -> io::Result<()> {
+        {
+            let mut sq = ring.submission();
+            for (sqe, _) in sqes {
+                // SAFETY: every buffer referenced by the entries outlives this call, which
+                // waits for all completions before returning.
+                unsafe { sq.push(sqe) }.map_err(|_| io::Error::other("submission queue full"))?;
+            }
+        }
+        ring.submit_and_wait(sqes.len())?;
+        let mut first_err = None;
+        let mut seen = 0;
+        for cqe in ring.completion() {
+            seen += 1;
+            let (_, expect) = sqes[cqe.user_data() as usize];
+            let res = cqe.result();
+            if res < 0 {
+                first_err.get_or_insert(io::Error::from_raw_os_error(-res));
+            } else if res as usize != expect {
+                first_err.get_or_insert(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("short I/O: {res} of {expect} bytes"),
+                ));
+            }
+        }
+        assert_eq!(seen, sqes.len(), "io_uring lost completions");
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn chunk_len(&self) -> usize {
+        // Leave room for the trailing fsync.
+        (self.options.ring_entries as usize)
+            .saturating_sub(1)
+            .max(1)
+    }
+}
+
+impl Disk for UringDisk {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {
+        for r in reads.iter() {
+            assert_io_aligned("read", r.offset_bytes, r.buf.len() as u64, self.size_bytes);
+            assert_eq!(r.buf.as_ptr() as usize % 512, 0, "unaligned read buffer");
+        }
+        let fd = types::Fd(self.file.as_raw_fd());
+        let chunk = self.chunk_len();
+        let Some(ring) = self.ring.as_mut() else {
+            for r in reads.iter_mut() {
+                self.file.read_exact_at(r.buf, r.offset_bytes)?;
+            }
+            return Ok(());
+        };
+        for group in reads.chunks_mut(chunk) {
+            let sqes: Vec<_> = group
+                .iter_mut()
+                .enumerate()
+                .map(|(i, r)| {
+                    let len = r.buf.len();
+                    let sqe = opcode::Read::new(fd, r.buf.as_mut_ptr(), len as u32)
+                        .offset(r.offset_bytes)
+                        .build()
+                        .user_data(i as u64);
+                    (sqe, len)
+                })
+                .collect();
+            Self::run(ring, &sqes)?;
+        }
+        Ok(())
+    }
+
+    fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> io::Result<()> {
+        for w in writes {
+            assert_io_aligned("write", w.offset_bytes, w.buf.len() as u64, self.size_bytes);
+            assert_eq!(w.buf.as_ptr() as usize % 512, 0, "unaligned write buffer");
+        }
+        let fd = types::Fd(self.file.as_raw_fd());
+        let chunk = self.chunk_len();
+        let dsync = self.options.sync_mode == SyncMode::DsyncWrites;
+        let Some(ring) = self.ring.as_mut() else {
+            for w in writes {
+                self.file.write_all_at(w.buf, w.offset_bytes)?;
+            }
+            if sync {
+                self.file.sync_data()?;
+            }
+            return Ok(());
+        };
+        let groups: Vec<&[WriteOp<'_>]> = if writes.is_empty() {
+            vec![&[]]
+        } else {
+            writes.chunks(chunk).collect()
+        };
+        let group_count = groups.len();
+        for (g, group) in groups.into_iter().enumerate() {
+            let last = g + 1 == group_count;
+            let mut sqes: Vec<_> = group
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let mut op = opcode::Write::new(fd, w.buf.as_ptr(), w.buf.len() as u32)
+                        .offset(w.offset_bytes);
+                    if sync && dsync {
+                        op = op.rw_flags(libc::RWF_DSYNC);
+                    }
+                    (op.build().user_data(i as u64), w.buf.len())
+                })
+                .collect();
+            // With RWF_DSYNC every write is durable on completion, so only a bare sync (no
+            // writes at all) needs an fdatasync.
+            if last && sync && (!dsync || writes.is_empty()) {
+                let i = sqes.len() as u64;
+                let fsync = opcode::Fsync::new(fd)
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build()
+                    .flags(squeue::Flags::IO_DRAIN)
+                    .user_data(i);
+                sqes.push((fsync, 0));
+            }
+            if !sqes.is_empty() {
+                Self::run(ring, &sqes)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        assert_io_aligned("discard", offset_bytes, len_bytes, self.size_bytes);
+        let is_blockdev = self.file.metadata()?.file_type().is_block_device();
+        let fd = self.file.as_raw_fd();
+        let rc = if is_blockdev {
+            const BLKDISCARD: libc::c_ulong = 0x1277;
+            let range: [u64; 2] = [offset_bytes, len_bytes];
+            // SAFETY: BLKDISCARD reads two u64 from the valid pointer.
+            unsafe { libc::ioctl(fd, BLKDISCARD, range.as_ptr()) }
+        } else {
+            // SAFETY: plain syscall on an fd we own.
+            unsafe {
+                libc::fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset_bytes as libc::off_t,
+                    len_bytes as libc::off_t,
+                )
+            }
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            // Discard is advisory; a device without support is not an error.
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                return Ok(());
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,45 @@
+//! fastblock-store: the local storage engine of one OSD disk (layer 2).
+//!
+//! Module map:
+//! - [`disk`]: the `Disk` trait (aligned batched reads and writes, sync, discard; each with
+//!   its durability contract), the O_DIRECT + io_uring implementation and the simulated disk
+//!   with seeded crashes.
+//! - [`superblock`]: the superblock (geometry, OSD uuid) and the WAL anchor.
+//! - [`wal`]: the write-ahead log shared by all PGs of a shard: packed, checksummed records in
+//!   group-committed batches, recycled segments, replay with a clean tail cut.
+//! - [`raft_storage`]: reading entries back and `raft::Storage` per PG.
+//! - [`objects`]: thin copy-on-write object store with a crc32c per 4 KiB block; block map,
+//!   object list and applied indexes in redb.
+//! - [`store`]: the facade an OSD shard drives, with fail-stop on I/O errors.
+//! - [`error`]: typed errors.
+//!
+//! The on-disk format, the write path with every write and sync, and the recovery algorithm
+//! are in `docs/design/store-format.md`.
+//!
+//! Invariants:
+//! - Nothing reported durable is lost: `commit` returns after one write and one fdatasync of
+//!   the batch; `flush` syncs data before committing the metadata that points at it.
+//! - A data block referenced by flushed metadata is never overwritten (copy-on-write), so
+//!   applying needs no sync and replay after a crash is idempotent.
+//! - Damage is never silent: torn WAL tails are cut, damage before the tail is
+//!   [`Error::LogCorrupt`], a bad data block is [`Error::Checksum`].
+//! - After an I/O error every call returns [`Error::PreviousIo`].
+//!
+//! This crate is synchronous and deterministic: no async, no threads, no clock, no hidden
+//! randomness (the simulated disk's randomness comes from a caller-given seed). It depends
+//! only on `fastblock-types` among workspace crates.
+
+pub(crate) mod codec;
+pub mod disk;
+pub mod error;
+pub mod objects;
+pub mod raft_storage;
+pub mod store;
+pub mod superblock;
+pub mod wal;
+
+pub use disk::{Disk, SimDisk, SimFile, UringDisk, UringOptions};
+pub use error::{Error, ObjectId, Result, SpaceArea};
+pub use objects::ObjectRead;
+pub use raft_storage::PgStorage;
+pub use store::{meta_path, MkfsOptions, Store, StoreOptions};

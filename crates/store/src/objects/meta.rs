@@ -1,0 +1,64 @@
+//! Object metadata in redb. The database lives in its own file beside the data device
+//! (`<device>.meta` by default), or on any `redb::StorageBackend` (the simulator passes a
+//! [`crate::disk::SimFile`] that crashes together with the simulated device).
+//!
+//! Why a separate file and not a region of the device: redb grows and shrinks its file and
+//! syncs it itself; giving it a fixed region would mean writing a second allocator for redb's
+//! pages. The cost is that the two must be kept consistent: the OSD uuid is stored in both
+//! and checked at open, and the WAL's durable LSN at each flush is recorded here.
+
+use crate::error::{Error, Result};
+use redb::{Database, TableDefinition};
+
+/// (pg, image, object index, block index) -> (physical block, crc32c).
+pub const BLOCKS: TableDefinition<(u64, u64, u64, u32), (u64, u32)> =
+    TableDefinition::new("blocks");
+/// (pg, image, object index) -> highest byte ever written + 1.
+pub const OBJECTS: TableDefinition<(u64, u64, u64), u64> = TableDefinition::new("objects");
+/// pg -> applied index flushed with the objects.
+pub const APPLIED: TableDefinition<u64, u64> = TableDefinition::new("applied");
+/// Store-wide values.
+pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+pub const KEY_UUID: &str = "osd_uuid";
+pub const KEY_FLUSHED_LSN: &str = "flushed_lsn";
+
+pub fn create(db: &Database, osd_uuid: &[u8; 16]) -> Result<()> {
+    let tx = db.begin_write()?;
+    {
+        tx.open_table(BLOCKS)?;
+        tx.open_table(OBJECTS)?;
+        tx.open_table(APPLIED)?;
+        let mut meta = tx.open_table(META)?;
+        meta.insert(KEY_UUID, &osd_uuid[..])?;
+        meta.insert(KEY_FLUSHED_LSN, &0u64.to_le_bytes()[..])?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+pub struct Loaded {
+    pub osd_uuid: Vec<u8>,
+    pub flushed_lsn: u64,
+}
+
+pub fn load(db: &Database) -> Result<Loaded> {
+    let tx = db.begin_read()?;
+    let meta = tx.open_table(META)?;
+    let uuid = meta
+        .get(KEY_UUID)?
+        .ok_or_else(|| Error::Meta("no OSD uuid in the metadata".into()))?
+        .value()
+        .to_vec();
+    let lsn = meta
+        .get(KEY_FLUSHED_LSN)?
+        .ok_or_else(|| Error::Meta("no flushed LSN in the metadata".into()))?
+        .value()
+        .try_into()
+        .map(u64::from_le_bytes)
+        .map_err(|_| Error::Meta("flushed LSN is not 8 bytes".into()))?;
+    Ok(Loaded {
+        osd_uuid: uuid,
+        flushed_lsn: lsn,
+    })
+}

@@ -1,0 +1,572 @@
+//! The object store: thin, copy-on-write, checksummed 4 KiB blocks in the data region, with
+//! the block map in redb.
+//!
+//! - [`alloc`]: the free-space bitmap (rebuilt from the block map at open).
+//! - [`meta`]: redb tables and their keys.
+//!
+//! Every applied write goes to newly allocated blocks, never over a block that the last
+//! flushed metadata references. So the data writes need no sync of their own and may be torn
+//! by a crash: until the next flush commits the new block map, the old map (and old blocks)
+//! stay valid, and log replay re-applies the writes. Blocks that the new map no longer
+//! references are freed only after the flush commits (`pending_free`).
+//!
+//! Each block's crc32c covers its identity (PG, object, block index) and its 4 KiB, so a
+//! misdirected write or read is caught like a bit flip.
+
+pub mod alloc;
+pub mod meta;
+
+use crate::disk::{AlignedBuf, Disk, ReadOp, WriteOp};
+use crate::error::{Error, ObjectId, Result, SpaceArea};
+use crate::superblock::Superblock;
+use crate::wal::record::pg_to_u64;
+use crate::wal::writer::io_err;
+use alloc::Allocator;
+use fastblock_types::units::BLOCK_SIZE_BYTES;
+use fastblock_types::{ImageId, PgId};
+use redb::{Database, ReadableTable, ReadableTableMetadata};
+use std::collections::BTreeMap;
+
+/// Objects are at most this large (the largest image object size).
+pub const OBJECT_SIZE_MAX_BYTES: u64 = 64 << 20;
+const BS: u64 = BLOCK_SIZE_BYTES;
+
+type BlockKey = (u64, u64, u64, u32);
+type BlockVal = (u64, u32);
+type ObjKey = (u64, u64, u64);
+
+/// One read of a batch.
+pub struct ObjectRead<'a> {
+    pub pg: PgId,
+    pub object: ObjectId,
+    pub offset_bytes: u64,
+    pub buf: &'a mut [u8],
+}
+
+/// Applied data waiting to be written (contiguous runs of new blocks).
+struct Stage {
+    buf: AlignedBuf,
+    used_bytes: usize,
+    /// (physical block, offset in buf, length in bytes)
+    runs: Vec<(u64, usize, usize)>,
+}
+
+pub struct Objects {
+    db: Database,
+    alloc: Allocator,
+    data_offset_bytes: u64,
+    dirty_blocks: BTreeMap<BlockKey, Option<BlockVal>>,
+    dirty_objects: BTreeMap<ObjKey, Option<u64>>,
+    dirty_applied: BTreeMap<u64, Option<u64>>,
+    applied: BTreeMap<PgId, u64>,
+    flushed_applied: BTreeMap<PgId, u64>,
+    pending_free: Vec<u64>,
+    stage: Stage,
+}
+
+fn obj_key(pg: PgId, o: ObjectId) -> ObjKey {
+    (pg_to_u64(pg), o.image.get(), o.index)
+}
+
+fn block_crc(key: &BlockKey, data: &[u8]) -> u32 {
+    let mut id = [0u8; 28];
+    id[0..8].copy_from_slice(&key.0.to_le_bytes());
+    id[8..16].copy_from_slice(&key.1.to_le_bytes());
+    id[16..24].copy_from_slice(&key.2.to_le_bytes());
+    id[24..28].copy_from_slice(&key.3.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&id), data)
+}
+
+fn check_range(offset_bytes: u64, len_bytes: u64) -> Result<()> {
+    match offset_bytes.checked_add(len_bytes) {
+        Some(end) if end <= OBJECT_SIZE_MAX_BYTES => Ok(()),
+        _ => Err(Error::InvalidArgument(format!(
+            "range {offset_bytes}+{len_bytes} exceeds the object size limit of {OBJECT_SIZE_MAX_BYTES} bytes"
+        ))),
+    }
+}
+
+impl Objects {
+    pub fn open(db: Database, sb: &Superblock, stage_bytes_max: usize) -> Result<Self> {
+        let mut alloc = Allocator::new(sb.data_blocks());
+        let mut applied = BTreeMap::new();
+        {
+            let tx = db.begin_read()?;
+            let blocks = tx.open_table(meta::BLOCKS)?;
+            for row in blocks.iter()? {
+                let (k, v) = row?;
+                let (phys, _) = v.value();
+                if phys >= alloc.block_count() {
+                    return Err(Error::Meta(format!(
+                        "block map points past the data region: {phys}"
+                    )));
+                }
+                if !alloc.mark_used(phys) {
+                    return Err(Error::Meta(format!(
+                        "block {phys} is referenced twice ({:?})",
+                        k.value()
+                    )));
+                }
+            }
+            for row in tx.open_table(meta::APPLIED)?.iter()? {
+                let (k, v) = row?;
+                applied.insert(crate::wal::record::pg_from_u64(k.value()), v.value());
+            }
+        }
+        Ok(Objects {
+            db,
+            alloc,
+            data_offset_bytes: sb.data_offset_bytes,
+            dirty_blocks: BTreeMap::new(),
+            dirty_objects: BTreeMap::new(),
+            dirty_applied: BTreeMap::new(),
+            flushed_applied: applied.clone(),
+            applied,
+            pending_free: Vec::new(),
+            stage: Stage {
+                buf: AlignedBuf::zeroed(stage_bytes_max.next_multiple_of(BS as usize)),
+                used_bytes: 0,
+                runs: Vec::new(),
+            },
+        })
+    }
+
+    pub fn db(&self) -> &Database {
+        &self.db
+    }
+
+    pub fn free_blocks(&self) -> u64 {
+        self.alloc.free_blocks()
+    }
+
+    /// Blocks that the next flush will give back.
+    pub fn pending_free_blocks(&self) -> u64 {
+        self.pending_free.len() as u64
+    }
+
+    pub fn applied_index(&self, pg: PgId) -> u64 {
+        self.applied.get(&pg).copied().unwrap_or(0)
+    }
+
+    pub fn flushed_applied_index(&self, pg: PgId) -> u64 {
+        self.flushed_applied.get(&pg).copied().unwrap_or(0)
+    }
+
+    pub fn set_applied(&mut self, pg: PgId, index: u64) -> Result<()> {
+        let cur = self.applied_index(pg);
+        if index < cur {
+            return Err(Error::InvalidArgument(format!(
+                "PG {pg}: applied index may not go back from {cur} to {index}"
+            )));
+        }
+        self.applied.insert(pg, index);
+        self.dirty_applied.insert(pg_to_u64(pg), Some(index));
+        Ok(())
+    }
+
+    fn lookup_many(&self, keys: &[BlockKey]) -> Result<Vec<Option<BlockVal>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        let mut tx_table = None;
+        for k in keys {
+            if let Some(v) = self.dirty_blocks.get(k) {
+                out.push(*v);
+                continue;
+            }
+            if tx_table.is_none() {
+                let tx = self.db.begin_read()?;
+                tx_table = Some(tx.open_table(meta::BLOCKS)?);
+            }
+            let table = tx_table.as_ref().expect("opened");
+            out.push(table.get(k)?.map(|g| g.value()));
+        }
+        Ok(out)
+    }
+
+    fn object_end(&self, k: &ObjKey) -> Result<Option<u64>> {
+        if let Some(v) = self.dirty_objects.get(k) {
+            return Ok(*v);
+        }
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(meta::OBJECTS)?;
+        Ok(t.get(k)?.map(|g| g.value()))
+    }
+
+    fn touch_object(&mut self, k: ObjKey, end: u64) -> Result<()> {
+        let cur = self.object_end(&k)?.unwrap_or(0);
+        self.dirty_objects.insert(k, Some(cur.max(end)));
+        Ok(())
+    }
+
+    /// The staged writes as disk operations (handed to the WAL commit so that they share its
+    /// submission). Call [`Objects::clear_stage`] after they succeeded.
+    pub fn staged_writes(&self) -> Vec<WriteOp<'_>> {
+        self.stage
+            .runs
+            .iter()
+            .map(|&(phys, at, len)| WriteOp {
+                offset_bytes: self.data_offset_bytes + phys * BS,
+                buf: &self.stage.buf[at..at + len],
+            })
+            .collect()
+    }
+
+    pub fn clear_stage(&mut self) {
+        self.stage.runs.clear();
+        self.stage.used_bytes = 0;
+    }
+
+    pub fn submit_staged(&mut self, disk: &mut dyn Disk, sync: bool) -> Result<()> {
+        if self.stage.runs.is_empty() && !sync {
+            return Ok(());
+        }
+        let writes = self.staged_writes();
+        let at = writes.first().map_or(0, |w| w.offset_bytes);
+        disk.write_many(&writes, sync)
+            .map_err(|e| io_err("data write", at, e))?;
+        self.clear_stage();
+        Ok(())
+    }
+
+    /// Reserves 4 KiB in the stage for physical block `phys`; returns its offset in the
+    /// stage buffer.
+    fn stage_block(&mut self, disk: &mut dyn Disk, phys: u64) -> Result<usize> {
+        if self.stage.used_bytes + BS as usize > self.stage.buf.len() {
+            self.submit_staged(disk, false)?;
+        }
+        let at = self.stage.used_bytes;
+        self.stage.used_bytes += BS as usize;
+        match self.stage.runs.last_mut() {
+            Some((p, off, len)) if *p + (*len as u64 / BS) == phys && *off + *len == at => {
+                *len += BS as usize;
+            }
+            _ => self.stage.runs.push((phys, at, BS as usize)),
+        }
+        Ok(at)
+    }
+
+    /// Reads one mapped block from disk and checks it.
+    fn read_block(
+        &self,
+        disk: &mut dyn Disk,
+        pg: PgId,
+        key: &BlockKey,
+        val: BlockVal,
+        out: &mut AlignedBuf,
+    ) -> Result<()> {
+        let (phys, crc) = val;
+        let at = self.data_offset_bytes + phys * BS;
+        disk.read(at, out).map_err(|e| io_err("data read", at, e))?;
+        if block_crc(key, out) != crc {
+            return Err(Error::Checksum {
+                pg,
+                object: ObjectId {
+                    image: ImageId(key.1),
+                    index: key.2,
+                },
+                block_index: u64::from(key.3),
+                physical_block: phys,
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies a write: new blocks are allocated for every block it touches (partial blocks
+    /// are merged with their old content). Not durable until the next flush; replayable.
+    pub fn write(
+        &mut self,
+        disk: &mut dyn Disk,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let len = data.len() as u64;
+        check_range(offset_bytes, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (pgk, ok) = (pg_to_u64(pg), obj_key(pg, object));
+        let end = offset_bytes + len;
+        let first_block = offset_bytes / BS;
+        let block_count = end.div_ceil(BS) - first_block;
+        let keys: Vec<BlockKey> = (0..block_count)
+            .map(|i| (pgk, ok.1, ok.2, (first_block + i) as u32))
+            .collect();
+        let olds = self.lookup_many(&keys)?;
+        // Old content of partially covered edge blocks, read before anything changes.
+        let mut edges: BTreeMap<u64, AlignedBuf> = BTreeMap::new();
+        for (i, old) in olds.iter().enumerate() {
+            let b = first_block + i as u64;
+            let covered = offset_bytes <= b * BS && (b + 1) * BS <= end;
+            if !covered {
+                let mut buf = AlignedBuf::zeroed(BS as usize);
+                if let Some(v) = old {
+                    self.submit_staged(disk, false)?;
+                    self.read_block(disk, pg, &keys[i], *v, &mut buf)?;
+                }
+                edges.insert(b, buf);
+            }
+        }
+        let extents = self.alloc.allocate(block_count).ok_or(Error::NoSpace {
+            area: SpaceArea::Data,
+            needed_bytes: block_count * BS,
+            free_bytes: self.alloc.free_blocks() * BS,
+        })?;
+        let physs = extents
+            .iter()
+            .flat_map(|e| e.start_block..e.start_block + e.block_count);
+        for (i, phys) in physs.enumerate().collect::<Vec<_>>() {
+            let b = first_block + i as u64;
+            let at = self.stage_block(disk, phys)?;
+            let dst = &mut self.stage.buf[at..at + BS as usize];
+            match edges.get(&b) {
+                Some(old) => dst.copy_from_slice(old),
+                None => dst.fill(0),
+            }
+            let lo = (b * BS).max(offset_bytes);
+            let hi = ((b + 1) * BS).min(end);
+            dst[(lo - b * BS) as usize..(hi - b * BS) as usize]
+                .copy_from_slice(&data[(lo - offset_bytes) as usize..(hi - offset_bytes) as usize]);
+            let crc = block_crc(&keys[i], dst);
+            self.dirty_blocks.insert(keys[i], Some((phys, crc)));
+        }
+        self.pending_free.extend(olds.iter().flatten().map(|v| v.0));
+        self.touch_object(ok, end)
+    }
+
+    /// Discard / write-zeroes: whole blocks are unmapped (space given back at the next
+    /// flush), partial blocks are rewritten with zeros. Reads of the range return zeros.
+    pub fn zero(
+        &mut self,
+        disk: &mut dyn Disk,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<()> {
+        check_range(offset_bytes, len_bytes)?;
+        if len_bytes == 0 {
+            return Ok(());
+        }
+        let end = offset_bytes + len_bytes;
+        let full_lo = offset_bytes.div_ceil(BS);
+        let full_hi = end / BS;
+        if full_lo >= full_hi {
+            return self.write(disk, pg, object, offset_bytes, &vec![0; len_bytes as usize]);
+        }
+        if offset_bytes < full_lo * BS {
+            self.write(
+                disk,
+                pg,
+                object,
+                offset_bytes,
+                &vec![0; (full_lo * BS - offset_bytes) as usize],
+            )?;
+        }
+        if end > full_hi * BS {
+            self.write(
+                disk,
+                pg,
+                object,
+                full_hi * BS,
+                &vec![0; (end - full_hi * BS) as usize],
+            )?;
+        }
+        let ok = obj_key(pg, object);
+        let keys: Vec<BlockKey> = (full_lo..full_hi)
+            .map(|b| (ok.0, ok.1, ok.2, b as u32))
+            .collect();
+        let olds = self.lookup_many(&keys)?;
+        for (k, old) in keys.iter().zip(olds) {
+            if let Some((phys, _)) = old {
+                self.pending_free.push(phys);
+                self.dirty_blocks.insert(*k, None);
+            }
+        }
+        self.touch_object(ok, end)
+    }
+
+    /// Every mapped block of one object: (key, value), flushed map overlaid with dirty.
+    fn object_blocks(&self, ok: ObjKey) -> Result<Vec<(BlockKey, BlockVal)>> {
+        let lo = (ok.0, ok.1, ok.2, 0u32);
+        let hi = (ok.0, ok.1, ok.2, u32::MAX);
+        let mut map: BTreeMap<BlockKey, Option<BlockVal>> = BTreeMap::new();
+        {
+            let tx = self.db.begin_read()?;
+            let t = tx.open_table(meta::BLOCKS)?;
+            for row in t.range(lo..=hi)? {
+                let (k, v) = row?;
+                map.insert(k.value(), Some(v.value()));
+            }
+        }
+        for (k, v) in self.dirty_blocks.range(lo..=hi) {
+            map.insert(*k, *v);
+        }
+        Ok(map
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect())
+    }
+
+    pub fn delete(&mut self, pg: PgId, object: ObjectId) -> Result<()> {
+        let ok = obj_key(pg, object);
+        for (k, (phys, _)) in self.object_blocks(ok)? {
+            self.pending_free.push(phys);
+            self.dirty_blocks.insert(k, None);
+        }
+        self.dirty_objects.insert(ok, None);
+        Ok(())
+    }
+
+    /// Objects of a PG, in (image, index) order.
+    pub fn list(&self, pg: PgId) -> Result<Vec<ObjectId>> {
+        let p = pg_to_u64(pg);
+        let (lo, hi) = ((p, 0u64, 0u64), (p, u64::MAX, u64::MAX));
+        let mut map: BTreeMap<ObjKey, bool> = BTreeMap::new();
+        {
+            let tx = self.db.begin_read()?;
+            let t = tx.open_table(meta::OBJECTS)?;
+            for row in t.range(lo..=hi)? {
+                map.insert(row?.0.value(), true);
+            }
+        }
+        for (k, v) in self.dirty_objects.range(lo..=hi) {
+            map.insert(*k, v.is_some());
+        }
+        Ok(map
+            .into_iter()
+            .filter(|(_, live)| *live)
+            .map(|(k, _)| ObjectId {
+                image: ImageId(k.1),
+                index: k.2,
+            })
+            .collect())
+    }
+
+    /// Deletes every object of the PG and forgets its applied index.
+    pub fn delete_pg(&mut self, pg: PgId) -> Result<()> {
+        for o in self.list(pg)? {
+            self.delete(pg, o)?;
+        }
+        self.applied.remove(&pg);
+        self.dirty_applied.insert(pg_to_u64(pg), None);
+        Ok(())
+    }
+
+    /// Reads a batch of ranges with one device submission. Unwritten ranges read as zeros;
+    /// every block read is checked against its checksum.
+    pub fn read_many(&mut self, disk: &mut dyn Disk, reqs: &mut [ObjectRead<'_>]) -> Result<()> {
+        self.submit_staged(disk, false)?;
+        let mut keys = Vec::new();
+        for r in reqs.iter() {
+            check_range(r.offset_bytes, r.buf.len() as u64)?;
+            let ok = obj_key(r.pg, r.object);
+            let end = r.offset_bytes + r.buf.len() as u64;
+            for b in r.offset_bytes / BS..end.div_ceil(BS) {
+                keys.push((ok.0, ok.1, ok.2, b as u32));
+            }
+        }
+        let vals = self.lookup_many(&keys)?;
+        let mapped: Vec<usize> = (0..keys.len()).filter(|i| vals[*i].is_some()).collect();
+        let mut blocks = AlignedBuf::zeroed(mapped.len() * BS as usize);
+        {
+            let mut ops: Vec<ReadOp<'_>> = Vec::with_capacity(mapped.len());
+            for (chunk, i) in blocks.chunks_mut(BS as usize).zip(&mapped) {
+                let (phys, _) = vals[*i].expect("mapped");
+                ops.push(ReadOp {
+                    offset_bytes: self.data_offset_bytes + phys * BS,
+                    buf: chunk,
+                });
+            }
+            disk.read_many(&mut ops)
+                .map_err(|e| io_err("data read", 0, e))?;
+        }
+        let mut slot_of = vec![usize::MAX; keys.len()];
+        for (n, i) in mapped.iter().enumerate() {
+            slot_of[*i] = n;
+            let data = &blocks[n * BS as usize..(n + 1) * BS as usize];
+            let (phys, crc) = vals[*i].expect("mapped");
+            if block_crc(&keys[*i], data) != crc {
+                let k = keys[*i];
+                let pg = crate::wal::record::pg_from_u64(k.0);
+                return Err(Error::Checksum {
+                    pg,
+                    object: ObjectId {
+                        image: ImageId(k.1),
+                        index: k.2,
+                    },
+                    block_index: u64::from(k.3),
+                    physical_block: phys,
+                });
+            }
+        }
+        let mut k = 0;
+        for r in reqs.iter_mut() {
+            let end = r.offset_bytes + r.buf.len() as u64;
+            for b in r.offset_bytes / BS..end.div_ceil(BS) {
+                let lo = (b * BS).max(r.offset_bytes);
+                let hi = ((b + 1) * BS).min(end);
+                let dst =
+                    &mut r.buf[(lo - r.offset_bytes) as usize..(hi - r.offset_bytes) as usize];
+                match slot_of[k] {
+                    usize::MAX => dst.fill(0),
+                    n => {
+                        let src = n * BS as usize + (lo - b * BS) as usize;
+                        dst.copy_from_slice(&blocks[src..src + dst.len()]);
+                    }
+                }
+                k += 1;
+            }
+        }
+        assert_eq!(k, keys.len());
+        Ok(())
+    }
+
+    /// Makes every applied change durable: data first (written + fdatasync), then the block
+    /// map, object list, applied indexes and `wal_durable_lsn` in one redb commit; then frees
+    /// the blocks the old map referenced.
+    pub fn flush(&mut self, disk: &mut dyn Disk, wal_durable_lsn: u64) -> Result<()> {
+        self.submit_staged(disk, true)?;
+        let tx = self.db.begin_write()?;
+        {
+            let mut blocks = tx.open_table(meta::BLOCKS)?;
+            for (k, v) in &self.dirty_blocks {
+                match v {
+                    Some(v) => blocks.insert(k, v)?,
+                    None => blocks.remove(k)?,
+                };
+            }
+            let mut objects = tx.open_table(meta::OBJECTS)?;
+            for (k, v) in &self.dirty_objects {
+                match v {
+                    Some(v) => objects.insert(k, v)?,
+                    None => objects.remove(k)?,
+                };
+            }
+            let mut applied = tx.open_table(meta::APPLIED)?;
+            for (k, v) in &self.dirty_applied {
+                match v {
+                    Some(v) => applied.insert(k, v)?,
+                    None => applied.remove(k)?,
+                };
+            }
+            let mut m = tx.open_table(meta::META)?;
+            m.insert(meta::KEY_FLUSHED_LSN, &wal_durable_lsn.to_le_bytes()[..])?;
+        }
+        tx.commit()?;
+        for b in std::mem::take(&mut self.pending_free) {
+            self.alloc.free(b);
+        }
+        self.dirty_blocks.clear();
+        self.dirty_objects.clear();
+        self.dirty_applied.clear();
+        self.flushed_applied = self.applied.clone();
+        Ok(())
+    }
+
+    /// Number of mapped blocks in the flushed map (tests and metrics).
+    pub fn flushed_block_count(&self) -> Result<u64> {
+        let tx = self.db.begin_read()?;
+        Ok(tx.open_table(meta::BLOCKS)?.len()?)
+    }
+}

@@ -1,0 +1,414 @@
+//! The engine facade: one device, its WAL, its object store and its metadata database, with
+//! fail-stop error handling. This is what an OSD shard's event loop drives.
+
+use crate::disk::{AlignedBuf, Disk, UringDisk, UringOptions};
+use crate::error::{Error, ObjectId, Result};
+use crate::objects::{meta, ObjectRead, Objects};
+use crate::superblock::{Superblock, SUPERBLOCK_SIZE_BYTES};
+use crate::wal::writer::io_err;
+use crate::wal::{PgLog, Wal, WalOptions};
+use fastblock_types::PgId;
+use raft::eraftpb::{ConfState, Entry, HardState};
+use redb::{Database, StorageBackend};
+use std::path::{Path, PathBuf};
+
+/// Geometry chosen at mkfs.
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    pub osd_uuid: [u8; 16],
+    pub segment_size_bytes: u64,
+    pub segment_count: u32,
+    pub batch_bytes_max: u64,
+    /// Format even if the device holds data.
+    pub force: bool,
+}
+
+impl MkfsOptions {
+    pub fn new(osd_uuid: [u8; 16]) -> Self {
+        MkfsOptions {
+            osd_uuid,
+            segment_size_bytes: 64 << 20,
+            segment_count: 16,
+            batch_bytes_max: 4 << 20,
+            force: false,
+        }
+    }
+}
+
+/// Run-time tunables (not part of the format).
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    pub wal: WalOptions,
+    /// Applied data buffered before it is written out (it is normally written with the next
+    /// WAL commit).
+    pub stage_bytes_max: usize,
+    pub meta_cache_bytes: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            wal: WalOptions::default(),
+            stage_bytes_max: 4 << 20,
+            meta_cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Bytes at the start of the device that must be zero for mkfs without `force`.
+const EMPTY_CHECK_BYTES: u64 = 1 << 20;
+
+pub struct Store<D: Disk> {
+    disk: D,
+    sb: Superblock,
+    wal: Wal,
+    objects: Objects,
+    failed: bool,
+}
+
+fn open_db(meta: impl StorageBackend, cache_bytes: usize) -> Result<Database> {
+    Ok(Database::builder()
+        .set_cache_size(cache_bytes)
+        .create_with_backend(meta)?)
+}
+
+impl<D: Disk> Store<D> {
+    /// Formats the device and its metadata database. Refuses a device whose first MiB is not
+    /// all zeros, or a non-empty metadata file, unless `force`.
+    pub fn mkfs(
+        mut disk: D,
+        meta_backend: impl StorageBackend,
+        opts: &MkfsOptions,
+        options: StoreOptions,
+    ) -> Result<Self> {
+        let sb = Superblock::layout(
+            opts.osd_uuid,
+            disk.size_bytes(),
+            opts.segment_size_bytes,
+            opts.segment_count,
+            opts.batch_bytes_max,
+        )?;
+        if !opts.force {
+            let n = EMPTY_CHECK_BYTES.min(disk.size_bytes());
+            let mut buf = AlignedBuf::zeroed(n as usize);
+            disk.read(0, &mut buf)
+                .map_err(|e| io_err("mkfs read", 0, e))?;
+            let meta_len = meta_backend.len().map_err(|e| io_err("meta len", 0, e))?;
+            if buf.iter().any(|b| *b != 0) || meta_len != 0 {
+                return Err(Error::NotEmpty { checked_bytes: n });
+            }
+        } else {
+            meta_backend
+                .set_len(0)
+                .map_err(|e| io_err("meta truncate", 0, e))?;
+            // Invalidate an old superblock first, so a crash mid-mkfs never leaves the old
+            // superblock pointing at a half-formatted WAL.
+            let zero = AlignedBuf::zeroed(SUPERBLOCK_SIZE_BYTES as usize);
+            disk.write(0, &zero, true)
+                .map_err(|e| io_err("mkfs write", 0, e))?;
+        }
+        let wal = Wal::format(&mut disk, &sb, options.wal.clone())?;
+        let db = open_db(meta_backend, options.meta_cache_bytes)?;
+        meta::create(&db, &sb.osd_uuid)?;
+        let mut block = AlignedBuf::zeroed(SUPERBLOCK_SIZE_BYTES as usize);
+        block.copy_from_slice(&sb.encode());
+        disk.write(0, &block, true)
+            .map_err(|e| io_err("superblock write", 0, e))?;
+        let objects = Objects::open(db, &sb, options.stage_bytes_max)?;
+        Ok(Store {
+            disk,
+            sb,
+            wal,
+            objects,
+            failed: false,
+        })
+    }
+
+    /// Opens a formatted device: superblock, metadata, WAL replay, allocator rebuild.
+    pub fn open(
+        mut disk: D,
+        meta_backend: impl StorageBackend,
+        options: StoreOptions,
+    ) -> Result<Self> {
+        let mut block = AlignedBuf::zeroed(SUPERBLOCK_SIZE_BYTES as usize);
+        disk.read(0, &mut block)
+            .map_err(|e| io_err("superblock read", 0, e))?;
+        let sb = Superblock::decode(&block)?;
+        if disk.size_bytes() < sb.device_size_bytes {
+            return Err(Error::DeviceTooSmall {
+                expected_bytes: sb.device_size_bytes,
+                actual_bytes: disk.size_bytes(),
+            });
+        }
+        let db = open_db(meta_backend, options.meta_cache_bytes)?;
+        let loaded = meta::load(&db)?;
+        if loaded.osd_uuid != sb.osd_uuid {
+            return Err(Error::UuidMismatch {
+                expected: hex(&sb.osd_uuid),
+                found: hex(&loaded.osd_uuid),
+            });
+        }
+        let wal = Wal::recover(&mut disk, &sb, options.wal.clone())?;
+        if wal.durable_lsn() < loaded.flushed_lsn {
+            return Err(Error::LogTruncated {
+                end_lsn: wal.durable_lsn(),
+                flushed_lsn: loaded.flushed_lsn,
+            });
+        }
+        let objects = Objects::open(db, &sb, options.stage_bytes_max)?;
+        Ok(Store {
+            disk,
+            sb,
+            wal,
+            objects,
+            failed: false,
+        })
+    }
+
+    /// Runs `f` unless the engine has failed; a fatal error from `f` fails the engine.
+    fn guard<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        if self.failed {
+            return Err(Error::PreviousIo);
+        }
+        let r = f(self);
+        if let Err(e) = &r {
+            if e.is_fatal() {
+                tracing::error!(error = %e, "storage engine stopped after an I/O error");
+                self.failed = true;
+            }
+        }
+        r
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    pub fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Direct access for tests and tools (corruption injection, statistics).
+    pub fn disk_mut(&mut self) -> &mut D {
+        &mut self.disk
+    }
+
+    // ---- WAL: everything below is pending until `commit` ----
+
+    /// Appends Raft entries (a conflicting suffix is truncated first).
+    pub fn append_entries(&mut self, pg: PgId, entries: &[Entry]) -> Result<()> {
+        self.guard(|s| s.wal.append_entries(&mut s.disk, pg, entries))
+    }
+
+    pub fn set_hard_state(&mut self, pg: PgId, hs: &HardState) -> Result<()> {
+        self.guard(|s| s.wal.set_hard_state(&mut s.disk, pg, hs))
+    }
+
+    /// Records the configuration; the first call creates the PG's log.
+    pub fn set_conf_state(&mut self, pg: PgId, cs: &ConfState) -> Result<()> {
+        self.guard(|s| s.wal.set_conf_state(&mut s.disk, pg, cs))
+    }
+
+    /// Installs a snapshot's metadata (the PG layer has written the objects).
+    pub fn apply_snapshot(
+        &mut self,
+        pg: PgId,
+        index: u64,
+        term: u64,
+        cs: &ConfState,
+    ) -> Result<()> {
+        self.guard(|s| s.wal.apply_snapshot(&mut s.disk, pg, index, term, cs))
+    }
+
+    /// Drops log entries up to `index`, which must be applied and flushed.
+    pub fn compact(&mut self, pg: PgId, index: u64) -> Result<()> {
+        self.guard(|s| {
+            let flushed = s.objects.flushed_applied_index(pg);
+            if index > flushed {
+                return Err(Error::CompactBeyondFlushed {
+                    pg,
+                    index,
+                    flushed_applied: flushed,
+                });
+            }
+            s.wal.compact(&mut s.disk, pg, index)
+        })
+    }
+
+    /// Removes a PG: its log (pending until commit) and its objects (until flush).
+    pub fn remove_pg(&mut self, pg: PgId) -> Result<()> {
+        self.guard(|s| {
+            s.wal.remove_pg(&mut s.disk, pg)?;
+            s.objects.delete_pg(pg)
+        })
+    }
+
+    /// Group commit: one write of the pending batch (plus the applied data staged since the
+    /// last commit) and one fdatasync. Returns the durable LSN.
+    pub fn commit(&mut self) -> Result<u64> {
+        self.guard(|s| {
+            let extra = s.objects.staged_writes();
+            let lsn = s.wal.commit(&mut s.disk, &extra)?;
+            drop(extra);
+            s.objects.clear_stage();
+            Ok(lsn)
+        })
+    }
+
+    /// `(first_index, last_index)` of a PG's log (`(1, 0)` for an unknown PG).
+    pub fn log_bounds(&self, pg: PgId) -> (u64, u64) {
+        self.wal
+            .pg(pg)
+            .map_or((1, 0), |l| (l.first_index(), l.last_index()))
+    }
+
+    pub fn pg_log(&self, pg: PgId) -> Option<&PgLog> {
+        self.wal.pg(pg)
+    }
+
+    /// Entries `[low, high)` of a PG, limited to about `max_size_bytes`.
+    pub fn entries(
+        &mut self,
+        pg: PgId,
+        low: u64,
+        high: u64,
+        max_size_bytes: Option<u64>,
+    ) -> Result<Vec<Entry>> {
+        self.guard(|s| s.wal.entries(&mut s.disk, pg, low, high, max_size_bytes))
+    }
+
+    // ---- objects: applied state, durable at the next flush ----
+
+    /// Applies a write. If the data region is full but blocks wait to be freed, flushes once
+    /// and retries; otherwise returns [`Error::NoSpace`] with nothing changed.
+    pub fn write_object(
+        &mut self,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        self.guard(
+            |s| match s.objects.write(&mut s.disk, pg, object, offset_bytes, data) {
+                Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {
+                    s.flush_inner()?;
+                    s.objects.write(&mut s.disk, pg, object, offset_bytes, data)
+                }
+                r => r,
+            },
+        )
+    }
+
+    /// Discard / write-zeroes: the range reads as zeros, whole blocks are given back.
+    pub fn zero_object(
+        &mut self,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<()> {
+        self.guard(|s| {
+            s.objects
+                .zero(&mut s.disk, pg, object, offset_bytes, len_bytes)
+        })
+    }
+
+    pub fn delete_object(&mut self, pg: PgId, object: ObjectId) -> Result<()> {
+        self.guard(|s| s.objects.delete(pg, object))
+    }
+
+    pub fn read_object(
+        &mut self,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        self.read_objects(&mut [ObjectRead {
+            pg,
+            object,
+            offset_bytes,
+            buf,
+        }])
+    }
+
+    /// Reads many ranges with one device submission.
+    pub fn read_objects(&mut self, reqs: &mut [ObjectRead<'_>]) -> Result<()> {
+        self.guard(|s| s.objects.read_many(&mut s.disk, reqs))
+    }
+
+    pub fn list_objects(&mut self, pg: PgId) -> Result<Vec<ObjectId>> {
+        self.guard(|s| s.objects.list(pg))
+    }
+
+    /// Records that every entry up to `index` of the PG has been applied.
+    pub fn set_applied(&mut self, pg: PgId, index: u64) -> Result<()> {
+        self.guard(|s| s.objects.set_applied(pg, index))
+    }
+
+    pub fn applied_index(&self, pg: PgId) -> u64 {
+        self.objects.applied_index(pg)
+    }
+
+    /// The applied index that survives a crash; log entries up to it may be compacted.
+    pub fn flushed_applied_index(&self, pg: PgId) -> u64 {
+        self.objects.flushed_applied_index(pg)
+    }
+
+    pub fn free_data_bytes(&self) -> u64 {
+        self.objects.free_blocks() * fastblock_types::units::BLOCK_SIZE_BYTES
+    }
+
+    /// Makes applied state durable: data write + fdatasync, then one metadata commit.
+    /// Afterwards `flushed_applied_index` has advanced and compaction may follow.
+    pub fn flush(&mut self) -> Result<()> {
+        self.guard(|s| s.flush_inner())
+    }
+
+    fn flush_inner(&mut self) -> Result<()> {
+        let lsn = self.wal.durable_lsn();
+        self.objects.flush(&mut self.disk, lsn)
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The metadata file that goes with a data file or device: `<path>.meta`.
+pub fn meta_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".meta");
+    PathBuf::from(p)
+}
+
+impl Store<UringDisk> {
+    /// Opens (or with `mkfs`, formats) a store on a file or block device, with its metadata
+    /// in `meta` (default `<path>.meta`).
+    pub fn open_path(
+        path: &Path,
+        meta: Option<&Path>,
+        mkfs: Option<&MkfsOptions>,
+        uring: UringOptions,
+        options: StoreOptions,
+    ) -> Result<Self> {
+        let meta = meta.map_or_else(|| meta_path(path), Path::to_path_buf);
+        let disk = UringDisk::open(path, uring).map_err(|e| io_err("open", 0, e))?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&meta)
+            .map_err(|e| io_err("meta open", 0, e))?;
+        let backend = redb::backends::FileBackend::new(file)?;
+        match mkfs {
+            Some(m) => Store::mkfs(disk, backend, m, options),
+            None => Store::open(disk, backend, options),
+        }
+    }
+}

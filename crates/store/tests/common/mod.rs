@@ -1,0 +1,71 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use fastblock_store::ObjectId;
+use fastblock_store::{MkfsOptions, SimDisk, SimFile, Store, StoreOptions};
+use fastblock_types::{ImageId, PgId, PoolId};
+use raft::eraftpb::Entry;
+
+pub const DEVICE_BYTES: u64 = 4 << 20;
+
+pub fn small_mkfs() -> MkfsOptions {
+    MkfsOptions {
+        osd_uuid: [0xAB; 16],
+        segment_size_bytes: 64 << 10,
+        segment_count: 6,
+        batch_bytes_max: 16 << 10,
+        force: false,
+    }
+}
+
+pub fn options() -> StoreOptions {
+    let mut o = StoreOptions::default();
+    o.wal.cache_bytes_max_per_pg = 2048;
+    o.stage_bytes_max = 64 << 10;
+    o.meta_cache_bytes = 1 << 20;
+    o
+}
+
+pub fn new_sim(device_bytes: u64) -> (SimDisk, SimFile, Store<SimDisk>) {
+    let disk = SimDisk::new(device_bytes);
+    let meta = SimFile::new();
+    let store = Store::mkfs(disk.clone(), meta.clone(), &small_mkfs(), options()).expect("mkfs");
+    (disk, meta, store)
+}
+
+pub fn reopen(disk: &SimDisk, meta: &SimFile) -> fastblock_store::Result<Store<SimDisk>> {
+    Store::open(disk.clone(), meta.clone(), options())
+}
+
+pub fn crash(disk: &SimDisk, meta: &SimFile, seed: u64) {
+    disk.image().crash(seed);
+    meta.image().crash(seed ^ 0x5555);
+}
+
+pub fn pg(n: u32) -> PgId {
+    PgId::new(PoolId(1), n)
+}
+
+pub fn obj(i: u64) -> ObjectId {
+    ObjectId {
+        image: ImageId(1),
+        index: i,
+    }
+}
+
+pub fn entry(index: u64, term: u64, len: usize) -> Entry {
+    let mut e = Entry::default();
+    e.index = index;
+    e.term = term;
+    e.data = (0..len)
+        .map(|i| (index as usize * 31 + i) as u8)
+        .collect::<Vec<_>>()
+        .into();
+    e
+}
+
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seed.wrapping_mul(2654435761).wrapping_add(i as u64 * 7) >> 3) as u8)
+        .collect()
+}
