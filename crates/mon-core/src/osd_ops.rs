@@ -74,6 +74,7 @@ impl MonState {
                 is_in: false,
                 pending_create: true,
                 boot_epoch: Epoch(0),
+                config: String::new(),
             },
         );
         Ok(id)
@@ -110,6 +111,7 @@ impl MonState {
         osd.port = req.port;
         osd.host = req.host.clone();
         osd.capacity_bytes = req.capacity_bytes;
+        osd.config = req.config.clone();
         osd.up = true;
         osd.is_in = true;
         osd.pending_create = false;

@@ -121,6 +121,9 @@ pub struct BootRequest {
     pub port: u16,
     pub host: String,
     pub capacity_bytes: u64,
+    /// The OSD's effective configuration, shown by `showconfig`.
+    #[serde(default)]
+    pub config: String,
 }
 
 /// Answer to boot and heartbeat: the epoch lets the OSD see that it must fetch a newer map.

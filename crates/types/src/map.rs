@@ -70,6 +70,9 @@ pub struct OsdInfo {
     /// Epoch of the OSD's last boot: lets peers tell a restarted OSD from the old incarnation.
     #[serde(default)]
     pub boot_epoch: Epoch,
+    /// The configuration the OSD reported at its last boot.
+    #[serde(default)]
+    pub config: String,
 }
 
 impl OsdInfo {
@@ -239,6 +242,7 @@ mod tests {
                 is_in: true,
                 pending_create: false,
                 boot_epoch: Epoch(2),
+                config: String::new(),
             },
         );
         let json = serde_json::to_string(&map).unwrap();

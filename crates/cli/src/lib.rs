@@ -1,0 +1,50 @@
+//! `fastblock-client`, the admin CLI.
+//!
+//! Two syntaxes reach one [`command::Command`] model:
+//! - [`modern`]: `fastblock-client pool create NAME --pg-count 32 --size 3` (clap), `--json` on
+//!   every read command;
+//! - [`legacy`]: the reference system's Go-style flags, `-op=createpool -poolname=P ...`, with
+//!   its output shapes ([`render::legacy`]).
+//!
+//! [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
+//! answers into text. Every failure ends as one line on stderr and a non-zero exit status.
+
+pub mod command;
+pub mod exec;
+pub mod legacy;
+pub mod modern;
+pub mod render;
+
+use std::io::Write;
+
+/// Exit status of a failed command (usage errors exit with 2, as clap does).
+pub const EXIT_FAILURE: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+
+/// Runs the CLI on `argv` (without the program name), writing results to `out`. Returns the
+/// process exit status; error messages go to `err`.
+pub async fn run(argv: Vec<String>, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let parsed = if legacy::is_legacy(&argv) {
+        legacy::parse(&argv).map_err(|e| (EXIT_USAGE, e))
+    } else {
+        modern::parse(&argv)
+    };
+    let invocation = match parsed {
+        Ok(inv) => inv,
+        Err((code, message)) => {
+            if code == 0 {
+                let _ = write!(out, "{message}");
+                return 0;
+            }
+            let _ = writeln!(err, "{}", message.trim_end());
+            return code;
+        }
+    };
+    match exec::execute(&invocation, out).await {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = writeln!(err, "fastblock-client: {e:#}");
+            EXIT_FAILURE
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! Harness for end-to-end tests on real processes: free loopback ports, temporary
+//! directories, child processes killed by PID on drop, monitors with their own etcd, the CLI,
+//! and a fake OSD that registers and heartbeats through the real API.
+//!
+//! Every wait is bounded (`wait_until`), every child is killed by its PID (never by name), and
+//! every directory is removed unless `FASTBLOCK_KEEP_TEST_DIRS` is set.
+
+#![allow(dead_code)]
+
+use fastblock_monclient::MonClient;
+use fastblock_types::api::{BootRequest, HeartbeatRequest};
+use fastblock_types::OsdId;
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral port")
+}
+
+/// A directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "fastblock-{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("creating a test directory");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("FASTBLOCK_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A child process killed (SIGKILL, by PID) and reaped on drop.
+pub struct Proc {
+    pub child: Option<Child>,
+    pub name: String,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, mut cmd: Command, log: PathBuf) -> Proc {
+        let file = std::fs::File::create(&log).expect("creating a log file");
+        cmd.stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file);
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        Proc { child: Some(child), name: name.to_string(), log }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    fn signal(&mut self, sig: libc::c_int) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on the PID of a child we spawned and have not reaped yet.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, sig);
+            }
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        self.signal(libc::SIGKILL);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait up to `timeout` for a clean exit; returns whether it exited in time.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + timeout;
+        while let Some(child) = self.child.as_mut() {
+            if let Ok(Some(_)) = child.try_wait() {
+                self.child = None;
+                return true;
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `cond` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut cond: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    match name {
+        "fastblock-mon" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-mon")),
+        "fastblock-client" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-client")),
+        other => panic!("unknown binary {other}"),
+    }
+}
+
+/// Ports and names of one monitor.
+#[derive(Clone, Debug)]
+pub struct MonSpec {
+    pub name: String,
+    pub api: String,
+    pub etcd_client: String,
+    pub etcd_peer: String,
+}
+
+/// Timers for monitors under test.
+#[derive(Clone, Debug)]
+pub struct MonOptions {
+    pub osd_down_after: &'static str,
+    pub osd_out_after: &'static str,
+    pub lease_ttl: &'static str,
+}
+
+impl Default for MonOptions {
+    fn default() -> Self {
+        MonOptions { osd_down_after: "2s", osd_out_after: "3s", lease_ttl: "3s" }
+    }
+}
+
+/// One or more monitors, each with its own etcd member, forming one etcd cluster.
+pub struct MonCluster {
+    pub dir: TempDir,
+    pub specs: Vec<MonSpec>,
+    pub procs: Vec<Option<Proc>>,
+    pub options: MonOptions,
+}
+
+impl MonCluster {
+    pub async fn start(n: usize, options: MonOptions) -> MonCluster {
+        let dir = TempDir::new("mon");
+        let names = ["a", "b", "c", "d", "e"];
+        let specs: Vec<MonSpec> = (0..n)
+            .map(|i| MonSpec {
+                name: names[i].to_string(),
+                api: format!("127.0.0.1:{}", free_port()),
+                etcd_client: format!("127.0.0.1:{}", free_port()),
+                etcd_peer: format!("127.0.0.1:{}", free_port()),
+            })
+            .collect();
+        let mut cluster = MonCluster { dir, specs, procs: Vec::new(), options };
+        for i in 0..n {
+            let p = cluster.spawn(i);
+            cluster.procs.push(Some(p));
+        }
+        cluster.wait_leader(Duration::from_secs(60)).await;
+        cluster
+    }
+
+    pub fn initial_cluster(&self) -> String {
+        self.specs
+            .iter()
+            .map(|s| format!("{}=http://{}", s.name, s.etcd_peer))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn spawn(&self, i: usize) -> Proc {
+        let s = &self.specs[i];
+        let mut cmd = Command::new(bin("fastblock-mon"));
+        cmd.arg("--name").arg(&s.name)
+            .arg("--data-dir").arg(self.dir.path().join(&s.name))
+            .arg("--api-addr").arg(&s.api)
+            .arg("--etcd-client-addr").arg(&s.etcd_client)
+            .arg("--etcd-peer-addr").arg(&s.etcd_peer)
+            .arg("--initial-cluster").arg(self.initial_cluster())
+            .arg("--osd-down-after").arg(self.options.osd_down_after)
+            .arg("--osd-out-after").arg(self.options.osd_out_after)
+            .arg("--tick-interval").arg("200ms")
+            .arg("--lease-ttl").arg(self.options.lease_ttl)
+            .env("RUST_LOG", "info");
+        let log = self.dir.path().join(format!("mon-{}.log", s.name));
+        Proc::spawn(&format!("mon.{}", s.name), cmd, log)
+    }
+
+    /// Restarts monitor `i` (after `kill` or `stop`).
+    pub fn restart(&mut self, i: usize) {
+        let p = self.spawn(i);
+        self.procs[i] = Some(p);
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.procs[i].take() {
+            p.kill();
+        }
+    }
+
+    pub fn stop(&mut self, i: usize) -> bool {
+        match self.procs[i].take() {
+            Some(mut p) => p.terminate(Duration::from_secs(20)),
+            None => true,
+        }
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.specs.iter().map(|s| s.api.clone()).collect()
+    }
+
+    /// A client that fails over between all monitors.
+    pub fn client(&self) -> MonClient {
+        MonClient::new(self.endpoints()).with_deadline(Duration::from_secs(30))
+    }
+
+    /// Index of the monitor that says it leads.
+    pub async fn leader_index(&self) -> Option<usize> {
+        for (i, s) in self.specs.iter().enumerate() {
+            if self.procs[i].is_none() {
+                continue;
+            }
+            let url = format!("http://{}/v1/mon", s.api);
+            if let Ok(Ok(body)) = tokio::time::timeout(Duration::from_secs(1), http_get(&url)).await {
+                if body.contains("\"role\":\"leader\"") {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    pub async fn wait_leader(&self, timeout: Duration) -> usize {
+        let logs: Vec<String> = self.procs.iter().flatten().map(|p| p.log_tail()).collect();
+        let found = tokio::time::timeout(timeout, async {
+            loop {
+                if let Some(i) = self.leader_index().await {
+                    return i;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        match found {
+            Ok(i) => i,
+            Err(_) => panic!("no monitor leader within {timeout:?}; logs:\n{}", logs.join("\n---\n")),
+        }
+    }
+
+    /// Runs `fastblock-client ARGS` against these monitors.
+    pub fn cli(&self, args: &[&str]) -> CliOutput {
+        let out = Command::new(bin("fastblock-client"))
+            .args(args)
+            .env("FASTBLOCK_MON", self.endpoints().join(","))
+            .output()
+            .expect("running fastblock-client");
+        CliOutput::from(out)
+    }
+}
+
+/// Minimal HTTP GET over a raw socket (the harness must not depend on the code under test).
+pub async fn http_get(url: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("http url");
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let mut s = tokio::net::TcpStream::connect(host).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    Ok(String::from_utf8_lossy(&buf).to_string())
+}
+
+pub struct CliOutput {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for CliOutput {
+    fn from(o: Output) -> Self {
+        CliOutput {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).to_string(),
+            stderr: String::from_utf8_lossy(&o.stderr).to_string(),
+        }
+    }
+}
+
+impl CliOutput {
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        assert_eq!(self.code, 0, "command failed: stdout={} stderr={}", self.stdout, self.stderr);
+        &self.stdout
+    }
+
+    /// Fails with exit status 1 and exactly one line on stderr containing `needle`.
+    #[track_caller]
+    pub fn fails_with(&self, needle: &str) {
+        assert_ne!(self.code, 0, "command unexpectedly succeeded: {}", self.stdout);
+        assert_eq!(self.stderr.trim_end().lines().count(), 1, "stderr not one line: {}", self.stderr);
+        assert!(self.stderr.contains(needle), "stderr {:?} lacks {needle:?}", self.stderr);
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.ok()).unwrap_or_else(|e| panic!("invalid JSON {e}: {}", self.stdout))
+    }
+}
+
+/// An OSD stand-in that applies for an id, boots and heartbeats through the real API, so the
+/// monitor's timers and PG logic can be tested before real OSDs exist.
+pub struct FakeOsd {
+    pub id: OsdId,
+    pub uuid: String,
+    pub host: String,
+    beating: Arc<AtomicBool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    endpoints: Vec<String>,
+}
+
+impl FakeOsd {
+    pub async fn register(mons: &MonCluster, host: &str) -> FakeOsd {
+        let client = mons.client();
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let id = client.apply_id(&uuid).await.expect("apply id");
+        let mut osd = FakeOsd {
+            id,
+            uuid,
+            host: host.to_string(),
+            beating: Arc::new(AtomicBool::new(false)),
+            task: None,
+            endpoints: mons.endpoints(),
+        };
+        osd.boot().await;
+        osd
+    }
+
+    pub async fn boot(&mut self) {
+        let client = MonClient::new(self.endpoints.clone());
+        let req = BootRequest {
+            uuid: self.uuid.clone(),
+            address: "127.0.0.1".into(),
+            port: 6800 + self.id.0 as u16,
+            host: self.host.clone(),
+            capacity_bytes: 1 << 30,
+            config: format!("{{\"osd\":{}}}", self.id),
+        };
+        client.boot(self.id, &req).await.expect("boot");
+        self.start_heartbeats();
+    }
+
+    /// Heartbeats every 300 ms until `stop_heartbeats` (a simulated crash or partition).
+    pub fn start_heartbeats(&mut self) {
+        self.stop_heartbeats();
+        let beating = Arc::new(AtomicBool::new(true));
+        self.beating = beating.clone();
+        let endpoints = self.endpoints.clone();
+        let (id, uuid) = (self.id, self.uuid.clone());
+        self.task = Some(tokio::spawn(async move {
+            let client = MonClient::new(endpoints).with_deadline(Duration::from_secs(1));
+            while beating.load(Ordering::Relaxed) {
+                let req = HeartbeatRequest { uuid: uuid.clone(), pgs: Vec::new() };
+                let _ = client.heartbeat(id, &req).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }));
+    }
+
+    pub fn stop_heartbeats(&mut self) {
+        self.beating.store(false, Ordering::Relaxed);
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for FakeOsd {
+    fn drop(&mut self) {
+        self.stop_heartbeats();
+    }
+}

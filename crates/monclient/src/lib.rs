@@ -1,0 +1,352 @@
+//! Client of the monitor's HTTP API (`docs/mon-api.md`) for the CLI, OSDs and the block client.
+//!
+//! Module map:
+//! - [`MonClient`]: endpoint failover (any monitor answers; followers forward to the leader),
+//!   retries of retryable errors with backoff up to a deadline, typed calls.
+//! - [`MonError`]: what a caller can act on: the monitor's typed [`ApiError`], or "no monitor
+//!   reachable" with the last cause.
+
+use bytes::Bytes;
+use fastblock_types::api::*;
+use fastblock_types::map::{Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry};
+use fastblock_types::{Epoch, OsdId, PgId};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Method, Request};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Largest response accepted (a cluster map of thousands of PGs fits with room to spare).
+const RESPONSE_BYTES_MAX: usize = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MonError {
+    /// The monitor answered with an error.
+    #[error("{0}")]
+    Api(#[from] ApiError),
+    /// No monitor answered before the deadline.
+    #[error("no monitor reachable at {endpoints} within {deadline:?}: {last}")]
+    Unreachable {
+        endpoints: String,
+        deadline: Duration,
+        last: String,
+    },
+    /// A monitor answered something that is not our API (wrong port, proxy, version skew).
+    #[error("unexpected answer from monitor {endpoint}: {detail}")]
+    Protocol { endpoint: String, detail: String },
+}
+
+impl MonError {
+    /// The API error code, if the monitor answered with one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            MonError::Api(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}
+
+/// One attempt's failure: either final, or worth another try (maybe at another endpoint).
+enum Attempt {
+    Final(MonError),
+    Retry(String),
+}
+
+pub struct MonClient {
+    endpoints: Vec<String>,
+    /// The endpoint that answered last: tried first next time.
+    preferred: AtomicUsize,
+    http: Client<HttpConnector, Full<Bytes>>,
+    deadline: Duration,
+    request_timeout: Duration,
+}
+
+impl MonClient {
+    /// `endpoints` are `host:port` of monitors (an `http://` prefix is accepted).
+    pub fn new(endpoints: Vec<String>) -> Self {
+        assert!(!endpoints.is_empty(), "at least one monitor endpoint");
+        let endpoints = endpoints
+            .into_iter()
+            .map(|e| e.trim().trim_start_matches("http://").trim_end_matches('/').to_string())
+            .collect();
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(1)));
+        connector.set_nodelay(true);
+        MonClient {
+            endpoints,
+            preferred: AtomicUsize::new(0),
+            http: Client::builder(TokioExecutor::new()).build(connector),
+            deadline: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// How long retryable failures are retried before giving up.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    async fn attempt(
+        &self,
+        endpoint: &str,
+        method: &Method,
+        path: &str,
+        body: &Option<Bytes>,
+        timeout: Duration,
+    ) -> Result<Bytes, Attempt> {
+        let mut req = Request::builder()
+            .method(method.clone())
+            .uri(format!("http://{endpoint}{path}"));
+        if body.is_some() {
+            req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(body.clone().unwrap_or_default()))
+            .map_err(|e| Attempt::Final(protocol(endpoint, e.to_string())))?;
+        let resp = match tokio::time::timeout(timeout, self.http.request(req)).await {
+            Err(_) => return Err(Attempt::Retry(format!("{endpoint}: timed out after {timeout:?}"))),
+            Ok(Err(e)) => return Err(Attempt::Retry(format!("{endpoint}: {e}"))),
+            Ok(Ok(resp)) => resp,
+        };
+        let status = resp.status();
+        let bytes = match tokio::time::timeout(
+            timeout,
+            Limited::new(resp.into_body(), RESPONSE_BYTES_MAX).collect(),
+        )
+        .await
+        {
+            Ok(Ok(b)) => b.to_bytes(),
+            Ok(Err(e)) => return Err(Attempt::Retry(format!("{endpoint}: reading answer: {e}"))),
+            Err(_) => return Err(Attempt::Retry(format!("{endpoint}: answer timed out"))),
+        };
+        if status.is_success() {
+            return Ok(bytes);
+        }
+        match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(body) if body.error.retryable => Err(Attempt::Retry(format!(
+                "{endpoint}: {}",
+                body.error.message
+            ))),
+            Ok(body) => Err(Attempt::Final(MonError::Api(body.error))),
+            Err(_) => Err(Attempt::Final(protocol(
+                endpoint,
+                format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(200)])),
+            ))),
+        }
+    }
+
+    /// Sends one call, failing over between monitors and retrying retryable errors with
+    /// exponential backoff until the deadline.
+    async fn call_raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        timeout: Duration,
+    ) -> Result<Bytes, MonError> {
+        let start = Instant::now();
+        let mut backoff = Duration::from_millis(50);
+        let mut last = String::new();
+        let n = self.endpoints.len();
+        loop {
+            let first = self.preferred.load(Ordering::Relaxed);
+            for i in 0..n {
+                let index = (first + i) % n;
+                let endpoint = &self.endpoints[index];
+                match self.attempt(endpoint, &method, path, &body, timeout).await {
+                    Ok(bytes) => {
+                        self.preferred.store(index, Ordering::Relaxed);
+                        return Ok(bytes);
+                    }
+                    Err(Attempt::Final(e)) => return Err(e),
+                    Err(Attempt::Retry(why)) => {
+                        tracing::debug!("monitor call {method} {path}: {why}");
+                        last = why;
+                    }
+                }
+            }
+            if start.elapsed() + backoff > self.deadline {
+                return Err(MonError::Unreachable {
+                    endpoints: self.endpoints.join(","),
+                    deadline: self.deadline,
+                    last,
+                });
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<T, MonError> {
+        let body = body.map(|b| Bytes::from(serde_json::to_vec(b).expect("request serializes")));
+        let bytes = self.call_raw(method, path, body, self.request_timeout).await?;
+        decode(&self.endpoints.join(","), &bytes)
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, MonError> {
+        self.call(Method::GET, path, None::<&()>).await
+    }
+
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> Result<T, MonError> {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn status(&self) -> Result<StatusResponse, MonError> {
+        self.get("/v1/status").await
+    }
+
+    pub async fn health(&self) -> Result<serde_json::Value, MonError> {
+        self.get("/v1/health").await
+    }
+
+    /// The whole map now.
+    pub async fn map(&self) -> Result<MapResponse, MonError> {
+        self.get("/v1/map").await
+    }
+
+    /// Waits until the epoch passes `after` (the map is returned) or `timeout` passes
+    /// (`map: None`).
+    pub async fn watch_map(&self, after: Epoch, timeout: Duration) -> Result<MapResponse, MonError> {
+        let path = format!("/v1/map?after={}&timeout_ms={}", after.0, timeout.as_millis());
+        let bytes = self
+            .call_raw(Method::GET, &path, None, timeout + self.request_timeout)
+            .await?;
+        decode(&self.endpoints.join(","), &bytes)
+    }
+
+    pub async fn osds(&self) -> Result<Vec<OsdInfo>, MonError> {
+        self.get("/v1/osds").await
+    }
+
+    pub async fn apply_id(&self, uuid: &str) -> Result<OsdId, MonError> {
+        let r: ApplyIdResponse = self.post("/v1/osds/apply-id", &ApplyIdRequest { uuid: uuid.into() }).await?;
+        Ok(r.id)
+    }
+
+    pub async fn boot(&self, id: OsdId, req: &BootRequest) -> Result<Epoch, MonError> {
+        let r: EpochResponse = self.post(&format!("/v1/osds/{id}/boot"), req).await?;
+        Ok(r.epoch)
+    }
+
+    pub async fn heartbeat(&self, id: OsdId, req: &HeartbeatRequest) -> Result<Epoch, MonError> {
+        let r: EpochResponse = self.post(&format!("/v1/osds/{id}/heartbeat"), req).await?;
+        Ok(r.epoch)
+    }
+
+    pub async fn osd_out(&self, id: OsdId) -> Result<Epoch, MonError> {
+        let r: EpochResponse = self.post(&format!("/v1/osds/{id}/out"), &()).await?;
+        Ok(r.epoch)
+    }
+
+    pub async fn osd_in(&self, id: OsdId) -> Result<Epoch, MonError> {
+        let r: EpochResponse = self.post(&format!("/v1/osds/{id}/in"), &()).await?;
+        Ok(r.epoch)
+    }
+
+    pub async fn pools(&self) -> Result<Vec<PoolInfo>, MonError> {
+        let r: PoolList = self.get("/v1/pools").await?;
+        Ok(r.pools)
+    }
+
+    pub async fn pool(&self, name: &str) -> Result<PoolInfo, MonError> {
+        self.get(&format!("/v1/pools/{name}")).await
+    }
+
+    pub async fn create_pool(&self, req: &CreatePoolRequest) -> Result<PoolInfo, MonError> {
+        self.post("/v1/pools", req).await
+    }
+
+    pub async fn delete_pool(&self, name: &str, force: bool) -> Result<PoolInfo, MonError> {
+        self.call(Method::DELETE, &format!("/v1/pools/{name}?force={force}"), None::<&()>)
+            .await
+    }
+
+    pub async fn pgs(&self, pool: Option<&str>) -> Result<PgList, MonError> {
+        match pool {
+            Some(p) => self.get(&format!("/v1/pgs?pool={p}")).await,
+            None => self.get("/v1/pgs").await,
+        }
+    }
+
+    pub async fn leader_elected(&self, pg: PgId, req: &LeaderElectedRequest) -> Result<PgReportResponse, MonError> {
+        self.post(&format!("/v1/pgs/{pg}/leader"), req).await
+    }
+
+    pub async fn membership_finished(
+        &self,
+        pg: PgId,
+        req: &MembershipFinishedRequest,
+    ) -> Result<PgReportResponse, MonError> {
+        self.post(&format!("/v1/pgs/{pg}/membership"), req).await
+    }
+
+    pub async fn images(&self, pool: Option<&str>) -> Result<Vec<ImageInfo>, MonError> {
+        let r: ImageList = match pool {
+            Some(p) => self.get(&format!("/v1/images?pool={p}")).await?,
+            None => self.get("/v1/images").await?,
+        };
+        Ok(r.images)
+    }
+
+    pub async fn create_image(&self, req: &CreateImageRequest) -> Result<ImageInfo, MonError> {
+        self.post("/v1/images", req).await
+    }
+
+    pub async fn image(&self, pool: &str, name: &str) -> Result<ImageInfo, MonError> {
+        self.get(&format!("/v1/images/{pool}/{name}")).await
+    }
+
+    pub async fn remove_image(&self, pool: &str, name: &str) -> Result<ImageInfo, MonError> {
+        self.call(Method::DELETE, &format!("/v1/images/{pool}/{name}"), None::<&()>)
+            .await
+    }
+
+    pub async fn resize_image(&self, pool: &str, name: &str, req: &ResizeImageRequest) -> Result<ImageInfo, MonError> {
+        self.post(&format!("/v1/images/{pool}/{name}/resize"), req).await
+    }
+
+    pub async fn flags(&self) -> Result<Flags, MonError> {
+        self.get("/v1/flags").await
+    }
+
+    pub async fn set_flag(&self, flag: &str, value: bool) -> Result<Flags, MonError> {
+        let method = if value { Method::PUT } else { Method::DELETE };
+        self.call(method, &format!("/v1/flags/{flag}"), None::<&()>).await
+    }
+
+    pub async fn reclaim(&self) -> Result<Vec<ReclaimEntry>, MonError> {
+        self.get("/v1/reclaim").await
+    }
+
+    pub async fn reclaim_done(&self, id: u64) -> Result<(), MonError> {
+        self.call_raw(Method::DELETE, &format!("/v1/reclaim/{id}"), None, self.request_timeout)
+            .await
+            .map(|_| ())
+    }
+}
+
+fn protocol(endpoint: &str, detail: String) -> MonError {
+    MonError::Protocol {
+        endpoint: endpoint.to_string(),
+        detail,
+    }
+}
+
+fn decode<T: DeserializeOwned>(endpoint: &str, bytes: &[u8]) -> Result<T, MonError> {
+    serde_json::from_slice(bytes).map_err(|e| protocol(endpoint, format!("invalid JSON answer: {e}")))
+}
