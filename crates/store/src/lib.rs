@@ -32,6 +32,8 @@
 pub(crate) mod codec;
 pub mod disk;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod objects;
 pub mod raft_storage;
 pub mod store;

@@ -188,10 +188,13 @@ impl Anchor {
         if &b[12..28] != osd_uuid {
             return None;
         }
-        Some(Anchor {
+        let a = Anchor {
             generation: get_u64(b, 32)?,
             log_start_seq: get_u64(b, 40)?,
-        })
+        };
+        (1..=crate::wal::segment::SEQ_MAX)
+            .contains(&a.log_start_seq)
+            .then_some(a)
     }
 
     /// The newer of the two copies in the anchor block.

@@ -10,7 +10,7 @@
 
 mod common;
 use common::*;
-use fastblock_store::{Error, ObjectId, Store, SimDisk};
+use fastblock_store::{Error, ObjectId, SimDisk, Store};
 use fastblock_types::PgId;
 use proptest::prelude::*;
 use raft::eraftpb::{ConfState, Entry, HardState};
@@ -21,17 +21,50 @@ const PGS: u32 = 3;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Append { pg: u32, count: u64, len: usize, back: u64 },
-    HardState { pg: u32, commit: u64 },
-    Conf { pg: u32, voters: u8 },
+    Append {
+        pg: u32,
+        count: u64,
+        len: usize,
+        back: u64,
+    },
+    HardState {
+        pg: u32,
+        commit: u64,
+    },
+    Conf {
+        pg: u32,
+        voters: u8,
+    },
     Commit,
-    Compact { pg: u32, back: u64 },
-    Write { pg: u32, obj: u64, off: u64, len: u64, seed: u64 },
-    Zero { pg: u32, obj: u64, off: u64, len: u64 },
-    Delete { pg: u32, obj: u64 },
-    Applied { pg: u32, step: u64 },
+    Compact {
+        pg: u32,
+        back: u64,
+    },
+    Write {
+        pg: u32,
+        obj: u64,
+        off: u64,
+        len: u64,
+        seed: u64,
+    },
+    Zero {
+        pg: u32,
+        obj: u64,
+        off: u64,
+        len: u64,
+    },
+    Delete {
+        pg: u32,
+        obj: u64,
+    },
+    Applied {
+        pg: u32,
+        step: u64,
+    },
     Flush,
-    RemovePg { pg: u32 },
+    RemovePg {
+        pg: u32,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -91,18 +124,38 @@ struct Model {
 }
 
 fn obj_bytes(m: &mut ObjModel, pg: u32, o: u64) -> &mut Vec<u8> {
-    m.objects.entry((pg, o)).or_insert_with(|| vec![0; OBJ_BYTES])
+    m.objects
+        .entry((pg, o))
+        .or_insert_with(|| vec![0; OBJ_BYTES])
 }
 
 /// Applies one op to the engine and, if it succeeded, to the model.
 fn step(s: &mut Store<SimDisk>, m: &mut Model, op: &Op) -> Result<(), Error> {
     match *op {
-        Op::Append { pg: p, count, len, back } => {
+        Op::Append {
+            pg: p,
+            count,
+            len,
+            back,
+        } => {
             let cur = m.wal.get(&p).cloned().unwrap_or_default();
             let applied = m.obj.applied.get(&p).copied().unwrap_or(0);
-            let start = (cur.last() + 1).saturating_sub(back).max(cur.snap_index + 1).max(applied + 1);
-            let max_term = cur.entries.iter().map(|e| e.term).max().unwrap_or(cur.snap_term).max(1);
-            let term = if start <= cur.last() { max_term + 1 } else { max_term };
+            let start = (cur.last() + 1)
+                .saturating_sub(back)
+                .max(cur.snap_index + 1)
+                .max(applied + 1);
+            let max_term = cur
+                .entries
+                .iter()
+                .map(|e| e.term)
+                .max()
+                .unwrap_or(cur.snap_term)
+                .max(1);
+            let term = if start <= cur.last() {
+                max_term + 1
+            } else {
+                max_term
+            };
             let es: Vec<Entry> = (0..count).map(|i| entry(start + i, term, len)).collect();
             let r = s.append_entries(pg(p), &es);
             if let Err(Error::BatchFull { .. }) = r {
@@ -136,7 +189,9 @@ fn step(s: &mut Store<SimDisk>, m: &mut Model, op: &Op) -> Result<(), Error> {
             m.wal_durable = m.wal.clone();
         }
         Op::Compact { pg: p, back } => {
-            let Some(pm) = m.wal.get(&p) else { return Ok(()) };
+            let Some(pm) = m.wal.get(&p) else {
+                return Ok(());
+            };
             let flushed = m.obj_flushed.applied.get(&p).copied().unwrap_or(0);
             let to = flushed.min(pm.last()).saturating_sub(back);
             if to <= pm.snap_index {
@@ -148,13 +203,24 @@ fn step(s: &mut Store<SimDisk>, m: &mut Model, op: &Op) -> Result<(), Error> {
             pm.entries.drain(..(to - pm.snap_index) as usize);
             pm.snap_index = to;
         }
-        Op::Write { pg: p, obj: o, off, len, seed } => {
+        Op::Write {
+            pg: p,
+            obj: o,
+            off,
+            len,
+            seed,
+        } => {
             let len = len.min(OBJ_BYTES as u64 - off);
             let data = pattern(seed, len as usize);
             s.write_object(pg(p), obj(o), off, &data)?;
             obj_bytes(&mut m.obj, p, o)[off as usize..(off + len) as usize].copy_from_slice(&data);
         }
-        Op::Zero { pg: p, obj: o, off, len } => {
+        Op::Zero {
+            pg: p,
+            obj: o,
+            off,
+            len,
+        } => {
             let len = len.min(OBJ_BYTES as u64 - off);
             s.zero_object(pg(p), obj(o), off, len)?;
             obj_bytes(&mut m.obj, p, o)[off as usize..(off + len) as usize].fill(0);
@@ -203,11 +269,26 @@ fn wal_state(s: &mut Store<SimDisk>) -> BTreeMap<u32, PgModel> {
     let mut out = BTreeMap::new();
     for p in 0..PGS {
         let Some(log) = s.pg_log(pg(p)) else { continue };
-        let (hs, cs, snap_index, snap_term) =
-            (log.hard_state.clone(), log.conf_state.clone(), log.snap_index, log.snap_term);
+        let (hs, cs, snap_index, snap_term) = (
+            log.hard_state.clone(),
+            log.conf_state.clone(),
+            log.snap_index,
+            log.snap_term,
+        );
         let (first, last) = s.log_bounds(pg(p));
-        let entries = s.entries(pg(p), first, last + 1, None).expect("entries readable");
-        out.insert(p, PgModel { hs, cs, snap_index, snap_term, entries });
+        let entries = s
+            .entries(pg(p), first, last + 1, None)
+            .expect("entries readable");
+        out.insert(
+            p,
+            PgModel {
+                hs,
+                cs,
+                snap_index,
+                snap_term,
+                entries,
+            },
+        );
     }
     out
 }
@@ -218,7 +299,8 @@ fn obj_state(s: &mut Store<SimDisk>) -> ObjModel {
         for o in s.list_objects(pg(p)).expect("list") {
             assert_eq!(o.image.get(), 1);
             let mut buf = vec![0u8; OBJ_BYTES];
-            s.read_object(pg(p), ObjectId { ..o }, 0, &mut buf).expect("object readable");
+            s.read_object(pg(p), ObjectId { ..o }, 0, &mut buf)
+                .expect("object readable");
             m.objects.insert((p, o.index), buf);
         }
         let a = s.flushed_applied_index(PgId::new(pg(p).pool, p));
@@ -250,7 +332,10 @@ fn run(ops: &[Op], crash_seed: u64, fail_at: Option<(usize, u64)>) {
                 assert!(matches!(s.commit(), Err(Error::PreviousIo)));
                 assert!(matches!(s.flush(), Err(Error::PreviousIo)));
                 let mut buf = [0u8; 512];
-                assert!(matches!(s.read_object(pg(0), obj(0), 0, &mut buf), Err(Error::PreviousIo)));
+                assert!(matches!(
+                    s.read_object(pg(0), obj(0), 0, &mut buf),
+                    Err(Error::PreviousIo)
+                ));
                 break;
             }
             Err(e) => panic!("op {op:?} failed: {e}"),
@@ -261,20 +346,31 @@ fn run(ops: &[Op], crash_seed: u64, fail_at: Option<(usize, u64)>) {
     let mut s = reopen(&disk, &meta).expect("recovery");
     let wal = wal_state(&mut s);
     let ok = wal == m.wal_durable || m.wal_maybe.as_ref().is_some_and(|alt| *alt == wal);
-    assert!(ok, "WAL after recovery differs from the durable model\n got: {wal:?}\nwant: {:?}", m.wal_durable);
+    assert!(
+        ok,
+        "WAL after recovery differs from the durable model\n got: {wal:?}\nwant: {:?}",
+        m.wal_durable
+    );
     let objs = normalise(obj_state(&mut s));
     let want = normalise(m.obj_flushed.clone());
     // Objects of removed PGs whose removal was not flushed are still there; compare only
     // what the model tracks as flushed.
-    assert_eq!(objs, want, "objects after recovery differ from the last flush");
+    assert_eq!(
+        objs, want,
+        "objects after recovery differ from the last flush"
+    );
     // The engine keeps working after recovery.
-    s.append_entries(pg(0), &[entry(s.log_bounds(pg(0)).1 + 1, 1000, 10)]).unwrap();
+    s.append_entries(pg(0), &[entry(s.log_bounds(pg(0)).1 + 1, 1000, 10)])
+        .unwrap();
     s.commit().unwrap();
     s.flush().unwrap();
 }
 
 fn cases() -> u32 {
-    std::env::var("FASTBLOCK_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+    std::env::var("FASTBLOCK_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
 }
 
 proptest! {

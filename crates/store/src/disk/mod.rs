@@ -14,7 +14,7 @@ mod sim;
 mod uring;
 
 pub use aligned::AlignedBuf;
-pub use sim::{SimDisk, SimFile, SimImage};
+pub use sim::{Prng, SimDisk, SimFile, SimImage};
 pub use uring::{SyncMode, UringDisk, UringOptions};
 
 use fastblock_types::units::SECTOR_SIZE_BYTES;

@@ -169,6 +169,19 @@ impl SimDisk {
         }
     }
 
+    /// A device holding `bytes` (durable), e.g. a saved or fuzzed image.
+    pub fn from_bytes(mut bytes: Vec<u8>) -> Self {
+        let size_bytes = bytes.len() as u64 / SECTOR_SIZE_BYTES * SECTOR_SIZE_BYTES;
+        bytes.truncate(size_bytes as usize);
+        let mut img = SimImage::new(0);
+        img.written.clone_from(&bytes);
+        img.durable = bytes;
+        SimDisk {
+            image: Arc::new(Mutex::new(img)),
+            size_bytes,
+        }
+    }
+
     /// Locks the image for crash, fault and corruption control.
     pub fn image(&self) -> MutexGuard<'_, SimImage> {
         self.image.lock().unwrap_or_else(|e| e.into_inner())

@@ -310,6 +310,15 @@ impl Wal {
         self.cur_seq - self.live_start_seq() + 1
     }
 
+    /// Device byte offset and length of an entry's record (tests and tools).
+    pub fn entry_disk_range(&self, pg: PgId, index: u64) -> Option<(u64, u32)> {
+        let loc = self.pg(pg)?.meta(index)?.loc?;
+        let base = self
+            .sb
+            .segment_offset_bytes(self.segments.get(&loc.seq)?.slot);
+        Some((base + u64::from(loc.offset_bytes), loc.len_bytes))
+    }
+
     pub(crate) fn segment_slot(&self, seq: u64) -> u32 {
         self.segments
             .get(&seq)

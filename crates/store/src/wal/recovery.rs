@@ -9,8 +9,11 @@
 //!   that segment says (through its `durable_lsn`) that the invalid one had been synced: then
 //!   it is corruption, reported loudly, never skipped.
 
+use super::record::RECORD_HEADER_BYTES;
 use super::record::{self, PgCheckpoint, RawRecord, RecordKind};
-use super::segment::{BatchHeader, SegmentHeader, BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use super::segment::{
+    BatchHeader, SegmentHeader, BATCH_HEADER_BYTES, INDEX_MAX, SEGMENT_HEADER_BYTES,
+};
 use super::writer::io_err;
 use super::{EntryMeta, Loc, PgLog, SegmentInfo, Segments, Wal, WalOptions};
 use crate::codec::Reader;
@@ -329,6 +332,15 @@ impl Replay {
             RecordKind::Checkpoint => {
                 let pgs =
                     record::decode_checkpoint(rec.payload).ok_or_else(|| bad("checkpoint"))?;
+                // A checkpoint cannot list more entries than the WAL could hold.
+                let wal_bytes = wal.sb.segment_size_bytes * u64::from(wal.sb.segment_count);
+                let entries_max = wal_bytes / RECORD_HEADER_BYTES as u64;
+                if pgs
+                    .iter()
+                    .any(|p| p.last_index > INDEX_MAX || p.last_index - p.snap_index > entries_max)
+                {
+                    return Err(bad("checkpoint"));
+                }
                 if loc.seq == wal.anchor.log_start_seq {
                     install_checkpoint(wal, pgs);
                 } else if pgs != wal.checkpoint() {
@@ -340,8 +352,9 @@ impl Replay {
                 }
             }
             RecordKind::Entry => {
-                let (index, term) =
-                    record::entry_index_term(rec.payload).ok_or_else(|| bad("entry"))?;
+                let (index, term) = record::entry_index_term(rec.payload)
+                    .filter(|(i, _)| *i <= INDEX_MAX)
+                    .ok_or_else(|| bad("entry"))?;
                 if record::decode_entry(rec.payload).is_none() {
                     return Err(bad("entry"));
                 }
@@ -378,7 +391,8 @@ impl Replay {
             }
             RecordKind::Compact => {
                 let (index, term) = (r.u64(), r.u64());
-                let (Some(index), Some(term), true) = (index, term, r.is_empty()) else {
+                let (Some(index @ 0..=INDEX_MAX), Some(term), true) = (index, term, r.is_empty())
+                else {
                     return Err(bad("compact"));
                 };
                 let segments = &mut wal.segments;
@@ -390,7 +404,8 @@ impl Replay {
             RecordKind::Snapshot => {
                 let (index, term) = (r.u64(), r.u64());
                 let cs = record::read_conf_state(&mut r);
-                let (Some(index), Some(term), Some(cs), true) = (index, term, cs, r.is_empty())
+                let (Some(index @ 0..=INDEX_MAX), Some(term), Some(cs), true) =
+                    (index, term, cs, r.is_empty())
                 else {
                     return Err(bad("snapshot"));
                 };

@@ -8,6 +8,12 @@ pub const SEGMENT_MAGIC: [u8; 8] = *b"FBWALSEG";
 pub const SEGMENT_HEADER_BYTES: u64 = SECTOR_SIZE_BYTES;
 pub const SEGMENT_VERSION: u32 = 1;
 
+/// Bounds on numbers read from disk, far beyond any real log, so that arithmetic on them can
+/// never overflow whatever garbage a damaged disk holds.
+pub const SEQ_MAX: u64 = u64::MAX / 4;
+pub const LSN_MAX: u64 = u64::MAX / 4;
+pub const INDEX_MAX: u64 = u64::MAX / 4;
+
 pub const BATCH_MAGIC: u32 = 0xB47C_4B01;
 pub const BATCH_HEADER_BYTES: usize = 40;
 
@@ -45,12 +51,14 @@ impl SegmentHeader {
         if get_u32(b, 8)? != crc32c::crc32c(&b[12..n]) || get_u32(b, 12)? != SEGMENT_VERSION {
             return None;
         }
-        Some(SegmentHeader {
+        let h = SegmentHeader {
             seq: get_u64(b, 32)?,
             first_lsn: get_u64(b, 40)?,
             prev_end_offset_bytes: get_u64(b, 48)?,
             slot: get_u32(b, 56)?,
-        })
+        };
+        let sane = (1..=SEQ_MAX).contains(&h.seq) && (1..=LSN_MAX).contains(&h.first_lsn);
+        sane.then_some(h)
     }
 }
 
