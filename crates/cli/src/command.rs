@@ -8,12 +8,17 @@ use std::time::Duration;
 pub enum Command {
     Status,
     Health,
-    OsdLs { detail: bool },
+    OsdLs {
+        detail: bool,
+    },
     OsdOut(OsdId),
     OsdIn(OsdId),
     OsdApplyId(String),
     /// PG members per OSD (`getpgosds`).
-    OsdPgs { pool: Option<String>, pool_id: Option<u32> },
+    OsdPgs {
+        pool: Option<String>,
+        pool_id: Option<u32>,
+    },
     /// The configuration an OSD reported at boot (`showconfig`).
     OsdConfig(OsdId),
     PoolCreate {
@@ -22,27 +27,45 @@ pub enum Command {
         size: u32,
         failure_domain: FailureDomain,
     },
-    PoolRm { name: String, force: bool },
+    PoolRm {
+        name: String,
+        force: bool,
+    },
     PoolLs,
-    PgLs { pool: Option<String> },
+    PgLs {
+        pool: Option<String>,
+    },
     ImageCreate {
         pool: String,
         name: String,
         size_bytes: u64,
         object_size_bytes: Option<u64>,
     },
-    ImageRm { pool: String, name: String },
+    ImageRm {
+        pool: String,
+        name: String,
+    },
     ImageResize {
         pool: String,
         name: String,
         size_bytes: u64,
         allow_shrink: bool,
     },
-    ImageInfo { pool: String, name: String },
-    ImageLs { pool: Option<String> },
-    Flag { flag: String, set: bool },
+    ImageInfo {
+        pool: String,
+        name: String,
+    },
+    ImageLs {
+        pool: Option<String>,
+    },
+    Flag {
+        flag: String,
+        set: bool,
+    },
     /// The cluster map; `watch` keeps printing changes until interrupted.
-    Map { watch: bool },
+    Map {
+        watch: bool,
+    },
     ReclaimLs,
 }
 

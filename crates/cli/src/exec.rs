@@ -78,14 +78,30 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
                         .map(|o| {
                             let (up, inn) = up_in(o);
                             if *detail {
-                                vec![o.id.to_string(), o.address.clone(), "0".into(), "0".into(), o.port.to_string(), up.into(), inn.into()]
+                                vec![
+                                    o.id.to_string(),
+                                    o.address.clone(),
+                                    "0".into(),
+                                    "0".into(),
+                                    o.port.to_string(),
+                                    up.into(),
+                                    inn.into(),
+                                ]
                             } else {
                                 vec![o.id.to_string(), o.address.clone(), up.into(), inn.into()]
                             }
                         })
                         .collect();
                     let header: &[&str] = if *detail {
-                        &["OSDID", "ADDRESS", "CORE", "SHARD_ID", "Port", "STATUS-UP", "STATUS-IN"]
+                        &[
+                            "OSDID",
+                            "ADDRESS",
+                            "CORE",
+                            "SHARD_ID",
+                            "Port",
+                            "STATUS-UP",
+                            "STATUS-IN",
+                        ]
                     } else {
                         &["OSDID", "ADDRESS", "STATUS-UP", "STATUS-IN"]
                     };
@@ -95,9 +111,24 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
                     let rows: Vec<Vec<String>> = osds
                         .iter()
                         .map(|o| {
-                            let (up, inn) = if o.pending_create { ("new", "out") } else { up_in(o) };
-                            let addr = if o.port == 0 { "-".to_string() } else { format!("{}:{}", o.address, o.port) };
-                            let mut row = vec![o.id.to_string(), up.into(), inn.into(), o.host.clone(), addr, format_size(o.capacity_bytes)];
+                            let (up, inn) = if o.pending_create {
+                                ("new", "out")
+                            } else {
+                                up_in(o)
+                            };
+                            let addr = if o.port == 0 {
+                                "-".to_string()
+                            } else {
+                                format!("{}:{}", o.address, o.port)
+                            };
+                            let mut row = vec![
+                                o.id.to_string(),
+                                up.into(),
+                                inn.into(),
+                                o.host.clone(),
+                                addr,
+                                format_size(o.capacity_bytes),
+                            ];
                             if *detail {
                                 row.push(o.uuid.clone());
                                 row.push(o.boot_epoch.to_string());
@@ -115,15 +146,27 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
         }
         Command::OsdOut(id) | Command::OsdIn(id) => {
             let is_out = matches!(inv.command, Command::OsdOut(_));
-            let result = if is_out { client.osd_out(*id).await } else { client.osd_in(*id).await };
-            let kind = if is_out { "OsdOutResponse" } else { "OsdInResponse" };
+            let result = if is_out {
+                client.osd_out(*id).await
+            } else {
+                client.osd_in(*id).await
+            };
+            let kind = if is_out {
+                "OsdOutResponse"
+            } else {
+                "OsdInResponse"
+            };
             match (style, result) {
                 (Style::Legacy, Ok(_)) => writeln!(out, "Received {kind}, ok is true")?,
-                (Style::Legacy, Err(e)) => return Err(legacy_fail(out, format!("Received {kind}, ok is false"), e)),
-                (Style::Json, Ok(epoch)) => json(out, &serde_json::json!({ "epoch": epoch }))?,
-                (Style::Human, Ok(epoch)) => {
-                    writeln!(out, "marked osd {id} {} (epoch {epoch})", if is_out { "out" } else { "in" })?
+                (Style::Legacy, Err(e)) => {
+                    return Err(legacy_fail(out, format!("Received {kind}, ok is false"), e))
                 }
+                (Style::Json, Ok(epoch)) => json(out, &serde_json::json!({ "epoch": epoch }))?,
+                (Style::Human, Ok(epoch)) => writeln!(
+                    out,
+                    "marked osd {id} {} (epoch {epoch})",
+                    if is_out { "out" } else { "in" }
+                )?,
                 (_, Err(e)) => return Err(e.into()),
             }
         }
@@ -136,15 +179,30 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
         }
         Command::OsdConfig(id) => {
             let osds = client.osds().await?;
-            let osd = osds.iter().find(|o| o.id == *id).ok_or_else(|| anyhow!("osd {id} does not exist"))?;
+            let osd = osds
+                .iter()
+                .find(|o| o.id == *id)
+                .ok_or_else(|| anyhow!("osd {id} does not exist"))?;
             match style {
                 Style::Json => json(out, &serde_json::json!({ "id": id, "config": osd.config }))?,
                 _ => writeln!(out, "{}", osd.config)?,
             }
         }
-        Command::OsdPgs { pool, pool_id } => osd_pgs(&client, style, pool.as_deref(), *pool_id, out).await?,
-        Command::PoolCreate { name, pg_count, size, failure_domain } => {
-            let req = CreatePoolRequest { name: name.clone(), pg_count: *pg_count, size: *size, failure_domain: *failure_domain };
+        Command::OsdPgs { pool, pool_id } => {
+            osd_pgs(&client, style, pool.as_deref(), *pool_id, out).await?
+        }
+        Command::PoolCreate {
+            name,
+            pg_count,
+            size,
+            failure_domain,
+        } => {
+            let req = CreatePoolRequest {
+                name: name.clone(),
+                pg_count: *pg_count,
+                size: *size,
+                failure_domain: *failure_domain,
+            };
             match (style, client.create_pool(&req).await) {
                 (Style::Json, Ok(p)) => json(out, &p)?,
                 (Style::Legacy, Ok(p)) => writeln!(out, "pool {name} created, pool is {}", p.id)?,
@@ -155,7 +213,11 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
                 )?,
                 (Style::Legacy, Err(e)) => {
                     let words = pool_error_words(&e);
-                    return Err(legacy_fail(out, format!("pool {name} creation failed, error is {words}"), e));
+                    return Err(legacy_fail(
+                        out,
+                        format!("pool {name} creation failed, error is {words}"),
+                        e,
+                    ));
                 }
                 (_, Err(e)) => return Err(e.into()),
             }
@@ -177,16 +239,32 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
                     } else {
                         writeln!(out, "pools: ")?;
                         for p in &pools {
-                            writeln!(out, "poolid: {}, name: {}, pgcount: {}, pgsize: {}, root: defaultroot", p.id, p.name, p.pg_count, p.size)?;
+                            writeln!(
+                                out,
+                                "poolid: {}, name: {}, pgcount: {}, pgsize: {}, root: defaultroot",
+                                p.id, p.name, p.pg_count, p.size
+                            )?;
                         }
                     }
                 }
                 Style::Human => {
                     let rows: Vec<Vec<String>> = pools
                         .iter()
-                        .map(|p| vec![p.id.to_string(), p.name.clone(), p.pg_count.to_string(), p.size.to_string(), p.failure_domain.to_string()])
+                        .map(|p| {
+                            vec![
+                                p.id.to_string(),
+                                p.name.clone(),
+                                p.pg_count.to_string(),
+                                p.size.to_string(),
+                                p.failure_domain.to_string(),
+                            ]
+                        })
                         .collect();
-                    write!(out, "{}", table(&["ID", "NAME", "PGS", "SIZE", "FAILURE-DOMAIN"], &rows))?;
+                    write!(
+                        out,
+                        "{}",
+                        table(&["ID", "NAME", "PGS", "SIZE", "FAILURE-DOMAIN"], &rows)
+                    )?;
                 }
             }
         }
@@ -199,35 +277,90 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
                         .pgs
                         .iter()
                         .map(|r| {
-                            let newcore = if r.info.newosdlist.is_empty() { String::new() } else { "0".into() };
-                            vec![r.pgid.to_string(), r.state_name.clone(), "0".into(), members(&r.info.osdlist), newcore, members(&r.info.newosdlist)]
+                            let newcore = if r.info.newosdlist.is_empty() {
+                                String::new()
+                            } else {
+                                "0".into()
+                            };
+                            vec![
+                                r.pgid.to_string(),
+                                r.state_name.clone(),
+                                "0".into(),
+                                members(&r.info.osdlist),
+                                newcore,
+                                members(&r.info.newosdlist),
+                            ]
                         })
                         .collect();
-                    write!(out, "{}", table(&["PGID", "STATE", "CORE", "OSDLIST", "NEWCORE", "NEWOSDLIST"], &rows))?;
+                    write!(
+                        out,
+                        "{}",
+                        table(
+                            &["PGID", "STATE", "CORE", "OSDLIST", "NEWCORE", "NEWOSDLIST"],
+                            &rows
+                        )
+                    )?;
                 }
                 Style::Human => {
                     let rows: Vec<Vec<String>> = list
                         .pgs
                         .iter()
                         .map(|r| {
-                            let target = if r.info.newosdlist.is_empty() { "-".to_string() } else { members(&r.info.newosdlist) };
+                            let target = if r.info.newosdlist.is_empty() {
+                                "-".to_string()
+                            } else {
+                                members(&r.info.newosdlist)
+                            };
                             let leader = r.info.leader.map_or("-".to_string(), |l| l.to_string());
-                            vec![r.pgid.to_string(), r.state_name.clone(), members(&r.info.osdlist), target, leader, r.info.version.to_string()]
+                            vec![
+                                r.pgid.to_string(),
+                                r.state_name.clone(),
+                                members(&r.info.osdlist),
+                                target,
+                                leader,
+                                r.info.version.to_string(),
+                            ]
                         })
                         .collect();
-                    write!(out, "{}", table(&["PG", "STATE", "OSDS", "TARGET", "LEADER", "VERSION"], &rows))?;
+                    write!(
+                        out,
+                        "{}",
+                        table(
+                            &["PG", "STATE", "OSDS", "TARGET", "LEADER", "VERSION"],
+                            &rows
+                        )
+                    )?;
                 }
             }
         }
-        Command::ImageCreate { pool, name, size_bytes, object_size_bytes } => {
-            let req = CreateImageRequest { pool: pool.clone(), name: name.clone(), size_bytes: *size_bytes, object_size_bytes: *object_size_bytes };
+        Command::ImageCreate {
+            pool,
+            name,
+            size_bytes,
+            object_size_bytes,
+        } => {
+            let req = CreateImageRequest {
+                pool: pool.clone(),
+                name: name.clone(),
+                size_bytes: *size_bytes,
+                object_size_bytes: *object_size_bytes,
+            };
             match (style, client.create_image(&req).await) {
                 (Style::Json, Ok(i)) => json(out, &i)?,
                 (Style::Legacy, Ok(i)) => writeln!(out, "Image is created, {}", image_legacy(&i))?,
-                (Style::Human, Ok(i)) => writeln!(out, "image {pool}/{name} created: {} , object size {}", format_size(i.size_bytes), format_size(i.object_size_bytes))?,
+                (Style::Human, Ok(i)) => writeln!(
+                    out,
+                    "image {pool}/{name} created: {} , object size {}",
+                    format_size(i.size_bytes),
+                    format_size(i.object_size_bytes)
+                )?,
                 (Style::Legacy, Err(e)) => {
                     let words = image_error_words(&e);
-                    return Err(legacy_fail(out, format!("create image {name} failed, {words}"), e));
+                    return Err(legacy_fail(
+                        out,
+                        format!("create image {name} failed, {words}"),
+                        e,
+                    ));
                 }
                 (_, Err(e)) => return Err(e.into()),
             }
@@ -235,19 +368,42 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
         Command::ImageRm { pool, name } => match (style, client.remove_image(pool, name).await) {
             (Style::Json, Ok(i)) => json(out, &i)?,
             (Style::Legacy, Ok(_)) => writeln!(out, "imagename {name} is removed")?,
-            (Style::Human, Ok(_)) => writeln!(out, "image {pool}/{name} removed; its data will be reclaimed")?,
+            (Style::Human, Ok(_)) => writeln!(
+                out,
+                "image {pool}/{name} removed; its data will be reclaimed"
+            )?,
             (Style::Legacy, Err(e)) if e.code() == Some(ErrorCode::ImageNotFound) => {
-                return Err(legacy_fail(out, format!("imagename {name} can't remove , not exist"), e))
+                return Err(legacy_fail(
+                    out,
+                    format!("imagename {name} can't remove , not exist"),
+                    e,
+                ))
             }
             (_, Err(e)) => return Err(e.into()),
         },
-        Command::ImageResize { pool, name, size_bytes, allow_shrink } => {
-            let req = ResizeImageRequest { size_bytes: *size_bytes, allow_shrink: *allow_shrink };
+        Command::ImageResize {
+            pool,
+            name,
+            size_bytes,
+            allow_shrink,
+        } => {
+            let req = ResizeImageRequest {
+                size_bytes: *size_bytes,
+                allow_shrink: *allow_shrink,
+            };
             let i = client.resize_image(pool, name, &req).await?;
             match style {
                 Style::Json => json(out, &i)?,
-                Style::Legacy => writeln!(out, "imagename {name} is resized , new size: {}", i.size_bytes)?,
-                Style::Human => writeln!(out, "image {pool}/{name} resized to {}", format_size(i.size_bytes))?,
+                Style::Legacy => writeln!(
+                    out,
+                    "imagename {name} is resized , new size: {}",
+                    i.size_bytes
+                )?,
+                Style::Human => writeln!(
+                    out,
+                    "image {pool}/{name} resized to {}",
+                    format_size(i.size_bytes)
+                )?,
             }
         }
         Command::ImageInfo { pool, name } => {
@@ -265,20 +421,39 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
                 _ => {
                     let rows: Vec<Vec<String>> = images
                         .iter()
-                        .map(|i| vec![format!("{}/{}", i.pool_name, i.name), i.id.to_string(), format_size(i.size_bytes), format_size(i.object_size_bytes)])
+                        .map(|i| {
+                            vec![
+                                format!("{}/{}", i.pool_name, i.name),
+                                i.id.to_string(),
+                                format_size(i.size_bytes),
+                                format_size(i.object_size_bytes),
+                            ]
+                        })
                         .collect();
-                    write!(out, "{}", table(&["IMAGE", "ID", "SIZE", "OBJECT-SIZE"], &rows))?;
+                    write!(
+                        out,
+                        "{}",
+                        table(&["IMAGE", "ID", "SIZE", "OBJECT-SIZE"], &rows)
+                    )?;
                 }
             }
         }
         Command::Flag { flag, set } => {
             let result = client.set_flag(flag, *set).await;
-            let kind = if flag.eq_ignore_ascii_case("noout") { "NoOutResponse" } else { "NoReblanceResponse" };
+            let kind = if flag.eq_ignore_ascii_case("noout") {
+                "NoOutResponse"
+            } else {
+                "NoReblanceResponse"
+            };
             match (style, result) {
                 (Style::Json, Ok(f)) => json(out, &f)?,
                 (Style::Legacy, Ok(_)) => writeln!(out, "Received {kind}, ok is true")?,
-                (Style::Human, Ok(_)) => writeln!(out, "{flag} is {}", if *set { "set" } else { "unset" })?,
-                (Style::Legacy, Err(e)) => return Err(legacy_fail(out, format!("Received {kind}, ok is false"), e)),
+                (Style::Human, Ok(_)) => {
+                    writeln!(out, "{flag} is {}", if *set { "set" } else { "unset" })?
+                }
+                (Style::Legacy, Err(e)) => {
+                    return Err(legacy_fail(out, format!("Received {kind}, ok is false"), e))
+                }
                 (_, Err(e)) => return Err(e.into()),
             }
         }
@@ -290,9 +465,21 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
                 _ => {
                     let rows: Vec<Vec<String>> = entries
                         .iter()
-                        .map(|r| vec![r.id.to_string(), format!("{}/{}", r.pool, r.image_name), r.image.to_string(), format!("{}..{}", r.from_bytes, r.to_bytes), r.reason.clone()])
+                        .map(|r| {
+                            vec![
+                                r.id.to_string(),
+                                format!("{}/{}", r.pool, r.image_name),
+                                r.image.to_string(),
+                                format!("{}..{}", r.from_bytes, r.to_bytes),
+                                r.reason.clone(),
+                            ]
+                        })
                         .collect();
-                    write!(out, "{}", table(&["ID", "POOL/IMAGE", "IMAGE-ID", "BYTES", "REASON"], &rows))?;
+                    write!(
+                        out,
+                        "{}",
+                        table(&["ID", "POOL/IMAGE", "IMAGE-ID", "BYTES", "REASON"], &rows)
+                    )?;
                 }
             }
         }
@@ -300,7 +487,13 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-async fn osd_pgs(client: &MonClient, style: Style, pool: Option<&str>, pool_id: Option<u32>, out: &mut dyn Write) -> Result<()> {
+async fn osd_pgs(
+    client: &MonClient,
+    style: Style,
+    pool: Option<&str>,
+    pool_id: Option<u32>,
+    out: &mut dyn Write,
+) -> Result<()> {
     let list = client.pgs(pool).await?;
     let mut counts: BTreeMap<OsdId, (u32, u32)> = BTreeMap::new();
     for row in &list.pgs {
@@ -316,13 +509,25 @@ async fn osd_pgs(client: &MonClient, style: Style, pool: Option<&str>, pool_id: 
         }
     }
     match style {
-        Style::Json => json(out, &counts.iter().map(|(o, (m, p))| serde_json::json!({"osd": o, "pgs": m, "primaries": p})).collect::<Vec<_>>())?,
+        Style::Json => json(
+            out,
+            &counts
+                .iter()
+                .map(|(o, (m, p))| serde_json::json!({"osd": o, "pgs": m, "primaries": p}))
+                .collect::<Vec<_>>(),
+        )?,
         Style::Legacy => {
-            let rows: Vec<Vec<String>> = counts.iter().map(|(o, (m, _))| vec![o.to_string(), "0".into(), m.to_string()]).collect();
+            let rows: Vec<Vec<String>> = counts
+                .iter()
+                .map(|(o, (m, _))| vec![o.to_string(), "0".into(), m.to_string()])
+                .collect();
             write!(out, "{}", table(&["OSDID", "CORE", "PGNUM"], &rows))?;
         }
         Style::Human => {
-            let rows: Vec<Vec<String>> = counts.iter().map(|(o, (m, p))| vec![o.to_string(), m.to_string(), p.to_string()]).collect();
+            let rows: Vec<Vec<String>> = counts
+                .iter()
+                .map(|(o, (m, p))| vec![o.to_string(), m.to_string(), p.to_string()])
+                .collect();
             write!(out, "{}", table(&["OSD", "PGS", "PREFERRED-LEADER"], &rows))?;
         }
     }
@@ -338,7 +543,11 @@ fn print_map(map: &ClusterMap, style: Style, out: &mut dyn Write) -> Result<()> 
             }
             for (pool, pgmap) in &map.pgmaps {
                 for (seq, pg) in &pgmap.pgs {
-                    writeln!(out, "pool is {pool}, pg is {seq}, osds are {}", members(&pg.osdlist))?;
+                    writeln!(
+                        out,
+                        "pool is {pool}, pg is {seq}, osds are {}",
+                        members(&pg.osdlist)
+                    )?;
                 }
             }
         }
@@ -346,12 +555,25 @@ fn print_map(map: &ClusterMap, style: Style, out: &mut dyn Write) -> Result<()> 
             writeln!(out, "epoch {}", map.epoch)?;
             for osd in map.osds.values() {
                 let (up, inn) = up_in(osd);
-                writeln!(out, "osd.{} {up} {inn} {}:{} host {}", osd.id, osd.address, osd.port, osd.host)?;
+                writeln!(
+                    out,
+                    "osd.{} {up} {inn} {}:{} host {}",
+                    osd.id, osd.address, osd.port, osd.host
+                )?;
             }
             for (pool, pgmap) in &map.pgmaps {
                 for (seq, pg) in &pgmap.pgs {
-                    let target = if pg.newosdlist.is_empty() { String::new() } else { format!(" -> {}", members(&pg.newosdlist)) };
-                    writeln!(out, "pg {pool}.{seq} {} {}{target}", pg.state, members(&pg.osdlist))?;
+                    let target = if pg.newosdlist.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" -> {}", members(&pg.newosdlist))
+                    };
+                    writeln!(
+                        out,
+                        "pg {pool}.{seq} {} {}{target}",
+                        pg.state,
+                        members(&pg.osdlist)
+                    )?;
                 }
             }
         }

@@ -10,9 +10,29 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 const VALUE_FLAGS: &[&str] = &[
-    "op", "set", "unset", "poolname", "poolid", "osdid", "port", "pgcount", "pgsize",
-    "failure_domain", "hostname", "address", "size", "uuid", "osdcount", "hostcount", "version",
-    "imagename", "imagesize", "objectsize", "endpoint", "conf", "timeout",
+    "op",
+    "set",
+    "unset",
+    "poolname",
+    "poolid",
+    "osdid",
+    "port",
+    "pgcount",
+    "pgsize",
+    "failure_domain",
+    "hostname",
+    "address",
+    "size",
+    "uuid",
+    "osdcount",
+    "hostcount",
+    "version",
+    "imagename",
+    "imagesize",
+    "objectsize",
+    "endpoint",
+    "conf",
+    "timeout",
 ];
 const BOOL_FLAGS: &[&str] = &["detail", "force", "allow_shrink", "json"];
 
@@ -41,7 +61,9 @@ fn collect(argv: &[String]) -> Result<BTreeMap<String, String>, String> {
                 Some(v) => v,
                 None => {
                     i += 1;
-                    argv.get(i).cloned().ok_or_else(|| format!("flag -{name} needs a value"))?
+                    argv.get(i)
+                        .cloned()
+                        .ok_or_else(|| format!("flag -{name} needs a value"))?
                 }
             }
         } else {
@@ -57,16 +79,21 @@ struct Flags(BTreeMap<String, String>);
 
 impl Flags {
     fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str).filter(|v| !v.is_empty())
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 
     fn require(&self, name: &str, op: &str) -> Result<&str, String> {
-        self.get(name).ok_or_else(|| format!("-op={op} needs -{name}"))
+        self.get(name)
+            .ok_or_else(|| format!("-op={op} needs -{name}"))
     }
 
     fn number<T: std::str::FromStr>(&self, name: &str, op: &str) -> Result<T, String> {
         let v = self.require(name, op)?;
-        v.parse().map_err(|_| format!("-{name}={v} is not a valid number"))
+        v.parse()
+            .map_err(|_| format!("-{name}={v} is not a valid number"))
     }
 
     fn boolean(&self, name: &str) -> Result<bool, String> {
@@ -86,9 +113,15 @@ impl Flags {
 pub fn parse(argv: &[String]) -> Result<Invocation, String> {
     let f = Flags(collect(argv)?);
     let command = if let Some(flag) = f.get("set") {
-        Command::Flag { flag: flag.to_string(), set: true }
+        Command::Flag {
+            flag: flag.to_string(),
+            set: true,
+        }
     } else if let Some(flag) = f.get("unset") {
-        Command::Flag { flag: flag.to_string(), set: false }
+        Command::Flag {
+            flag: flag.to_string(),
+            set: false,
+        }
     } else {
         let op = f.require("op", "")?;
         op_command(op, &f)?
@@ -103,8 +136,17 @@ pub fn parse(argv: &[String]) -> Result<Invocation, String> {
         ),
         None => Duration::from_secs(30),
     };
-    let style = if f.boolean("json")? { Style::Json } else { Style::Legacy };
-    Ok(Invocation { command, style, monitors, timeout })
+    let style = if f.boolean("json")? {
+        Style::Json
+    } else {
+        Style::Legacy
+    };
+    Ok(Invocation {
+        command,
+        style,
+        monitors,
+        timeout,
+    })
 }
 
 fn op_command(op: &str, f: &Flags) -> Result<Command, String> {
@@ -113,26 +155,40 @@ fn op_command(op: &str, f: &Flags) -> Result<Command, String> {
     let osd = || f.number::<u32>("osdid", op).map(OsdId);
     Ok(match op {
         "status" => Command::Status,
-        "getosdmap" => Command::OsdLs { detail: f.boolean("detail")? },
-        "getpgmap" => Command::PgLs { pool: f.get("poolname").map(str::to_string) },
+        "getosdmap" => Command::OsdLs {
+            detail: f.boolean("detail")?,
+        },
+        "getpgmap" => Command::PgLs {
+            pool: f.get("poolname").map(str::to_string),
+        },
         "getpgosds" => {
             let pool_id = match f.get("poolid") {
                 None | Some("0") => None,
                 Some(_) => Some(f.number::<u32>("poolid", op)?),
             };
-            Command::OsdPgs { pool: None, pool_id }
+            Command::OsdPgs {
+                pool: None,
+                pool_id,
+            }
         }
         "listpools" => Command::PoolLs,
         "createpool" => Command::PoolCreate {
             name: pool()?,
             pg_count: f.number("pgcount", op)?,
-            size: if f.get("pgsize").is_some() { f.number("pgsize", op)? } else { 3 },
+            size: if f.get("pgsize").is_some() {
+                f.number("pgsize", op)?
+            } else {
+                3
+            },
             failure_domain: f
                 .get("failure_domain")
                 .unwrap_or("osd")
                 .parse::<FailureDomain>()?,
         },
-        "deletepool" => Command::PoolRm { name: pool()?, force: f.boolean("force")? },
+        "deletepool" => Command::PoolRm {
+            name: pool()?,
+            force: f.boolean("force")?,
+        },
         "createimage" => Command::ImageCreate {
             pool: pool()?,
             name: image()?,
@@ -142,14 +198,20 @@ fn op_command(op: &str, f: &Flags) -> Result<Command, String> {
                 None => None,
             },
         },
-        "removeimage" => Command::ImageRm { pool: pool()?, name: image()? },
+        "removeimage" => Command::ImageRm {
+            pool: pool()?,
+            name: image()?,
+        },
         "resizeimage" => Command::ImageResize {
             pool: pool()?,
             name: image()?,
             size_bytes: f.size("imagesize", op)?,
             allow_shrink: f.boolean("allow_shrink")?,
         },
-        "getimage" => Command::ImageInfo { pool: pool()?, name: image()? },
+        "getimage" => Command::ImageInfo {
+            pool: pool()?,
+            name: image()?,
+        },
         "outosd" => Command::OsdOut(osd()?),
         "inosd" => Command::OsdIn(osd()?),
         "showconfig" => Command::OsdConfig(osd()?),
@@ -174,11 +236,23 @@ mod tests {
 
     #[test]
     fn parses_reference_createpool() {
-        let inv = p(&["-op=createpool", "-poolname=P", "-pgcount=8", "-pgsize=3",
-            "-failure_domain=host", "-endpoint=127.0.0.1:4444"]).unwrap();
+        let inv = p(&[
+            "-op=createpool",
+            "-poolname=P",
+            "-pgcount=8",
+            "-pgsize=3",
+            "-failure_domain=host",
+            "-endpoint=127.0.0.1:4444",
+        ])
+        .unwrap();
         assert_eq!(
             inv.command,
-            Command::PoolCreate { name: "P".into(), pg_count: 8, size: 3, failure_domain: FailureDomain::Host }
+            Command::PoolCreate {
+                name: "P".into(),
+                pg_count: 8,
+                size: 3,
+                failure_domain: FailureDomain::Host
+            }
         );
         assert_eq!(inv.monitors, vec!["127.0.0.1:4444".to_string()]);
         assert_eq!(inv.style, Style::Legacy);
@@ -189,17 +263,34 @@ mod tests {
         let inv = p(&["--op", "getosdmap", "-detail"]).unwrap();
         assert_eq!(inv.command, Command::OsdLs { detail: true });
         let inv = p(&["-set=noReblance"]).unwrap();
-        assert_eq!(inv.command, Command::Flag { flag: "noReblance".into(), set: true });
+        assert_eq!(
+            inv.command,
+            Command::Flag {
+                flag: "noReblance".into(),
+                set: true
+            }
+        );
     }
 
     #[test]
     fn rejects_bad_input_clearly() {
-        assert_eq!(p(&["-op=createpool", "-pgcount=8"]).unwrap_err(), "-op=createpool needs -poolname");
-        assert!(p(&["-op=createpool", "-poolname=x", "-pgcount=abc"]).unwrap_err().contains("not a valid number"));
-        assert!(p(&["-op=fakeapplyid", "-uuid=x"]).unwrap_err().contains("not supported"));
+        assert_eq!(
+            p(&["-op=createpool", "-pgcount=8"]).unwrap_err(),
+            "-op=createpool needs -poolname"
+        );
+        assert!(p(&["-op=createpool", "-poolname=x", "-pgcount=abc"])
+            .unwrap_err()
+            .contains("not a valid number"));
+        assert!(p(&["-op=fakeapplyid", "-uuid=x"])
+            .unwrap_err()
+            .contains("not supported"));
         assert!(p(&["-op=frobnicate"]).unwrap_err().contains("unknown op"));
-        assert!(p(&["-op=status", "-bogus=1"]).unwrap_err().contains("unknown flag"));
-        assert!(p(&["-op=outosd", "-osdid"]).unwrap_err().contains("needs a value"));
+        assert!(p(&["-op=status", "-bogus=1"])
+            .unwrap_err()
+            .contains("unknown flag"));
+        assert!(p(&["-op=outosd", "-osdid"])
+            .unwrap_err()
+            .contains("needs a value"));
     }
 
     #[test]

@@ -13,13 +13,19 @@ fn size(s: &str) -> Result<u64, String> {
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration_ms(s).map(Duration::from_millis).map_err(|e| e.to_string())
+    parse_duration_ms(s)
+        .map(Duration::from_millis)
+        .map_err(|e| e.to_string())
 }
 
 /// Administer a fastblock cluster.
 #[derive(Parser, Debug)]
-#[command(name = "fastblock-client", version, about,
-    after_help = "The reference syntax works too: fastblock-client -op=createpool -poolname=P -pgcount=8 -pgsize=3")]
+#[command(
+    name = "fastblock-client",
+    version,
+    about,
+    after_help = "The reference syntax works too: fastblock-client -op=createpool -poolname=P -pgcount=8 -pgsize=3"
+)]
 struct Cli {
     /// Monitor API address(es), comma-separated [env: FASTBLOCK_MON; default 127.0.0.1:3333].
     #[arg(long, global = true, value_delimiter = ',')]
@@ -165,25 +171,54 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
         Top::Osd(OsdCmd::Out { id }) => Command::OsdOut(id),
         Top::Osd(OsdCmd::In { id }) => Command::OsdIn(id),
         Top::Osd(OsdCmd::ApplyId { uuid }) => Command::OsdApplyId(uuid),
-        Top::Osd(OsdCmd::Pgs { pool }) => Command::OsdPgs { pool, pool_id: None },
+        Top::Osd(OsdCmd::Pgs { pool }) => Command::OsdPgs {
+            pool,
+            pool_id: None,
+        },
         Top::Osd(OsdCmd::Config { id }) => Command::OsdConfig(id),
-        Top::Pool(PoolCmd::Create { name, pg_count, size, failure_domain }) => {
-            Command::PoolCreate { name, pg_count, size, failure_domain }
-        }
+        Top::Pool(PoolCmd::Create {
+            name,
+            pg_count,
+            size,
+            failure_domain,
+        }) => Command::PoolCreate {
+            name,
+            pg_count,
+            size,
+            failure_domain,
+        },
         Top::Pool(PoolCmd::Rm { name, force }) => Command::PoolRm { name, force },
         Top::Pool(PoolCmd::Ls) => Command::PoolLs,
         Top::Pg(PgCmd::Ls { pool }) => Command::PgLs { pool },
-        Top::Image(ImageCmd::Create { spec, size, object_size }) => {
+        Top::Image(ImageCmd::Create {
+            spec,
+            size,
+            object_size,
+        }) => {
             let (pool, name) = image(&spec)?;
-            Command::ImageCreate { pool, name, size_bytes: size, object_size_bytes: object_size }
+            Command::ImageCreate {
+                pool,
+                name,
+                size_bytes: size,
+                object_size_bytes: object_size,
+            }
         }
         Top::Image(ImageCmd::Rm { spec }) => {
             let (pool, name) = image(&spec)?;
             Command::ImageRm { pool, name }
         }
-        Top::Image(ImageCmd::Resize { spec, size, allow_shrink }) => {
+        Top::Image(ImageCmd::Resize {
+            spec,
+            size,
+            allow_shrink,
+        }) => {
             let (pool, name) = image(&spec)?;
-            Command::ImageResize { pool, name, size_bytes: size, allow_shrink }
+            Command::ImageResize {
+                pool,
+                name,
+                size_bytes: size,
+                allow_shrink,
+            }
         }
         Top::Image(ImageCmd::Info { spec }) => {
             let (pool, name) = image(&spec)?;
@@ -199,7 +234,11 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
     Ok(Invocation {
         command,
         style: if cli.json { Style::Json } else { Style::Human },
-        monitors: if cli.mon.is_empty() { default_monitors() } else { cli.mon },
+        monitors: if cli.mon.is_empty() {
+            default_monitors()
+        } else {
+            cli.mon
+        },
         timeout: cli.timeout,
     })
 }
@@ -214,10 +253,26 @@ mod tests {
 
     #[test]
     fn parses_pool_create() {
-        let inv = p(&["pool", "create", "rbd", "--pg-count", "32", "--size", "3", "--failure-domain", "host"]).unwrap();
+        let inv = p(&[
+            "pool",
+            "create",
+            "rbd",
+            "--pg-count",
+            "32",
+            "--size",
+            "3",
+            "--failure-domain",
+            "host",
+        ])
+        .unwrap();
         assert_eq!(
             inv.command,
-            Command::PoolCreate { name: "rbd".into(), pg_count: 32, size: 3, failure_domain: FailureDomain::Host }
+            Command::PoolCreate {
+                name: "rbd".into(),
+                pg_count: 32,
+                size: 3,
+                failure_domain: FailureDomain::Host
+            }
         );
         assert_eq!(inv.style, Style::Human);
     }
@@ -227,7 +282,12 @@ mod tests {
         let inv = p(&["--json", "image", "create", "rbd/vm1", "--size", "10G"]).unwrap();
         assert_eq!(
             inv.command,
-            Command::ImageCreate { pool: "rbd".into(), name: "vm1".into(), size_bytes: 10 << 30, object_size_bytes: None }
+            Command::ImageCreate {
+                pool: "rbd".into(),
+                name: "vm1".into(),
+                size_bytes: 10 << 30,
+                object_size_bytes: None
+            }
         );
         assert_eq!(inv.style, Style::Json);
     }
@@ -235,8 +295,18 @@ mod tests {
     #[test]
     fn usage_errors_exit_2() {
         assert_eq!(p(&["pool", "create", "x"]).unwrap_err().0, EXIT_USAGE);
-        assert_eq!(p(&["image", "create", "novolume", "--size", "1G"]).unwrap_err().0, EXIT_USAGE);
-        assert_eq!(p(&["image", "create", "a/b", "--size", "1Q"]).unwrap_err().0, EXIT_USAGE);
+        assert_eq!(
+            p(&["image", "create", "novolume", "--size", "1G"])
+                .unwrap_err()
+                .0,
+            EXIT_USAGE
+        );
+        assert_eq!(
+            p(&["image", "create", "a/b", "--size", "1Q"])
+                .unwrap_err()
+                .0,
+            EXIT_USAGE
+        );
         assert_eq!(p(&["osd", "out", "x"]).unwrap_err().0, EXIT_USAGE);
         assert_eq!(p(&["--help"]).unwrap_err().0, 0);
     }

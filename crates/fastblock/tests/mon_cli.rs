@@ -34,17 +34,36 @@ async fn pool_lifecycle_modern_syntax() {
     assert_eq!(table.stdout.lines().count(), 17);
 
     // Error cases: each is one line on stderr and exit status 1.
-    mons.cli(&["pool", "create", "rbd", "--pg-count", "8"]).fails_with("already exists");
+    mons.cli(&["pool", "create", "rbd", "--pg-count", "8"])
+        .fails_with("already exists");
     mons.cli(&["pool", "create", "big", "--pg-count", "8", "--size", "4"])
         .fails_with("needs 4 distinct osd failure domains");
-    mons.cli(&["pool", "create", "hosty", "--pg-count", "8", "--size", "3", "--failure-domain", "host"])
-        .ok();
-    mons.cli(&["pool", "create", "zero", "--pg-count", "0"]).fails_with("pg count 0");
-    mons.cli(&["pool", "create", "bad/name", "--pg-count", "8"]).fails_with("may only contain");
-    mons.cli(&["pool", "create", "huge", "--pg-count", "100000"]).fails_with("between 1 and");
-    mons.cli(&["pool", "rm", "nosuch"]).fails_with("does not exist");
+    mons.cli(&[
+        "pool",
+        "create",
+        "hosty",
+        "--pg-count",
+        "8",
+        "--size",
+        "3",
+        "--failure-domain",
+        "host",
+    ])
+    .ok();
+    mons.cli(&["pool", "create", "zero", "--pg-count", "0"])
+        .fails_with("pg count 0");
+    mons.cli(&["pool", "create", "bad/name", "--pg-count", "8"])
+        .fails_with("may only contain");
+    mons.cli(&["pool", "create", "huge", "--pg-count", "100000"])
+        .fails_with("between 1 and");
+    mons.cli(&["pool", "rm", "nosuch"])
+        .fails_with("does not exist");
     let usage = mons.cli(&["pool", "create", "x"]);
-    assert_eq!(usage.code, 2, "missing --pg-count is a usage error: {}", usage.stderr);
+    assert_eq!(
+        usage.code, 2,
+        "missing --pg-count is a usage error: {}",
+        usage.stderr
+    );
 
     mons.cli(&["pool", "rm", "hosty"]).ok();
     let pools = mons.cli(&["--json", "pool", "ls"]).json();
@@ -54,49 +73,99 @@ async fn pool_lifecycle_modern_syntax() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_lifecycle_modern_syntax() {
     let (mons, _osds) = cluster_with_osds(1).await;
-    mons.cli(&["pool", "create", "p", "--pg-count", "4", "--size", "1"]).ok();
-    mons.cli(&["image", "create", "p/vm1", "--size", "10G"]).ok();
+    mons.cli(&["pool", "create", "p", "--pg-count", "4", "--size", "1"])
+        .ok();
+    mons.cli(&["image", "create", "p/vm1", "--size", "10G"])
+        .ok();
     let info = mons.cli(&["--json", "image", "info", "p/vm1"]).json();
     assert_eq!(info["size_bytes"], 10u64 << 30);
     assert_eq!(info["object_size_bytes"], 4u64 << 20);
     let id1 = info["id"].as_u64().unwrap();
-    mons.cli(&["image", "create", "p/vm2", "--size", "512M", "--object-size", "1M"]).ok();
+    mons.cli(&[
+        "image",
+        "create",
+        "p/vm2",
+        "--size",
+        "512M",
+        "--object-size",
+        "1M",
+    ])
+    .ok();
 
-    mons.cli(&["image", "create", "p/vm1", "--size", "1G"]).fails_with("already exists");
-    mons.cli(&["image", "create", "nopool/x", "--size", "1G"]).fails_with("does not exist");
-    mons.cli(&["image", "create", "p/odd", "--size", "1000"]).fails_with("not a multiple of 4096");
-    mons.cli(&["image", "create", "p/os", "--size", "1G", "--object-size", "3M"])
-        .fails_with("power of two");
-    mons.cli(&["image", "create", "p/os", "--size", "1G", "--object-size", "1G"])
-        .fails_with("power of two");
-    mons.cli(&["image", "create", "p/huge", "--size", "2P"]).fails_with("exceeds the maximum");
-    assert_eq!(mons.cli(&["image", "create", "p/x", "--size", "ten"]).code, 2);
+    mons.cli(&["image", "create", "p/vm1", "--size", "1G"])
+        .fails_with("already exists");
+    mons.cli(&["image", "create", "nopool/x", "--size", "1G"])
+        .fails_with("does not exist");
+    mons.cli(&["image", "create", "p/odd", "--size", "1000"])
+        .fails_with("not a multiple of 4096");
+    mons.cli(&[
+        "image",
+        "create",
+        "p/os",
+        "--size",
+        "1G",
+        "--object-size",
+        "3M",
+    ])
+    .fails_with("power of two");
+    mons.cli(&[
+        "image",
+        "create",
+        "p/os",
+        "--size",
+        "1G",
+        "--object-size",
+        "1G",
+    ])
+    .fails_with("power of two");
+    mons.cli(&["image", "create", "p/huge", "--size", "2P"])
+        .fails_with("exceeds the maximum");
+    assert_eq!(
+        mons.cli(&["image", "create", "p/x", "--size", "ten"]).code,
+        2
+    );
 
     // Grow, refuse a silent shrink, shrink explicitly: the cut tail is queued for reclaim.
-    mons.cli(&["image", "resize", "p/vm1", "--size", "20G"]).ok();
-    mons.cli(&["image", "resize", "p/vm1", "--size", "1G"]).fails_with("allow_shrink");
-    mons.cli(&["image", "resize", "p/vm1", "--size", "1G", "--allow-shrink"]).ok();
+    mons.cli(&["image", "resize", "p/vm1", "--size", "20G"])
+        .ok();
+    mons.cli(&["image", "resize", "p/vm1", "--size", "1G"])
+        .fails_with("allow_shrink");
+    mons.cli(&["image", "resize", "p/vm1", "--size", "1G", "--allow-shrink"])
+        .ok();
     let reclaim = mons.cli(&["--json", "reclaim"]).json();
     assert_eq!(reclaim[0]["from_bytes"], 1u64 << 30);
     assert_eq!(reclaim[0]["to_bytes"], 20u64 << 30);
 
     // Remove records the whole image for deletion, and the name can be reused with a new id.
     mons.cli(&["image", "rm", "p/vm1"]).ok();
-    mons.cli(&["image", "info", "p/vm1"]).fails_with("does not exist");
-    mons.cli(&["image", "rm", "p/vm1"]).fails_with("does not exist");
+    mons.cli(&["image", "info", "p/vm1"])
+        .fails_with("does not exist");
+    mons.cli(&["image", "rm", "p/vm1"])
+        .fails_with("does not exist");
     let reclaim = mons.cli(&["--json", "reclaim"]).json();
     assert_eq!(reclaim.as_array().unwrap().len(), 2);
     assert_eq!(reclaim[1]["image"], id1);
     mons.cli(&["image", "create", "p/vm1", "--size", "1G"]).ok();
     let info = mons.cli(&["--json", "image", "info", "p/vm1"]).json();
-    assert!(info["id"].as_u64().unwrap() > id1, "image ids are never reused");
+    assert!(
+        info["id"].as_u64().unwrap() > id1,
+        "image ids are never reused"
+    );
 
     // A pool with images is only deleted on purpose.
-    mons.cli(&["pool", "rm", "p"]).fails_with("holds 2 image(s)");
+    mons.cli(&["pool", "rm", "p"])
+        .fails_with("holds 2 image(s)");
     let ls = mons.cli(&["image", "ls", "p"]);
     assert_eq!(ls.ok().lines().count(), 3);
     mons.cli(&["pool", "rm", "p", "--force"]).ok();
-    assert_eq!(mons.cli(&["--json", "image", "ls"]).json().as_array().unwrap().len(), 0);
+    assert_eq!(
+        mons.cli(&["--json", "image", "ls"])
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,36 +180,80 @@ async fn reference_flag_syntax_and_output_shapes() {
     let out = run(&["-op=createpool", "-poolname=fb", "-pgcount=8", "-pgsize=3"]);
     assert_eq!(out.ok().trim(), "pool fb created, pool is 1");
     let out = run(&["-op=createpool", "-poolname=fb", "-pgcount=8", "-pgsize=3"]);
-    assert_eq!(out.stdout.trim(), "pool fb creation failed, error is pool already exists");
+    assert_eq!(
+        out.stdout.trim(),
+        "pool fb creation failed, error is pool already exists"
+    );
     assert_eq!(out.code, 1);
     let out = run(&["-op=createpool", "-poolname=x", "-pgcount=8", "-pgsize=5"]);
-    assert_eq!(out.stdout.trim(), "pool x creation failed, error is failure domain need not satisfied");
+    assert_eq!(
+        out.stdout.trim(),
+        "pool x creation failed, error is failure domain need not satisfied"
+    );
 
     let out = run(&["-op=listpools"]);
-    assert_eq!(out.ok(), "pools: \npoolid: 1, name: fb, pgcount: 8, pgsize: 3, root: defaultroot\n");
+    assert_eq!(
+        out.ok(),
+        "pools: \npoolid: 1, name: fb, pgcount: 8, pgsize: 3, root: defaultroot\n"
+    );
 
     let out = run(&["-op=getpgmap"]);
     let mut lines = out.ok().lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["PGID", "STATE", "CORE", "OSDLIST", "NEWCORE", "NEWOSDLIST"]);
+    assert_eq!(
+        header,
+        ["PGID", "STATE", "CORE", "OSDLIST", "NEWCORE", "NEWOSDLIST"]
+    );
     let first: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(first[0], "1.0");
     assert_eq!(first[1], "creating");
 
     let out = run(&["-op=getosdmap"]);
     let rows: Vec<&str> = out.ok().lines().collect();
-    assert_eq!(rows[0].split_whitespace().collect::<Vec<_>>(), ["OSDID", "ADDRESS", "STATUS-UP", "STATUS-IN"]);
+    assert_eq!(
+        rows[0].split_whitespace().collect::<Vec<_>>(),
+        ["OSDID", "ADDRESS", "STATUS-UP", "STATUS-IN"]
+    );
     assert_eq!(rows.len(), 4);
-    assert_eq!(rows[1].split_whitespace().collect::<Vec<_>>()[2..], ["up", "in"], "{}", rows[1]);
+    assert_eq!(
+        rows[1].split_whitespace().collect::<Vec<_>>()[2..],
+        ["up", "in"],
+        "{}",
+        rows[1]
+    );
 
-    let out = run(&["-op=createimage", "-poolname=fb", "-imagename=img", "-imagesize=1073741824"]);
-    assert_eq!(out.ok().trim(), "Image is created, imagename: img Poolname: fb Size: 1073741824 Objectsize: 4194304");
-    let out = run(&["-op=createimage", "-poolname=fb", "-imagename=img", "-imagesize=1073741824"]);
+    let out = run(&[
+        "-op=createimage",
+        "-poolname=fb",
+        "-imagename=img",
+        "-imagesize=1073741824",
+    ]);
+    assert_eq!(
+        out.ok().trim(),
+        "Image is created, imagename: img Poolname: fb Size: 1073741824 Objectsize: 4194304"
+    );
+    let out = run(&[
+        "-op=createimage",
+        "-poolname=fb",
+        "-imagename=img",
+        "-imagesize=1073741824",
+    ]);
     assert_eq!(out.stdout.trim(), "create image img failed, imageExists");
     let out = run(&["-op=getimage", "-poolname=fb", "-imagename=img"]);
-    assert_eq!(out.ok().trim(), "Imagename: img get info imagename: img Poolname: fb Size: 1073741824 Objectsize: 4194304");
-    let out = run(&["-op=resizeimage", "-poolname=fb", "-imagename=img", "-imagesize=2147483648"]);
-    assert_eq!(out.ok().trim(), "imagename img is resized , new size: 2147483648");
+    assert_eq!(
+        out.ok().trim(),
+        "Imagename: img get info imagename: img Poolname: fb Size: 1073741824 Objectsize: 4194304"
+    );
+    let out = run(&[
+        "-op=resizeimage",
+        "-poolname=fb",
+        "-imagename=img",
+        "-imagesize=2147483648",
+    ]);
+    assert_eq!(
+        out.ok().trim(),
+        "imagename img is resized , new size: 2147483648"
+    );
     let out = run(&["-op=removeimage", "-poolname=fb", "-imagename=img"]);
     assert_eq!(out.ok().trim(), "imagename img is removed");
     let out = run(&["-op=removeimage", "-poolname=fb", "-imagename=img"]);
@@ -157,7 +270,10 @@ async fn reference_flag_syntax_and_output_shapes() {
 
     let out = run(&["-op=status"]);
     let text = out.ok();
-    assert!(text.contains("  cluster:\n    noReblance,noOut  flags set\n"), "{text}");
+    assert!(
+        text.contains("  cluster:\n    noReblance,noOut  flags set\n"),
+        "{text}"
+    );
     assert!(text.contains("    osd: 3 osds: 3 up, 2 in\n"), "{text}");
     assert!(text.contains("    pools  : 1 pools, 8 pgs\n"), "{text}");
     run(&["-unset=noout"]).ok();
@@ -168,7 +284,11 @@ async fn reference_flag_syntax_and_output_shapes() {
     let out = run(&["-op=getpgosds"]);
     assert!(out.ok().starts_with("OSDID"), "{}", out.stdout);
     let out = run(&["-op=getclustermap"]);
-    assert!(out.ok().contains("pool is 1, pg is 0, osds are ["), "{}", out.stdout);
+    assert!(
+        out.ok().contains("pool is 1, pg is 0, osds are ["),
+        "{}",
+        out.stdout
+    );
 
     // Bad flags are usage errors with a clear reason.
     let out = run(&["-op=createpool", "-pgcount=8"]);
@@ -183,7 +303,13 @@ async fn reference_flag_syntax_and_output_shapes() {
 async fn unreachable_monitor_is_a_one_line_error() {
     let port = common::free_port();
     let out = std::process::Command::new(common::bin("fastblock-client"))
-        .args(["--mon", &format!("127.0.0.1:{port}"), "--timeout", "1s", "status"])
+        .args([
+            "--mon",
+            &format!("127.0.0.1:{port}"),
+            "--timeout",
+            "1s",
+            "status",
+        ])
         .output()
         .unwrap();
     let out = common::CliOutput::from(out);

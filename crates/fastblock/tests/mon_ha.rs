@@ -4,17 +4,27 @@
 
 mod common;
 
-use common::{free_port, MonCluster, MonOptions, FakeOsd};
+use common::{free_port, FakeOsd, MonCluster, MonOptions};
 use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
 use fastblock_types::map::FailureDomain;
 use std::time::{Duration, Instant};
 
 fn pool_req(name: &str, pg_count: u32) -> CreatePoolRequest {
-    CreatePoolRequest { name: name.into(), pg_count, size: 1, failure_domain: FailureDomain::Osd }
+    CreatePoolRequest {
+        name: name.into(),
+        pg_count,
+        size: 1,
+        failure_domain: FailureDomain::Osd,
+    }
 }
 
 fn image_req(pool: &str, name: &str) -> CreateImageRequest {
-    CreateImageRequest { pool: pool.into(), name: name.into(), size_bytes: 1 << 30, object_size_bytes: None }
+    CreateImageRequest {
+        pool: pool.into(),
+        name: name.into(),
+        size_bytes: 1 << 30,
+        object_size_bytes: None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -31,7 +41,10 @@ async fn restart_keeps_state_and_ids_continue() {
     assert!(mons.stop(0), "SIGTERM stops the monitor within 20 s");
     // The monitor's own etcd member went with it.
     let etcd = mons.specs[0].etcd_client.clone();
-    assert!(std::net::TcpStream::connect(&etcd).is_err(), "etcd at {etcd} must be stopped");
+    assert!(
+        std::net::TcpStream::connect(&etcd).is_err(),
+        "etcd at {etcd} must be stopped"
+    );
 
     mons.restart(0);
     mons.wait_leader(Duration::from_secs(30)).await;
@@ -39,9 +52,16 @@ async fn restart_keeps_state_and_ids_continue() {
     assert_eq!(map_after.pools, map_before.pools);
     assert_eq!(map_after.pgmaps, map_before.pgmaps);
     assert_eq!(map_after.flags, map_before.flags);
-    assert_eq!(map_after.osds.keys().collect::<Vec<_>>(), map_before.osds.keys().collect::<Vec<_>>());
+    assert_eq!(
+        map_after.osds.keys().collect::<Vec<_>>(),
+        map_before.osds.keys().collect::<Vec<_>>()
+    );
     assert!(map_after.epoch >= map_before.epoch);
-    assert_eq!(client.reclaim().await.unwrap().len(), 1, "the reclaim record survives");
+    assert_eq!(
+        client.reclaim().await.unwrap().len(),
+        1,
+        "the reclaim record survives"
+    );
 
     let pool2 = client.create_pool(&pool_req("q", 4)).await.unwrap();
     assert!(pool2.id > pool.id);
@@ -57,7 +77,11 @@ fn etcdctl_members(endpoint: &str) -> String {
         .env("ETCDCTL_API", "3")
         .output()
         .expect("running etcdctl (install with scripts/install-deps.sh)");
-    assert!(out.status.success(), "etcdctl failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "etcdctl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
@@ -65,42 +89,72 @@ fn etcdctl_members(endpoint: &str) -> String {
 async fn three_monitors_survive_the_leader_sigkill() {
     let mut mons = MonCluster::start(3, MonOptions::default()).await;
     let members = etcdctl_members(&mons.specs[0].etcd_client);
-    assert_eq!(members.lines().count(), 3, "one three-member etcd cluster:\n{members}");
+    assert_eq!(
+        members.lines().count(),
+        3,
+        "one three-member etcd cluster:\n{members}"
+    );
     for s in &mons.specs {
-        assert!(members.contains(&format!("http://{}", s.etcd_peer)), "{members}");
+        assert!(
+            members.contains(&format!("http://{}", s.etcd_peer)),
+            "{members}"
+        );
     }
     let _osd = FakeOsd::register(&mons, "h1").await;
     let client = mons.client();
     client.create_pool(&pool_req("p", 8)).await.unwrap();
     for i in 0..5 {
-        client.create_image(&image_req("p", &format!("before{i}"))).await.unwrap();
+        client
+            .create_image(&image_req("p", &format!("before{i}")))
+            .await
+            .unwrap();
     }
     // Any monitor answers: followers forward to the leader.
     let leader = mons.wait_leader(Duration::from_secs(10)).await;
     for (i, s) in mons.specs.iter().enumerate() {
         let one = fastblock_monclient::MonClient::new(vec![s.api.clone()]);
         let images = one.images(Some("p")).await.unwrap();
-        assert_eq!(images.len(), 5, "monitor {i} (leader {leader}) serves reads");
+        assert_eq!(
+            images.len(),
+            5,
+            "monitor {i} (leader {leader}) serves reads"
+        );
     }
     let status = client.status().await.unwrap();
     assert_eq!(status.mons.len(), 3, "{status:?}");
 
     mons.kill(leader);
     let killed_at = Instant::now();
-    let survivors: Vec<String> = mons.specs.iter().enumerate().filter(|(i, _)| *i != leader).map(|(_, s)| s.api.clone()).collect();
-    let client = fastblock_monclient::MonClient::new(survivors).with_deadline(Duration::from_secs(30));
+    let survivors: Vec<String> = mons
+        .specs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, s)| s.api.clone())
+        .collect();
+    let client =
+        fastblock_monclient::MonClient::new(survivors).with_deadline(Duration::from_secs(30));
     client.create_image(&image_req("p", "after")).await.unwrap();
     let failover = killed_at.elapsed();
     eprintln!("monitor failover: a write succeeded {failover:?} after SIGKILL of the leader");
-    assert!(failover < Duration::from_secs(15), "writes resumed after {failover:?}");
+    assert!(
+        failover < Duration::from_secs(15),
+        "writes resumed after {failover:?}"
+    );
     let images = client.images(Some("p")).await.unwrap();
     assert_eq!(images.len(), 6, "nothing lost: {images:?}");
     let alive = (0..3).find(|i| *i != leader).unwrap();
-    assert_eq!(etcdctl_members(&mons.specs[alive].etcd_client).lines().count(), 3);
+    assert_eq!(
+        etcdctl_members(&mons.specs[alive].etcd_client)
+            .lines()
+            .count(),
+        3
+    );
 
     // The killed monitor rejoins with its existing etcd data.
     mons.restart(leader);
-    let one = fastblock_monclient::MonClient::new(vec![mons.specs[leader].api.clone()]).with_deadline(Duration::from_secs(30));
+    let one = fastblock_monclient::MonClient::new(vec![mons.specs[leader].api.clone()])
+        .with_deadline(Duration::from_secs(30));
     let images = one.images(Some("p")).await.unwrap();
     assert_eq!(images.len(), 6);
 }
@@ -117,19 +171,26 @@ async fn concurrent_admin_calls_lose_nothing() {
         let endpoint = mons.specs[i % 3].api.clone();
         tasks.push(tokio::spawn(async move {
             let c = fastblock_monclient::MonClient::new(vec![endpoint]);
-            c.create_image(&image_req("p", &format!("img{i}"))).await.map(|i| i.id)
+            c.create_image(&image_req("p", &format!("img{i}")))
+                .await
+                .map(|i| i.id)
         }));
     }
     for i in 0..6 {
         let endpoint = mons.specs[i % 3].api.clone();
         tasks.push(tokio::spawn(async move {
             let c = fastblock_monclient::MonClient::new(vec![endpoint]);
-            c.create_pool(&pool_req(&format!("pool{i}"), 4)).await.map(|p| fastblock_types::ImageId(u64::from(p.id.0)))
+            c.create_pool(&pool_req(&format!("pool{i}"), 4))
+                .await
+                .map(|p| fastblock_types::ImageId(u64::from(p.id.0)))
         }));
     }
     let mut image_ids = Vec::new();
     for (n, t) in tasks.into_iter().enumerate() {
-        let id = t.await.unwrap().unwrap_or_else(|e| panic!("call {n} failed: {e}"));
+        let id = t
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("call {n} failed: {e}"));
         if n < 20 {
             image_ids.push(id);
         }
@@ -151,12 +212,20 @@ async fn concurrent_admin_calls_lose_nothing() {
     let add = tokio::spawn(async move {
         let c = fastblock_monclient::MonClient::new(vec![b]);
         for i in 0..3 {
-            c.create_pool(&pool_req(&format!("extra{i}"), 4)).await.unwrap();
+            c.create_pool(&pool_req(&format!("extra{i}"), 4))
+                .await
+                .unwrap();
         }
     });
     del.await.unwrap();
     add.await.unwrap();
-    let names: Vec<String> = client.pools().await.unwrap().into_iter().map(|p| p.name).collect();
+    let names: Vec<String> = client
+        .pools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
     assert_eq!(names.len(), 7, "{names:?}");
     let _ = free_port();
 }

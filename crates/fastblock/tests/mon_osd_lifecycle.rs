@@ -80,10 +80,16 @@ async fn setup(n_osds: usize, pg_count: u32) -> (MonCluster, Vec<FakeOsd>, MonCl
 async fn down_then_out_remaps_only_the_pgs_of_the_lost_osd() {
     let (mons, mut osds, client) = setup(5, 32).await;
     let before = pgs(&client).await;
-    assert!(before.values().all(|p| p.state.0 == 1), "new PGs are creating");
+    assert!(
+        before.values().all(|p| p.state.0 == 1),
+        "new PGs are creating"
+    );
     elect_all(&client, 1).await;
     let active = pgs(&client).await;
-    assert!(active.values().all(|p| p.state.is_active()), "a leader report makes PGs active");
+    assert!(
+        active.values().all(|p| p.state.is_active()),
+        "a leader report makes PGs active"
+    );
 
     // Pick the OSD holding the most PGs and silence it.
     let victim = osds
@@ -91,26 +97,45 @@ async fn down_then_out_remaps_only_the_pgs_of_the_lost_osd() {
         .map(|o| o.id)
         .max_by_key(|id| active.values().filter(|p| p.osdlist.contains(id)).count())
         .unwrap();
-    let held: Vec<PgId> = active.iter().filter(|(_, p)| p.osdlist.contains(&victim)).map(|(id, _)| *id).collect();
-    osds.iter_mut().find(|o| o.id == victim).unwrap().stop_heartbeats();
+    let held: Vec<PgId> = active
+        .iter()
+        .filter(|(_, p)| p.osdlist.contains(&victim))
+        .map(|(id, _)| *id)
+        .collect();
+    osds.iter_mut()
+        .find(|o| o.id == victim)
+        .unwrap()
+        .stop_heartbeats();
 
     // Down: its PGs become undersize (4), the others stay active and untouched.
-    wait_until(WAIT, "victim down", || async { (!osd_state(&client, victim).await.0).then_some(()) }).await;
+    wait_until(WAIT, "victim down", || async {
+        (!osd_state(&client, victim).await.0).then_some(())
+    })
+    .await;
     let down = pgs(&client).await;
     for (pg, info) in &down {
         if held.contains(pg) {
             assert_eq!(info.state.0, 4, "pg {pg} holding the down osd is undersize");
         } else {
-            assert_eq!(info, &active[pg], "pg {pg} without the down osd must not change");
+            assert_eq!(
+                info, &active[pg],
+                "pg {pg} without the down osd must not change"
+            );
         }
     }
 
     // Out: each held PG is remapped (undersize+remapped = 20) with exactly the victim replaced.
-    wait_until(WAIT, "victim out", || async { (!osd_state(&client, victim).await.1).then_some(()) }).await;
+    wait_until(WAIT, "victim out", || async {
+        (!osd_state(&client, victim).await.1).then_some(())
+    })
+    .await;
     let out = pgs(&client).await;
     for (pg, info) in &out {
         if !held.contains(pg) {
-            assert_eq!(info, &active[pg], "pg {pg} without the out osd must not change");
+            assert_eq!(
+                info, &active[pg],
+                "pg {pg} without the out osd must not change"
+            );
             continue;
         }
         assert_eq!(info.state.0, 20, "pg {pg}: {info:?}");
@@ -118,7 +143,10 @@ async fn down_then_out_remaps_only_the_pgs_of_the_lost_osd() {
         assert!(!info.newosdlist.contains(&victim));
         let kept: Vec<_> = info.osdlist.iter().filter(|o| **o != victim).collect();
         for k in kept {
-            assert!(info.newosdlist.contains(k), "pg {pg}: surviving member {k} kept");
+            assert!(
+                info.newosdlist.contains(k),
+                "pg {pg}: surviving member {k} kept"
+            );
         }
         assert!(info.version > active[pg].version);
     }
@@ -133,20 +161,37 @@ async fn down_then_out_remaps_only_the_pgs_of_the_lost_osd() {
 
     // The victim comes back: boot makes it up and in, and a rebalance moves some PGs to it,
     // each move replacing exactly one member.
-    osds.iter_mut().find(|o| o.id == victim).unwrap().boot().await;
+    osds.iter_mut()
+        .find(|o| o.id == victim)
+        .unwrap()
+        .boot()
+        .await;
     assert_eq!(osd_state(&client, victim).await, (true, true));
     let rebalanced = pgs(&client).await;
-    let moved: Vec<_> = rebalanced.iter().filter(|(_, p)| !p.newosdlist.is_empty()).collect();
+    let moved: Vec<_> = rebalanced
+        .iter()
+        .filter(|(_, p)| !p.newosdlist.is_empty())
+        .collect();
     assert!(!moved.is_empty(), "an empty OSD coming in receives PGs");
     for (pg, info) in &moved {
-        assert!(info.newosdlist.contains(&victim), "pg {pg} moves to the returning osd");
-        let common = info.osdlist.iter().filter(|o| info.newosdlist.contains(o)).count();
+        assert!(
+            info.newosdlist.contains(&victim),
+            "pg {pg} moves to the returning osd"
+        );
+        let common = info
+            .osdlist
+            .iter()
+            .filter(|o| info.newosdlist.contains(o))
+            .count();
         assert_eq!(common, 2, "pg {pg}: one member replaced per move");
         assert_eq!(info.state.0, 16, "pg {pg} remapped while active");
     }
     finish_remaps(&client, 3).await;
     let counts = fastblock_placement_counts(&pgs(&client).await);
-    let (min, max) = (counts.values().min().unwrap(), counts.values().max().unwrap());
+    let (min, max) = (
+        counts.values().min().unwrap(),
+        counts.values().max().unwrap(),
+    );
     assert!(max - min <= 1, "balanced after rebalance: {counts:?}");
     drop(mons);
 }
@@ -170,11 +215,21 @@ async fn noout_manual_out_in_and_norebalance() {
     client.set_flag("noout", true).await.unwrap();
     let victim = osds[0].id;
     osds[0].stop_heartbeats();
-    wait_until(WAIT, "down", || async { (!osd_state(&client, victim).await.0).then_some(()) }).await;
+    wait_until(WAIT, "down", || async {
+        (!osd_state(&client, victim).await.0).then_some(())
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(5)).await; // longer than down + out timers
-    assert_eq!(osd_state(&client, victim).await, (false, true), "noout keeps it in");
+    assert_eq!(
+        osd_state(&client, victim).await,
+        (false, true),
+        "noout keeps it in"
+    );
     let status = client.status().await.unwrap();
-    assert!(status.health_checks.iter().any(|c| c.contains("noout")), "{status:?}");
+    assert!(
+        status.health_checks.iter().any(|c| c.contains("noout")),
+        "{status:?}"
+    );
 
     // In is refused while down; out works manually; clearing noout does nothing more.
     let err = client.osd_in(victim).await.unwrap_err();
@@ -186,7 +241,10 @@ async fn noout_manual_out_in_and_norebalance() {
 
     // A down OSD that heartbeats again comes back up (a healed partition) but stays out.
     osds[0].start_heartbeats();
-    wait_until(WAIT, "up again", || async { osd_state(&client, victim).await.0.then_some(()) }).await;
+    wait_until(WAIT, "up again", || async {
+        osd_state(&client, victim).await.0.then_some(())
+    })
+    .await;
     assert_eq!(osd_state(&client, victim).await, (true, false));
 
     // norebalance defers the rebalance of a manual in until the flag is cleared.
@@ -194,7 +252,10 @@ async fn noout_manual_out_in_and_norebalance() {
     let before = pgs(&client).await;
     client.osd_in(victim).await.unwrap();
     let after_in = pgs(&client).await;
-    assert!(after_in.values().all(|p| p.newosdlist.is_empty()), "no remap while norebalance");
+    assert!(
+        after_in.values().all(|p| p.newosdlist.is_empty()),
+        "no remap while norebalance"
+    );
     assert_eq!(before, after_in);
     client.set_flag("norebalance", false).await.unwrap();
     let after_unset = pgs(&client).await;
@@ -217,17 +278,32 @@ async fn pg_reports_are_fenced_and_validated() {
         voters,
         voters_outgoing: Vec::new(),
     };
-    client.leader_elected(pg, &report(5, 3, info.osdlist.clone())).await.unwrap();
+    client
+        .leader_elected(pg, &report(5, 3, info.osdlist.clone()))
+        .await
+        .unwrap();
     // An older term is stale and changes nothing.
-    let err = client.leader_elected(pg, &report(4, 9, info.osdlist.clone())).await.unwrap_err();
+    let err = client
+        .leader_elected(pg, &report(4, 9, info.osdlist.clone()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::StaleReport));
     // Unknown members and non-voter leaders are refused.
-    let err = client.leader_elected(pg, &report(6, 3, vec![OsdId(77)])).await.unwrap_err();
+    let err = client
+        .leader_elected(pg, &report(6, 3, vec![OsdId(77)]))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidArgument));
-    let bad = LeaderElectedRequest { leader: OsdId(99), ..report(6, 3, info.osdlist.clone()) };
+    let bad = LeaderElectedRequest {
+        leader: OsdId(99),
+        ..report(6, 3, info.osdlist.clone())
+    };
     assert!(client.leader_elected(pg, &bad).await.is_err());
     let missing = PgId::new(fastblock_types::PoolId(1), 99);
-    let err = client.leader_elected(missing, &report(6, 3, info.osdlist.clone())).await.unwrap_err();
+    let err = client
+        .leader_elected(missing, &report(6, 3, info.osdlist.clone()))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::PgNotFound));
     let now = pgs(&client).await[&pg].clone();
     assert_eq!(now.leader_term, Term(5));

@@ -56,7 +56,10 @@ pub fn health(state: &MonState) -> Health {
     let [creating, _active, undersize, down, remapped] = by_bit;
     if down > 0 {
         err = true;
-        checks.push(format!("{} down (no majority of replicas up)", plural(down, "pg")));
+        checks.push(format!(
+            "{} down (no majority of replicas up)",
+            plural(down, "pg")
+        ));
     }
     if undersize > 0 {
         checks.push(format!("{} undersize", plural(undersize, "pg")));

@@ -2,8 +2,8 @@
 //! objects of removed images and of shrunk tails, so that no data leaks.
 
 use crate::limits::{
-    IMAGE_SIZE_ALIGN_BYTES, IMAGE_SIZE_MAX_BYTES, OBJECT_SIZE_DEFAULT_BYTES,
-    OBJECT_SIZE_MAX_BYTES, OBJECT_SIZE_MIN_BYTES,
+    IMAGE_SIZE_ALIGN_BYTES, IMAGE_SIZE_MAX_BYTES, OBJECT_SIZE_DEFAULT_BYTES, OBJECT_SIZE_MAX_BYTES,
+    OBJECT_SIZE_MIN_BYTES,
 };
 use crate::state::MonState;
 use crate::{err, OpResult};
@@ -15,7 +15,10 @@ use fastblock_types::ImageId;
 
 fn check_size(size_bytes: u64) -> OpResult<()> {
     if size_bytes == 0 {
-        return err(ErrorCode::InvalidArgument, "image size must be greater than 0");
+        return err(
+            ErrorCode::InvalidArgument,
+            "image size must be greater than 0",
+        );
     }
     if size_bytes > IMAGE_SIZE_MAX_BYTES {
         return err(

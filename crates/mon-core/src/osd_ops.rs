@@ -93,7 +93,10 @@ impl MonState {
             return err(ErrorCode::InvalidArgument, "boot port must not be 0");
         }
         if req.host.is_empty() {
-            return err(ErrorCode::InvalidArgument, "boot host name must not be empty");
+            return err(
+                ErrorCode::InvalidArgument,
+                "boot host name must not be empty",
+            );
         }
         let epoch = self.next_epoch();
         let osd = self.osd_mut(id)?;
@@ -158,7 +161,10 @@ impl MonState {
             return err(ErrorCode::OsdDown, format!("osd {id} has never booted"));
         }
         if !osd.up {
-            return err(ErrorCode::OsdDown, format!("osd {id} is down; start it first"));
+            return err(
+                ErrorCode::OsdDown,
+                format!("osd {id} is down; start it first"),
+            );
         }
         if osd.is_in {
             return Ok(());

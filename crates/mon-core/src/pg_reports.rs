@@ -30,7 +30,10 @@ impl MonState {
         for list in lists {
             let distinct: BTreeSet<_> = list.iter().collect();
             if distinct.len() != list.len() {
-                return err(ErrorCode::InvalidArgument, format!("pg {pg}: repeated member"));
+                return err(
+                    ErrorCode::InvalidArgument,
+                    format!("pg {pg}: repeated member"),
+                );
             }
             for osd in *list {
                 if !self.map.osds.contains_key(osd) {
@@ -42,7 +45,10 @@ impl MonState {
             }
         }
         if !self.map.osds.contains_key(&leader) {
-            return err(ErrorCode::OsdNotFound, format!("pg {pg}: leader osd {leader} does not exist"));
+            return err(
+                ErrorCode::OsdNotFound,
+                format!("pg {pg}: leader osd {leader} does not exist"),
+            );
         }
         Ok(())
     }
@@ -66,7 +72,10 @@ impl MonState {
     /// group already reached is cleared.
     pub fn leader_elected(&mut self, pg_id: PgId, req: &LeaderElectedRequest) -> OpResult<PgInfo> {
         if req.voters.is_empty() {
-            return err(ErrorCode::InvalidArgument, format!("pg {pg_id}: empty voter list"));
+            return err(
+                ErrorCode::InvalidArgument,
+                format!("pg {pg_id}: empty voter list"),
+            );
         }
         self.check_members(pg_id, req.leader, &[&req.voters, &req.voters_outgoing])?;
         let pg = self.pg_mut(pg_id)?;
@@ -100,7 +109,10 @@ impl MonState {
         req: &MembershipFinishedRequest,
     ) -> OpResult<PgInfo> {
         if req.voters.is_empty() {
-            return err(ErrorCode::InvalidArgument, format!("pg {pg_id}: empty voter list"));
+            return err(
+                ErrorCode::InvalidArgument,
+                format!("pg {pg_id}: empty voter list"),
+            );
         }
         self.check_members(pg_id, req.leader, &[&req.voters])?;
         let pg = self.pg_mut(pg_id)?;

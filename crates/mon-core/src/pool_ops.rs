@@ -23,7 +23,10 @@ impl MonState {
     pub fn pool_by_name(&self, name: &str) -> OpResult<&PoolInfo> {
         match self.map.pool_by_name(name) {
             Some(pool) => Ok(pool),
-            None => err(ErrorCode::PoolNotFound, format!("pool {name:?} does not exist")),
+            None => err(
+                ErrorCode::PoolNotFound,
+                format!("pool {name:?} does not exist"),
+            ),
         }
     }
 
@@ -34,17 +37,26 @@ impl MonState {
         if req.pg_count == 0 || req.pg_count > PG_COUNT_MAX {
             return err(
                 ErrorCode::InvalidArgument,
-                format!("pg count {} must be between 1 and {PG_COUNT_MAX}", req.pg_count),
+                format!(
+                    "pg count {} must be between 1 and {PG_COUNT_MAX}",
+                    req.pg_count
+                ),
             );
         }
         if req.size == 0 || req.size > POOL_SIZE_MAX {
             return err(
                 ErrorCode::InvalidArgument,
-                format!("pool size {} must be between 1 and {POOL_SIZE_MAX}", req.size),
+                format!(
+                    "pool size {} must be between 1 and {POOL_SIZE_MAX}",
+                    req.size
+                ),
             );
         }
         if self.map.pool_by_name(&req.name).is_some() {
-            return err(ErrorCode::PoolExists, format!("pool {:?} already exists", req.name));
+            return err(
+                ErrorCode::PoolExists,
+                format!("pool {:?} already exists", req.name),
+            );
         }
         let id = PoolId(self.counters.next_pool_id);
         let spec = PoolSpec {
@@ -67,7 +79,11 @@ impl MonState {
                 return err(ErrorCode::InvalidArgument, e.to_string())
             }
         };
-        assert_eq!(placed.len(), req.pg_count as usize, "placement returned a wrong PG count");
+        assert_eq!(
+            placed.len(),
+            req.pg_count as usize,
+            "placement returned a wrong PG count"
+        );
         self.counters.next_pool_id += 1;
         let pool = PoolInfo {
             id,
@@ -81,7 +97,11 @@ impl MonState {
             .into_iter()
             .enumerate()
             .map(|(seq, members)| {
-                assert_eq!(members.len(), req.size as usize, "placement returned a short PG");
+                assert_eq!(
+                    members.len(),
+                    req.size as usize,
+                    "placement returned a short PG"
+                );
                 let pg = PgInfo {
                     version: 1,
                     state: PgState::CREATING,
@@ -95,7 +115,14 @@ impl MonState {
             })
             .collect();
         self.map.pools.insert(id, pool.clone());
-        self.map.pgmaps.insert(id, PgMap { pool: id, version: 1, pgs });
+        self.map.pgmaps.insert(
+            id,
+            PgMap {
+                pool: id,
+                version: 1,
+                pgs,
+            },
+        );
         Ok(pool)
     }
 
@@ -130,7 +157,10 @@ impl MonState {
     fn set_targets(&mut self, pool: PoolId, changes: BTreeMap<u32, Vec<OsdId>>) {
         let pgmap = self.map.pgmaps.get_mut(&pool).expect("pool has a pgmap");
         for (seq, target) in changes {
-            let pg = pgmap.pgs.get_mut(&seq).expect("placement changed an unknown PG");
+            let pg = pgmap
+                .pgs
+                .get_mut(&seq)
+                .expect("placement changed an unknown PG");
             pg.newosdlist = if same_members(&pg.osdlist, &target) {
                 Vec::new()
             } else {
@@ -183,7 +213,8 @@ impl MonState {
                 let replaced_returned =
                     pg.osdlist.contains(&returned) && !pg.newosdlist.contains(&returned);
                 let all_back = pg.osdlist.iter().all(|id| {
-                    osds.get(id).is_some_and(|o| o.up && o.is_placement_target())
+                    osds.get(id)
+                        .is_some_and(|o| o.up && o.is_placement_target())
                 });
                 if !pg.newosdlist.is_empty()
                     && replaced_returned

@@ -101,7 +101,11 @@ impl MonState {
             for (seq, pg) in &pgmap.pgs {
                 for list in [&pg.osdlist, &pg.newosdlist] {
                     let distinct: BTreeSet<_> = list.iter().collect();
-                    assert_eq!(distinct.len(), list.len(), "pg {pool_id}.{seq} repeats an OSD");
+                    assert_eq!(
+                        distinct.len(),
+                        list.len(),
+                        "pg {pool_id}.{seq} repeats an OSD"
+                    );
                     for osd in list {
                         assert!(
                             self.map.osds.contains_key(osd),
@@ -113,17 +117,34 @@ impl MonState {
             }
         }
         for osd in self.map.osds.keys() {
-            assert!(osd.0 >= 1 && osd.0 < self.counters.next_osd_id, "osd id {osd} not below counter");
+            assert!(
+                osd.0 >= 1 && osd.0 < self.counters.next_osd_id,
+                "osd id {osd} not below counter"
+            );
         }
         for pool in self.map.pools.keys() {
-            assert!(pool.0 >= 1 && pool.0 < self.counters.next_pool_id, "pool id {pool} not below counter");
+            assert!(
+                pool.0 >= 1 && pool.0 < self.counters.next_pool_id,
+                "pool id {pool} not below counter"
+            );
         }
         for image in self.images.values() {
-            assert!(image.id.0 < self.counters.next_image_id, "image id {} not below counter", image.id);
-            assert!(self.map.pools.contains_key(&image.pool), "image {} in unknown pool", image.id);
+            assert!(
+                image.id.0 < self.counters.next_image_id,
+                "image id {} not below counter",
+                image.id
+            );
+            assert!(
+                self.map.pools.contains_key(&image.pool),
+                "image {} in unknown pool",
+                image.id
+            );
         }
         for id in self.reclaim.keys() {
-            assert!(*id < self.counters.next_reclaim_id, "reclaim id {id} not below counter");
+            assert!(
+                *id < self.counters.next_reclaim_id,
+                "reclaim id {id} not below counter"
+            );
         }
     }
 

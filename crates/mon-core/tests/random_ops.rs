@@ -11,18 +11,41 @@ use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
 enum Op {
-    AddOsd { host: u8 },
+    AddOsd {
+        host: u8,
+    },
     Down(u8),
     Up(u8),
     Out(u8),
     In(u8),
-    CreatePool { pgs: u8, size: u8, host_domain: bool },
+    CreatePool {
+        pgs: u8,
+        size: u8,
+        host_domain: bool,
+    },
     DeletePool(u8),
-    CreateImage { pool: u8, name: u8 },
-    RemoveImage { pool: u8, name: u8 },
-    Flag { noout: bool, value: bool },
-    Elect { pool: u8, pg: u8, term: u8 },
-    FinishRemap { pool: u8, pg: u8, term: u8 },
+    CreateImage {
+        pool: u8,
+        name: u8,
+    },
+    RemoveImage {
+        pool: u8,
+        name: u8,
+    },
+    Flag {
+        noout: bool,
+        value: bool,
+    },
+    Elect {
+        pool: u8,
+        pg: u8,
+        term: u8,
+    },
+    FinishRemap {
+        pool: u8,
+        pg: u8,
+        term: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -79,12 +102,20 @@ fn apply(s: &mut MonState, op: &Op, seq: usize) {
         Op::Up(i) => nth_osd(s, *i).map_or(Ok(()), |id| s.mark_up(id)),
         Op::Out(i) => nth_osd(s, *i).map_or(Ok(()), |id| s.mark_out(id)),
         Op::In(i) => nth_osd(s, *i).map_or(Ok(()), |id| s.mark_in(id)),
-        Op::CreatePool { pgs, size, host_domain } => s
+        Op::CreatePool {
+            pgs,
+            size,
+            host_domain,
+        } => s
             .create_pool(&CreatePoolRequest {
                 name: format!("pool{seq}"),
                 pg_count: u32::from(*pgs),
                 size: u32::from(*size),
-                failure_domain: if *host_domain { FailureDomain::Host } else { FailureDomain::Osd },
+                failure_domain: if *host_domain {
+                    FailureDomain::Host
+                } else {
+                    FailureDomain::Osd
+                },
             })
             .map(|_| ()),
         Op::DeletePool(i) => {
@@ -92,7 +123,8 @@ fn apply(s: &mut MonState, op: &Op, seq: usize) {
             if names.is_empty() {
                 Ok(())
             } else {
-                s.delete_pool(&names[*i as usize % names.len()], true).map(|_| ())
+                s.delete_pool(&names[*i as usize % names.len()], true)
+                    .map(|_| ())
             }
         }
         Op::CreateImage { pool, name } | Op::RemoveImage { pool, name } => {
@@ -114,7 +146,14 @@ fn apply(s: &mut MonState, op: &Op, seq: usize) {
             }
         }
         Op::Flag { noout, value } => {
-            s.set_flag(if *noout { Flag::NoOut } else { Flag::NoRebalance }, *value);
+            s.set_flag(
+                if *noout {
+                    Flag::NoOut
+                } else {
+                    Flag::NoRebalance
+                },
+                *value,
+            );
             Ok(())
         }
         Op::Elect { pool, pg, term } => match nth_pg(s, *pool, *pg) {
@@ -166,7 +205,11 @@ fn run(ops: &[Op]) -> Vec<MonState> {
         let changed = next.finish(&before);
         assert_eq!(changed, next != before, "finish reports change exactly");
         if changed {
-            assert_eq!(next.map.epoch.0, before.map.epoch.0 + 1, "one epoch per change");
+            assert_eq!(
+                next.map.epoch.0,
+                before.map.epoch.0 + 1,
+                "one epoch per change"
+            );
         } else {
             assert_eq!(next.map.epoch, before.map.epoch);
         }
@@ -179,8 +222,13 @@ fn run(ops: &[Op]) -> Vec<MonState> {
             if let Some(old) = before.map.pgmaps.get(pool) {
                 for (seq, pg) in &map.pgs {
                     let o = &old.pgs[seq];
-                    if (&o.osdlist, &o.newosdlist, o.state) != (&pg.osdlist, &pg.newosdlist, pg.state) {
-                        assert!(pg.version > o.version, "pg {pool}.{seq} changed without a version bump");
+                    if (&o.osdlist, &o.newosdlist, o.state)
+                        != (&pg.osdlist, &pg.newosdlist, pg.state)
+                    {
+                        assert!(
+                            pg.version > o.version,
+                            "pg {pool}.{seq} changed without a version bump"
+                        );
                         assert!(map.version > old.version);
                     }
                 }
@@ -206,7 +254,10 @@ fn run(ops: &[Op]) -> Vec<MonState> {
 }
 
 fn cases() -> u32 {
-    std::env::var("FASTBLOCK_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+    std::env::var("FASTBLOCK_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
 }
 
 proptest! {

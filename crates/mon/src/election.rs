@@ -18,8 +18,12 @@ use tokio::time::Instant;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Role {
     /// Following; `leader` is the current leader if one is known.
-    Follower { leader: Option<MonMember> },
-    Leader { fence: Fence },
+    Follower {
+        leader: Option<MonMember>,
+    },
+    Leader {
+        fence: Fence,
+    },
 }
 
 pub struct Election {
@@ -95,7 +99,8 @@ impl Election {
                 next_renew = now + renew_every;
             }
             if now >= next_check {
-                self.campaign_or_follow(&mut client, lease_id, &me, role).await?;
+                self.campaign_or_follow(&mut client, lease_id, &me, role)
+                    .await?;
                 next_check = now + Duration::from_millis(250);
             }
             let wake = next_renew.min(next_check);
@@ -103,10 +108,14 @@ impl Election {
             match renewed {
                 Ok(Ok(Some(resp))) if resp.ttl() > 0 => last_renewed = Instant::now(),
                 Ok(Ok(Some(_))) => {
-                    return Err(etcd_client::Error::LeaseKeepAliveError("lease expired".into()))
+                    return Err(etcd_client::Error::LeaseKeepAliveError(
+                        "lease expired".into(),
+                    ))
                 }
                 Ok(Ok(None)) => {
-                    return Err(etcd_client::Error::LeaseKeepAliveError("stream closed".into()))
+                    return Err(etcd_client::Error::LeaseKeepAliveError(
+                        "stream closed".into(),
+                    ))
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(_) => {}
@@ -163,7 +172,10 @@ impl Election {
             }
             return Ok(());
         }
-        let leader: Option<MonMember> = kv.value_str().ok().and_then(|v| serde_json::from_str(v).ok());
+        let leader: Option<MonMember> = kv
+            .value_str()
+            .ok()
+            .and_then(|v| serde_json::from_str(v).ok());
         let next = Role::Follower { leader };
         if *role.borrow() != next {
             role.send_replace(next);

@@ -36,14 +36,22 @@ impl Default for Forwarder {
 }
 
 impl Forwarder {
-    pub async fn forward(&self, leader_api: &str, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+    pub async fn forward(
+        &self,
+        leader_api: &str,
+        req: Request<Body>,
+    ) -> Result<Response<Body>, ApiError> {
         let (parts, body) = req.into_parts();
         let body = Limited::new(body, BODY_BYTES_MAX)
             .collect()
             .await
             .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, format!("request body: {e}")))?
             .to_bytes();
-        let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
         let uri = format!("http://{leader_api}{path}");
         let mut out = Request::builder().method(parts.method).uri(&uri);
         if let Some(ct) = parts.headers.get(axum::http::header::CONTENT_TYPE) {

@@ -60,7 +60,8 @@ fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiErr> {
 }
 
 fn parse_osd(id: &str) -> Result<OsdId, ApiErr> {
-    id.parse().map_err(|_| invalid(format!("invalid osd id {id:?}")))
+    id.parse()
+        .map_err(|_| invalid(format!("invalid osd id {id:?}")))
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -80,19 +81,30 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/pgs/{pgid}/leader", post(pg_leader))
         .route("/v1/pgs/{pgid}/membership", post(pg_membership))
         .route("/v1/images", get(list_images).post(create_image))
-        .route("/v1/images/{pool}/{name}", get(get_image).delete(remove_image))
+        .route(
+            "/v1/images/{pool}/{name}",
+            get(get_image).delete(remove_image),
+        )
         .route("/v1/images/{pool}/{name}/resize", post(resize_image))
         .route("/v1/flags", get(get_flags))
         .route("/v1/flags/{flag}", put(set_flag).delete(unset_flag))
         .route("/v1/reclaim", get(list_reclaim))
         .route("/v1/reclaim/{id}", axum::routing::delete(reclaim_done))
-        .route_layer(middleware::from_fn_with_state(state.clone(), lead_or_forward))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            lead_or_forward,
+        ))
         .route_layer(middleware::from_fn_with_state(state.clone(), measure));
     Router::new()
         .route("/metrics", get(get_metrics))
         .route("/v1/mon", get(get_mon))
         .merge(api)
-        .fallback(|| async { ApiErr(ApiError::new(ErrorCode::InvalidArgument, "no such endpoint")) })
+        .fallback(|| async {
+            ApiErr(ApiError::new(
+                ErrorCode::InvalidArgument,
+                "no such endpoint",
+            ))
+        })
         .with_state(state)
 }
 
@@ -119,12 +131,18 @@ async fn lead_or_forward(State(app): App, req: Request, next: Next) -> Response 
         Role::Leader { .. } => return next.run(req).await,
         Role::Follower { leader } => leader,
     };
-    let no_leader = || ApiErr(ApiError::new(ErrorCode::NoLeader, "no monitor leads right now; retry"));
+    let no_leader = || {
+        ApiErr(ApiError::new(
+            ErrorCode::NoLeader,
+            "no monitor leads right now; retry",
+        ))
+    };
     if req.headers().contains_key(FORWARDED_HEADER) {
         return no_leader().into_response();
     }
     match leader {
-        Some(l) if l.name != app.mon.me.name => match app.forwarder.forward(&l.api_addr, req).await {
+        Some(l) if l.name != app.mon.me.name => match app.forwarder.forward(&l.api_addr, req).await
+        {
             Ok(resp) => resp,
             Err(e) => ApiErr(e).into_response(),
         },
@@ -133,12 +151,19 @@ async fn lead_or_forward(State(app): App, req: Request, next: Next) -> Response 
 }
 
 async fn get_metrics(State(app): App) -> Response {
-    let text = match app.mon.read(|s, ctx| (s.clone(), ctx.stats.cluster(app.mon.now_ms()).0)).await {
+    let text = match app
+        .mon
+        .read(|s, ctx| (s.clone(), ctx.stats.cluster(app.mon.now_ms()).0))
+        .await
+    {
         Ok((state, io)) => app.metrics.render(Some((&state, io))),
         Err(_) => app.metrics.render(None),
     };
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         text,
     )
         .into_response()
@@ -263,7 +288,11 @@ async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapRes
 }
 
 async fn list_osds(State(app): App) -> ApiResult<Vec<OsdInfo>> {
-    Ok(Json(app.mon.read(|s, _| s.map.osds.values().cloned().collect()).await?))
+    Ok(Json(
+        app.mon
+            .read(|s, _| s.map.osds.values().cloned().collect())
+            .await?,
+    ))
 }
 
 async fn apply_id(State(app): App, body: Bytes) -> ApiResult<ApplyIdResponse> {
@@ -288,7 +317,11 @@ async fn boot(State(app): App, Path(id): Path<String>, body: Bytes) -> ApiResult
     Ok(Json(EpochResponse { epoch }))
 }
 
-async fn heartbeat(State(app): App, Path(id): Path<String>, body: Bytes) -> ApiResult<EpochResponse> {
+async fn heartbeat(
+    State(app): App,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<EpochResponse> {
     let id = parse_osd(&id)?;
     let req: HeartbeatRequest = parse(&body)?;
     let epoch = app
@@ -296,13 +329,24 @@ async fn heartbeat(State(app): App, Path(id): Path<String>, body: Bytes) -> ApiR
         .apply(|s, side| {
             let osd = match s.map.osds.get(&id) {
                 Some(osd) => osd,
-                None => return Err(ApiError::new(ErrorCode::OsdNotFound, format!("osd {id} does not exist"))),
+                None => {
+                    return Err(ApiError::new(
+                        ErrorCode::OsdNotFound,
+                        format!("osd {id} does not exist"),
+                    ))
+                }
             };
             if !osd.uuid.eq_ignore_ascii_case(&req.uuid) {
-                return Err(ApiError::new(ErrorCode::UuidMismatch, format!("osd {id}: uuid mismatch")));
+                return Err(ApiError::new(
+                    ErrorCode::UuidMismatch,
+                    format!("osd {id}: uuid mismatch"),
+                ));
             }
             if osd.pending_create {
-                return Err(ApiError::new(ErrorCode::InvalidArgument, format!("osd {id} must boot first")));
+                return Err(ApiError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("osd {id} must boot first"),
+                ));
             }
             side.liveness.heartbeat(id, side.now_ms);
             side.stats.record(id, side.now_ms, &req.pgs);
@@ -314,23 +358,32 @@ async fn heartbeat(State(app): App, Path(id): Path<String>, body: Bytes) -> ApiR
         .await?;
     // `apply` bumped the epoch if the OSD came back up; report the published one.
     let published = *app.mon.epoch.borrow();
-    Ok(Json(EpochResponse { epoch: epoch.max(published) }))
+    Ok(Json(EpochResponse {
+        epoch: epoch.max(published),
+    }))
 }
 
 async fn osd_out(State(app): App, Path(id): Path<String>) -> ApiResult<EpochResponse> {
     let id = parse_osd(&id)?;
     app.mon.apply(|s, _| s.mark_out(id)).await?;
-    Ok(Json(EpochResponse { epoch: *app.mon.epoch.borrow() }))
+    Ok(Json(EpochResponse {
+        epoch: *app.mon.epoch.borrow(),
+    }))
 }
 
 async fn osd_in(State(app): App, Path(id): Path<String>) -> ApiResult<EpochResponse> {
     let id = parse_osd(&id)?;
     app.mon.apply(|s, _| s.mark_in(id)).await?;
-    Ok(Json(EpochResponse { epoch: *app.mon.epoch.borrow() }))
+    Ok(Json(EpochResponse {
+        epoch: *app.mon.epoch.borrow(),
+    }))
 }
 
 async fn list_pools(State(app): App) -> ApiResult<PoolList> {
-    let pools = app.mon.read(|s, _| s.map.pools.values().cloned().collect()).await?;
+    let pools = app
+        .mon
+        .read(|s, _| s.map.pools.values().cloned().collect())
+        .await?;
     Ok(Json(PoolList { pools }))
 }
 
@@ -340,7 +393,11 @@ async fn create_pool(State(app): App, body: Bytes) -> ApiResult<PoolInfo> {
 }
 
 async fn get_pool(State(app): App, Path(name): Path<String>) -> ApiResult<PoolInfo> {
-    Ok(Json(app.mon.read(|s, _| s.pool_by_name(&name).cloned()).await??))
+    Ok(Json(
+        app.mon
+            .read(|s, _| s.pool_by_name(&name).cloned())
+            .await??,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -354,7 +411,9 @@ async fn delete_pool(
     Path(name): Path<String>,
     Query(q): Query<ForceQuery>,
 ) -> ApiResult<PoolInfo> {
-    Ok(Json(app.mon.apply(|s, _| s.delete_pool(&name, q.force)).await?))
+    Ok(Json(
+        app.mon.apply(|s, _| s.delete_pool(&name, q.force)).await?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -383,30 +442,57 @@ async fn list_pgs(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<PgLi
                     });
                 }
             }
-            Ok::<_, ApiError>(PgList { epoch: s.map.epoch, pgs })
+            Ok::<_, ApiError>(PgList {
+                epoch: s.map.epoch,
+                pgs,
+            })
         })
         .await??;
     Ok(Json(list))
 }
 
 fn parse_pg(pgid: &str) -> Result<PgId, ApiErr> {
-    pgid.parse().map_err(|e: fastblock_types::ids::PgIdParseError| invalid(e.to_string()))
+    pgid.parse()
+        .map_err(|e: fastblock_types::ids::PgIdParseError| invalid(e.to_string()))
 }
 
-async fn pg_leader(State(app): App, Path(pgid): Path<String>, body: Bytes) -> ApiResult<PgReportResponse> {
+async fn pg_leader(
+    State(app): App,
+    Path(pgid): Path<String>,
+    body: Bytes,
+) -> ApiResult<PgReportResponse> {
     let pg = parse_pg(&pgid)?;
     let req: LeaderElectedRequest = parse(&body)?;
     let info = app.mon.apply(|s, _| s.leader_elected(pg, &req)).await?;
-    let info = app.mon.read(|s, _| s.map.pg(pg).cloned().unwrap_or(info)).await?;
-    Ok(Json(PgReportResponse { epoch: *app.mon.epoch.borrow(), pg: info }))
+    let info = app
+        .mon
+        .read(|s, _| s.map.pg(pg).cloned().unwrap_or(info))
+        .await?;
+    Ok(Json(PgReportResponse {
+        epoch: *app.mon.epoch.borrow(),
+        pg: info,
+    }))
 }
 
-async fn pg_membership(State(app): App, Path(pgid): Path<String>, body: Bytes) -> ApiResult<PgReportResponse> {
+async fn pg_membership(
+    State(app): App,
+    Path(pgid): Path<String>,
+    body: Bytes,
+) -> ApiResult<PgReportResponse> {
     let pg = parse_pg(&pgid)?;
     let req: MembershipFinishedRequest = parse(&body)?;
-    let info = app.mon.apply(|s, _| s.membership_finished(pg, &req)).await?;
-    let info = app.mon.read(|s, _| s.map.pg(pg).cloned().unwrap_or(info)).await?;
-    Ok(Json(PgReportResponse { epoch: *app.mon.epoch.borrow(), pg: info }))
+    let info = app
+        .mon
+        .apply(|s, _| s.membership_finished(pg, &req))
+        .await?;
+    let info = app
+        .mon
+        .read(|s, _| s.map.pg(pg).cloned().unwrap_or(info))
+        .await?;
+    Ok(Json(PgReportResponse {
+        epoch: *app.mon.epoch.borrow(),
+        pg: info,
+    }))
 }
 
 async fn list_images(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<ImageList> {
@@ -434,12 +520,24 @@ async fn create_image(State(app): App, body: Bytes) -> ApiResult<ImageInfo> {
     Ok(Json(app.mon.apply(|s, _| s.create_image(&req)).await?))
 }
 
-async fn get_image(State(app): App, Path((pool, name)): Path<(String, String)>) -> ApiResult<ImageInfo> {
-    Ok(Json(app.mon.read(|s, _| s.image(&pool, &name).cloned()).await??))
+async fn get_image(
+    State(app): App,
+    Path((pool, name)): Path<(String, String)>,
+) -> ApiResult<ImageInfo> {
+    Ok(Json(
+        app.mon
+            .read(|s, _| s.image(&pool, &name).cloned())
+            .await??,
+    ))
 }
 
-async fn remove_image(State(app): App, Path((pool, name)): Path<(String, String)>) -> ApiResult<ImageInfo> {
-    Ok(Json(app.mon.apply(|s, _| s.remove_image(&pool, &name)).await?))
+async fn remove_image(
+    State(app): App,
+    Path((pool, name)): Path<(String, String)>,
+) -> ApiResult<ImageInfo> {
+    Ok(Json(
+        app.mon.apply(|s, _| s.remove_image(&pool, &name)).await?,
+    ))
 }
 
 async fn resize_image(
@@ -448,7 +546,11 @@ async fn resize_image(
     body: Bytes,
 ) -> ApiResult<ImageInfo> {
     let req: ResizeImageRequest = parse(&body)?;
-    Ok(Json(app.mon.apply(|s, _| s.resize_image(&pool, &name, &req)).await?))
+    Ok(Json(
+        app.mon
+            .apply(|s, _| s.resize_image(&pool, &name, &req))
+            .await?,
+    ))
 }
 
 async fn get_flags(State(app): App) -> ApiResult<Flags> {
@@ -476,12 +578,17 @@ async fn change_flag(app: Arc<AppState>, flag: String, value: bool) -> ApiResult
 }
 
 async fn list_reclaim(State(app): App) -> ApiResult<Vec<ReclaimEntry>> {
-    Ok(Json(app.mon.read(|s, _| s.reclaim.values().cloned().collect()).await?))
+    Ok(Json(
+        app.mon
+            .read(|s, _| s.reclaim.values().cloned().collect())
+            .await?,
+    ))
 }
 
 async fn reclaim_done(State(app): App, Path(id): Path<String>) -> Result<StatusCode, ApiErr> {
-    let id: u64 = id.parse().map_err(|_| invalid(format!("invalid reclaim id {id:?}")))?;
+    let id: u64 = id
+        .parse()
+        .map_err(|_| invalid(format!("invalid reclaim id {id:?}")))?;
     app.mon.apply(|s, _| s.reclaim_done(id)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
-

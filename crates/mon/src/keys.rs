@@ -73,7 +73,12 @@ impl Keyspace {
         let p = &self.prefix;
         let json = |v: &dyn erased::Json| v.to_json();
         let mut out = BTreeMap::new();
-        out.insert(format!("{p}/epoch"), json(&EpochValue { epoch: state.map.epoch }));
+        out.insert(
+            format!("{p}/epoch"),
+            json(&EpochValue {
+                epoch: state.map.epoch,
+            }),
+        );
         out.insert(format!("{p}/counters"), json(&state.counters));
         out.insert(format!("{p}/flags"), json(&state.map.flags));
         out.insert(format!("{p}/pending"), json(&state.pending));
@@ -117,7 +122,9 @@ impl Keyspace {
                 ["counters"] => {
                     state.counters = serde_json::from_str::<Counters>(value).map_err(parse_err)?
                 }
-                ["flags"] => state.map.flags = serde_json::from_str::<Flags>(value).map_err(parse_err)?,
+                ["flags"] => {
+                    state.map.flags = serde_json::from_str::<Flags>(value).map_err(parse_err)?
+                }
                 ["pending"] => {
                     state.pending = serde_json::from_str::<Pending>(value).map_err(parse_err)?
                 }

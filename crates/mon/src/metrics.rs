@@ -81,31 +81,47 @@ impl Metrics {
         r.register("pools", "Pools", m.pools.clone());
         r.register("images", "Images", m.images.clone());
         r.register("pgs", "PGs per state", m.pgs.clone());
-        r.register("cli_read_bytes", "Client read bytes per second", m.client_read_bytes.clone());
-        r.register("cli_write_bytes", "Client write bytes per second", m.client_write_bytes.clone());
-        r.register("cli_read_iops", "Client read ops per second", m.client_read_iops.clone());
-        r.register("cli_write_iops", "Client write ops per second", m.client_write_iops.clone());
+        r.register(
+            "cli_read_bytes",
+            "Client read bytes per second",
+            m.client_read_bytes.clone(),
+        );
+        r.register(
+            "cli_write_bytes",
+            "Client write bytes per second",
+            m.client_write_bytes.clone(),
+        );
+        r.register(
+            "cli_read_iops",
+            "Client read ops per second",
+            m.client_read_iops.clone(),
+        );
+        r.register(
+            "cli_write_iops",
+            "Client write ops per second",
+            m.client_write_iops.clone(),
+        );
         m
     }
 
     /// Refreshes the gauges from the leader's state (or zeroes leadership on a follower) and
     /// renders the text exposition.
-    pub fn render(
-        &self,
-        state: Option<(&MonState, fastblock_types::api::IoRates)>,
-    ) -> String {
+    pub fn render(&self, state: Option<(&MonState, fastblock_types::api::IoRates)>) -> String {
         self.is_leader.set(i64::from(state.is_some()));
         if let Some((state, io)) = state {
             let osds = state.map.osds.values();
             self.epoch.set(state.map.epoch.0);
             self.osds.set(state.map.osds.len() as i64);
-            self.osds_up.set(osds.clone().filter(|o| o.up).count() as i64);
+            self.osds_up
+                .set(osds.clone().filter(|o| o.up).count() as i64);
             self.osds_in.set(osds.filter(|o| o.is_in).count() as i64);
             self.pools.set(state.map.pools.len() as i64);
             self.images.set(state.images.len() as i64);
             self.pgs.clear();
             for (name, count) in pg_state_counts(state) {
-                self.pgs.get_or_create(&StateLabels { state: name }).set(i64::from(count));
+                self.pgs
+                    .get_or_create(&StateLabels { state: name })
+                    .set(i64::from(count));
             }
             self.client_read_bytes.set(io.read_bytes_per_sec);
             self.client_write_bytes.set(io.write_bytes_per_sec);

@@ -135,7 +135,11 @@ impl Monitor {
                 return Ok(out);
             }
             let epoch = next.map.epoch;
-            match self.store().commit(ctx.fence, &mut ctx.snapshot, next).await {
+            match self
+                .store()
+                .commit(ctx.fence, &mut ctx.snapshot, next)
+                .await
+            {
                 Ok(()) => {
                     self.epoch.send_replace(epoch);
                     return Ok(out);

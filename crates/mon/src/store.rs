@@ -102,7 +102,9 @@ impl EtcdStore {
                 continue;
             }
             match snapshot.revisions.get(key) {
-                Some(rev) => compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev)),
+                Some(rev) => {
+                    compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev))
+                }
                 None => compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
             }
             ops.push(TxnOp::put(key.clone(), value.clone(), None));

@@ -72,7 +72,12 @@ impl MonClient {
         assert!(!endpoints.is_empty(), "at least one monitor endpoint");
         let endpoints = endpoints
             .into_iter()
-            .map(|e| e.trim().trim_start_matches("http://").trim_end_matches('/').to_string())
+            .map(|e| {
+                e.trim()
+                    .trim_start_matches("http://")
+                    .trim_end_matches('/')
+                    .to_string()
+            })
             .collect();
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
@@ -114,7 +119,11 @@ impl MonClient {
             .body(Full::new(body.clone().unwrap_or_default()))
             .map_err(|e| Attempt::Final(protocol(endpoint, e.to_string())))?;
         let resp = match tokio::time::timeout(timeout, self.http.request(req)).await {
-            Err(_) => return Err(Attempt::Retry(format!("{endpoint}: timed out after {timeout:?}"))),
+            Err(_) => {
+                return Err(Attempt::Retry(format!(
+                    "{endpoint}: timed out after {timeout:?}"
+                )))
+            }
             Ok(Err(e)) => return Err(Attempt::Retry(format!("{endpoint}: {e}"))),
             Ok(Ok(resp)) => resp,
         };
@@ -140,7 +149,10 @@ impl MonClient {
             Ok(body) => Err(Attempt::Final(MonError::Api(body.error))),
             Err(_) => Err(Attempt::Final(protocol(
                 endpoint,
-                format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(200)])),
+                format!(
+                    "HTTP {status}: {}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+                ),
             ))),
         }
     }
@@ -194,7 +206,9 @@ impl MonClient {
         body: Option<&impl Serialize>,
     ) -> Result<T, MonError> {
         let body = body.map(|b| Bytes::from(serde_json::to_vec(b).expect("request serializes")));
-        let bytes = self.call_raw(method, path, body, self.request_timeout).await?;
+        let bytes = self
+            .call_raw(method, path, body, self.request_timeout)
+            .await?;
         decode(&self.endpoints.join(","), &bytes)
     }
 
@@ -202,7 +216,11 @@ impl MonClient {
         self.call(Method::GET, path, None::<&()>).await
     }
 
-    async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> Result<T, MonError> {
+    async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, MonError> {
         self.call(Method::POST, path, Some(body)).await
     }
 
@@ -221,8 +239,16 @@ impl MonClient {
 
     /// Waits until the epoch passes `after` (the map is returned) or `timeout` passes
     /// (`map: None`).
-    pub async fn watch_map(&self, after: Epoch, timeout: Duration) -> Result<MapResponse, MonError> {
-        let path = format!("/v1/map?after={}&timeout_ms={}", after.0, timeout.as_millis());
+    pub async fn watch_map(
+        &self,
+        after: Epoch,
+        timeout: Duration,
+    ) -> Result<MapResponse, MonError> {
+        let path = format!(
+            "/v1/map?after={}&timeout_ms={}",
+            after.0,
+            timeout.as_millis()
+        );
         let bytes = self
             .call_raw(Method::GET, &path, None, timeout + self.request_timeout)
             .await?;
@@ -234,7 +260,9 @@ impl MonClient {
     }
 
     pub async fn apply_id(&self, uuid: &str) -> Result<OsdId, MonError> {
-        let r: ApplyIdResponse = self.post("/v1/osds/apply-id", &ApplyIdRequest { uuid: uuid.into() }).await?;
+        let r: ApplyIdResponse = self
+            .post("/v1/osds/apply-id", &ApplyIdRequest { uuid: uuid.into() })
+            .await?;
         Ok(r.id)
     }
 
@@ -272,8 +300,12 @@ impl MonClient {
     }
 
     pub async fn delete_pool(&self, name: &str, force: bool) -> Result<PoolInfo, MonError> {
-        self.call(Method::DELETE, &format!("/v1/pools/{name}?force={force}"), None::<&()>)
-            .await
+        self.call(
+            Method::DELETE,
+            &format!("/v1/pools/{name}?force={force}"),
+            None::<&()>,
+        )
+        .await
     }
 
     pub async fn pgs(&self, pool: Option<&str>) -> Result<PgList, MonError> {
@@ -283,7 +315,11 @@ impl MonClient {
         }
     }
 
-    pub async fn leader_elected(&self, pg: PgId, req: &LeaderElectedRequest) -> Result<PgReportResponse, MonError> {
+    pub async fn leader_elected(
+        &self,
+        pg: PgId,
+        req: &LeaderElectedRequest,
+    ) -> Result<PgReportResponse, MonError> {
         self.post(&format!("/v1/pgs/{pg}/leader"), req).await
     }
 
@@ -312,12 +348,22 @@ impl MonClient {
     }
 
     pub async fn remove_image(&self, pool: &str, name: &str) -> Result<ImageInfo, MonError> {
-        self.call(Method::DELETE, &format!("/v1/images/{pool}/{name}"), None::<&()>)
-            .await
+        self.call(
+            Method::DELETE,
+            &format!("/v1/images/{pool}/{name}"),
+            None::<&()>,
+        )
+        .await
     }
 
-    pub async fn resize_image(&self, pool: &str, name: &str, req: &ResizeImageRequest) -> Result<ImageInfo, MonError> {
-        self.post(&format!("/v1/images/{pool}/{name}/resize"), req).await
+    pub async fn resize_image(
+        &self,
+        pool: &str,
+        name: &str,
+        req: &ResizeImageRequest,
+    ) -> Result<ImageInfo, MonError> {
+        self.post(&format!("/v1/images/{pool}/{name}/resize"), req)
+            .await
     }
 
     pub async fn flags(&self) -> Result<Flags, MonError> {
@@ -326,7 +372,8 @@ impl MonClient {
 
     pub async fn set_flag(&self, flag: &str, value: bool) -> Result<Flags, MonError> {
         let method = if value { Method::PUT } else { Method::DELETE };
-        self.call(method, &format!("/v1/flags/{flag}"), None::<&()>).await
+        self.call(method, &format!("/v1/flags/{flag}"), None::<&()>)
+            .await
     }
 
     pub async fn reclaim(&self) -> Result<Vec<ReclaimEntry>, MonError> {
@@ -334,9 +381,14 @@ impl MonClient {
     }
 
     pub async fn reclaim_done(&self, id: u64) -> Result<(), MonError> {
-        self.call_raw(Method::DELETE, &format!("/v1/reclaim/{id}"), None, self.request_timeout)
-            .await
-            .map(|_| ())
+        self.call_raw(
+            Method::DELETE,
+            &format!("/v1/reclaim/{id}"),
+            None,
+            self.request_timeout,
+        )
+        .await
+        .map(|_| ())
     }
 }
 
@@ -348,5 +400,6 @@ fn protocol(endpoint: &str, detail: String) -> MonError {
 }
 
 fn decode<T: DeserializeOwned>(endpoint: &str, bytes: &[u8]) -> Result<T, MonError> {
-    serde_json::from_slice(bytes).map_err(|e| protocol(endpoint, format!("invalid JSON answer: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| protocol(endpoint, format!("invalid JSON answer: {e}")))
 }

@@ -45,9 +45,15 @@ mod tests {
     #[test]
     fn refuses_unsafe_names() {
         assert_eq!(validate_name(""), Err(NameError::Empty));
-        assert!(matches!(validate_name(&"a".repeat(129)), Err(NameError::TooLong(_))));
+        assert!(matches!(
+            validate_name(&"a".repeat(129)),
+            Err(NameError::TooLong(_))
+        ));
         for bad in ["a/b", "..", ".hidden", "-x", "sp ace", "é", "a\0"] {
-            assert!(matches!(validate_name(bad), Err(NameError::BadCharacter(_))), "{bad}");
+            assert!(
+                matches!(validate_name(bad), Err(NameError::BadCharacter(_))),
+                "{bad}"
+            );
         }
     }
 }

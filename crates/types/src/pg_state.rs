@@ -31,7 +31,10 @@ impl PgState {
 
     /// Builds the state from its facts; `active` is set exactly when nothing else is.
     pub fn derive(creating: bool, undersize: bool, down: bool, remapped: bool) -> PgState {
-        assert!(!(undersize && down), "a PG is either undersize or down, not both");
+        assert!(
+            !(undersize && down),
+            "a PG is either undersize or down, not both"
+        );
         let mut bits = 0;
         if creating {
             bits |= Self::CREATING.0;

@@ -20,7 +20,9 @@ pub const PIB: u64 = 1 << 50;
 pub enum SizeParseError {
     #[error("empty size")]
     Empty,
-    #[error("invalid size {0:?}: expected a number with an optional unit (K, M, G, T, P), e.g. 10G")]
+    #[error(
+        "invalid size {0:?}: expected a number with an optional unit (K, M, G, T, P), e.g. 10G"
+    )]
     Invalid(String),
     #[error("size {0:?} does not fit in 64 bits")]
     Overflow(String),
@@ -82,7 +84,11 @@ pub fn parse_size(input: &str) -> Result<u64, SizeParseError> {
 /// Formats a byte count with the largest binary unit that keeps it readable: `10 GiB`,
 /// `1.5 MiB`, `512 B`. At most two decimals, trailing zeros trimmed.
 pub fn format_size(bytes: u64) -> String {
-    format_scaled(bytes as f64, &["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"], " ")
+    format_scaled(
+        bytes as f64,
+        &["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"],
+        " ",
+    )
 }
 
 /// Formats a rate in the reference system's `status` units: `B/s, kB/s, MB/s, GB/s, TB/s`
@@ -132,9 +138,18 @@ mod tests {
         assert!(matches!(parse_size("G"), Err(SizeParseError::Invalid(_))));
         assert!(matches!(parse_size("10X"), Err(SizeParseError::Invalid(_))));
         assert!(matches!(parse_size("-1"), Err(SizeParseError::Invalid(_))));
-        assert!(matches!(parse_size("1.2.3K"), Err(SizeParseError::Invalid(_))));
-        assert!(matches!(parse_size("0.0001K"), Err(SizeParseError::Invalid(_))));
-        assert!(matches!(parse_size("99999999P"), Err(SizeParseError::Overflow(_))));
+        assert!(matches!(
+            parse_size("1.2.3K"),
+            Err(SizeParseError::Invalid(_))
+        ));
+        assert!(matches!(
+            parse_size("0.0001K"),
+            Err(SizeParseError::Invalid(_))
+        ));
+        assert!(matches!(
+            parse_size("99999999P"),
+            Err(SizeParseError::Overflow(_))
+        ));
     }
 
     #[test]

@@ -68,8 +68,14 @@ impl Proc {
         cmd.stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file);
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        Proc { child: Some(child), name: name.to_string(), log }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        Proc {
+            child: Some(child),
+            name: name.to_string(),
+            log,
+        }
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -135,7 +141,10 @@ where
         if let Some(v) = cond().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -167,7 +176,11 @@ pub struct MonOptions {
 
 impl Default for MonOptions {
     fn default() -> Self {
-        MonOptions { osd_down_after: "2s", osd_out_after: "3s", lease_ttl: "3s" }
+        MonOptions {
+            osd_down_after: "2s",
+            osd_out_after: "3s",
+            lease_ttl: "3s",
+        }
     }
 }
 
@@ -191,7 +204,12 @@ impl MonCluster {
                 etcd_peer: format!("127.0.0.1:{}", free_port()),
             })
             .collect();
-        let mut cluster = MonCluster { dir, specs, procs: Vec::new(), options };
+        let mut cluster = MonCluster {
+            dir,
+            specs,
+            procs: Vec::new(),
+            options,
+        };
         for i in 0..n {
             let p = cluster.spawn(i);
             cluster.procs.push(Some(p));
@@ -211,16 +229,26 @@ impl MonCluster {
     fn spawn(&self, i: usize) -> Proc {
         let s = &self.specs[i];
         let mut cmd = Command::new(bin("fastblock-mon"));
-        cmd.arg("--name").arg(&s.name)
-            .arg("--data-dir").arg(self.dir.path().join(&s.name))
-            .arg("--api-addr").arg(&s.api)
-            .arg("--etcd-client-addr").arg(&s.etcd_client)
-            .arg("--etcd-peer-addr").arg(&s.etcd_peer)
-            .arg("--initial-cluster").arg(self.initial_cluster())
-            .arg("--osd-down-after").arg(self.options.osd_down_after)
-            .arg("--osd-out-after").arg(self.options.osd_out_after)
-            .arg("--tick-interval").arg("200ms")
-            .arg("--lease-ttl").arg(self.options.lease_ttl)
+        cmd.arg("--name")
+            .arg(&s.name)
+            .arg("--data-dir")
+            .arg(self.dir.path().join(&s.name))
+            .arg("--api-addr")
+            .arg(&s.api)
+            .arg("--etcd-client-addr")
+            .arg(&s.etcd_client)
+            .arg("--etcd-peer-addr")
+            .arg(&s.etcd_peer)
+            .arg("--initial-cluster")
+            .arg(self.initial_cluster())
+            .arg("--osd-down-after")
+            .arg(self.options.osd_down_after)
+            .arg("--osd-out-after")
+            .arg(self.options.osd_out_after)
+            .arg("--tick-interval")
+            .arg("200ms")
+            .arg("--lease-ttl")
+            .arg(self.options.lease_ttl)
             .env("RUST_LOG", "info");
         let log = self.dir.path().join(format!("mon-{}.log", s.name));
         Proc::spawn(&format!("mon.{}", s.name), cmd, log)
@@ -261,7 +289,8 @@ impl MonCluster {
                 continue;
             }
             let url = format!("http://{}/v1/mon", s.api);
-            if let Ok(Ok(body)) = tokio::time::timeout(Duration::from_secs(1), http_get(&url)).await {
+            if let Ok(Ok(body)) = tokio::time::timeout(Duration::from_secs(1), http_get(&url)).await
+            {
                 if body.contains("\"role\":\"leader\"") {
                     return Some(i);
                 }
@@ -283,7 +312,10 @@ impl MonCluster {
         .await;
         match found {
             Ok(i) => i,
-            Err(_) => panic!("no monitor leader within {timeout:?}; logs:\n{}", logs.join("\n---\n")),
+            Err(_) => panic!(
+                "no monitor leader within {timeout:?}; logs:\n{}",
+                logs.join("\n---\n")
+            ),
         }
     }
 
@@ -302,10 +334,15 @@ impl MonCluster {
 pub async fn http_get(url: &str) -> std::io::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").expect("http url");
-    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let (host, path) = rest
+        .split_once('/')
+        .map(|(h, p)| (h, format!("/{p}")))
+        .unwrap_or((rest, "/".into()));
     let mut s = tokio::net::TcpStream::connect(host).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await?;
     Ok(String::from_utf8_lossy(&buf).to_string())
@@ -330,20 +367,38 @@ impl From<Output> for CliOutput {
 impl CliOutput {
     #[track_caller]
     pub fn ok(&self) -> &str {
-        assert_eq!(self.code, 0, "command failed: stdout={} stderr={}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "command failed: stdout={} stderr={}",
+            self.stdout, self.stderr
+        );
         &self.stdout
     }
 
     /// Fails with exit status 1 and exactly one line on stderr containing `needle`.
     #[track_caller]
     pub fn fails_with(&self, needle: &str) {
-        assert_ne!(self.code, 0, "command unexpectedly succeeded: {}", self.stdout);
-        assert_eq!(self.stderr.trim_end().lines().count(), 1, "stderr not one line: {}", self.stderr);
-        assert!(self.stderr.contains(needle), "stderr {:?} lacks {needle:?}", self.stderr);
+        assert_ne!(
+            self.code, 0,
+            "command unexpectedly succeeded: {}",
+            self.stdout
+        );
+        assert_eq!(
+            self.stderr.trim_end().lines().count(),
+            1,
+            "stderr not one line: {}",
+            self.stderr
+        );
+        assert!(
+            self.stderr.contains(needle),
+            "stderr {:?} lacks {needle:?}",
+            self.stderr
+        );
     }
 
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(self.ok()).unwrap_or_else(|e| panic!("invalid JSON {e}: {}", self.stdout))
+        serde_json::from_str(self.ok())
+            .unwrap_or_else(|e| panic!("invalid JSON {e}: {}", self.stdout))
     }
 }
 
@@ -399,7 +454,10 @@ impl FakeOsd {
         self.task = Some(tokio::spawn(async move {
             let client = MonClient::new(endpoints).with_deadline(Duration::from_secs(1));
             while beating.load(Ordering::Relaxed) {
-                let req = HeartbeatRequest { uuid: uuid.clone(), pgs: Vec::new() };
+                let req = HeartbeatRequest {
+                    uuid: uuid.clone(),
+                    pgs: Vec::new(),
+                };
                 let _ = client.heartbeat(id, &req).await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }

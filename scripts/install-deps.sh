@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what fastblock needs on a Debian/Ubuntu machine that has the Rust toolchain.
+# Idempotent: installs only what is missing, so it is cheap to run before every build or test.
+set -euo pipefail
+
+# package -> a command (or file) it provides, used to tell whether it is already installed.
+declare -A PROVIDES=(
+  [etcd-server]=etcd
+  [etcd-client]=etcdctl
+  [protobuf-compiler]=protoc
+  [libprotobuf-dev]=/usr/include/google/protobuf/message.h
+  [fio]=fio
+  [qemu-utils]=qemu-img
+  [libnbd-bin]=nbdinfo
+  [curl]=curl
+  [uuid-runtime]=uuidgen
+)
+
+missing=()
+for pkg in "${!PROVIDES[@]}"; do
+  what=${PROVIDES[$pkg]}
+  if [[ $what == /* ]]; then
+    [[ -e $what ]] || missing+=("$pkg")
+  else
+    command -v "$what" >/dev/null 2>&1 || missing+=("$pkg")
+  fi
+done
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  SUDO="sudo"
+fi
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "install-deps: cargo not found; install the Rust toolchain (https://rustup.rs) first" >&2
+  exit 1
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "install-deps: cargo-nextest not found; scripts/test.sh falls back to cargo test"
+fi
+echo "install-deps: all dependencies present"
