@@ -123,6 +123,7 @@ pub(crate) mod test_support {
             is_in,
             pending_create: false,
             boot_epoch: Default::default(),
+            config: String::new(),
         }
     }
 }

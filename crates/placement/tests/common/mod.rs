@@ -27,6 +27,7 @@ pub fn osd(id: u32, host: &str, status: Status) -> OsdInfo {
         is_in: status != Status::Out,
         pending_create: status == Status::Pending,
         boot_epoch: Default::default(),
+        config: String::new(),
     }
 }
 
