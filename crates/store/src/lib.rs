@@ -29,6 +29,9 @@
 //! randomness (the simulated disk's randomness comes from a caller-given seed). It depends
 //! only on `fastblock-types` among workspace crates.
 
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
+
 pub(crate) mod codec;
 pub mod disk;
 pub mod error;

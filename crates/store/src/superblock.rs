@@ -16,7 +16,7 @@ pub const ANCHOR_MAGIC: [u8; 8] = *b"FBANCHOR";
 pub const WAL_OFFSET_BYTES: u64 = 2 * BLOCK_SIZE_BYTES;
 
 // The superblock and each anchor copy must fit their slots, or a torn write could mix them.
-const _: () = assert!(SUPERBLOCK_SIZE_BYTES % SECTOR_SIZE_BYTES == 0);
+const _: () = assert!(SUPERBLOCK_SIZE_BYTES.is_multiple_of(SECTOR_SIZE_BYTES));
 const _: () = assert!(2 * SECTOR_SIZE_BYTES <= BLOCK_SIZE_BYTES);
 
 /// The static description of a formatted device, written once by mkfs.
@@ -41,7 +41,7 @@ impl Superblock {
         batch_bytes_max: u64,
     ) -> Result<Self> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
-        if segment_size_bytes % BLOCK_SIZE_BYTES != 0 || segment_size_bytes == 0 {
+        if !segment_size_bytes.is_multiple_of(BLOCK_SIZE_BYTES) || segment_size_bytes == 0 {
             return bad(format!(
                 "segment size {segment_size_bytes} is not a multiple of 4 KiB"
             ));

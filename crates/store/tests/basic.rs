@@ -1,5 +1,7 @@
 //! End-to-end behaviour of the engine on the simulated disk: what is committed or flushed
 //! survives a reopen and a crash; what is not is gone.
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
 
 mod common;
 use common::*;

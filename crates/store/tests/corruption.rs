@@ -2,6 +2,8 @@
 //! bytes the way a failing disk or a crash would, reopens, and expects the documented
 //! outcome: a torn tail is cut cleanly, damage before the tail is `LogCorrupt`, a damaged data
 //! block is `Checksum`, a log shorter than what was flushed is `LogTruncated`.
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
 
 mod common;
 use common::*;

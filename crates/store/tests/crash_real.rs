@@ -1,6 +1,8 @@
 //! Real-file crash test: a child process writes through the io_uring disk to a real file and
 //! reports each durable step; we SIGKILL it at random moments (20+ rounds), reopen the engine
 //! and check every reported write. Every wait is bounded; the child is killed by PID.
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
 
 use fastblock_store::disk::Prng;
 use fastblock_store::{MkfsOptions, ObjectId, Store, StoreOptions, UringDisk, UringOptions};

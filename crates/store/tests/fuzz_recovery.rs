@@ -1,6 +1,8 @@
 //! The fuzz property without nightly: log recovery on arbitrary or mutated bytes returns a
 //! value or a typed error, never panics. (The cargo-fuzz target in `fuzz/` runs the same
 //! functions.)
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
 
 use fastblock_store::fuzzing::{canonical_image, mutate, recover_image};
 use proptest::prelude::*;

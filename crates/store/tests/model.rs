@@ -7,6 +7,8 @@
 //! side; the model snapshots "durable" state on each successful commit/flush. An operation
 //! that failed with an I/O error may or may not have reached disk, so both outcomes are
 //! accepted for that one operation, nothing else.
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
 
 mod common;
 use common::*;

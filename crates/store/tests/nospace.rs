@@ -1,5 +1,7 @@
 //! A full disk gives a typed `NoSpace`, changes nothing, and writes succeed again once space
 //! is freed (objects deleted; the engine flushes to give their blocks back).
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
 
 mod common;
 use common::*;

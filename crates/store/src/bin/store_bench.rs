@@ -1,1 +1,225 @@
-fn main() {}
+//! The engine side of `bench/store-bench.sh`: 4 KiB durable writes through WAL commit +
+//! apply at 1 and 32 writers, and 4 KiB random reads at 1 and 32 outstanding, on a real file
+//! through the io_uring disk. Prints one `key=value` line per test.
+//!
+//! Usage: `store-bench <file> [--seconds S] [--dataset-mib M] [--sync fdatasync|dsync|syscall]`
+//! (`fdatasync`: IORING_OP_FSYNC after the writes, the default and fastest measured here;
+//! `dsync`: RWF_DSYNC writes; `syscall`: fdatasync(2) after the ring writes.)
+//! A "writer" is a PG: with 32 writers, 32 PGs each append one 4 KiB entry, all 32 share one
+//! commit (one write + one fdatasync), then the 32 writes are applied (their data goes out
+//! with the next commit's submission). The reported latency is append → durable → applied.
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
+
+use fastblock_store::disk::SyncMode;
+use fastblock_store::{
+    MkfsOptions, ObjectId, ObjectRead, Store, StoreOptions, UringDisk, UringOptions,
+};
+use fastblock_types::{ImageId, PgId, PoolId};
+use raft::eraftpb::Entry;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const OBJECT_BYTES: u64 = 4 << 20;
+const BS: u64 = 4096;
+const FLUSH_EVERY_OPS: u64 = 16384;
+/// PGs the dataset's objects map to (object index modulo this).
+const PGS: u64 = 32;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+struct Bench {
+    s: Store<UringDisk>,
+    rng: Rng,
+    dataset_blocks: u64,
+    data: Vec<u8>,
+    ops_since_flush: u64,
+    /// Time in commit, apply, flush (printed to stderr: where a write's time goes).
+    profile: [Duration; 3],
+}
+
+fn pg(i: u64) -> PgId {
+    PgId::new(PoolId(1), i as u32)
+}
+
+impl Bench {
+    fn location(&mut self) -> (ObjectId, u64) {
+        let block = self.rng.next() % self.dataset_blocks;
+        let per_object = OBJECT_BYTES / BS;
+        (
+            ObjectId {
+                image: ImageId(1),
+                index: block / per_object,
+            },
+            (block % per_object) * BS,
+        )
+    }
+
+    /// One round: `writers` random 4 KiB writes, each appended to the log of the PG its
+    /// object maps to, one commit for all, then all applied.
+    fn write_round(&mut self, writers: u64) {
+        let mut applies = Vec::with_capacity(writers as usize);
+        for _ in 0..writers {
+            let (o, off) = self.location();
+            let p = pg(o.index % PGS);
+            let index = self.s.log_bounds(p).1 + 1;
+            let mut e = Entry::default();
+            e.index = index;
+            e.term = 1;
+            e.data = self.data.clone().into();
+            self.s.append_entries(p, &[e]).expect("append");
+            applies.push((p, index, o, off));
+        }
+        let t = Instant::now();
+        self.s.commit().expect("commit");
+        self.profile[0] += t.elapsed();
+        let t = Instant::now();
+        for (p, index, o, off) in applies {
+            self.s.write_object(p, o, off, &self.data).expect("apply");
+            self.s.set_applied(p, index).expect("applied");
+        }
+        self.profile[1] += t.elapsed();
+        self.ops_since_flush += writers;
+        if self.ops_since_flush >= FLUSH_EVERY_OPS {
+            let t = Instant::now();
+            self.flush_and_compact();
+            self.profile[2] += t.elapsed();
+        }
+    }
+
+    fn flush_and_compact(&mut self) {
+        self.s.flush().expect("flush");
+        for w in 0..PGS {
+            let p = pg(w);
+            let to = self.s.flushed_applied_index(p);
+            if to > 0 {
+                self.s.compact(p, to).expect("compact");
+            }
+        }
+        self.s.commit().expect("commit");
+        self.ops_since_flush = 0;
+    }
+
+    fn run_writes(&mut self, writers: u64, seconds: f64) -> (f64, f64) {
+        let start = Instant::now();
+        let mut ops = 0u64;
+        let mut lat = Duration::ZERO;
+        while start.elapsed().as_secs_f64() < seconds {
+            let t = Instant::now();
+            self.write_round(writers);
+            lat += t.elapsed();
+            ops += writers;
+        }
+        let rounds = ops / writers;
+        (
+            ops as f64 / start.elapsed().as_secs_f64(),
+            lat.as_secs_f64() * 1e6 / rounds as f64,
+        )
+    }
+
+    fn run_reads(&mut self, depth: usize, seconds: f64) -> (f64, f64) {
+        let mut bufs = vec![vec![0u8; BS as usize]; depth];
+        let start = Instant::now();
+        let mut ops = 0u64;
+        while start.elapsed().as_secs_f64() < seconds {
+            let locs: Vec<_> = (0..depth).map(|_| self.location()).collect();
+            let mut reqs: Vec<ObjectRead<'_>> = bufs
+                .iter_mut()
+                .zip(&locs)
+                .map(|(buf, (o, off))| ObjectRead {
+                    pg: pg(o.index % PGS),
+                    object: *o,
+                    offset_bytes: *off,
+                    buf,
+                })
+                .collect();
+            self.s.read_objects(&mut reqs).expect("read");
+            ops += depth as u64;
+        }
+        let el = start.elapsed().as_secs_f64();
+        (ops as f64 / el, el * 1e6 / (ops / depth as u64) as f64)
+    }
+
+    /// Writes the whole dataset once, so reads hit mapped blocks.
+    fn prefill(&mut self) {
+        let per_object = OBJECT_BYTES / BS;
+        let chunk = vec![0x5Au8; (1 << 20) as usize];
+        for b in (0..self.dataset_blocks).step_by(256) {
+            let o = ObjectId {
+                image: ImageId(1),
+                index: b / per_object,
+            };
+            self.s
+                .write_object(pg(o.index % PGS), o, (b % per_object) * BS, &chunk)
+                .expect("prefill");
+            if b % 8192 == 0 {
+                self.s.flush().expect("flush");
+            }
+        }
+        self.s.flush().expect("flush");
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let path = PathBuf::from(args.next().expect("usage: store-bench <file> [options]"));
+    let (mut seconds, mut dataset_mib, mut sync) = (10.0, 256u64, SyncMode::Fdatasync);
+    while let Some(a) = args.next() {
+        let v = args.next().expect("option needs a value");
+        match a.as_str() {
+            "--seconds" => seconds = v.parse().expect("seconds"),
+            "--dataset-mib" => dataset_mib = v.parse().expect("MiB"),
+            "--sync" => {
+                sync = match v.as_str() {
+                    "dsync" => SyncMode::DsyncWrites,
+                    "syscall" => SyncMode::FdatasyncSyscall,
+                    _ => SyncMode::Fdatasync,
+                }
+            }
+            _ => panic!("unknown option {a}"),
+        }
+    }
+    let wal_bytes = 8 * (32u64 << 20);
+    let file_bytes = wal_bytes + dataset_mib * 4 * (1 << 20) + (64 << 20);
+    UringDisk::create_file(&path, file_bytes).expect("create file");
+    let mut mkfs = MkfsOptions::new(*b"fastblock-bench!");
+    mkfs.segment_size_bytes = 32 << 20;
+    mkfs.segment_count = 8;
+    mkfs.batch_bytes_max = 1 << 20;
+    mkfs.force = true;
+    let uring = UringOptions {
+        sync_mode: sync,
+        ..UringOptions::default()
+    };
+    let s =
+        Store::open_path(&path, None, Some(&mkfs), uring, StoreOptions::default()).expect("mkfs");
+    let mut b = Bench {
+        s,
+        rng: Rng(0x1234_5678_9ABC_DEF1),
+        dataset_blocks: dataset_mib * (1 << 20) / BS,
+        data: vec![0xA5; BS as usize],
+        ops_since_flush: 0,
+        profile: [Duration::ZERO; 3],
+    };
+    b.prefill();
+    for writers in [1u64, 32] {
+        b.run_writes(writers, 1.0); // warm-up
+        let (iops, lat_us) = b.run_writes(writers, seconds);
+        println!("engine_write_qd{writers} iops={iops:.0} lat_us={lat_us:.1}");
+        let [c, a, f] = std::mem::take(&mut b.profile).map(|d| d.as_secs_f64());
+        eprintln!("  qd{writers} time split: commit {c:.2} s, apply {a:.2} s, flush {f:.2} s");
+    }
+    for depth in [1usize, 32] {
+        b.run_reads(depth, 1.0);
+        let (iops, lat_us) = b.run_reads(depth, seconds);
+        println!("engine_read_qd{depth} iops={iops:.0} lat_us={lat_us:.1}");
+    }
+}

@@ -5,6 +5,8 @@
 //! - `READY`
 //! - `C <pg> <index> <op>`: entry `index` of PG `pg`, data `pattern(op)`, is durable.
 //! - `F <op>`: every object write up to op `op` is flushed.
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
 
 use fastblock_store::{ObjectId, Store, StoreOptions, UringOptions};
 use fastblock_types::{ImageId, PgId, PoolId};

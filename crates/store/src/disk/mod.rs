@@ -76,11 +76,11 @@ pub trait Disk {
 /// bug, so it panics rather than returning an error.
 pub(crate) fn assert_io_aligned(what: &str, offset_bytes: u64, len_bytes: u64, size_bytes: u64) {
     assert!(
-        offset_bytes % SECTOR_SIZE_BYTES == 0,
+        offset_bytes.is_multiple_of(SECTOR_SIZE_BYTES),
         "{what}: offset {offset_bytes} not sector aligned"
     );
     assert!(
-        len_bytes % SECTOR_SIZE_BYTES == 0,
+        len_bytes.is_multiple_of(SECTOR_SIZE_BYTES),
         "{what}: length {len_bytes} not sector aligned"
     );
     assert!(

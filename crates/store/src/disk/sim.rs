@@ -162,7 +162,7 @@ pub struct SimDisk {
 
 impl SimDisk {
     pub fn new(size_bytes: u64) -> Self {
-        assert!(size_bytes % SECTOR_SIZE_BYTES == 0);
+        assert!(size_bytes.is_multiple_of(SECTOR_SIZE_BYTES));
         SimDisk {
             image: Arc::new(Mutex::new(SimImage::new(size_bytes as usize))),
             size_bytes,

@@ -18,6 +18,8 @@ pub enum SyncMode {
     Fdatasync,
     /// Each write carries RWF_DSYNC; no separate fdatasync.
     DsyncWrites,
+    /// The writes through the ring, then fdatasync(2) called directly (no io-wq hop).
+    FdatasyncSyscall,
 }
 
 #[derive(Clone, Debug)]
@@ -236,7 +238,8 @@ impl Disk for UringDisk {
                 .collect();
             // With RWF_DSYNC every write is durable on completion, so only a bare sync (no
             // writes at all) needs an fdatasync.
-            if last && sync && (!dsync || writes.is_empty()) {
+            let syscall = self.options.sync_mode == SyncMode::FdatasyncSyscall;
+            if last && sync && !syscall && (!dsync || writes.is_empty()) {
                 let i = sqes.len() as u64;
                 let fsync = opcode::Fsync::new(fd)
                     .flags(types::FsyncFlags::DATASYNC)
@@ -247,6 +250,9 @@ impl Disk for UringDisk {
             }
             if !sqes.is_empty() {
                 Self::run(ring, &sqes)?;
+            }
+            if last && sync && syscall {
+                self.file.sync_data()?;
             }
         }
         Ok(())

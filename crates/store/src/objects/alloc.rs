@@ -71,7 +71,7 @@ impl Allocator {
                 b = 0;
             }
             let word = self.used[(b / 64) as usize];
-            if b % 64 == 0 && word == u64::MAX {
+            if b.is_multiple_of(64) && word == u64::MAX {
                 b += 64;
                 scanned += 64;
                 continue;

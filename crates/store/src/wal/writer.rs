@@ -38,29 +38,38 @@ impl Wal {
                 "records of {record_bytes} bytes exceed the batch limit of {max} bytes"
             )));
         }
-        let batch_full = || Error::BatchFull {
-            pending_bytes: self.batch_body_bytes as u64,
+        let batch_full = |pending: usize| Error::BatchFull {
+            pending_bytes: pending as u64,
             batch_bytes_max: max as u64,
         };
         if BATCH_HEADER_BYTES + self.batch_body_bytes + record_bytes > max {
-            return Err(batch_full());
+            return Err(batch_full(self.batch_body_bytes));
         }
-        let limit = self.sb.segment_size_bytes - if frees_space { 0 } else { SEGMENT_SLACK_BYTES };
-        let fits = |w: &Wal| {
+        // The roll is decided at a batch's first record, for the largest batch, so that a
+        // batch never hits the segment end and `BatchFull` only ever means the batch limit.
+        // A space-freeing record may instead use the slack of the current segment: that is
+        // what lets a full log compact without a free segment to roll into.
+        let fits = |w: &Wal, limit: u64| {
             let end =
                 w.batch_offset() + (BATCH_HEADER_BYTES + w.batch_body_bytes + record_bytes) as u64;
             end.next_multiple_of(SECTOR_SIZE_BYTES) <= limit
         };
-        if !fits(self) {
-            if self.batch_records > 0 {
-                return Err(batch_full());
+        let seg = self.sb.segment_size_bytes;
+        let limit = if frees_space {
+            seg
+        } else {
+            seg - SEGMENT_SLACK_BYTES
+        };
+        if self.batch_records == 0 && self.roll_prefix.is_none() {
+            let worst = self.cur_offset_bytes + (max as u64).next_multiple_of(SECTOR_SIZE_BYTES);
+            if worst > seg - SEGMENT_SLACK_BYTES && !(frees_space && fits(self, seg)) {
+                self.roll(disk)?;
             }
-            assert!(
-                self.roll_prefix.is_none(),
-                "a fresh segment holds any batch"
-            );
-            self.roll(disk)?;
-            assert!(fits(self), "a fresh segment holds any batch");
+        }
+        if !fits(self, limit) {
+            // Only after a space-freeing record opened the batch near the segment end.
+            assert!(self.batch_records > 0, "a fresh segment holds any batch");
+            return Err(batch_full(self.batch_body_bytes));
         }
         if self.batch_records == 0 {
             self.batch_first_lsn = self.next_lsn;
