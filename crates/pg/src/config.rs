@@ -1,0 +1,47 @@
+//! Timing and limits of a PG replica, in ticks and counts (the driver decides how long a tick
+//! is; the OSD's default is 100 ms).
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PgConfig {
+    /// A leader sends heartbeats every this many ticks.
+    pub heartbeat_ticks: usize,
+    /// Followers campaign after a random timeout in `[election_ticks, 2 * election_ticks)`;
+    /// leaders step down after `election_ticks` without hearing from a quorum (check-quorum),
+    /// which is also what bounds the read lease.
+    pub election_ticks: usize,
+    /// Bytes of entries per append message.
+    pub append_bytes_max: u64,
+    /// Append messages in flight per follower.
+    pub inflight_appends_max: usize,
+    /// Client operations proposed but not yet applied; beyond it proposals get `Busy`.
+    pub pending_ops_max: usize,
+}
+
+impl Default for PgConfig {
+    fn default() -> Self {
+        PgConfig {
+            heartbeat_ticks: 2,
+            election_ticks: 10,
+            append_bytes_max: 1 << 20,
+            inflight_appends_max: 256,
+            pending_ops_max: 1024,
+        }
+    }
+}
+
+impl PgConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.heartbeat_ticks == 0 {
+            return Err("heartbeat_ticks must be > 0".into());
+        }
+        // raft-rs requires heartbeats well inside the election timeout, or followers campaign
+        // against a live leader.
+        if self.election_ticks <= self.heartbeat_ticks * 2 {
+            return Err("election_ticks must exceed 2 * heartbeat_ticks".into());
+        }
+        if self.inflight_appends_max == 0 || self.pending_ops_max == 0 {
+            return Err("limits must be > 0".into());
+        }
+        Ok(())
+    }
+}

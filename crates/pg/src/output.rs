@@ -1,0 +1,105 @@
+//! What a replica asks its driver to do, as data.
+
+use crate::op::ClientOp;
+use fastblock_types::{LogIndex, OsdId, Term};
+use raft::eraftpb::{ConfState, Entry, HardState, Message, Snapshot};
+
+/// The driver's token for a client operation, echoed in its outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u64);
+
+/// Why an operation did not complete here. All are retryable by the client.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PgError {
+    #[error("not the leader (leader hint: {leader:?})")]
+    NotLeader { leader: Option<OsdId> },
+    /// Leadership changed while the operation was pending; it may or may not have been
+    /// applied. Block writes are idempotent, so the client simply retries.
+    #[error("leadership changed; outcome unknown, retry")]
+    Dropped,
+    /// Too many operations pending on this PG: backpressure.
+    #[error("too many pending operations")]
+    Busy,
+    /// The replica stopped after finding an undecodable committed entry.
+    #[error("replica failed: {0}")]
+    Failed(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpOutcome {
+    /// The write is committed on a majority and applied here.
+    Applied,
+    /// The read may now be served from the applied state (the lease held and everything
+    /// committed before the read started is applied).
+    ReadReady,
+    Failed(PgError),
+}
+
+/// One atomic persistence unit: make all of it durable, then call `on_persisted`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogWrite {
+    pub ready_number: u64,
+    pub hard_state: Option<HardState>,
+    pub entries: Vec<Entry>,
+    pub snapshot: Option<Snapshot>,
+}
+
+/// A committed entry to apply, in log order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Apply {
+    Op {
+        index: LogIndex,
+        op: ClientOp,
+    },
+    /// An empty entry (a new leader's) or a membership change already applied to Raft; only
+    /// the applied index moves. A membership change carries the configuration to persist.
+    Noop {
+        index: LogIndex,
+        conf_state: Option<ConfState>,
+    },
+}
+
+impl Apply {
+    pub fn index(&self) -> LogIndex {
+        match self {
+            Apply::Op { index, .. } | Apply::Noop { index, .. } => *index,
+        }
+    }
+}
+
+/// Changes the monitor must hear about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// This replica became leader; report its configuration (`voters_outgoing` non-empty
+    /// while joint).
+    BecameLeader {
+        term: Term,
+        conf_index: LogIndex,
+        voters: Vec<OsdId>,
+        voters_outgoing: Vec<OsdId>,
+    },
+    /// The leader this replica knows changed (possibly to none).
+    LeaderChanged { leader: Option<OsdId>, term: Term },
+    /// An undecodable committed entry: the replica stopped.
+    Failed { index: LogIndex, reason: String },
+}
+
+/// Everything one input produced.
+#[derive(Debug, Default)]
+pub struct Output {
+    pub messages: Vec<Message>,
+    pub log_writes: Vec<LogWrite>,
+    pub apply: Vec<Apply>,
+    pub replies: Vec<(OpId, OpOutcome)>,
+    pub events: Vec<Event>,
+}
+
+impl Output {
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+            && self.log_writes.is_empty()
+            && self.apply.is_empty()
+            && self.replies.is_empty()
+            && self.events.is_empty()
+    }
+}

@@ -1,0 +1,462 @@
+//! [`PgReplica`]: the input handlers and the Ready → Output translation.
+
+use crate::config::PgConfig;
+use crate::op::ClientOp;
+use crate::output::{Apply, Event, LogWrite, OpId, OpOutcome, Output, PgError};
+use crate::rng::SplitMix64;
+use fastblock_types::{LogIndex, OsdId, PgId, Term};
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
+use raft::{RawNode, ReadOnlyOption, StateRole, Storage};
+use std::collections::VecDeque;
+
+/// What an outside observer last saw of the Raft state; a change triggers events and a fresh
+/// seeded election timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Observed {
+    role: StateRole,
+    leader: u64,
+    term: u64,
+}
+
+pub struct PgReplica<S: Storage> {
+    pg: PgId,
+    me: OsdId,
+    node: RawNode<S>,
+    config: PgConfig,
+    rng: SplitMix64,
+    /// Proposed operations awaiting their entry's application: (index, term, op).
+    proposals: VecDeque<(u64, u64, OpId)>,
+    /// Operations whose outcome is known, released once `applied` reaches their index.
+    completed: VecDeque<(u64, OpId, OpOutcome)>,
+    /// Reads waiting for their read index from Raft.
+    reads_waiting: VecDeque<OpId>,
+    /// Reads with a read index, released once `applied` reaches it.
+    reads_indexed: VecDeque<(u64, OpId)>,
+    /// Messages that may leave only after the log write of their ready is durable.
+    held: VecDeque<(u64, Vec<Message>)>,
+    applied: u64,
+    conf_index: u64,
+    observed: Observed,
+    failed: Option<String>,
+}
+
+fn to_osd(id: u64) -> Option<OsdId> {
+    (id != 0).then(|| OsdId(u32::try_from(id).expect("raft ids are OSD ids")))
+}
+
+fn sorted_osds(ids: &[u64]) -> Vec<OsdId> {
+    let mut v: Vec<OsdId> = ids.iter().copied().filter_map(to_osd).collect();
+    v.sort();
+    v
+}
+
+impl<S: Storage> PgReplica<S> {
+    /// Opens a replica over `storage` (which holds the persisted log, hard state and
+    /// configuration). `applied` is the index up to which the object store already holds the
+    /// effects of committed entries; later entries are applied again (apply is idempotent).
+    pub fn new(
+        pg: PgId,
+        me: OsdId,
+        storage: S,
+        applied: u64,
+        config: PgConfig,
+        seed: u64,
+    ) -> Result<Self, raft::Error> {
+        config.validate().map_err(raft::Error::ConfigInvalid)?;
+        let raft_config = raft::Config {
+            id: u64::from(me.0),
+            election_tick: config.election_ticks,
+            heartbeat_tick: config.heartbeat_ticks,
+            min_election_tick: config.election_ticks,
+            max_election_tick: config.election_ticks * 2,
+            applied,
+            max_size_per_msg: config.append_bytes_max,
+            max_inflight_msgs: config.inflight_appends_max,
+            check_quorum: true,
+            pre_vote: true,
+            read_only_option: ReadOnlyOption::LeaseBased,
+            ..Default::default()
+        };
+        raft_config.validate()?;
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&raft_config, storage, &logger)?;
+        let observed = Observed {
+            role: node.raft.state,
+            leader: node.raft.leader_id,
+            term: node.raft.term,
+        };
+        // Each replica of each PG draws its own sequence, so replicas do not time out together.
+        let mix = (u64::from(pg.pool.0) << 40) ^ (u64::from(pg.seq) << 20) ^ u64::from(me.0);
+        let mut replica = PgReplica {
+            pg,
+            me,
+            node,
+            config,
+            rng: SplitMix64::new(seed ^ mix.wrapping_mul(0x2545_F491_4F6C_DD1D)),
+            proposals: VecDeque::new(),
+            completed: VecDeque::new(),
+            reads_waiting: VecDeque::new(),
+            reads_indexed: VecDeque::new(),
+            held: VecDeque::new(),
+            applied,
+            conf_index: 0,
+            observed,
+            failed: None,
+        };
+        replica.rejitter();
+        Ok(replica)
+    }
+
+    pub fn pg(&self) -> PgId {
+        self.pg
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    pub fn leader(&self) -> Option<OsdId> {
+        to_osd(self.node.raft.leader_id)
+    }
+
+    pub fn term(&self) -> Term {
+        Term(self.node.raft.term)
+    }
+
+    pub fn applied(&self) -> LogIndex {
+        LogIndex(self.applied)
+    }
+
+    pub fn commit_index(&self) -> LogIndex {
+        LogIndex(self.node.raft.raft_log.committed)
+    }
+
+    /// Voters of the current configuration (incoming half while joint), sorted.
+    pub fn voters(&self) -> Vec<OsdId> {
+        let cs = self.node.raft.prs().conf().to_conf_state();
+        sorted_osds(&cs.voters)
+    }
+
+    pub fn pending_ops(&self) -> usize {
+        self.proposals.len() + self.reads_waiting.len() + self.reads_indexed.len()
+    }
+
+    pub fn raw_node(&self) -> &RawNode<S> {
+        &self.node
+    }
+
+    pub fn raw_node_mut(&mut self) -> &mut RawNode<S> {
+        &mut self.node
+    }
+
+    /// Draws the next election timeout from our seeded generator, replacing raft-rs's
+    /// thread-local draw.
+    fn rejitter(&mut self) {
+        let e = self.config.election_ticks as u64;
+        let t = e + self.rng.below(e);
+        self.node.raft.set_randomized_election_timeout(t as usize);
+    }
+
+    fn refuse(&self, op: OpId, out: &mut Output) -> bool {
+        let error = if let Some(reason) = &self.failed {
+            PgError::Failed(reason.clone())
+        } else if !self.is_leader() {
+            PgError::NotLeader {
+                leader: self.leader(),
+            }
+        } else if self.pending_ops() >= self.config.pending_ops_max {
+            PgError::Busy
+        } else {
+            return false;
+        };
+        out.replies.push((op, OpOutcome::Failed(error)));
+        true
+    }
+
+    pub fn tick(&mut self, out: &mut Output) {
+        if self.failed.is_none() {
+            self.node.tick();
+        }
+        self.after_input(out);
+    }
+
+    /// A Raft message from a peer. Messages for another PG or from unknown peers are dropped
+    /// by Raft itself.
+    pub fn step(&mut self, msg: Message, out: &mut Output) {
+        if self.failed.is_some() {
+            return;
+        }
+        // Errors here are stale or misdirected messages (for example from a removed peer);
+        // Raft has already ignored them.
+        let _ = self.node.step(msg);
+        self.after_input(out);
+    }
+
+    /// Starts an election now (tests and leader handoff); a no-op for a leader.
+    pub fn campaign(&mut self, out: &mut Output) {
+        if self.failed.is_none() && !self.is_leader() {
+            let _ = self.node.campaign();
+        }
+        self.after_input(out);
+    }
+
+    /// Proposes a mutation. Its outcome arrives in `Output::replies` once the entry is
+    /// committed and applied, or as a failure.
+    pub fn propose(&mut self, op: OpId, client_op: &ClientOp, out: &mut Output) {
+        if self.refuse(op, out) {
+            return;
+        }
+        let (context, data) = client_op.encode();
+        let mut entry = Entry::default();
+        entry.set_entry_type(EntryType::EntryNormal);
+        entry.context = context;
+        entry.data = data;
+        let mut msg = Message::default();
+        msg.set_msg_type(MessageType::MsgPropose);
+        msg.from = u64::from(self.me.0);
+        msg.mut_entries().push(entry);
+        // RawNode::propose would need a Vec<u8>; stepping the proposal ourselves keeps the
+        // payload's `Bytes` (no copy). This is what RawNode::propose does internally.
+        match self.node.raft.step(msg) {
+            Ok(()) => {
+                let index = self.node.raft.raft_log.last_index();
+                let term = self.node.raft.term;
+                if let Some(&(last, _, _)) = self.proposals.back() {
+                    assert!(index > last, "pg {} proposal indexes must grow", self.pg);
+                }
+                self.proposals.push_back((index, term, op));
+            }
+            Err(_) => out.replies.push((
+                op,
+                OpOutcome::Failed(PgError::NotLeader {
+                    leader: self.leader(),
+                }),
+            )),
+        }
+        self.after_input(out);
+    }
+
+    /// Asks to read. `OpOutcome::ReadReady` arrives when the leader's lease holds and
+    /// everything committed before this call is applied; the driver then reads the object
+    /// store directly.
+    pub fn read(&mut self, op: OpId, out: &mut Output) {
+        if self.refuse(op, out) {
+            return;
+        }
+        self.node.read_index(op.0.to_le_bytes().to_vec());
+        self.reads_waiting.push_back(op);
+        self.after_input(out);
+    }
+
+    /// Log writes up to `ready_number` are durable.
+    pub fn on_persisted(&mut self, ready_number: u64, out: &mut Output) {
+        self.node.on_persist_ready(ready_number);
+        while let Some((n, _)) = self.held.front() {
+            if *n > ready_number {
+                break;
+            }
+            let (_, msgs) = self.held.pop_front().expect("front exists");
+            out.messages.extend(msgs);
+        }
+        self.after_input(out);
+    }
+
+    /// Committed entries up to `index` are applied to the object store.
+    pub fn on_applied(&mut self, index: LogIndex, out: &mut Output) {
+        assert!(
+            index.0 >= self.applied,
+            "pg {} osd {}: applied index went back from {} to {}",
+            self.pg,
+            self.me,
+            self.applied,
+            index
+        );
+        self.applied = index.0;
+        self.node.advance_apply_to(index.0);
+        self.after_input(out);
+    }
+
+    /// Releases outcomes whose index is applied: completed proposals and reads whose read
+    /// index is reached (which may already be true when the read index arrives).
+    fn release_applied(&mut self, out: &mut Output) {
+        while let Some((i, _, _)) = self.completed.front() {
+            if *i > self.applied {
+                break;
+            }
+            let (_, op, outcome) = self.completed.pop_front().expect("front exists");
+            out.replies.push((op, outcome));
+        }
+        while let Some((i, _)) = self.reads_indexed.front() {
+            if *i > self.applied {
+                break;
+            }
+            let (_, op) = self.reads_indexed.pop_front().expect("front exists");
+            out.replies.push((op, OpOutcome::ReadReady));
+        }
+    }
+
+    /// Collects everything Raft wants done, and reacts to role changes.
+    fn after_input(&mut self, out: &mut Output) {
+        while self.failed.is_none() && self.node.has_ready() {
+            self.handle_ready(out);
+        }
+        self.release_applied(out);
+        self.observe(out);
+    }
+
+    fn handle_ready(&mut self, out: &mut Output) {
+        let mut rd = self.node.ready();
+        let number = rd.number();
+        out.messages.extend(rd.take_messages());
+        for rs in rd.read_states() {
+            let op = match <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
+                Ok(b) => OpId(u64::from_le_bytes(b)),
+                Err(_) => continue,
+            };
+            if let Some(pos) = self.reads_waiting.iter().position(|o| *o == op) {
+                self.reads_waiting.remove(pos);
+                self.reads_indexed.push_back((rs.index, op));
+            }
+        }
+        let committed = rd.take_committed_entries();
+        self.handle_committed(committed, out);
+        let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
+        let write = LogWrite {
+            ready_number: number,
+            hard_state: rd.hs().cloned(),
+            entries: rd.take_entries(),
+            snapshot,
+        };
+        let persisted_msgs = rd.take_persisted_messages();
+        out.log_writes.push(write);
+        self.held.push_back((number, persisted_msgs));
+        self.node.advance_append_async(rd);
+    }
+
+    fn handle_committed(&mut self, entries: Vec<Entry>, out: &mut Output) {
+        for entry in entries {
+            let index = entry.index;
+            // Resolve proposals this entry decides: ours if the term matches, otherwise ours
+            // was overwritten by another leader's entry at that index.
+            while let Some(&(pi, pt, op)) = self.proposals.front() {
+                if pi > index {
+                    break;
+                }
+                self.proposals.pop_front();
+                let outcome = if pi == index && pt == entry.term {
+                    OpOutcome::Applied
+                } else {
+                    OpOutcome::Failed(PgError::Dropped)
+                };
+                self.completed.push_back((index, op, outcome));
+            }
+            let apply = match entry.get_entry_type() {
+                EntryType::EntryNormal if entry.data.is_empty() && entry.context.is_empty() => {
+                    Apply::Noop {
+                        index: LogIndex(index),
+                        conf_state: None,
+                    }
+                }
+                EntryType::EntryNormal => match ClientOp::decode(&entry.context, &entry.data) {
+                    Ok(op) => Apply::Op {
+                        index: LogIndex(index),
+                        op,
+                    },
+                    Err(reason) => {
+                        self.fail(LogIndex(index), reason, out);
+                        return;
+                    }
+                },
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    match self.apply_conf_change(&entry) {
+                        Ok(cs) => {
+                            self.conf_index = index;
+                            Apply::Noop {
+                                index: LogIndex(index),
+                                conf_state: Some(cs),
+                            }
+                        }
+                        Err(reason) => {
+                            self.fail(LogIndex(index), reason, out);
+                            return;
+                        }
+                    }
+                }
+            };
+            out.apply.push(apply);
+        }
+    }
+
+    fn apply_conf_change(&mut self, entry: &Entry) -> Result<raft::eraftpb::ConfState, String> {
+        let result = if entry.get_entry_type() == EntryType::EntryConfChange {
+            let cc = ConfChange::parse_from_bytes(&entry.data).map_err(|e| e.to_string())?;
+            self.node.apply_conf_change(&cc)
+        } else {
+            let cc = ConfChangeV2::parse_from_bytes(&entry.data).map_err(|e| e.to_string())?;
+            self.node.apply_conf_change(&cc)
+        };
+        result.map_err(|e| e.to_string())
+    }
+
+    fn fail(&mut self, index: LogIndex, reason: String, out: &mut Output) {
+        let reason = format!(
+            "pg {} osd {}: committed entry {index}: {reason}",
+            self.pg, self.me
+        );
+        self.failed = Some(reason.clone());
+        out.events.push(Event::Failed {
+            index,
+            reason: reason.clone(),
+        });
+        for (_, _, op) in self.proposals.drain(..) {
+            out.replies
+                .push((op, OpOutcome::Failed(PgError::Failed(reason.clone()))));
+        }
+    }
+
+    fn observe(&mut self, out: &mut Output) {
+        let now = Observed {
+            role: self.node.raft.state,
+            leader: self.node.raft.leader_id,
+            term: self.node.raft.term,
+        };
+        if now == self.observed {
+            return;
+        }
+        let was_leader = self.observed.role == StateRole::Leader;
+        self.rejitter();
+        if now.leader != self.observed.leader || now.term != self.observed.term {
+            out.events.push(Event::LeaderChanged {
+                leader: to_osd(now.leader),
+                term: Term(now.term),
+            });
+        }
+        if now.role == StateRole::Leader && !was_leader {
+            let cs = self.node.raft.prs().conf().to_conf_state();
+            out.events.push(Event::BecameLeader {
+                term: Term(now.term),
+                conf_index: LogIndex(self.conf_index),
+                voters: sorted_osds(&cs.voters),
+                voters_outgoing: sorted_osds(&cs.voters_outgoing),
+            });
+        }
+        if was_leader && now.role != StateRole::Leader {
+            // Lost leadership: pending work may or may not complete; the client retries at
+            // the new leader (writes are idempotent, reads are re-issued).
+            let hint = to_osd(now.leader);
+            for (_, _, op) in self.proposals.drain(..) {
+                out.replies.push((op, OpOutcome::Failed(PgError::Dropped)));
+            }
+            for op in self.reads_waiting.drain(..) {
+                out.replies
+                    .push((op, OpOutcome::Failed(PgError::NotLeader { leader: hint })));
+            }
+            for (_, op) in self.reads_indexed.drain(..) {
+                out.replies
+                    .push((op, OpOutcome::Failed(PgError::NotLeader { leader: hint })));
+            }
+        }
+        self.observed = now;
+    }
+}
