@@ -69,6 +69,7 @@ impl MonState {
                 host: String::new(),
                 address: String::new(),
                 port: 0,
+                shards: 1,
                 capacity_bytes: 0,
                 up: false,
                 is_in: false,
@@ -92,6 +93,15 @@ impl MonState {
         if req.port == 0 {
             return err(ErrorCode::InvalidArgument, "boot port must not be 0");
         }
+        if req.shards == 0 || req.shards > 256 || u32::from(req.port) + req.shards > 65536 {
+            return err(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "boot shards {} must be 1..=256 with ports fitting below 65536",
+                    req.shards
+                ),
+            );
+        }
         if req.host.is_empty() {
             return err(
                 ErrorCode::InvalidArgument,
@@ -112,6 +122,7 @@ impl MonState {
         let was_in = osd.is_in;
         osd.address = req.address.clone();
         osd.port = req.port;
+        osd.shards = req.shards;
         osd.host = req.host.clone();
         osd.capacity_bytes = req.capacity_bytes;
         osd.config = req.config.clone();

@@ -91,6 +91,7 @@ fn apply(s: &mut MonState, op: &Op, seq: usize) {
                         uuid,
                         address: "127.0.0.1".into(),
                         port: 7000,
+                        shards: 1,
                         host: format!("h{host}"),
                         capacity_bytes: 1,
                         config: String::new(),

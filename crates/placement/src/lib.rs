@@ -118,6 +118,7 @@ pub(crate) mod test_support {
             host: host.to_string(),
             address: "127.0.0.1".into(),
             port: 0,
+            shards: 1,
             capacity_bytes: 0,
             up: true,
             is_in,

@@ -114,11 +114,18 @@ pub struct ApplyIdResponse {
     pub id: OsdId,
 }
 
+fn one() -> u32 {
+    1
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BootRequest {
     pub uuid: String,
     pub address: String,
+    /// Data port of shard 0; shard `k` listens on `port + k`.
     pub port: u16,
+    #[serde(default = "one")]
+    pub shards: u32,
     pub host: String,
     pub capacity_bytes: u64,
     /// The OSD's effective configuration, shown by `showconfig`.

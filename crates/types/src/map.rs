@@ -56,9 +56,13 @@ pub struct OsdInfo {
     /// IP address of the data port.
     #[serde(default)]
     pub address: String,
-    /// Data-plane TCP port (client IO and Raft traffic).
+    /// Data-plane TCP port of shard 0 (client IO and Raft traffic); shard `k` listens on
+    /// `port + k`.
     #[serde(default)]
     pub port: u16,
+    /// Data-path shards (threads); a PG is served by shard `route::pg_shard(pg, shards)`.
+    #[serde(default = "one")]
+    pub shards: u32,
     /// Capacity of the OSD's disk.
     #[serde(default)]
     pub capacity_bytes: u64,
@@ -75,7 +79,17 @@ pub struct OsdInfo {
     pub config: String,
 }
 
+fn one() -> u32 {
+    1
+}
+
 impl OsdInfo {
+    /// The data port serving `pg` on this OSD.
+    pub fn port_for(&self, pg: crate::PgId) -> u16 {
+        let shard = crate::route::pg_shard(pg, self.shards.max(1));
+        self.port.saturating_add(shard as u16)
+    }
+
     /// An OSD that can receive new PG replicas.
     pub fn is_placement_target(&self) -> bool {
         self.is_in && !self.pending_create
@@ -237,6 +251,7 @@ mod tests {
                 host: "h".into(),
                 address: "127.0.0.1".into(),
                 port: 1,
+                shards: 1,
                 capacity_bytes: 10,
                 up: true,
                 is_in: true,

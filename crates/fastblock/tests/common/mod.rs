@@ -436,6 +436,7 @@ impl FakeOsd {
             uuid: self.uuid.clone(),
             address: "127.0.0.1".into(),
             port: 6800 + self.id.0 as u16,
+            shards: 1,
             host: self.host.clone(),
             capacity_bytes: 1 << 30,
             config: format!("{{\"osd\":{}}}", self.id),

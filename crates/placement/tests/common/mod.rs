@@ -22,6 +22,7 @@ pub fn osd(id: u32, host: &str, status: Status) -> OsdInfo {
         host: host.to_string(),
         address: "127.0.0.1".into(),
         port: 7000,
+        shards: 1,
         capacity_bytes: 1 << 40,
         up: id % 5 != 0, // up or down must not matter
         is_in: status != Status::Out,
