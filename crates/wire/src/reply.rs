@@ -1,0 +1,409 @@
+//! Replies: OSD → client (and OSD → OSD for the debug requests). Every reply is one frame of
+//! kind [`Kind::Reply`] carrying the request's id. Payload layouts are in
+//! `docs/wire-protocol.md`; the offsets in the comments below are the same ones.
+
+use crate::codec::{len_u16, len_u32, FrameWriter, Reader};
+use crate::header::Kind;
+use crate::{Frame, WireError, PAYLOAD_BYTES_MAX_DEFAULT};
+use bytes::{Bytes, BytesMut};
+use fastblock_types::{ImageId, OsdId};
+
+/// Most bytes of an error reply's message. Messages are for logs and operators; a bound keeps
+/// an error path from turning into a large allocation.
+pub const MESSAGE_BYTES_MAX: usize = 1024;
+/// Most bytes of a leader hint's address text (an IP address; room for a host name).
+pub const ADDRESS_BYTES_MAX: usize = 255;
+/// Most objects in one `Digest` reply. The digest is a debug/test tool; 2^19 objects of 4 MiB
+/// is a 2 TiB PG, and the whole reply still fits in the default payload limit.
+pub const DIGEST_OBJECTS_MAX: u32 = 1 << 19;
+
+/// Bytes of the prefix every reply starts with: tag u8, reserved u8, status u16.
+const PREFIX_BYTES: usize = 4;
+/// Bytes of one encoded [`ObjectDigest`]: image u64, object_index u64, len_bytes u64, crc u32.
+const OBJECT_DIGEST_BYTES: usize = 28;
+/// Bytes of a `Digest` reply before its entries.
+const DIGEST_FIXED_BYTES: usize = PREFIX_BYTES + 4 + 8;
+/// Bytes of an `Error` reply before its address and message.
+const ERROR_FIXED_BYTES: usize = PREFIX_BYTES + 4 + 8;
+
+// A digest with the maximum number of objects must fit in the default payload limit, or an
+// OSD could build a reply that no default decoder accepts.
+const _: () = assert!(
+    DIGEST_FIXED_BYTES + OBJECT_DIGEST_BYTES * DIGEST_OBJECTS_MAX as usize
+        <= PAYLOAD_BYTES_MAX_DEFAULT as usize
+);
+// Both string bounds must be representable in their u16 length fields.
+const _: () = assert!(MESSAGE_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(ADDRESS_BYTES_MAX <= u16::MAX as usize);
+// Read data starts 8 bytes into the payload: 8-byte aligned relative to the frame start.
+const _: () = assert!((crate::HEADER_BYTES + PREFIX_BYTES + 4) % 8 == 0);
+
+const TAG_OK: u8 = 0;
+const TAG_DATA: u8 = 1;
+const TAG_LEADER: u8 = 2;
+const TAG_DIGEST: u8 = 3;
+const TAG_ERROR: u8 = 4;
+
+/// Status codes of replies. Retryable ones say so ([`Status::is_retryable`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Status {
+    Ok = 0,
+    NotLeader = 1,
+    NotReady = 2,
+    NoSuchPg = 3,
+    InvalidArgument = 4,
+    OutOfRange = 5,
+    NoSpace = 6,
+    IoError = 7,
+    Checksum = 8,
+    Busy = 9,
+    StaleEpoch = 10,
+    Timeout = 11,
+    Internal = 12,
+    UnknownOp = 13,
+}
+
+impl Status {
+    /// Every status, for tests and exhaustive tables.
+    pub const ALL: [Status; 14] = [
+        Status::Ok,
+        Status::NotLeader,
+        Status::NotReady,
+        Status::NoSuchPg,
+        Status::InvalidArgument,
+        Status::OutOfRange,
+        Status::NoSpace,
+        Status::IoError,
+        Status::Checksum,
+        Status::Busy,
+        Status::StaleEpoch,
+        Status::Timeout,
+        Status::Internal,
+        Status::UnknownOp,
+    ];
+
+    /// The status with this wire value, if any.
+    pub fn from_u16(value: u16) -> Option<Status> {
+        Status::ALL
+            .into_iter()
+            .find(|status| *status as u16 == value)
+    }
+
+    /// Whether the client should retry (after refreshing its map or leader, or backing off):
+    /// the condition is about where or when the request was sent, not about the request.
+    pub fn is_retryable(self) -> bool {
+        match self {
+            Status::NotLeader
+            | Status::NotReady
+            | Status::NoSuchPg
+            | Status::Busy
+            | Status::StaleEpoch
+            | Status::Timeout => true,
+            Status::Ok
+            | Status::InvalidArgument
+            | Status::OutOfRange
+            | Status::NoSpace
+            | Status::IoError
+            | Status::Checksum
+            | Status::Internal
+            | Status::UnknownOp => false,
+        }
+    }
+}
+
+/// Where the leader of a PG can be reached. `address` is IP text; `osd` 0 means unknown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderHint {
+    pub osd: OsdId,
+    pub address: String,
+    pub port: u16,
+}
+
+/// One object's applied state on one replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectDigest {
+    pub image: ImageId,
+    pub object_index: u64,
+    pub crc32c: u32,
+    pub len_bytes: u64,
+}
+
+/// A reply to one request, sent with the request's id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Ok,
+    /// Read / ReplicaRead: the data, a zero-copy slice of the frame payload after decoding.
+    Data(Bytes),
+    /// GetLeader.
+    Leader(LeaderHint),
+    /// ReplicaDigest.
+    Digest {
+        applied_index: u64,
+        objects: Vec<ObjectDigest>,
+    },
+    /// A failed request. `status` is never `Ok`; NotLeader carries a leader hint when the OSD
+    /// knows one; `message` is at most [`MESSAGE_BYTES_MAX`] bytes.
+    Error {
+        status: Status,
+        leader: Option<LeaderHint>,
+        message: String,
+    },
+}
+
+impl Reply {
+    /// An error reply whose message is cut (at a character boundary) to
+    /// [`MESSAGE_BYTES_MAX`] bytes, so that a long error text can never trip the encoder's
+    /// assertion. `status` must not be `Ok`.
+    pub fn error(status: Status, leader: Option<LeaderHint>, message: impl Into<String>) -> Reply {
+        let mut message = message.into();
+        if message.len() > MESSAGE_BYTES_MAX {
+            let mut cut = MESSAGE_BYTES_MAX;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        Reply::Error {
+            status,
+            leader,
+            message,
+        }
+    }
+
+    /// The reply's status: `Ok` for every variant but `Error`.
+    pub fn status(&self) -> Status {
+        match self {
+            Reply::Error { status, .. } => *status,
+            Reply::Ok | Reply::Data(_) | Reply::Leader(_) | Reply::Digest { .. } => Status::Ok,
+        }
+    }
+
+    /// Encodes as one frame of kind [`Kind::Reply`] appended to `out`.
+    ///
+    /// # Panics
+    /// On a reply the protocol cannot carry (caller bugs): `Error` with status `Ok`, a message
+    /// over [`MESSAGE_BYTES_MAX`] or an address over [`ADDRESS_BYTES_MAX`] bytes, more than
+    /// [`DIGEST_OBJECTS_MAX`] digests, data over `u32::MAX` bytes.
+    pub fn encode(&self, request_id: u64, out: &mut BytesMut) {
+        let mut writer = FrameWriter::begin(out, self.payload_len_hint());
+        match self {
+            Reply::Ok => put_prefix(&mut writer, TAG_OK, Status::Ok),
+            Reply::Data(data) => {
+                put_prefix(&mut writer, TAG_DATA, Status::Ok);
+                writer.put_u32(len_u32(data.len(), "Data reply"));
+                writer.put_slice(data);
+            }
+            Reply::Leader(hint) => {
+                put_prefix(&mut writer, TAG_LEADER, Status::Ok);
+                let address_len = put_hint_fixed(&mut writer, hint);
+                assert_eq!(usize::from(address_len), hint.address.len());
+                writer.put_slice(hint.address.as_bytes());
+            }
+            Reply::Digest {
+                applied_index,
+                objects,
+            } => put_digest(&mut writer, *applied_index, objects),
+            Reply::Error {
+                status,
+                leader,
+                message,
+            } => put_error(&mut writer, *status, leader.as_ref(), message),
+        }
+        writer.finish(Kind::Reply, request_id);
+    }
+
+    /// Decodes a reply frame's payload. `Data` is a zero-copy slice of `frame.payload`.
+    pub fn decode(frame: &Frame) -> Result<Reply, WireError> {
+        if frame.kind != Kind::Reply {
+            return Err(WireError::Invalid(format!(
+                "a {:?} frame (request id {}) where a reply was expected",
+                frame.kind, frame.request_id
+            )));
+        }
+        let mut reader = Reader::new(&frame.payload, "Reply");
+        let tag = reader.u8("reply tag")?;
+        reader.zero_u8("reserved")?;
+        let status_value = reader.u16("status")?;
+        let status = Status::from_u16(status_value)
+            .ok_or_else(|| WireError::Invalid(format!("Reply: unknown status {status_value}")))?;
+        if (tag == TAG_ERROR) == (status == Status::Ok) {
+            return Err(WireError::Invalid(format!(
+                "Reply: tag {tag} with status {status:?} (only Error replies, and all of \
+                 them, carry a status other than Ok)"
+            )));
+        }
+        let reply = match tag {
+            TAG_OK => Reply::Ok,
+            TAG_DATA => {
+                let len_bytes = reader.u32("data length")?;
+                reader.expect_rest(len_bytes, "data length")?;
+                Reply::Data(reader.bytes(reader.remaining(), "data")?)
+            }
+            TAG_LEADER => {
+                let (osd, port, address_len) = read_hint_fixed(&mut reader)?;
+                let address = reader.string(address_len, ADDRESS_BYTES_MAX, "leader address")?;
+                Reply::Leader(LeaderHint { osd, address, port })
+            }
+            TAG_DIGEST => read_digest(&mut reader)?,
+            TAG_ERROR => read_error(&mut reader, status)?,
+            _ => return Err(WireError::Invalid(format!("Reply: unknown tag {tag}"))),
+        };
+        reader.finish()?;
+        Ok(reply)
+    }
+
+    /// Payload bytes this reply encodes to (exact; used to reserve output space once).
+    fn payload_len_hint(&self) -> usize {
+        match self {
+            Reply::Ok => PREFIX_BYTES,
+            Reply::Data(data) => (PREFIX_BYTES + 4).saturating_add(data.len()),
+            Reply::Leader(hint) => PREFIX_BYTES + 8 + hint.address.len(),
+            Reply::Digest { objects, .. } => {
+                DIGEST_FIXED_BYTES.saturating_add(OBJECT_DIGEST_BYTES.saturating_mul(objects.len()))
+            }
+            Reply::Error {
+                leader, message, ..
+            } => {
+                let address_len = leader.as_ref().map_or(0, |hint| hint.address.len());
+                ERROR_FIXED_BYTES + address_len + message.len()
+            }
+        }
+    }
+}
+
+/// Offsets 0..4 of every reply: tag u8, reserved u8 (0), status u16.
+fn put_prefix(writer: &mut FrameWriter<'_>, tag: u8, status: Status) {
+    assert_eq!(writer.payload_len(), 0);
+    writer.put_u8(tag);
+    writer.put_u8(0);
+    writer.put_u16(status as u16);
+}
+
+/// The fixed 8 bytes of a leader hint: osd u32, port u16, address_len u16. Returns the
+/// address length; the caller places the address text where its layout says.
+fn put_hint_fixed(writer: &mut FrameWriter<'_>, hint: &LeaderHint) -> u16 {
+    let address_len = len_u16(hint.address.len(), ADDRESS_BYTES_MAX, "leader address");
+    writer.put_u32(hint.osd.get());
+    writer.put_u16(hint.port);
+    writer.put_u16(address_len);
+    address_len
+}
+
+fn read_hint_fixed(reader: &mut Reader<'_>) -> Result<(OsdId, u16, u16), WireError> {
+    let osd = reader.osd("leader osd")?;
+    let port = reader.u16("leader port")?;
+    let address_len = reader.u16("leader address length")?;
+    Ok((osd, port, address_len))
+}
+
+/// Offsets 4..8 count u32, 8..16 applied_index u64, then `count` entries of 28 bytes.
+fn put_digest(writer: &mut FrameWriter<'_>, applied_index: u64, objects: &[ObjectDigest]) {
+    let count = len_u32(objects.len(), "Digest objects");
+    assert!(
+        count <= DIGEST_OBJECTS_MAX,
+        "Digest of {count} objects over the limit {DIGEST_OBJECTS_MAX}"
+    );
+    put_prefix(writer, TAG_DIGEST, Status::Ok);
+    writer.put_u32(count);
+    writer.put_u64(applied_index);
+    for object in objects {
+        writer.put_u64(object.image.get());
+        writer.put_u64(object.object_index);
+        writer.put_u64(object.len_bytes);
+        writer.put_u32(object.crc32c);
+    }
+}
+
+fn read_digest(reader: &mut Reader<'_>) -> Result<Reply, WireError> {
+    let count = reader.u32("digest object count")?;
+    let applied_index = reader.u64("applied index")?;
+    if count > DIGEST_OBJECTS_MAX {
+        return Err(WireError::Invalid(format!(
+            "Digest of {count} objects over the limit {DIGEST_OBJECTS_MAX}"
+        )));
+    }
+    // Checked against the payload before the `Vec` is sized from `count`.
+    let entries_bytes = count as usize * OBJECT_DIGEST_BYTES;
+    let have = reader.remaining();
+    if entries_bytes > have {
+        return Err(WireError::Truncated {
+            what: "digest entries",
+            need: entries_bytes,
+            have,
+        });
+    }
+    let mut objects = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let image = reader.image()?;
+        let object_index = reader.u64("object index")?;
+        let len_bytes = reader.u64("object length")?;
+        let crc32c = reader.u32("object crc32c")?;
+        objects.push(ObjectDigest {
+            image,
+            object_index,
+            crc32c,
+            len_bytes,
+        });
+    }
+    Ok(Reply::Digest {
+        applied_index,
+        objects,
+    })
+}
+
+/// Offsets 4 has_leader u8, 5 reserved u8, 6 message_len u16, 8..16 the hint's fixed part
+/// (all zero without a hint), 16 the address text, then the message text.
+fn put_error(
+    writer: &mut FrameWriter<'_>,
+    status: Status,
+    leader: Option<&LeaderHint>,
+    message: &str,
+) {
+    assert_ne!(
+        status,
+        Status::Ok,
+        "an Error reply must not carry status Ok"
+    );
+    let message_len = len_u16(message.len(), MESSAGE_BYTES_MAX, "error message");
+    put_prefix(writer, TAG_ERROR, status);
+    writer.put_u8(u8::from(leader.is_some()));
+    writer.put_u8(0);
+    writer.put_u16(message_len);
+    match leader {
+        Some(hint) => {
+            put_hint_fixed(writer, hint);
+            writer.put_slice(hint.address.as_bytes());
+        }
+        None => writer.put_slice(&[0u8; 8]),
+    }
+    writer.put_slice(message.as_bytes());
+}
+
+fn read_error(reader: &mut Reader<'_>, status: Status) -> Result<Reply, WireError> {
+    let has_leader = reader.u8("has leader")?;
+    reader.zero_u8("reserved")?;
+    let message_len = reader.u16("message length")?;
+    let (osd, port, address_len) = read_hint_fixed(reader)?;
+    let address = reader.string(address_len, ADDRESS_BYTES_MAX, "leader address")?;
+    let leader = match has_leader {
+        1 => Some(LeaderHint { osd, address, port }),
+        0 if osd.get() == 0 && port == 0 && address.is_empty() => None,
+        0 => {
+            return Err(WireError::Invalid(
+                "Reply: Error without a leader hint has non-zero hint fields".to_owned(),
+            ))
+        }
+        other => {
+            return Err(WireError::Invalid(format!(
+                "Reply: has_leader is {other}, expected 0 or 1"
+            )))
+        }
+    };
+    let message = reader.string(message_len, MESSAGE_BYTES_MAX, "error message")?;
+    Ok(Reply::Error {
+        status,
+        leader,
+        message,
+    })
+}

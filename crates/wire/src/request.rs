@@ -1,0 +1,393 @@
+//! Requests: client → OSD, and OSD ↔ OSD. Payload layouts are in `docs/wire-protocol.md`;
+//! the offsets in the comments below are the same ones.
+
+use crate::codec::{len_u32, FrameWriter, Reader};
+use crate::header::Kind;
+use crate::{Frame, WireError, PAYLOAD_BYTES_MAX_DEFAULT};
+use bytes::{Bytes, BytesMut};
+use fastblock_types::{Epoch, ImageId, OsdId, PgId};
+
+/// Most Raft envelopes in one `RaftBatch`. One batch carries one loop iteration's messages to
+/// one peer; 65536 is far above what a shard has PGs for, and bounds the decoder's `Vec`.
+pub const RAFT_BATCH_ENVELOPES_MAX: u32 = 1 << 16;
+
+/// Bytes of an encoded [`ObjectAddr`].
+const OBJECT_ADDR_BYTES: usize = 24;
+/// Bytes of the fixed part of Write/Read/Discard/WriteZeroes: address, epoch, offset, length.
+pub(crate) const OBJECT_OP_BYTES: usize = OBJECT_ADDR_BYTES + 8 + 4 + 4;
+/// Bytes of `RaftBatch` before its envelope table.
+const RAFT_BATCH_FIXED_BYTES: usize = 16;
+/// Bytes of one entry of the `RaftBatch` envelope table: pool, seq, message length.
+const RAFT_ENVELOPE_ENTRY_BYTES: usize = 12;
+
+// Write data starts right after the fixed part; keeping it at a multiple of 8 from the frame
+// start (header 32 + 40) lets a receiver that reads into an aligned buffer keep data aligned.
+const _: () = assert!(OBJECT_OP_BYTES == 40);
+const _: () = assert!((crate::HEADER_BYTES + OBJECT_OP_BYTES) % 8 == 0);
+// A batch with the maximum number of (empty) envelopes must still fit in the default payload
+// limit, or the envelope limit would be unreachable and meaningless.
+const _: () = assert!(
+    RAFT_BATCH_FIXED_BYTES + RAFT_ENVELOPE_ENTRY_BYTES * RAFT_BATCH_ENVELOPES_MAX as usize
+        <= PAYLOAD_BYTES_MAX_DEFAULT as usize
+);
+
+/// Where an object lives: its PG and its id (image id + object index within the image).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectAddr {
+    pub pg: PgId,
+    pub image: ImageId,
+    pub object_index: u64,
+}
+
+/// One Raft message for one PG. `msg` is an opaque encoded raft-rs message: this crate does
+/// not depend on raft, so that the frame codec and its fuzzing stay independent of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaftEnvelope {
+    pub pg: PgId,
+    pub msg: Bytes,
+}
+
+/// Client → OSD requests (and OSD ↔ OSD). `epoch` is the sender's cluster-map epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Writes `data` at `offset` in the object. `data` is a zero-copy slice of the frame
+    /// payload after decoding.
+    Write {
+        addr: ObjectAddr,
+        offset: u32,
+        epoch: Epoch,
+        data: Bytes,
+    },
+    Read {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        epoch: Epoch,
+    },
+    Discard {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        epoch: Epoch,
+    },
+    WriteZeroes {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        epoch: Epoch,
+    },
+    GetLeader {
+        pg: PgId,
+        epoch: Epoch,
+    },
+    /// Debug/test: read this replica's applied copy, leader or not.
+    ReplicaRead {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+    },
+    /// Debug/test: this replica's applied index and per-object crc32c, to compare replicas.
+    ReplicaDigest {
+        pg: PgId,
+    },
+    /// First frame on an OSD↔OSD connection: who is speaking (and its incarnation).
+    Hello {
+        osd: OsdId,
+        boot_epoch: Epoch,
+    },
+    /// Raft messages from one OSD to another, many PGs per frame.
+    RaftBatch {
+        from: OsdId,
+        to: OsdId,
+        msgs: Vec<RaftEnvelope>,
+    },
+}
+
+impl Request {
+    /// The frame kind this request is sent as.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Request::Write { .. } => Kind::Write,
+            Request::Read { .. } => Kind::Read,
+            Request::Discard { .. } => Kind::Discard,
+            Request::WriteZeroes { .. } => Kind::WriteZeroes,
+            Request::GetLeader { .. } => Kind::GetLeader,
+            Request::ReplicaRead { .. } => Kind::ReplicaRead,
+            Request::ReplicaDigest { .. } => Kind::ReplicaDigest,
+            Request::Hello { .. } => Kind::Hello,
+            Request::RaftBatch { .. } => Kind::RaftBatch,
+        }
+    }
+
+    /// Encodes as one frame appended to `out`. Write's data is copied once, straight into
+    /// `out` behind the fixed fields: no temporary payload.
+    ///
+    /// # Panics
+    /// If the request cannot be represented: a payload over `u32::MAX` bytes, or more than
+    /// [`RAFT_BATCH_ENVELOPES_MAX`] envelopes. Those are caller bugs; the sizes the OSD and the
+    /// client produce are bounded far below.
+    pub fn encode(&self, request_id: u64, out: &mut BytesMut) {
+        let mut writer = FrameWriter::begin(out, self.payload_len_hint());
+        match self {
+            Request::Write {
+                addr,
+                offset,
+                epoch,
+                data,
+            } => {
+                let length = len_u32(data.len(), "Write data");
+                put_object_op(&mut writer, addr, *epoch, *offset, length);
+                writer.put_slice(data);
+            }
+            Request::Read {
+                addr,
+                offset,
+                length,
+                epoch,
+            }
+            | Request::Discard {
+                addr,
+                offset,
+                length,
+                epoch,
+            }
+            | Request::WriteZeroes {
+                addr,
+                offset,
+                length,
+                epoch,
+            } => put_object_op(&mut writer, addr, *epoch, *offset, *length),
+            Request::GetLeader { pg, epoch } => {
+                writer.put_pg(*pg);
+                writer.put_u64(epoch.get());
+            }
+            Request::ReplicaRead {
+                addr,
+                offset,
+                length,
+            } => {
+                put_addr(&mut writer, addr);
+                writer.put_u32(*offset);
+                writer.put_u32(*length);
+            }
+            Request::ReplicaDigest { pg } => writer.put_pg(*pg),
+            Request::Hello { osd, boot_epoch } => {
+                writer.put_u32(osd.get());
+                writer.put_u32(0); // reserved
+                writer.put_u64(boot_epoch.get());
+            }
+            Request::RaftBatch { from, to, msgs } => put_raft_batch(&mut writer, *from, *to, msgs),
+        }
+        writer.finish(self.kind(), request_id);
+    }
+
+    /// Decodes a request frame's payload. Write's `data` and each envelope's `msg` are
+    /// zero-copy slices of `frame.payload`. Errors are payload errors: the frame was intact,
+    /// so the receiver answers `InvalidArgument` and keeps the connection.
+    pub fn decode(frame: &Frame) -> Result<Request, WireError> {
+        let payload = &frame.payload;
+        let request = match frame.kind {
+            Kind::Write => {
+                let mut reader = Reader::new(payload, "Write");
+                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                reader.expect_rest(length, "data length")?;
+                let data = reader.bytes(reader.remaining(), "data")?;
+                reader.finish()?;
+                Request::Write {
+                    addr,
+                    offset,
+                    epoch,
+                    data,
+                }
+            }
+            Kind::Read => {
+                let mut reader = Reader::new(payload, "Read");
+                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                reader.finish()?;
+                Request::Read {
+                    addr,
+                    offset,
+                    length,
+                    epoch,
+                }
+            }
+            Kind::Discard => {
+                let mut reader = Reader::new(payload, "Discard");
+                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                reader.finish()?;
+                Request::Discard {
+                    addr,
+                    offset,
+                    length,
+                    epoch,
+                }
+            }
+            Kind::WriteZeroes => {
+                let mut reader = Reader::new(payload, "WriteZeroes");
+                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                reader.finish()?;
+                Request::WriteZeroes {
+                    addr,
+                    offset,
+                    length,
+                    epoch,
+                }
+            }
+            Kind::GetLeader => {
+                let mut reader = Reader::new(payload, "GetLeader");
+                let pg = reader.pg()?;
+                let epoch = reader.epoch()?;
+                reader.finish()?;
+                Request::GetLeader { pg, epoch }
+            }
+            Kind::ReplicaRead => {
+                let mut reader = Reader::new(payload, "ReplicaRead");
+                let addr = read_addr(&mut reader)?;
+                let offset = reader.u32("offset")?;
+                let length = reader.u32("length")?;
+                reader.finish()?;
+                Request::ReplicaRead {
+                    addr,
+                    offset,
+                    length,
+                }
+            }
+            Kind::ReplicaDigest => {
+                let mut reader = Reader::new(payload, "ReplicaDigest");
+                let pg = reader.pg()?;
+                reader.finish()?;
+                Request::ReplicaDigest { pg }
+            }
+            Kind::Hello => {
+                let mut reader = Reader::new(payload, "Hello");
+                let osd = reader.osd("osd")?;
+                reader.zero_u32("reserved")?;
+                let boot_epoch = reader.epoch()?;
+                reader.finish()?;
+                Request::Hello { osd, boot_epoch }
+            }
+            Kind::RaftBatch => read_raft_batch(payload)?,
+            Kind::Reply => {
+                return Err(WireError::Invalid(format!(
+                    "a Reply frame (request id {}) where a request was expected",
+                    frame.request_id
+                )))
+            }
+        };
+        Ok(request)
+    }
+
+    /// Payload bytes this request encodes to (exact; used to reserve output space once).
+    fn payload_len_hint(&self) -> usize {
+        match self {
+            Request::Write { data, .. } => OBJECT_OP_BYTES.saturating_add(data.len()),
+            Request::Read { .. } | Request::Discard { .. } | Request::WriteZeroes { .. } => {
+                OBJECT_OP_BYTES
+            }
+            Request::GetLeader { .. } | Request::Hello { .. } => 16,
+            Request::ReplicaRead { .. } => OBJECT_ADDR_BYTES + 8,
+            Request::ReplicaDigest { .. } => 8,
+            Request::RaftBatch { msgs, .. } => {
+                msgs.iter().fold(RAFT_BATCH_FIXED_BYTES, |sum, envelope| {
+                    sum.saturating_add(RAFT_ENVELOPE_ENTRY_BYTES + envelope.msg.len())
+                })
+            }
+        }
+    }
+}
+
+/// Offsets 0..24: pool u32, seq u32, image u64, object_index u64.
+fn put_addr(writer: &mut FrameWriter<'_>, addr: &ObjectAddr) {
+    writer.put_pg(addr.pg);
+    writer.put_u64(addr.image.get());
+    writer.put_u64(addr.object_index);
+}
+
+fn read_addr(reader: &mut Reader<'_>) -> Result<ObjectAddr, WireError> {
+    let pg = reader.pg()?;
+    let image = reader.image()?;
+    let object_index = reader.u64("object index")?;
+    Ok(ObjectAddr {
+        pg,
+        image,
+        object_index,
+    })
+}
+
+/// The shared 40-byte fixed part of the object IO requests: address 0..24, epoch 24..32,
+/// offset 32..36, length 36..40.
+fn put_object_op(
+    writer: &mut FrameWriter<'_>,
+    addr: &ObjectAddr,
+    epoch: Epoch,
+    offset: u32,
+    length: u32,
+) {
+    let start = writer.payload_len();
+    put_addr(writer, addr);
+    writer.put_u64(epoch.get());
+    writer.put_u32(offset);
+    writer.put_u32(length);
+    assert_eq!(writer.payload_len() - start, OBJECT_OP_BYTES);
+}
+
+fn read_object_op(reader: &mut Reader<'_>) -> Result<(ObjectAddr, Epoch, u32, u32), WireError> {
+    let addr = read_addr(reader)?;
+    let epoch = reader.epoch()?;
+    let offset = reader.u32("offset")?;
+    let length = reader.u32("length")?;
+    Ok((addr, epoch, offset, length))
+}
+
+/// from u32, to u32, count u32, reserved u32, then `count` table entries (pool u32, seq u32,
+/// msg_len u32), then the messages back to back in table order. The table comes first so
+/// that every fixed-width field precedes the variable tail and the count can be checked
+/// against the payload before anything is allocated.
+fn put_raft_batch(writer: &mut FrameWriter<'_>, from: OsdId, to: OsdId, msgs: &[RaftEnvelope]) {
+    let count = len_u32(msgs.len(), "RaftBatch envelopes");
+    assert!(
+        count <= RAFT_BATCH_ENVELOPES_MAX,
+        "RaftBatch from osd {from} to osd {to}: {count} envelopes over the limit \
+         {RAFT_BATCH_ENVELOPES_MAX}"
+    );
+    writer.put_u32(from.get());
+    writer.put_u32(to.get());
+    writer.put_u32(count);
+    writer.put_u32(0); // reserved
+    for envelope in msgs {
+        writer.put_pg(envelope.pg);
+        writer.put_u32(len_u32(envelope.msg.len(), "raft message"));
+    }
+    for envelope in msgs {
+        writer.put_slice(&envelope.msg);
+    }
+}
+
+fn read_raft_batch(payload: &Bytes) -> Result<Request, WireError> {
+    let mut reader = Reader::new(payload, "RaftBatch");
+    let from = reader.osd("from osd")?;
+    let to = reader.osd("to osd")?;
+    let count = reader.u32("envelope count")?;
+    reader.zero_u32("reserved")?;
+    if count > RAFT_BATCH_ENVELOPES_MAX {
+        return Err(WireError::Invalid(format!(
+            "RaftBatch from osd {from} to osd {to}: {count} envelopes over the limit \
+             {RAFT_BATCH_ENVELOPES_MAX}"
+        )));
+    }
+    // `count` is at most 65536, so the table size cannot overflow; it is then checked against
+    // the payload before the `Vec` below is sized from it.
+    let table_bytes = count as usize * RAFT_ENVELOPE_ENTRY_BYTES;
+    let table = reader.bytes(table_bytes, "envelope table")?;
+    let mut table = Reader::new(&table, "RaftBatch envelope table");
+    let mut msgs = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let pg = table.pg()?;
+        let msg_len = table.u32("raft message length")?;
+        let msg = reader.bytes(msg_len as usize, "raft message")?;
+        msgs.push(RaftEnvelope { pg, msg });
+    }
+    table.finish()?;
+    reader.finish()?;
+    Ok(Request::RaftBatch { from, to, msgs })
+}

@@ -1,0 +1,97 @@
+//! Exact bytes of frames, so that any change to the layout in `docs/wire-protocol.md` is a
+//! deliberate one. The expected bytes were produced by an independent implementation (a
+//! bit-by-bit crc32c and `struct.pack('<...')` following the documented offsets), not by
+//! this crate.
+
+use bytes::BytesMut;
+use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
+use fastblock_wire::{LeaderHint, ObjectAddr, Reply, Request, Status};
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn crc32c_is_the_castagnoli_polynomial() {
+    // The standard check value of CRC-32C (iSCSI), so that other implementations agree.
+    assert_eq!(crc32c::crc32c(b"123456789"), 0xE306_9283);
+}
+
+#[test]
+fn read_request_bytes() {
+    let mut out = BytesMut::new();
+    Request::Read {
+        addr: ObjectAddr {
+            pg: PgId::new(PoolId(1), 2),
+            image: ImageId(3),
+            object_index: 4,
+        },
+        offset: 4096,
+        length: 8192,
+        epoch: Epoch(5),
+    }
+    .encode(42, &mut out);
+    let expected = concat!(
+        // header: magic "FBBK", version 1, kind 2, flags 0, request id 42,
+        "4642424b",
+        "01",
+        "02",
+        "0000",
+        "2a00000000000000",
+        // payload_len 40, payload_crc, reserved 0, header_crc
+        "28000000",
+        "aee31d0e",
+        "00000000",
+        "d834e04f",
+        // payload: pool 1, seq 2, image 3, object 4, epoch 5, offset 4096, length 8192
+        "01000000",
+        "02000000",
+        "0300000000000000",
+        "0400000000000000",
+        "0500000000000000",
+        "00100000",
+        "00200000",
+    );
+    assert_eq!(hex(&out), expected);
+}
+
+#[test]
+fn not_leader_reply_bytes() {
+    let mut out = BytesMut::new();
+    Reply::Error {
+        status: Status::NotLeader,
+        leader: Some(LeaderHint {
+            osd: OsdId(2),
+            address: "10.0.0.2".to_owned(),
+            port: 6800,
+        }),
+        message: "not leader".to_owned(),
+    }
+    .encode(42, &mut out);
+    let expected = concat!(
+        // header: kind 128 (Reply), request id 42, payload_len 34
+        "4642424b",
+        "01",
+        "80",
+        "0000",
+        "2a00000000000000",
+        "22000000",
+        "4362fd94",
+        "00000000",
+        "76278731",
+        // tag 4 (Error), reserved, status 1 (NotLeader), has_leader 1, reserved, message_len 10
+        "04",
+        "00",
+        "0100",
+        "01",
+        "00",
+        "0a00",
+        // leader osd 2, port 6800, address_len 8, address, message
+        "02000000",
+        "901a",
+        "0800",
+        "31302e302e302e32",
+        "6e6f74206c6561646572",
+    );
+    assert_eq!(hex(&out), expected);
+}
