@@ -319,7 +319,12 @@ fn normalise(mut m: ObjModel) -> ObjModel {
 }
 
 fn run(ops: &[Op], crash_seed: u64, fail_at: Option<(usize, u64)>) {
-    let (disk, meta, mut s) = new_sim(8 << 20);
+    // Both ways of writing applied data: staged until flush, or alongside each commit.
+    let (disk, meta, mut s) = if crash_seed % 2 == 0 {
+        new_sim(8 << 20)
+    } else {
+        new_sim_data_with_commit(8 << 20)
+    };
     let mut m = Model::default();
     for (i, op) in ops.iter().enumerate() {
         if let Some((at, n)) = fail_at {

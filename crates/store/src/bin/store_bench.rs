@@ -172,11 +172,13 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let path = PathBuf::from(args.next().expect("usage: store-bench <file> [options]"));
     let (mut seconds, mut dataset_mib, mut sync) = (10.0, 256u64, SyncMode::Fdatasync);
+    let mut data_with_commit = false;
     while let Some(a) = args.next() {
         let v = args.next().expect("option needs a value");
         match a.as_str() {
             "--seconds" => seconds = v.parse().expect("seconds"),
             "--dataset-mib" => dataset_mib = v.parse().expect("MiB"),
+            "--data-with-commit" => data_with_commit = v == "1",
             "--sync" => {
                 sync = match v.as_str() {
                     "dsync" => SyncMode::DsyncWrites,
@@ -199,8 +201,17 @@ fn main() {
         sync_mode: sync,
         ..UringOptions::default()
     };
-    let s =
-        Store::open_path(&path, None, Some(&mkfs), uring, StoreOptions::default()).expect("mkfs");
+    let s = Store::open_path(
+        &path,
+        None,
+        Some(&mkfs),
+        uring,
+        StoreOptions {
+            data_with_commit,
+            ..StoreOptions::default()
+        },
+    )
+    .expect("mkfs");
     let mut b = Bench {
         s,
         rng: Rng(0x1234_5678_9ABC_DEF1),

@@ -54,6 +54,21 @@ pub trait Disk {
     /// without, see the trait's contract for unsynced writes.
     fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> io::Result<()>;
 
+    /// Writes `durable` and makes them durable as `write_many(durable, true)` does, while the
+    /// `background` writes run alongside: they are written when this returns `Ok`, but not
+    /// necessarily durable (the sync need not wait for them). Lets the WAL commit carry
+    /// applied data without its fdatasync waiting on it.
+    fn write_durable_with(
+        &mut self,
+        durable: &[WriteOp<'_>],
+        background: &[WriteOp<'_>],
+    ) -> io::Result<()> {
+        if !background.is_empty() {
+            self.write_many(background, false)?;
+        }
+        self.write_many(durable, true)
+    }
+
     /// Makes every earlier successful write durable (fdatasync).
     fn sync(&mut self) -> io::Result<()> {
         self.write_many(&[], true)

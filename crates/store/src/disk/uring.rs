@@ -258,6 +258,57 @@ impl Disk for UringDisk {
         Ok(())
     }
 
+    fn write_durable_with(
+        &mut self,
+        durable: &[WriteOp<'_>],
+        background: &[WriteOp<'_>],
+    ) -> io::Result<()> {
+        let total = durable.len() + background.len() + 1;
+        let Some(ring) = self.ring.as_mut() else {
+            for w in background.iter().chain(durable) {
+                self.file.write_all_at(w.buf, w.offset_bytes)?;
+            }
+            return self.file.sync_data();
+        };
+        if self.options.sync_mode != SyncMode::Fdatasync
+            || durable.is_empty()
+            || total > self.options.ring_entries as usize
+        {
+            if !background.is_empty() {
+                self.write_many(background, false)?;
+            }
+            return self.write_many(durable, true);
+        }
+        for w in background.iter().chain(durable) {
+            assert_io_aligned("write", w.offset_bytes, w.buf.len() as u64, self.size_bytes);
+            assert_eq!(w.buf.as_ptr() as usize % 512, 0, "unaligned write buffer");
+        }
+        let fd = types::Fd(self.file.as_raw_fd());
+        let mut sqes = Vec::with_capacity(total);
+        for w in background {
+            let op =
+                opcode::Write::new(fd, w.buf.as_ptr(), w.buf.len() as u32).offset(w.offset_bytes);
+            sqes.push((op.build().user_data(sqes.len() as u64), w.buf.len()));
+        }
+        // The durable writes form a chain ending in the fdatasync (IOSQE_IO_LINK), so the
+        // sync starts when they are done and does not wait for the background writes.
+        for w in durable {
+            let op =
+                opcode::Write::new(fd, w.buf.as_ptr(), w.buf.len() as u32).offset(w.offset_bytes);
+            let sqe = op
+                .build()
+                .flags(squeue::Flags::IO_LINK)
+                .user_data(sqes.len() as u64);
+            sqes.push((sqe, w.buf.len()));
+        }
+        let fsync = opcode::Fsync::new(fd)
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+            .user_data(sqes.len() as u64);
+        sqes.push((fsync, 0));
+        Self::run(ring, &sqes)
+    }
+
     fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
         assert_io_aligned("discard", offset_bytes, len_bytes, self.size_bytes);
         let is_blockdev = self.file.metadata()?.file_type().is_block_device();

@@ -25,6 +25,7 @@ use alloc::Allocator;
 use fastblock_types::units::BLOCK_SIZE_BYTES;
 use fastblock_types::{ImageId, PgId};
 use redb::{Database, ReadableTable, ReadableTableMetadata};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 /// Objects are at most this large (the largest image object size).
@@ -57,6 +58,13 @@ pub struct Objects {
     data_offset_bytes: u64,
     dirty_blocks: BTreeMap<BlockKey, Option<BlockVal>>,
     dirty_objects: BTreeMap<ObjKey, Option<u64>>,
+    /// Every object and its highest written byte (flushed table + dirty changes), kept in
+    /// memory: one small entry per object (256 Ki objects for 1 TiB of 4 MiB objects), so
+    /// that applying and listing never read the objects table.
+    objects: BTreeMap<ObjKey, u64>,
+    /// A read view of the flushed block map, reused across lookups until the next flush
+    /// (opening a read transaction per applied write was measurable).
+    blocks_view: RefCell<Option<redb::ReadOnlyTable<BlockKey, BlockVal>>>,
     dirty_applied: BTreeMap<u64, Option<u64>>,
     applied: BTreeMap<PgId, u64>,
     flushed_applied: BTreeMap<PgId, u64>,
@@ -90,6 +98,7 @@ impl Objects {
     pub fn open(db: Database, sb: &Superblock, stage_bytes_max: usize) -> Result<Self> {
         let mut alloc = Allocator::new(sb.data_blocks());
         let mut applied = BTreeMap::new();
+        let mut objects = BTreeMap::new();
         {
             let tx = db.begin_read()?;
             let blocks = tx.open_table(meta::BLOCKS)?;
@@ -108,6 +117,10 @@ impl Objects {
                     )));
                 }
             }
+            for row in tx.open_table(meta::OBJECTS)?.iter()? {
+                let (k, v) = row?;
+                objects.insert(k.value(), v.value());
+            }
             for row in tx.open_table(meta::APPLIED)?.iter()? {
                 let (k, v) = row?;
                 applied.insert(crate::wal::record::pg_from_u64(k.value()), v.value());
@@ -119,6 +132,8 @@ impl Objects {
             data_offset_bytes: sb.data_offset_bytes,
             dirty_blocks: BTreeMap::new(),
             dirty_objects: BTreeMap::new(),
+            objects,
+            blocks_view: RefCell::new(None),
             dirty_applied: BTreeMap::new(),
             flushed_applied: applied.clone(),
             applied,
@@ -166,35 +181,25 @@ impl Objects {
 
     fn lookup_many(&self, keys: &[BlockKey]) -> Result<Vec<Option<BlockVal>>> {
         let mut out = Vec::with_capacity(keys.len());
-        let mut tx_table = None;
+        let mut view = self.blocks_view.borrow_mut();
         for k in keys {
             if let Some(v) = self.dirty_blocks.get(k) {
                 out.push(*v);
                 continue;
             }
-            if tx_table.is_none() {
-                let tx = self.db.begin_read()?;
-                tx_table = Some(tx.open_table(meta::BLOCKS)?);
+            if view.is_none() {
+                *view = Some(self.db.begin_read()?.open_table(meta::BLOCKS)?);
             }
-            let table = tx_table.as_ref().expect("opened");
+            let table = view.as_ref().expect("opened");
             out.push(table.get(k)?.map(|g| g.value()));
         }
         Ok(out)
     }
 
-    fn object_end(&self, k: &ObjKey) -> Result<Option<u64>> {
-        if let Some(v) = self.dirty_objects.get(k) {
-            return Ok(*v);
-        }
-        let tx = self.db.begin_read()?;
-        let t = tx.open_table(meta::OBJECTS)?;
-        Ok(t.get(k)?.map(|g| g.value()))
-    }
-
-    fn touch_object(&mut self, k: ObjKey, end: u64) -> Result<()> {
-        let cur = self.object_end(&k)?.unwrap_or(0);
-        self.dirty_objects.insert(k, Some(cur.max(end)));
-        Ok(())
+    fn touch_object(&mut self, k: ObjKey, end: u64) {
+        let e = self.objects.entry(k).or_insert(0);
+        *e = (*e).max(end);
+        self.dirty_objects.insert(k, Some(*e));
     }
 
     /// The staged writes as disk operations (handed to the WAL commit so that they share its
@@ -331,7 +336,8 @@ impl Objects {
             self.dirty_blocks.insert(keys[i], Some((phys, crc)));
         }
         self.pending_free.extend(olds.iter().flatten().map(|v| v.0));
-        self.touch_object(ok, end)
+        self.touch_object(ok, end);
+        Ok(())
     }
 
     /// Discard / write-zeroes: whole blocks are unmapped (space given back at the next
@@ -383,7 +389,8 @@ impl Objects {
                 self.dirty_blocks.insert(*k, None);
             }
         }
-        self.touch_object(ok, end)
+        self.touch_object(ok, end);
+        Ok(())
     }
 
     /// Every mapped block of one object: (key, value), flushed map overlaid with dirty.
@@ -414,6 +421,7 @@ impl Objects {
             self.pending_free.push(phys);
             self.dirty_blocks.insert(k, None);
         }
+        self.objects.remove(&ok);
         self.dirty_objects.insert(ok, None);
         Ok(())
     }
@@ -422,20 +430,9 @@ impl Objects {
     pub fn list(&self, pg: PgId) -> Result<Vec<ObjectId>> {
         let p = pg_to_u64(pg);
         let (lo, hi) = ((p, 0u64, 0u64), (p, u64::MAX, u64::MAX));
-        let mut map: BTreeMap<ObjKey, bool> = BTreeMap::new();
-        {
-            let tx = self.db.begin_read()?;
-            let t = tx.open_table(meta::OBJECTS)?;
-            for row in t.range(lo..=hi)? {
-                map.insert(row?.0.value(), true);
-            }
-        }
-        for (k, v) in self.dirty_objects.range(lo..=hi) {
-            map.insert(*k, v.is_some());
-        }
-        Ok(map
-            .into_iter()
-            .filter(|(_, live)| *live)
+        Ok(self
+            .objects
+            .range(lo..=hi)
             .map(|(k, _)| ObjectId {
                 image: ImageId(k.1),
                 index: k.2,
@@ -527,6 +524,8 @@ impl Objects {
     /// the blocks the old map referenced.
     pub fn flush(&mut self, disk: &mut dyn Disk, wal_durable_lsn: u64) -> Result<()> {
         self.submit_staged(disk, true)?;
+        // Release the read view: the block map is about to change.
+        self.blocks_view.borrow_mut().take();
         let tx = self.db.begin_write()?;
         {
             let mut blocks = tx.open_table(meta::BLOCKS)?;

@@ -393,7 +393,7 @@ impl Wal {
         self.batch_buf[used..padded].fill(0);
         header.write(&mut self.batch_buf);
         let seg_base = self.sb.segment_offset_bytes(self.cur_slot);
-        let mut writes = Vec::with_capacity(2 + extra.len());
+        let mut writes = Vec::with_capacity(2);
         if let Some(prefix) = &self.roll_prefix {
             writes.push(WriteOp {
                 offset_bytes: seg_base,
@@ -404,11 +404,7 @@ impl Wal {
             offset_bytes: seg_base + batch_offset,
             buf: &self.batch_buf[..padded],
         });
-        writes.extend(extra.iter().map(|w| WriteOp {
-            offset_bytes: w.offset_bytes,
-            buf: w.buf,
-        }));
-        disk.write_many(&writes, true)
+        disk.write_durable_with(&writes, extra)
             .map_err(|e| io_err("WAL commit", seg_base + batch_offset, e))?;
         self.roll_prefix = None;
         self.cur_offset_bytes = batch_offset + padded as u64;

@@ -33,6 +33,18 @@ pub fn new_sim(device_bytes: u64) -> (SimDisk, SimFile, Store<SimDisk>) {
     (disk, meta, store)
 }
 
+/// Like [`new_sim`], with applied data written alongside each WAL commit.
+pub fn new_sim_data_with_commit(device_bytes: u64) -> (SimDisk, SimFile, Store<SimDisk>) {
+    let disk = SimDisk::new(device_bytes);
+    let meta = SimFile::new();
+    let opts = StoreOptions {
+        data_with_commit: true,
+        ..options()
+    };
+    let store = Store::mkfs(disk.clone(), meta.clone(), &small_mkfs(), opts).expect("mkfs");
+    (disk, meta, store)
+}
+
 pub fn reopen(disk: &SimDisk, meta: &SimFile) -> fastblock_store::Result<Store<SimDisk>> {
     Store::open(disk.clone(), meta.clone(), options())
 }
