@@ -320,7 +320,7 @@ fn normalise(mut m: ObjModel) -> ObjModel {
 
 fn run(ops: &[Op], crash_seed: u64, fail_at: Option<(usize, u64)>) {
     // Both ways of writing applied data: staged until flush, or alongside each commit.
-    let (disk, meta, mut s) = if crash_seed % 2 == 0 {
+    let (disk, meta, mut s) = if crash_seed.is_multiple_of(2) {
         new_sim(8 << 20)
     } else {
         new_sim_data_with_commit(8 << 20)
