@@ -1,0 +1,301 @@
+//! [`Cluster`]: the state one client process shares between all its images: the map cache, the
+//! leader cache, the connection pool, the in-flight semaphore and the background map watch.
+
+use crate::config::ClientConfig;
+use crate::conn::ConnPool;
+use crate::image::Image;
+use crate::map_cache::MapCache;
+use crate::ClientError;
+use fastblock_monclient::{MonClient, MonError};
+use fastblock_types::api::ErrorCode;
+use fastblock_types::map::{ClusterMap, ImageInfo};
+use fastblock_types::{Epoch, OsdId, PgId};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+/// Pause after a failed map watch before the next one (the monitor client already retried).
+const WATCH_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// Counters of what the client did, for benchmarks and operators.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Object requests started.
+    pub object_requests: u64,
+    /// Attempts after the first, over all object requests.
+    pub retries: u64,
+    /// `NotLeader` hints followed.
+    pub redirects: u64,
+    /// New TCP connections to OSDs.
+    pub connects: u64,
+    /// Maps installed after the first (watch and on-demand refreshes).
+    pub map_updates: u64,
+    /// Object requests that ended in `ClientError::Timeout`.
+    pub timeouts: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub object_requests: AtomicU64,
+    pub retries: AtomicU64,
+    pub redirects: AtomicU64,
+    pub connects: AtomicU64,
+    pub map_updates: AtomicU64,
+    pub timeouts: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A connected client. Cheap to share (`Arc`); images opened from it share its connections,
+/// caches and in-flight limit. Dropping the last `Arc` stops the background map watch and
+/// closes the connections.
+pub struct Cluster {
+    pub(crate) config: ClientConfig,
+    /// `None` for a cluster built on an injected map ([`Cluster::with_map`]).
+    mon: Option<Arc<MonClient>>,
+    pub(crate) cache: MapCache,
+    pub(crate) pool: ConnPool,
+    pub(crate) inflight: Semaphore,
+    /// Serialises on-demand map fetches: a burst of `StaleEpoch` replies costs one fetch.
+    refresh_lock: tokio::sync::Mutex<()>,
+    watcher: Mutex<Option<JoinHandle<()>>>,
+    pub(crate) counters: Counters,
+    /// Seeds the backoff jitter of each object request (distinct per request).
+    pub(crate) backoff_seed: AtomicU64,
+    /// For tasks spawned by `&self` methods (background map refreshes).
+    me: Weak<Cluster>,
+}
+
+impl Cluster {
+    /// Connects to the monitors, fetches the map and starts the background map watch. Must be
+    /// called inside a tokio runtime; the returned handle's IO must run in the same runtime.
+    pub async fn connect(config: ClientConfig) -> Result<Arc<Cluster>, ClientError> {
+        config.validate()?;
+        if config.monitors.is_empty() {
+            return Err(ClientError::Config("no monitor endpoint given".to_string()));
+        }
+        let mon = MonClient::new(config.monitors.clone()).with_deadline(config.op_deadline);
+        let response = mon.map().await?;
+        let Some(map) = response.map else {
+            return Err(ClientError::Protocol(
+                "the monitor answered a map fetch without a map".to_string(),
+            ));
+        };
+        let cluster = Cluster::build(config, Some(Arc::new(mon)), map);
+        cluster.start_watch();
+        Ok(cluster)
+    }
+
+    /// A client over a fixed, injected map and no monitor: for tests with fake or real OSDs
+    /// whose map the test builds. [`Cluster::set_map`] installs newer maps; map refreshes
+    /// (on `StaleEpoch`, unknown leaders) do nothing.
+    pub fn with_map(map: ClusterMap, config: ClientConfig) -> Result<Arc<Cluster>, ClientError> {
+        config.validate()?;
+        Ok(Cluster::build(config, None, map))
+    }
+
+    fn build(config: ClientConfig, mon: Option<Arc<MonClient>>, map: ClusterMap) -> Arc<Cluster> {
+        Arc::new_cyclic(|me| Cluster {
+            pool: ConnPool::new(config.connect_timeout),
+            inflight: Semaphore::new(config.inflight_ops_max),
+            config,
+            mon,
+            cache: MapCache::new(map),
+            refresh_lock: tokio::sync::Mutex::new(()),
+            watcher: Mutex::new(None),
+            counters: Counters::default(),
+            backoff_seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
+            me: me.clone(),
+        })
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The monitor client, to create or list images (absent for [`Cluster::with_map`]).
+    pub fn monitor(&self) -> Option<&MonClient> {
+        self.mon.as_deref()
+    }
+
+    /// The newest map this client has.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.cache.map()
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.cache.epoch()
+    }
+
+    /// Installs `map` if it is newer than the current one (tests; the watch does this
+    /// otherwise). Returns whether it was installed.
+    pub fn set_map(&self, map: ClusterMap) -> bool {
+        let installed = self.cache.install(map);
+        if installed {
+            Counters::bump(&self.counters.map_updates);
+        }
+        installed
+    }
+
+    /// The leader this client has cached for `pg`, if any.
+    pub fn cached_leader(&self, pg: PgId) -> Option<OsdId> {
+        self.cache.leader(pg).map(|t| t.osd)
+    }
+
+    /// Finds `pg`'s leader now (cache, else `GetLeader` to the PG's members), retrying until
+    /// the deadline like an IO would. For tests and tools ("which OSD do I stop?").
+    pub async fn leader_of(&self, pg: PgId) -> Result<OsdId, ClientError> {
+        let deadline = tokio::time::Instant::now() + self.config.op_deadline;
+        let mut last;
+        loop {
+            match self.leader_target(pg, self.config.attempt_timeout).await {
+                Ok(target) => return Ok(target.osd),
+                Err(why) => last = why,
+            }
+            if tokio::time::Instant::now() + crate::retry::BACKOFF_MAX >= deadline {
+                return Err(ClientError::Timeout {
+                    pg,
+                    deadline: self.config.op_deadline,
+                    last,
+                });
+            }
+            tokio::time::sleep(crate::retry::BACKOFF_MAX).await;
+        }
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ClientStats {
+            object_requests: get(&c.object_requests),
+            retries: get(&c.retries),
+            redirects: get(&c.redirects),
+            connects: get(&c.connects),
+            map_updates: get(&c.map_updates),
+            timeouts: get(&c.timeouts),
+        }
+    }
+
+    /// Opens an image by pool and name (asks the monitor).
+    pub async fn open_image(
+        self: &Arc<Self>,
+        pool: &str,
+        name: &str,
+    ) -> Result<Image, ClientError> {
+        let Some(mon) = &self.mon else {
+            return Err(ClientError::Config(
+                "open_image needs a monitor; use open_image_info with an injected map".into(),
+            ));
+        };
+        let info = match mon.image(pool, name).await {
+            Ok(info) => info,
+            Err(MonError::Api(e)) if e.code == ErrorCode::ImageNotFound => {
+                return Err(ClientError::ImageNotFound {
+                    pool: pool.to_string(),
+                    name: name.to_string(),
+                })
+            }
+            Err(MonError::Api(e)) if e.code == ErrorCode::PoolNotFound => {
+                return Err(ClientError::PoolNotFound(pool.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.open_image_info(info).await
+    }
+
+    /// Opens an image whose description the caller already has (tests with an injected map;
+    /// a frontend that listed images). The image's pool must be in the map (after one
+    /// refresh, for a pool created a moment ago).
+    pub async fn open_image_info(self: &Arc<Self>, info: ImageInfo) -> Result<Image, ClientError> {
+        if !self.map().pools.contains_key(&info.pool) {
+            self.refresh_map("image's pool is not in the map").await;
+        }
+        let map = self.map();
+        let Some(pool) = map.pools.get(&info.pool) else {
+            return Err(ClientError::PoolNotFound(info.pool_name.clone()));
+        };
+        Image::new(self.clone(), info, pool.pg_count)
+    }
+
+    /// Fetches the map from the monitor now, unless a newer map arrived since the caller
+    /// noticed it needed one. No-op without a monitor. Failures are logged: the caller's
+    /// retry loop goes on with the map it has.
+    pub(crate) async fn refresh_map(&self, why: &str) {
+        let Some(mon) = &self.mon else { return };
+        let seen = self.cache.epoch();
+        let _serialised = self.refresh_lock.lock().await;
+        if self.cache.epoch() > seen {
+            return;
+        }
+        tracing::debug!(epoch = %seen, "refreshing the cluster map: {why}");
+        match tokio::time::timeout(self.config.attempt_timeout, mon.map()).await {
+            Ok(Ok(response)) => {
+                if let Some(map) = response.map {
+                    self.set_map(map);
+                }
+            }
+            Ok(Err(e)) => tracing::warn!("map refresh ({why}) failed: {e}"),
+            Err(_) => tracing::warn!("map refresh ({why}) timed out"),
+        }
+    }
+
+    /// Starts a map refresh without waiting for it (used where the request can go on with
+    /// what it has, e.g. a leader hint naming an OSD the map does not know yet).
+    pub(crate) fn spawn_refresh_map(&self, why: &'static str) {
+        if self.mon.is_none() {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else { return };
+        tokio::spawn(async move { me.refresh_map(why).await });
+    }
+
+    fn start_watch(self: &Arc<Self>) {
+        let Some(mon) = self.mon.clone() else { return };
+        let me = Arc::downgrade(self);
+        let timeout = self.config.map_watch_timeout;
+        let handle = tokio::spawn(watch_map_loop(me, mon, timeout));
+        *self
+            .watcher
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(handle);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let watcher = self
+            .watcher
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(handle) = watcher.take() {
+            handle.abort();
+        }
+    }
+}
+
+/// Long-polls the monitor for maps newer than ours, forever (until the cluster is dropped).
+async fn watch_map_loop(me: Weak<Cluster>, mon: Arc<MonClient>, timeout: Duration) {
+    loop {
+        let epoch = match me.upgrade() {
+            Some(cluster) => cluster.epoch(),
+            None => return,
+        };
+        match mon.watch_map(epoch, timeout).await {
+            Ok(response) => {
+                let Some(map) = response.map else { continue };
+                let Some(cluster) = me.upgrade() else { return };
+                cluster.set_map(map);
+            }
+            Err(e) => {
+                tracing::warn!(epoch = %epoch, "cluster map watch failed: {e}");
+                tokio::time::sleep(WATCH_RETRY_PAUSE).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! The one error type of the client. Every variant carries what a retry (by the caller) or an
+//! operator needs: the PG, the OSD, the status the OSD answered, the last retryable failure.
+
+use fastblock_monclient::MonError;
+use fastblock_types::{OsdId, PgId};
+use fastblock_wire::Status;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The monitor refused a call or could not be reached (after its own retries).
+    #[error("monitor: {0}")]
+    Monitor(#[from] MonError),
+    /// The configuration cannot work (checked before anything is sent).
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+    #[error("pool {0:?} does not exist")]
+    PoolNotFound(String),
+    #[error("image {pool}/{name} does not exist")]
+    ImageNotFound { pool: String, name: String },
+    /// The byte range is not inside the image; nothing was sent.
+    #[error("IO of {len} bytes at offset {offset} is outside the image of {size} bytes")]
+    OutOfRange { offset: u64, len: u64, size: u64 },
+    /// Retryable failures (no leader, PG not ready, OSD busy or unreachable, ...) lasted until
+    /// the deadline, e.g. a PG that lost its majority. The same request may succeed later; for
+    /// a write the outcome is unknown (it may or may not have been applied).
+    #[error("PG {pg}: no success within the {deadline:?} deadline; last failure: {last}")]
+    Timeout {
+        pg: PgId,
+        deadline: Duration,
+        last: String,
+    },
+    /// An OSD answered a non-retryable error (IoError, Checksum, NoSpace, InvalidArgument,
+    /// OutOfRange, Internal, UnknownOp).
+    #[error("PG {pg}: osd.{osd} answered {status:?}: {message}")]
+    Io {
+        pg: PgId,
+        osd: OsdId,
+        status: Status,
+        message: String,
+    },
+    /// An OSD or the monitor answered something the protocol does not allow (a reply of the
+    /// wrong kind, a short read, an image with an object size the wire cannot address).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    /// Whether the same call may succeed later unchanged (the cluster may heal).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Timeout { .. } => true,
+            ClientError::Monitor(MonError::Unreachable { .. }) => true,
+            ClientError::Monitor(MonError::Api(e)) => e.retryable,
+            _ => false,
+        }
+    }
+
+    /// The PG the error is about, if it is about one.
+    pub fn pg(&self) -> Option<PgId> {
+        match self {
+            ClientError::Timeout { pg, .. } | ClientError::Io { pg, .. } => Some(*pg),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The client's view of the cluster: the newest map it has seen, and the PG → leader cache.
+//!
+//! Why std locks: every critical section is a few map operations with no `.await` inside, so
+//! an async lock would only add cost. Poisoning is ignored on purpose (`into_inner`): no code
+//! path panics half-way through an update, so the data is consistent either way.
+
+use crate::route::{self, Target};
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{Epoch, OsdId, PgId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+pub(crate) struct MapCache {
+    map: RwLock<Arc<ClusterMap>>,
+    /// The leader last confirmed (by a `GetLeader` answer or a `NotLeader` hint) for each PG.
+    /// Entries are removed when a request to that leader fails in a way that says it may no
+    /// longer lead, and pruned or re-addressed when a new map arrives.
+    leaders: Mutex<HashMap<PgId, Target>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MapCache {
+    pub(crate) fn new(map: ClusterMap) -> Self {
+        MapCache {
+            map: RwLock::new(Arc::new(map)),
+            leaders: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The current map (a cheap snapshot: the map is replaced, never mutated in place).
+    pub(crate) fn map(&self) -> Arc<ClusterMap> {
+        self.map
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn epoch(&self) -> Epoch {
+        self.map().epoch
+    }
+
+    /// Installs `map` if it is newer than the current one; returns whether it did. Cached
+    /// leaders on OSDs the new map does not know or shows down are dropped, and the others
+    /// take the map's address (an OSD may have restarted on another port).
+    pub(crate) fn install(&self, map: ClusterMap) -> bool {
+        let map = Arc::new(map);
+        {
+            let mut current = self
+                .map
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if map.epoch <= current.epoch {
+                return false;
+            }
+            *current = map.clone();
+        }
+        let mut leaders = lock(&self.leaders);
+        leaders.retain(|pg, target| {
+            if !map.osds.get(&target.osd).is_some_and(|o| o.up) {
+                return false;
+            }
+            match route::target_in_map(&map, target.osd, *pg) {
+                Some(fresh) => {
+                    *target = fresh;
+                    true
+                }
+                None => false,
+            }
+        });
+        tracing::debug!(epoch = %map.epoch, "installed cluster map");
+        true
+    }
+
+    pub(crate) fn leader(&self, pg: PgId) -> Option<Target> {
+        lock(&self.leaders).get(&pg).cloned()
+    }
+
+    pub(crate) fn set_leader(&self, pg: PgId, target: Target) {
+        lock(&self.leaders).insert(pg, target);
+    }
+
+    /// Forgets `pg`'s leader if it is still `osd` (a concurrent request may already have
+    /// learned a newer leader, which must survive a late failure of the old one).
+    pub(crate) fn forget_leader(&self, pg: PgId, osd: OsdId) {
+        let mut leaders = lock(&self.leaders);
+        if leaders.get(&pg).is_some_and(|t| t.osd == osd) {
+            leaders.remove(&pg);
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Pure routing over a cluster map: which PG holds an object, which OSDs to ask for a PG's
+//! leader, and where an OSD serves a PG. No I/O, so the tests can pin it with hand-built maps.
+
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{ImageId, OsdId, PgId, PoolId};
+use fastblock_wire::LeaderHint;
+use std::fmt;
+
+/// Where a request for one PG is sent: an OSD and its shard port for that PG.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub osd: OsdId,
+    pub address: String,
+    pub port: u16,
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "osd.{} at {}:{}", self.osd, self.address, self.port)
+    }
+}
+
+/// The PG of object `index` of `image` (the stable function of `fastblock_types::route`).
+pub(crate) fn object_pg(pool: PoolId, pg_count: u32, image: ImageId, index: u64) -> PgId {
+    fastblock_types::route::object_pg(pool, pg_count, image, index)
+}
+
+/// Where `osd` serves `pg` according to the map, if the map knows the OSD and its address.
+pub(crate) fn target_in_map(map: &ClusterMap, osd: OsdId, pg: PgId) -> Option<Target> {
+    let info = map.osds.get(&osd)?;
+    if info.address.is_empty() || info.port == 0 {
+        return None;
+    }
+    Some(Target {
+        osd,
+        address: info.address.clone(),
+        port: info.port_for(pg),
+    })
+}
+
+/// Where a leader hint points. The map is preferred for the address (it is what the OSD
+/// registered); the hint's own address is used for an OSD the map does not know yet (the
+/// caller then refreshes the map). `None` for an empty hint (`osd` 0).
+pub(crate) fn target_from_hint(map: &ClusterMap, hint: &LeaderHint, pg: PgId) -> Option<Target> {
+    if hint.osd.get() == 0 {
+        return None;
+    }
+    if let Some(target) = target_in_map(map, hint.osd, pg) {
+        return Some(target);
+    }
+    if hint.address.is_empty() || hint.port == 0 {
+        return None;
+    }
+    Some(Target {
+        osd: hint.osd,
+        address: hint.address.clone(),
+        port: hint.port,
+    })
+}
+
+/// The OSDs to ask `GetLeader` for `pg`, in order: the leader the map last recorded, then the
+/// current members, then the target members of a remap, each once and only if the map says it
+/// is up. Empty when the map has no such PG or no member is up.
+pub(crate) fn leader_candidates(map: &ClusterMap, pg: PgId) -> Vec<OsdId> {
+    let Some(info) = map.pg(pg) else {
+        return Vec::new();
+    };
+    let is_up = |osd: &OsdId| map.osds.get(osd).is_some_and(|o| o.up);
+    let mut candidates: Vec<OsdId> = Vec::with_capacity(info.osdlist.len() + 1);
+    let ordered = info
+        .leader
+        .iter()
+        .chain(info.osdlist.iter())
+        .chain(info.newosdlist.iter());
+    for osd in ordered {
+        if is_up(osd) && !candidates.contains(osd) {
+            candidates.push(*osd);
+        }
+    }
+    candidates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{MapBuilder, POOL};
+
+    #[test]
+    fn candidates_start_with_the_recorded_leader_and_skip_down_osds() {
+        let mut map = MapBuilder::new(2)
+            .osd(1, 7001)
+            .osd(2, 7002)
+            .osd(3, 7003)
+            .members(&[1, 2, 3])
+            .build();
+        let pg = PgId::new(POOL, 0);
+        assert_eq!(leader_candidates(&map, pg), [OsdId(1), OsdId(2), OsdId(3)]);
+        let pg_info = map.pgmaps.get_mut(&POOL).unwrap().pgs.get_mut(&0).unwrap();
+        pg_info.leader = Some(OsdId(3));
+        pg_info.newosdlist = vec![OsdId(2), OsdId(4)];
+        map.osds.get_mut(&OsdId(2)).unwrap().up = false;
+        assert_eq!(leader_candidates(&map, pg), [OsdId(3), OsdId(1)]);
+        assert!(leader_candidates(&map, PgId::new(POOL, 99)).is_empty());
+    }
+
+    #[test]
+    fn targets_use_the_shard_port() {
+        let mut map = MapBuilder::new(4).osd(1, 7000).members(&[1]).build();
+        map.osds.get_mut(&OsdId(1)).unwrap().shards = 4;
+        for seq in 0..4 {
+            let pg = PgId::new(POOL, seq);
+            let t = target_in_map(&map, OsdId(1), pg).unwrap();
+            let shard = fastblock_types::route::pg_shard(pg, 4) as u16;
+            assert_eq!(t.port, 7000 + shard);
+        }
+        assert!(target_in_map(&map, OsdId(9), PgId::new(POOL, 0)).is_none());
+    }
+
+    #[test]
+    fn hints_prefer_the_map_and_fall_back_to_their_address() {
+        let map = MapBuilder::new(1).osd(1, 7000).members(&[1]).build();
+        let pg = PgId::new(POOL, 0);
+        let hint = |osd, port| LeaderHint {
+            osd: OsdId(osd),
+            address: "10.0.0.9".into(),
+            port,
+        };
+        assert_eq!(
+            target_from_hint(&map, &hint(1, 9999), pg).unwrap().port,
+            7000
+        );
+        let unknown = target_from_hint(&map, &hint(5, 9999), pg).unwrap();
+        assert_eq!((unknown.address.as_str(), unknown.port), ("10.0.0.9", 9999));
+        assert!(target_from_hint(&map, &hint(0, 9999), pg).is_none());
+        assert!(target_from_hint(&map, &hint(5, 0), pg).is_none());
+    }
+}
