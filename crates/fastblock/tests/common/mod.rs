@@ -153,6 +153,7 @@ pub fn bin(name: &str) -> PathBuf {
     match name {
         "fastblock-mon" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-mon")),
         "fastblock-client" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-client")),
+        "fastblock-osd" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-osd")),
         other => panic!("unknown binary {other}"),
     }
 }
@@ -476,5 +477,214 @@ impl FakeOsd {
 impl Drop for FakeOsd {
     fn drop(&mut self) {
         self.stop_heartbeats();
+    }
+}
+
+/// A real `fastblock-osd` process on a data file, formatted with `--mkfs` against `mons`.
+pub struct OsdProc {
+    pub id: OsdId,
+    pub data: PathBuf,
+    pub port: u16,
+    pub host: String,
+    pub proc: Option<Proc>,
+    endpoints: Vec<String>,
+    log_dir: PathBuf,
+    restarts: u32,
+}
+
+/// Options of OSDs under test: fast Raft timers so elections take well under a second.
+pub const OSD_TEST_ARGS: &[&str] = &[
+    "--tick",
+    "50ms",
+    "--election-ticks",
+    "10",
+    "--heartbeat-ticks",
+    "2",
+    "--heartbeat-interval",
+    "300ms",
+];
+
+impl OsdProc {
+    /// Formats a new OSD (`shards` data-path threads) on a fresh file in `dir` and starts it.
+    pub fn create(mons: &MonCluster, dir: &Path, host: &str, size: &str, shards: u32) -> OsdProc {
+        let n = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
+        let data = dir.join(format!("osd-{host}-{n}.img"));
+        let out = Command::new(bin("fastblock-osd"))
+            .args(["--mkfs", "--data"])
+            .arg(&data)
+            .args(["--size", size, "--shards", &shards.to_string()])
+            .env("FASTBLOCK_MON", mons.endpoints().join(","))
+            .output()
+            .expect("running fastblock-osd --mkfs");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "mkfs failed: {}{}",
+            stdout,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let id = OsdId(stdout.trim().parse().expect("mkfs prints the new id"));
+        // Shard ports must all be free: reserve a block by probing.
+        let port = loop {
+            let p = free_port();
+            if p < 60000
+                && (0..shards).all(|k| TcpListener::bind(("127.0.0.1", p + k as u16)).is_ok())
+            {
+                break p;
+            }
+        };
+        let mut osd = OsdProc {
+            id,
+            data,
+            port,
+            host: host.to_string(),
+            proc: None,
+            endpoints: mons.endpoints(),
+            log_dir: dir.to_path_buf(),
+            restarts: 0,
+        };
+        osd.start();
+        osd
+    }
+
+    pub fn start(&mut self) {
+        assert!(self.proc.is_none(), "osd {} already running", self.id);
+        let mut cmd = Command::new(bin("fastblock-osd"));
+        cmd.arg("--data")
+            .arg(&self.data)
+            .args(["--port", &self.port.to_string(), "--host", &self.host])
+            .args(OSD_TEST_ARGS)
+            .env("FASTBLOCK_MON", self.endpoints.join(","))
+            .env("RUST_LOG", "info");
+        self.restarts += 1;
+        let log = self
+            .log_dir
+            .join(format!("osd{}-{}.log", self.id, self.restarts));
+        self.proc = Some(Proc::spawn(&format!("osd.{}", self.id), cmd, log));
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+    }
+
+    pub fn stop(&mut self) -> bool {
+        match self.proc.take() {
+            Some(mut p) => p.terminate(Duration::from_secs(20)),
+            None => true,
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match self.proc.as_mut().and_then(|p| p.child.as_mut()) {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        self.proc.as_ref().map(|p| p.log_tail()).unwrap_or_default()
+    }
+}
+
+/// Waits until these OSDs are up and in.
+pub async fn wait_osds_up(client: &MonClient, ids: &[OsdId], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let osds = client.osds().await.expect("osd list");
+        if ids
+            .iter()
+            .all(|id| osds.iter().any(|o| o.id == *id && o.up && o.is_in))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "osds {ids:?} not up after {timeout:?}: {osds:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until every PG of the cluster is active, or panics with the PG table.
+pub async fn wait_all_active(client: &MonClient, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let list = client.pgs(None).await.expect("pg list");
+        if !list.pgs.is_empty() && list.pgs.iter().all(|r| r.info.state.is_active()) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let table: Vec<String> = list
+                .pgs
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {} {:?} -> {:?}",
+                        r.pgid, r.state_name, r.info.osdlist, r.info.newosdlist
+                    )
+                })
+                .collect();
+            panic!(
+                "PGs not all active after {timeout:?}:\n{}",
+                table.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A raw data-plane connection for tests: one request at a time.
+pub struct WireConn {
+    stream: tokio::net::TcpStream,
+    buf: bytes::BytesMut,
+    next_id: u64,
+}
+
+impl WireConn {
+    pub async fn connect(addr: &str) -> WireConn {
+        let stream =
+            tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+                .await
+                .expect("connect timeout")
+                .unwrap_or_else(|e| panic!("connecting {addr}: {e}"));
+        WireConn {
+            stream,
+            buf: bytes::BytesMut::new(),
+            next_id: 1,
+        }
+    }
+
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        self.stream.write_all(bytes).await.expect("write");
+    }
+
+    /// Next reply, or `None` if the OSD closed the connection.
+    pub async fn recv(&mut self) -> Option<fastblock_wire::Reply> {
+        use tokio::io::AsyncReadExt;
+        let mut decoder = fastblock_wire::FrameDecoder::default();
+        loop {
+            if let Some(frame) = decoder.decode(&mut self.buf).expect("valid frame from osd") {
+                return Some(fastblock_wire::Reply::decode(&frame).expect("valid reply"));
+            }
+            let n =
+                tokio::time::timeout(Duration::from_secs(10), self.stream.read_buf(&mut self.buf))
+                    .await
+                    .expect("reply timeout")
+                    .ok()?;
+            if n == 0 {
+                return None;
+            }
+        }
+    }
+
+    pub async fn call(&mut self, req: &fastblock_wire::Request) -> fastblock_wire::Reply {
+        let mut out = bytes::BytesMut::new();
+        req.encode(self.next_id, &mut out);
+        self.next_id += 1;
+        self.send_raw(&out).await;
+        self.recv().await.expect("connection closed")
     }
 }

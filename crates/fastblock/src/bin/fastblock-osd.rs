@@ -1,0 +1,143 @@
+//! `fastblock-osd`: the storage daemon. `--mkfs` formats a file or block device and registers a
+//! new OSD with the monitor; without it the OSD starts, boots and serves its PGs.
+
+use clap::Parser;
+use fastblock_osd::control::{run, OsdConfig};
+use fastblock_osd::mkfs::{mkfs, MkfsArgs};
+use fastblock_pg::PgConfig;
+use fastblock_types::units::{parse_duration_ms, parse_size};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration_ms(s)
+        .map(Duration::from_millis)
+        .map_err(|e| e.to_string())
+}
+
+fn size(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+/// The fastblock storage daemon.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Data file or block device.
+    #[arg(long)]
+    data: PathBuf,
+    /// Monitor API address(es), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "127.0.0.1:3333",
+        env = "FASTBLOCK_MON"
+    )]
+    mon: Vec<String>,
+    /// Format the device and register a new OSD id, then exit.
+    #[arg(long)]
+    mkfs: bool,
+    /// With --mkfs: size of the data file to create (e.g. 10G).
+    #[arg(long, value_parser = size)]
+    size: Option<u64>,
+    /// With --mkfs: the OSD uuid (default: a new random one).
+    #[arg(long)]
+    uuid: Option<String>,
+    /// With --mkfs: format even if the device holds data.
+    #[arg(long)]
+    force: bool,
+    /// With --mkfs: data-path shards (threads), fixed for the life of the OSD [default: cores].
+    #[arg(long)]
+    shards: Option<u32>,
+    /// Address clients and peers reach this OSD at.
+    #[arg(long, default_value = "127.0.0.1")]
+    address: String,
+    /// Data port of shard 0 (shard k uses port + k).
+    #[arg(long, default_value_t = 6800)]
+    port: u16,
+    /// Host name: the `host` failure domain [default: this machine's host name].
+    #[arg(long)]
+    host: Option<String>,
+    /// Raft tick.
+    #[arg(long, default_value = "100ms", value_parser = duration)]
+    tick: Duration,
+    /// Followers campaign after [N, 2N) ticks without a leader.
+    #[arg(long, default_value_t = 10)]
+    election_ticks: usize,
+    /// Leaders heartbeat every N ticks.
+    #[arg(long, default_value_t = 2)]
+    heartbeat_ticks: usize,
+    /// Monitor heartbeat interval.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    heartbeat_interval: Duration,
+    /// How often applied data is flushed and logs compacted.
+    #[arg(long, default_value = "200ms", value_parser = duration)]
+    flush_interval: Duration,
+    /// Log entries kept behind the flushed applied index for lagging followers.
+    #[arg(long, default_value_t = 1024)]
+    log_retain_entries: u64,
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let args = Args::parse();
+    let result = if args.mkfs {
+        let shards = args.shards.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1)
+        });
+        mkfs(MkfsArgs {
+            data: args.data.clone(),
+            size_bytes: args.size,
+            uuid: args.uuid.clone(),
+            force: args.force,
+            shards,
+            monitors: args.mon.clone(),
+        })
+        .await
+        .map(|identity| println!("{}", identity.id))
+    } else {
+        let pg_config = PgConfig {
+            election_ticks: args.election_ticks,
+            heartbeat_ticks: args.heartbeat_ticks,
+            ..PgConfig::default()
+        };
+        if let Err(e) = pg_config.validate() {
+            eprintln!("fastblock-osd: {e}");
+            std::process::exit(2);
+        }
+        run(OsdConfig {
+            data: args.data,
+            monitors: args.mon,
+            address: args.address,
+            port: args.port,
+            host: args.host.unwrap_or_else(host_name),
+            tick: args.tick,
+            heartbeat_interval: args.heartbeat_interval,
+            flush_interval: args.flush_interval,
+            log_retain_entries: args.log_retain_entries,
+            pg_config,
+        })
+        .await
+    };
+    if let Err(e) = result {
+        eprintln!("fastblock-osd: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,218 @@
+//! The control task: boots the OSD with the monitor, starts the shards, heartbeats with IO
+//! counters, follows the cluster map by long-poll and hands it to the shards, reports new PG
+//! leaders, and stops the OSD when a shard fails (fail-stop) or on SIGTERM.
+
+use crate::identity::Identity;
+use crate::shard::{self, ShardCommand, ShardEvent, ShardHandle, ShardSpec};
+use anyhow::{bail, Context, Result};
+use fastblock_monclient::MonClient;
+use fastblock_pg::PgConfig;
+use fastblock_types::api::{BootRequest, ErrorCode, HeartbeatRequest};
+use fastblock_types::Epoch;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+#[derive(Clone, Debug)]
+pub struct OsdConfig {
+    pub data: PathBuf,
+    pub monitors: Vec<String>,
+    /// IP address peers and clients reach this OSD at.
+    pub address: String,
+    /// Data port of shard 0; shard k listens on port + k.
+    pub port: u16,
+    pub host: String,
+    pub tick: Duration,
+    pub heartbeat_interval: Duration,
+    pub flush_interval: Duration,
+    pub log_retain_entries: u64,
+    pub pg_config: PgConfig,
+}
+
+fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
+    std::net::TcpListener::bind((address, port))
+        .with_context(|| format!("binding {address}:{port}"))
+}
+
+/// Runs the OSD until SIGTERM/SIGINT (Ok) or a fatal error (Err: the process exits non-zero).
+pub async fn run(config: OsdConfig) -> Result<()> {
+    let identity = Identity::load(&config.data)?;
+    let mon =
+        Arc::new(MonClient::new(config.monitors.clone()).with_deadline(Duration::from_secs(60)));
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let seed = u64::from_le_bytes(identity.uuid_bytes()?[..8].try_into().expect("8 bytes"))
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    let mut shards: Vec<ShardHandle> = Vec::new();
+    for index in 0..identity.shards {
+        let port = config
+            .port
+            .checked_add(index as u16)
+            .context("shard port overflows")?;
+        let listener = bind(&config.address, port)?;
+        let spec = ShardSpec {
+            index,
+            count: identity.shards,
+            osd: identity.id,
+            data: config.data.clone(),
+            pg_config: config.pg_config,
+            tick: config.tick,
+            flush_interval: config.flush_interval,
+            log_retain_entries: config.log_retain_entries,
+            seed: seed.wrapping_add(u64::from(index)),
+        };
+        shards.push(shard::spawn(spec, listener, events_tx.clone())?);
+    }
+    let capacity = std::fs::metadata(&config.data)
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let boot = BootRequest {
+        uuid: identity.uuid.clone(),
+        address: config.address.clone(),
+        port: config.port,
+        shards: identity.shards,
+        host: config.host.clone(),
+        capacity_bytes: capacity,
+        config: serde_json::json!({
+            "data": config.data, "shards": identity.shards, "tick_ms": config.tick.as_millis(),
+            "election_ticks": config.pg_config.election_ticks, "heartbeat_ticks": config.pg_config.heartbeat_ticks,
+        })
+        .to_string(),
+    };
+    let epoch = mon
+        .boot(identity.id, &boot)
+        .await
+        .context("booting with the monitor")?;
+    tracing::info!(osd = %identity.id, %epoch, shards = identity.shards, "booted");
+
+    let (map_stop_tx, map_stop) = tokio::sync::watch::channel(false);
+    let map_task = tokio::spawn(follow_map(
+        mon.clone(),
+        shards.iter().map(|s| s.commands.clone()).collect(),
+        map_stop.clone(),
+    ));
+    let mut hb_task = tokio::spawn(heartbeat(
+        mon.clone(),
+        identity.clone(),
+        shards.iter().map(|s| s.commands.clone()).collect(),
+        config.heartbeat_interval,
+        map_stop,
+    ));
+
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let outcome = loop {
+        tokio::select! {
+            _ = term.recv() => break Ok(()),
+            hb = &mut hb_task => break match hb {
+                Ok(Err(e)) => Err(e),
+                _ => Err(anyhow::anyhow!("heartbeat task ended")),
+            },
+            _ = int.recv() => break Ok(()),
+            event = events.recv() => match event {
+                Some(ShardEvent::LeaderElected { pg, req }) => {
+                    let mon = mon.clone();
+                    tokio::spawn(async move {
+                        match mon.leader_elected(pg, &req).await {
+                            Ok(_) => tracing::info!(%pg, term = req.term.0, "leader reported"),
+                            Err(e) if e.code() == Some(ErrorCode::StaleReport) => {}
+                            Err(e) => tracing::warn!(%pg, "leader report failed: {e}"),
+                        }
+                    });
+                }
+                Some(ShardEvent::Fatal { shard, reason }) => break Err(anyhow::anyhow!("shard {shard} failed: {reason}")),
+                None => break Err(anyhow::anyhow!("all shards stopped")),
+            },
+        }
+    };
+    let _ = map_stop_tx.send(true);
+    map_task.abort();
+    hb_task.abort();
+    for s in &shards {
+        let (tx, rx) = oneshot::channel();
+        if s.commands.send(ShardCommand::Shutdown(tx)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+        }
+    }
+    for s in shards {
+        let _ = s.thread.join();
+    }
+    outcome
+}
+
+/// Long-polls the map and hands every new epoch to all shards.
+async fn follow_map(
+    mon: Arc<MonClient>,
+    shards: Vec<mpsc::UnboundedSender<ShardCommand>>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut epoch = Epoch(0);
+    while !*stop.borrow() {
+        let result = if epoch.0 == 0 {
+            mon.map().await
+        } else {
+            mon.watch_map(epoch, Duration::from_secs(10)).await
+        };
+        match result {
+            Ok(resp) => {
+                if let Some(map) = resp.map {
+                    if map.epoch > epoch || epoch.0 == 0 {
+                        epoch = map.epoch;
+                        let map = Arc::new(map);
+                        for s in &shards {
+                            let _ = s.send(ShardCommand::Map(map.clone()));
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!("map watch: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// Heartbeats with the shards' IO counters; a monitor that no longer knows us stops the OSD.
+async fn heartbeat(
+    mon: Arc<MonClient>,
+    identity: Identity,
+    shards: Vec<mpsc::UnboundedSender<ShardCommand>>,
+    interval: Duration,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let mut ticker = tokio::time::interval(interval);
+    while !*stop.borrow() {
+        ticker.tick().await;
+        let mut pgs = Vec::new();
+        for s in &shards {
+            let (tx, rx) = oneshot::channel();
+            if s.send(ShardCommand::Stats(tx)).is_ok() {
+                if let Ok(Ok(mut stats)) = tokio::time::timeout(Duration::from_secs(1), rx).await {
+                    pgs.append(&mut stats);
+                }
+            }
+        }
+        let req = HeartbeatRequest {
+            uuid: identity.uuid.clone(),
+            pgs,
+        };
+        match mon.heartbeat(identity.id, &req).await {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some(ErrorCode::UuidMismatch | ErrorCode::OsdNotFound)
+                ) =>
+            {
+                bail!("the monitor refuses this OSD: {e}");
+            }
+            Err(e) => tracing::warn!("heartbeat: {e}"),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,29 @@
+//! The OSD node: shards that serve PG replicas from one disk, and the control task that ties
+//! them to the monitor.
+//!
+//! Module map:
+//! - [`identity`]: the OSD's id, uuid and shard count beside its data (`<data>.osd.json`).
+//! - [`region`]: each shard's region of the device.
+//! - [`mkfs`]: formatting a device and registering a new OSD id with the monitor.
+//! - [`shard`]: one data-path thread: store, PG replicas, connections, the group-commit loop.
+//! - [`control`]: boot, heartbeats (with IO counters), following the map by long-poll,
+//!   reporting new PG leaders, fail-stop.
+//!
+//! Threads: one per shard (each a single-threaded runtime owning its io_uring, PGs and
+//! sockets; a PG belongs to exactly one shard, chosen by `route::pg_shard`), plus the control
+//! runtime. Shards share nothing; the control task talks to them over channels.
+
+pub mod control;
+pub mod identity;
+pub mod mkfs;
+pub mod region;
+pub mod shard;
+
+use std::path::{Path, PathBuf};
+
+/// The metadata database of shard `index`: `<data>.shard<index>.meta`.
+pub fn shard_meta_path(data: &Path, index: u32) -> PathBuf {
+    let mut p = data.as_os_str().to_owned();
+    p.push(format!(".shard{index}.meta"));
+    PathBuf::from(p)
+}

@@ -1,0 +1,85 @@
+//! A window of a disk: each shard owns one equal, aligned region of the OSD's device and runs
+//! its own store (WAL and objects) in it, so shards never share a lock or a queue.
+
+use fastblock_store::disk::{ReadOp, WriteOp};
+use fastblock_store::Disk;
+use std::io;
+
+/// Region boundaries are aligned to this, far above any sector or block size.
+pub const REGION_ALIGN_BYTES: u64 = 1 << 20;
+
+pub struct RegionDisk<D: Disk> {
+    inner: D,
+    offset_bytes: u64,
+    size_bytes: u64,
+}
+
+impl<D: Disk> RegionDisk<D> {
+    /// Region `index` of `count` equal regions of `inner`.
+    pub fn new(inner: D, index: u32, count: u32) -> io::Result<Self> {
+        assert!(index < count, "region {index} of {count}");
+        let region =
+            inner.size_bytes() / u64::from(count) / REGION_ALIGN_BYTES * REGION_ALIGN_BYTES;
+        if region == 0 {
+            return Err(io::Error::other(format!(
+                "device of {} bytes is too small for {count} shards",
+                inner.size_bytes()
+            )));
+        }
+        Ok(RegionDisk {
+            inner,
+            offset_bytes: region * u64::from(index),
+            size_bytes: region,
+        })
+    }
+
+    fn check(&self, offset: u64, len: usize) {
+        assert!(
+            offset + len as u64 <= self.size_bytes,
+            "region access {offset}+{len} beyond {}",
+            self.size_bytes
+        );
+    }
+}
+
+impl<D: Disk> Disk for RegionDisk<D> {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {
+        for r in reads.iter_mut() {
+            self.check(r.offset_bytes, r.buf.len());
+            r.offset_bytes += self.offset_bytes;
+        }
+        let result = self.inner.read_many(reads);
+        for r in reads.iter_mut() {
+            r.offset_bytes -= self.offset_bytes;
+        }
+        result
+    }
+
+    fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> io::Result<()> {
+        let shifted: Vec<WriteOp<'_>> = writes
+            .iter()
+            .map(|w| {
+                self.check(w.offset_bytes, w.buf.len());
+                WriteOp {
+                    offset_bytes: w.offset_bytes + self.offset_bytes,
+                    buf: w.buf,
+                }
+            })
+            .collect();
+        self.inner.write_many(&shifted, sync)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.inner.sync()
+    }
+
+    fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        self.check(offset_bytes, len_bytes as usize);
+        self.inner
+            .discard(offset_bytes + self.offset_bytes, len_bytes)
+    }
+}

@@ -1,0 +1,748 @@
+//! The shard loop. One iteration:
+//!
+//! 1. drain inputs (requests, Raft batches, closed connections) and, when due, tick every PG;
+//! 2. for every PG output: send Raft messages now (a leader's appends go out before its own
+//!    log write, so the followers' fdatasync overlaps ours), queue replies, report events;
+//! 3. persist every PG's log write into the shard's WAL and commit them together: one write,
+//!    one fdatasync (group commit across PGs);
+//! 4. apply committed entries to the object store (no sync: the WAL holds them until the next
+//!    flush), then tell the replicas (`on_persisted`, `on_applied`), which releases held
+//!    messages and replies; repeat 2-4 until no PG has more to do;
+//! 5. flush connections.
+//!
+//! An I/O error from the store stops the shard (fail-stop): every later request gets
+//! `IoError`, and the control task is told so the OSD exits.
+
+use super::net::{self, ConnId, InputQueue, Outbox, PeerLink, SharedOutbox, OUT_BYTES_MAX};
+use super::{ShardCommand, ShardEvent, ShardSpec, ShardStore};
+use crate::region::RegionDisk;
+use bytes::BytesMut;
+use fastblock_pg::{Apply, ClientOp, Event, OpId, OpOutcome, Output, PgError, PgReplica};
+use fastblock_store::{PgStorage, UringDisk, UringOptions};
+use fastblock_types::api::{LeaderElectedRequest, PgIoCounters};
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{OsdId, PgId};
+use fastblock_wire::{LeaderHint, ObjectAddr, RaftEnvelope, Reply, Request, Status};
+use protobuf::Message as _;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+use tokio::sync::{mpsc, Notify};
+
+/// Client operations in flight per connection before `Busy`.
+pub const CONN_INFLIGHT_OPS_MAX: usize = 4096;
+
+pub struct HostedPg {
+    pub replica: PgReplica<PgStorage<RegionDisk<UringDisk>>>,
+    pub io: PgIoCounters,
+    /// Term of the last leader report sent to the monitor.
+    pub reported_term: u64,
+}
+
+pub enum OpKind {
+    Mutation {
+        bytes: u64,
+    },
+    Read {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+    },
+}
+
+pub struct PendingOp {
+    pub conn: ConnId,
+    pub request_id: u64,
+    pub pg: PgId,
+    pub kind: OpKind,
+}
+
+pub struct Shard {
+    pub spec: ShardSpec,
+    pub store: Rc<RefCell<ShardStore>>,
+    pub pgs: BTreeMap<PgId, HostedPg>,
+    pub map: Arc<ClusterMap>,
+    pub inputs: InputQueue,
+    pub wake: Arc<Notify>,
+    pub conns: BTreeMap<ConnId, SharedOutbox>,
+    pub conn_inflight: BTreeMap<ConnId, usize>,
+    pub peers: BTreeMap<(OsdId, u16), PeerLink>,
+    pub next_conn: ConnId,
+    pub next_op: u64,
+    pub ops: BTreeMap<u64, PendingOp>,
+    pub events: mpsc::UnboundedSender<ShardEvent>,
+    pub failed: Option<String>,
+    pub applied_since_flush: bool,
+    listener: Option<std::net::TcpListener>,
+}
+
+impl Shard {
+    pub fn open(
+        spec: ShardSpec,
+        listener: std::net::TcpListener,
+        events: mpsc::UnboundedSender<ShardEvent>,
+    ) -> anyhow::Result<Shard> {
+        let disk = UringDisk::open(&spec.data, UringOptions::default())?;
+        let disk = RegionDisk::new(disk, spec.index, spec.count)?;
+        let meta = crate::shard_meta_path(&spec.data, spec.index);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(false)
+            .open(&meta)
+            .map_err(|e| anyhow::anyhow!("opening {}: {e}", meta.display()))?;
+        let backend = redb_backend(file)?;
+        let store = ShardStore::open(disk, backend, super::store_options())?;
+        Ok(Shard {
+            spec,
+            store: Rc::new(RefCell::new(store)),
+            pgs: BTreeMap::new(),
+            map: Arc::new(ClusterMap::default()),
+            inputs: Rc::new(RefCell::new(VecDeque::new())),
+            wake: Arc::new(Notify::new()),
+            conns: BTreeMap::new(),
+            conn_inflight: BTreeMap::new(),
+            peers: BTreeMap::new(),
+            next_conn: 1,
+            next_op: 1,
+            ops: BTreeMap::new(),
+            events,
+            failed: None,
+            applied_since_flush: false,
+            listener: Some(listener),
+        })
+    }
+
+    pub async fn run(mut self, mut commands: mpsc::UnboundedReceiver<ShardCommand>) {
+        let listener = self.listener.take().expect("listener");
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking listener");
+        let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+        let accepted: Rc<RefCell<VecDeque<tokio::net::TcpStream>>> =
+            Rc::new(RefCell::new(VecDeque::new()));
+        {
+            let accepted = accepted.clone();
+            let wake = self.wake.clone();
+            tokio::task::spawn_local(async move {
+                loop {
+                    match listener.accept().await {
+                        Ok((stream, _)) => {
+                            let _ = stream.set_nodelay(true);
+                            accepted.borrow_mut().push_back(stream);
+                            wake.notify_one();
+                        }
+                        Err(e) => {
+                            tracing::warn!("accept: {e}");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    }
+                }
+            });
+        }
+        let mut ticker = tokio::time::interval(self.spec.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut flusher = tokio::time::interval(self.spec.flush_interval);
+        flusher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let mut tick = false;
+            tokio::select! {
+                biased;
+                cmd = commands.recv() => match cmd {
+                    Some(ShardCommand::Map(map)) => self.on_map(map),
+                    Some(ShardCommand::Stats(reply)) => { let _ = reply.send(self.stats()); }
+                    Some(ShardCommand::Shutdown(done)) => {
+                        self.shutdown();
+                        let _ = done.send(());
+                        return;
+                    }
+                    None => { self.shutdown(); return; }
+                },
+                _ = self.wake.notified() => {}
+                _ = ticker.tick() => tick = true,
+                _ = flusher.tick() => self.maybe_flush(),
+            }
+            while let Some(stream) = accepted.borrow_mut().pop_front() {
+                self.add_conn(stream);
+            }
+            self.iterate(tick);
+        }
+    }
+
+    fn add_conn(&mut self, stream: tokio::net::TcpStream) {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let (read, write) = stream.into_split();
+        let outbox = Outbox::new(Some(write));
+        tokio::task::spawn_local(net::writer_task(outbox.clone()));
+        tokio::task::spawn_local(net::reader_task(
+            conn,
+            read,
+            self.inputs.clone(),
+            self.wake.clone(),
+        ));
+        self.conns.insert(conn, outbox);
+    }
+
+    /// One loop iteration (see the module doc).
+    pub fn iterate(&mut self, tick: bool) {
+        let mut outs: BTreeMap<PgId, Output> = BTreeMap::new();
+        loop {
+            let next = self.inputs.borrow_mut().pop_front();
+            match next {
+                Some(input) => self.handle_input(input, &mut outs),
+                None => break,
+            }
+        }
+        if tick && self.failed.is_none() {
+            for (pg, hosted) in self.pgs.iter_mut() {
+                hosted.replica.tick(outs.entry(*pg).or_default());
+            }
+        }
+        self.process(outs);
+        self.flush_conns();
+    }
+
+    /// Steps 2-4 of the loop, until quiet.
+    pub fn process(&mut self, mut outs: BTreeMap<PgId, Output>) {
+        let mut rounds = 0;
+        while outs.values().any(|o| !o.is_empty()) {
+            rounds += 1;
+            assert!(
+                rounds < 10_000,
+                "osd {} shard {}: PG outputs never settle",
+                self.spec.osd,
+                self.spec.index
+            );
+            let mut raft_out: BTreeMap<OsdId, Vec<RaftEnvelope>> = BTreeMap::new();
+            let mut writes = Vec::new();
+            let mut applies = Vec::new();
+            for (pg, out) in outs.iter_mut() {
+                for msg in out.messages.drain(..) {
+                    let to = OsdId(msg.to as u32);
+                    match msg.write_to_bytes() {
+                        Ok(bytes) => raft_out.entry(to).or_default().push(RaftEnvelope {
+                            pg: *pg,
+                            msg: bytes.into(),
+                        }),
+                        Err(e) => tracing::error!(%pg, "encoding a raft message: {e}"),
+                    }
+                }
+                for (op, outcome) in out.replies.drain(..) {
+                    self.complete(op, outcome);
+                }
+                for event in out.events.drain(..) {
+                    self.on_event(*pg, event);
+                }
+                if !out.log_writes.is_empty() {
+                    writes.push((*pg, std::mem::take(&mut out.log_writes)));
+                }
+                if !out.apply.is_empty() {
+                    applies.push((*pg, std::mem::take(&mut out.apply)));
+                }
+            }
+            self.send_raft(raft_out);
+            let persisted = self.persist(writes);
+            let applied = self.apply(applies);
+            let mut next: BTreeMap<PgId, Output> = BTreeMap::new();
+            for (pg, number) in persisted {
+                if let Some(h) = self.pgs.get_mut(&pg) {
+                    h.replica.on_persisted(number, next.entry(pg).or_default());
+                }
+            }
+            for (pg, index) in applied {
+                if let Some(h) = self.pgs.get_mut(&pg) {
+                    h.replica.on_applied(index, next.entry(pg).or_default());
+                }
+            }
+            outs = next;
+        }
+    }
+
+    /// Writes every PG's log write into the WAL and commits them with one sync. Returns the
+    /// highest persisted ready number per PG.
+    fn persist(&mut self, writes: Vec<(PgId, Vec<fastblock_pg::LogWrite>)>) -> Vec<(PgId, u64)> {
+        if writes.is_empty() || self.failed.is_some() {
+            return Vec::new();
+        }
+        let mut result = self.persist_once(&writes);
+        if let Err(fastblock_store::Error::NoSpace {
+            area: fastblock_store::SpaceArea::Wal,
+            ..
+        }) = &result
+        {
+            // The WAL is full of entries kept for lagging followers: flush, compact everything
+            // applied, and retry once. Nothing was written by the failed attempt.
+            tracing::warn!(osd = %self.spec.osd, shard = self.spec.index, "WAL full; compacting all applied entries");
+            let compacted = self.flush_and_compact(0);
+            result = compacted.and_then(|_| self.persist_once(&writes));
+        }
+        match result {
+            Ok(persisted) => persisted,
+            Err(e) => {
+                self.fail(format!("WAL commit: {e}"));
+                Vec::new()
+            }
+        }
+    }
+
+    fn persist_once(
+        &mut self,
+        writes: &[(PgId, Vec<fastblock_pg::LogWrite>)],
+    ) -> fastblock_store::Result<Vec<(PgId, u64)>> {
+        let mut persisted = Vec::new();
+        let mut store = self.store.borrow_mut();
+        let mut needs_commit = false;
+        for (pg, list) in writes {
+            let mut last = 0;
+            for w in list {
+                if let Some(snap) = &w.snapshot {
+                    let md = snap.get_metadata();
+                    store.apply_snapshot(*pg, md.index, md.term, md.get_conf_state())?;
+                    needs_commit = true;
+                }
+                if !w.entries.is_empty() {
+                    store.append_entries(*pg, &w.entries)?;
+                    needs_commit = true;
+                }
+                if let Some(hs) = &w.hard_state {
+                    store.set_hard_state(*pg, hs)?;
+                    needs_commit = true;
+                }
+                last = w.ready_number;
+            }
+            persisted.push((*pg, last));
+        }
+        if needs_commit {
+            store.commit()?;
+        }
+        Ok(persisted)
+    }
+
+    /// Applies committed entries to the object store (staged; durable at the next flush).
+    /// Returns the last applied index per PG.
+    fn apply(
+        &mut self,
+        applies: Vec<(PgId, Vec<Apply>)>,
+    ) -> Vec<(PgId, fastblock_types::LogIndex)> {
+        if applies.is_empty() || self.failed.is_some() {
+            return Vec::new();
+        }
+        let mut done = Vec::new();
+        let mut failure = None;
+        {
+            let mut store = self.store.borrow_mut();
+            for (pg, list) in &applies {
+                let mut last = None;
+                for a in list {
+                    let r = match a {
+                        Apply::Op { op, .. } => apply_op(&mut store, *pg, op),
+                        Apply::Noop {
+                            conf_state: Some(cs),
+                            ..
+                        } => store.set_conf_state(*pg, cs),
+                        Apply::Noop { .. } => Ok(()),
+                    };
+                    if let Err(e) = r {
+                        failure = Some(format!("applying pg {pg} index {}: {e}", a.index()));
+                        break;
+                    }
+                    last = Some(a.index());
+                }
+                if failure.is_some() {
+                    break;
+                }
+                if let Some(index) = last {
+                    if let Err(e) = store.set_applied(*pg, index.0) {
+                        failure = Some(format!("recording applied index of pg {pg}: {e}"));
+                        break;
+                    }
+                    done.push((*pg, index));
+                }
+            }
+        }
+        if let Some(reason) = failure {
+            self.fail(reason);
+            return Vec::new();
+        }
+        self.applied_since_flush = true;
+        done
+    }
+
+    /// Periodic flush: applied data and metadata become durable, and the log behind them
+    /// (minus a retained tail for lagging followers) is compacted.
+    pub fn maybe_flush(&mut self) {
+        if !self.applied_since_flush || self.failed.is_some() {
+            return;
+        }
+        self.applied_since_flush = false;
+        if let Err(e) = self.flush_and_compact(self.spec.log_retain_entries) {
+            self.fail(format!("flush: {e}"));
+        }
+    }
+
+    /// Flushes applied state, then compacts each PG's log up to `retain` entries behind its
+    /// flushed applied index.
+    fn flush_and_compact(&mut self, retain: u64) -> fastblock_store::Result<()> {
+        let mut store = self.store.borrow_mut();
+        store.flush()?;
+        for pg in self.pgs.keys() {
+            let flushed = store.flushed_applied_index(*pg);
+            let (first, _) = store.log_bounds(*pg);
+            let target = flushed.saturating_sub(retain);
+            if target >= first {
+                store.compact(*pg, target)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn fail(&mut self, reason: String) {
+        if self.failed.is_some() {
+            return;
+        }
+        tracing::error!(osd = %self.spec.osd, shard = self.spec.index, "shard failed: {reason}");
+        self.failed = Some(reason.clone());
+        let ops: Vec<u64> = self.ops.keys().copied().collect();
+        for op in ops {
+            self.complete(OpId(op), OpOutcome::Failed(PgError::Failed(reason.clone())));
+        }
+        let _ = self.events.send(ShardEvent::Fatal {
+            shard: self.spec.index,
+            reason,
+        });
+    }
+
+    fn shutdown(&mut self) {
+        self.applied_since_flush = true;
+        self.maybe_flush();
+        self.flush_conns();
+    }
+
+    pub fn leader_hint(&self, pg: PgId, leader: Option<OsdId>) -> Option<LeaderHint> {
+        let osd = self.map.osds.get(&leader?)?;
+        Some(LeaderHint {
+            osd: osd.id,
+            address: osd.address.clone(),
+            port: osd.port_for(pg),
+        })
+    }
+
+    /// Queues a reply on a connection (dropped if the connection went away).
+    pub fn reply(&mut self, conn: ConnId, request_id: u64, reply: &Reply) {
+        if let Some(outbox) = self.conns.get(&conn) {
+            let mut o = outbox.borrow_mut();
+            reply.encode(request_id, &mut o.buf);
+            if o.buf.len() > OUT_BYTES_MAX {
+                // The client does not read its replies: stop serving it rather than buffer
+                // without bound.
+                o.closed = true;
+                o.buf.clear();
+                o.stream = None;
+            }
+        }
+    }
+
+    /// An operation finished: answer its client and count it.
+    pub fn complete(&mut self, op: OpId, outcome: OpOutcome) {
+        let Some(pending) = self.ops.remove(&op.0) else {
+            return;
+        };
+        if let Some(n) = self.conn_inflight.get_mut(&pending.conn) {
+            *n = n.saturating_sub(1);
+        }
+        let reply = match (outcome, &pending.kind) {
+            (OpOutcome::Applied, OpKind::Mutation { bytes }) => {
+                if let Some(h) = self.pgs.get_mut(&pending.pg) {
+                    h.io.write_ops += 1;
+                    h.io.write_bytes += bytes;
+                }
+                Reply::Ok
+            }
+            (
+                OpOutcome::ReadReady,
+                OpKind::Read {
+                    addr,
+                    offset,
+                    length,
+                },
+            ) => {
+                let r = self.read_object(*addr, *offset, *length);
+                if r.is_ok() {
+                    if let Some(h) = self.pgs.get_mut(&pending.pg) {
+                        h.io.read_ops += 1;
+                        h.io.read_bytes += u64::from(*length);
+                    }
+                }
+                match r {
+                    Ok(data) => Reply::Data(data),
+                    Err(reply) => reply,
+                }
+            }
+            (OpOutcome::Failed(e), _) => self.error_reply(pending.pg, e),
+            (other, _) => Reply::error(
+                Status::Internal,
+                None,
+                format!("unexpected outcome {other:?}"),
+            ),
+        };
+        self.reply(pending.conn, pending.request_id, &reply);
+    }
+
+    pub fn error_reply(&self, pg: PgId, e: PgError) -> Reply {
+        match e {
+            PgError::NotLeader { leader } => Reply::error(
+                Status::NotLeader,
+                self.leader_hint(pg, leader),
+                format!("pg {pg}: not the leader"),
+            ),
+            PgError::Dropped => {
+                let leader = self.pgs.get(&pg).and_then(|h| h.replica.leader());
+                Reply::error(
+                    Status::NotLeader,
+                    self.leader_hint(pg, leader),
+                    format!("pg {pg}: leadership changed, retry"),
+                )
+            }
+            PgError::Busy => Reply::error(
+                Status::Busy,
+                None,
+                format!("pg {pg}: too many pending operations"),
+            ),
+            PgError::Failed(reason) => Reply::error(Status::IoError, None, reason),
+        }
+    }
+
+    /// Reads applied data of this replica.
+    pub fn read_object(
+        &mut self,
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+    ) -> Result<bytes::Bytes, Reply> {
+        let mut buf = vec![0u8; length as usize];
+        let object = fastblock_store::ObjectId {
+            image: addr.image,
+            index: addr.object_index,
+        };
+        let r = self
+            .store
+            .borrow_mut()
+            .read_object(addr.pg, object, u64::from(offset), &mut buf);
+        match r {
+            Ok(()) => Ok(buf.into()),
+            Err(e) => {
+                let status = match &e {
+                    fastblock_store::Error::Checksum { .. } => Status::Checksum,
+                    e if e.is_fatal() => Status::IoError,
+                    _ => Status::InvalidArgument,
+                };
+                if e.is_fatal() {
+                    self.fail(format!("read: {e}"));
+                }
+                Err(Reply::error(
+                    status,
+                    None,
+                    format!("pg {}: read: {e}", addr.pg),
+                ))
+            }
+        }
+    }
+
+    fn on_event(&mut self, pg: PgId, event: Event) {
+        match event {
+            Event::BecameLeader {
+                term,
+                conf_index,
+                voters,
+                voters_outgoing,
+            } => {
+                tracing::info!(%pg, term = term.0, ?voters, "became leader");
+                if let Some(h) = self.pgs.get_mut(&pg) {
+                    h.reported_term = term.0;
+                }
+                let req = LeaderElectedRequest {
+                    leader: self.spec.osd,
+                    term,
+                    conf_index,
+                    voters,
+                    voters_outgoing,
+                };
+                let _ = self.events.send(ShardEvent::LeaderElected { pg, req });
+            }
+            Event::LeaderChanged { leader, term } => {
+                tracing::debug!(%pg, ?leader, term = term.0, "leader changed");
+            }
+            Event::Failed { index, reason } => {
+                tracing::error!(%pg, index = index.0, "pg replica failed: {reason}");
+            }
+        }
+    }
+
+    /// Sends one Raft batch per destination OSD shard.
+    fn send_raft(&mut self, by_osd: BTreeMap<OsdId, Vec<RaftEnvelope>>) {
+        for (to, envelopes) in by_osd {
+            let Some(info) = self.map.osds.get(&to).cloned() else {
+                continue; // not in our map yet: Raft will retry
+            };
+            let mut by_port: BTreeMap<u16, Vec<RaftEnvelope>> = BTreeMap::new();
+            for env in envelopes {
+                by_port.entry(info.port_for(env.pg)).or_default().push(env);
+            }
+            for (port, msgs) in by_port {
+                let link = self.peer_link(to, &info.address, port, info.boot_epoch);
+                let req = Request::RaftBatch {
+                    from: self.spec.osd,
+                    to,
+                    msgs,
+                };
+                let mut o = link.borrow_mut();
+                if o.buf.len() > OUT_BYTES_MAX {
+                    continue; // the peer is not keeping up: shed (Raft retransmits)
+                }
+                req.encode(0, &mut o.buf);
+                o.flush_now();
+            }
+        }
+    }
+
+    fn peer_link(
+        &mut self,
+        osd: OsdId,
+        address: &str,
+        port: u16,
+        epoch: fastblock_types::Epoch,
+    ) -> SharedOutbox {
+        let addr = format!("{address}:{port}");
+        let key = (osd, port);
+        let stale = self.peers.get(&key).is_some_and(|l| {
+            l.addr != addr || l.epoch != epoch || (l.outbox.borrow().closed && !l.connecting)
+        });
+        if stale {
+            self.peers.remove(&key);
+        }
+        if let Some(link) = self.peers.get(&key) {
+            return link.outbox.clone();
+        }
+        let outbox = Outbox::new(None);
+        self.peers.insert(
+            key,
+            PeerLink {
+                osd,
+                addr: addr.clone(),
+                outbox: outbox.clone(),
+                connecting: true,
+                epoch,
+            },
+        );
+        let me = self.spec.osd;
+        let boot_epoch = self
+            .map
+            .osds
+            .get(&me)
+            .map(|o| o.boot_epoch)
+            .unwrap_or_default();
+        let target = outbox.clone();
+        let inputs = self.inputs.clone();
+        let wake = self.wake.clone();
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        tokio::task::spawn_local(async move {
+            let connected = tokio::time::timeout(
+                std::time::Duration::from_secs(2),
+                tokio::net::TcpStream::connect(&addr),
+            )
+            .await;
+            let stream = match connected {
+                Ok(Ok(s)) => s,
+                _ => {
+                    target.borrow_mut().closed = true;
+                    target.borrow_mut().buf.clear();
+                    return;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let (read, write) = stream.into_split();
+            {
+                let mut o = target.borrow_mut();
+                let mut hello = BytesMut::new();
+                Request::Hello {
+                    osd: me,
+                    boot_epoch,
+                }
+                .encode(0, &mut hello);
+                let pending = std::mem::replace(&mut o.buf, hello);
+                o.buf.extend_from_slice(&pending);
+                o.stream = Some(Rc::new(write));
+                o.flush_now();
+            }
+            tokio::task::spawn_local(net::writer_task(target.clone()));
+            // Peers never reply on this link, but reading notices when it closes.
+            net::reader_task(conn, read, inputs, wake).await;
+            target.borrow_mut().closed = true;
+        });
+        outbox
+    }
+
+    fn flush_conns(&mut self) {
+        let mut closed = Vec::new();
+        for (id, outbox) in &self.conns {
+            let mut o = outbox.borrow_mut();
+            o.flush_now();
+            if o.closed {
+                closed.push(*id);
+            }
+        }
+        for id in closed {
+            self.conns.remove(&id);
+            self.conn_inflight.remove(&id);
+        }
+        for link in self.peers.values() {
+            link.outbox.borrow_mut().flush_now();
+        }
+        for link in self.peers.values_mut() {
+            if link.outbox.borrow().stream.is_some() {
+                link.connecting = false;
+            }
+        }
+    }
+
+    fn stats(&self) -> Vec<PgIoCounters> {
+        self.pgs
+            .iter()
+            .filter(|(_, h)| h.replica.is_leader())
+            .map(|(pg, h)| PgIoCounters {
+                pg: Some(*pg),
+                ..h.io
+            })
+            .collect()
+    }
+
+    pub fn new_op(&mut self, pending: PendingOp) -> OpId {
+        let id = self.next_op;
+        self.next_op += 1;
+        *self.conn_inflight.entry(pending.conn).or_default() += 1;
+        self.ops.insert(id, pending);
+        OpId(id)
+    }
+}
+
+fn apply_op(store: &mut ShardStore, pg: PgId, op: &ClientOp) -> fastblock_store::Result<()> {
+    let object = fastblock_store::ObjectId {
+        image: op.object().image,
+        index: op.object().index,
+    };
+    match op {
+        ClientOp::Write { offset, data, .. } => {
+            store.write_object(pg, object, u64::from(*offset), data)
+        }
+        ClientOp::Discard { offset, length, .. } | ClientOp::WriteZeroes { offset, length, .. } => {
+            store.zero_object(pg, object, u64::from(*offset), u64::from(*length))
+        }
+    }
+}
+
+fn redb_backend(file: std::fs::File) -> anyhow::Result<redb::backends::FileBackend> {
+    Ok(redb::backends::FileBackend::new(file)?)
+}

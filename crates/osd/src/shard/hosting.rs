@@ -1,0 +1,152 @@
+//! Which PGs this shard hosts: every PG whose current or target members include this OSD and
+//! that hashes to this shard. Created, reopened after a restart, or deleted as the map says.
+
+use super::core::{HostedPg, Shard};
+use fastblock_pg::{OpOutcome, PgError, PgReplica};
+use fastblock_store::PgStorage;
+use fastblock_types::api::{LeaderElectedRequest, PgIoCounters};
+use fastblock_types::map::{ClusterMap, PgInfo};
+use fastblock_types::route::pg_shard;
+use fastblock_types::{LogIndex, PgId, Term};
+use raft::eraftpb::ConfState;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Index and term at which a brand-new PG's log starts, with its initial configuration as
+/// snapshot metadata. A member added later starts empty (index 0), so the leader's log does
+/// not reach back far enough for it and the leader sends a snapshot carrying the configuration
+/// (the same trick as TiKV's RAFT_INIT_LOG_INDEX).
+pub const PG_INIT_INDEX: u64 = 5;
+pub const PG_INIT_TERM: u64 = 5;
+
+impl Shard {
+    pub fn on_map(&mut self, map: Arc<ClusterMap>) {
+        if map.epoch < self.map.epoch {
+            return;
+        }
+        self.map = map.clone();
+        let me = self.spec.osd;
+        let mut desired: BTreeMap<PgId, PgInfo> = BTreeMap::new();
+        for (pool, pgmap) in &map.pgmaps {
+            for (seq, info) in &pgmap.pgs {
+                let pg = PgId::new(*pool, *seq);
+                if pg_shard(pg, self.spec.count) != self.spec.index {
+                    continue;
+                }
+                if info.osdlist.contains(&me) || info.newosdlist.contains(&me) {
+                    desired.insert(pg, info.clone());
+                }
+            }
+        }
+        let gone: Vec<PgId> = self
+            .pgs
+            .keys()
+            .filter(|pg| !desired.contains_key(pg))
+            .copied()
+            .collect();
+        for pg in gone {
+            self.remove_pg(pg);
+        }
+        for (pg, info) in &desired {
+            if !self.pgs.contains_key(pg) {
+                if let Err(e) = self.host_pg(*pg, info) {
+                    self.fail(format!("opening pg {pg}: {e}"));
+                    return;
+                }
+            }
+            self.maybe_report_leader(*pg, info);
+        }
+    }
+
+    fn host_pg(&mut self, pg: PgId, info: &PgInfo) -> anyhow::Result<()> {
+        let me = self.spec.osd;
+        {
+            let mut store = self.store.borrow_mut();
+            let fresh = store.pg_log(pg).is_none();
+            if fresh && info.leader.is_none() && info.osdlist.contains(&me) {
+                // A new PG: every initial member starts from the same configuration.
+                let voters: Vec<u64> = info.osdlist.iter().map(|o| u64::from(o.0)).collect();
+                let cs = ConfState::from((voters, vec![]));
+                store.apply_snapshot(pg, PG_INIT_INDEX, PG_INIT_TERM, &cs)?;
+                store.commit()?;
+            }
+        }
+        let (first, applied) = {
+            let store = self.store.borrow();
+            (store.log_bounds(pg).0, store.applied_index(pg))
+        };
+        let applied = applied.max(first.saturating_sub(1));
+        let storage = PgStorage::new(self.store.clone(), pg);
+        let replica = PgReplica::new(
+            pg,
+            me,
+            storage,
+            applied,
+            self.spec.pg_config,
+            self.spec.seed,
+        )?;
+        tracing::info!(%pg, applied, "hosting pg");
+        self.pgs.insert(
+            pg,
+            HostedPg {
+                replica,
+                io: PgIoCounters::default(),
+                reported_term: 0,
+            },
+        );
+        Ok(())
+    }
+
+    fn remove_pg(&mut self, pg: PgId) {
+        tracing::info!(%pg, "removing pg");
+        self.pgs.remove(&pg);
+        let ops: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, p)| p.pg == pg)
+            .map(|(id, _)| *id)
+            .collect();
+        for op in ops {
+            self.complete(
+                fastblock_pg::OpId(op),
+                OpOutcome::Failed(PgError::NotLeader { leader: None }),
+            );
+        }
+        let result = {
+            let mut store = self.store.borrow_mut();
+            store.remove_pg(pg).and_then(|_| store.commit().map(|_| ()))
+        };
+        if let Err(e) = result {
+            self.fail(format!("removing pg {pg}: {e}"));
+        }
+    }
+
+    /// A leader whose report the monitor has not recorded (lost, or sent before the monitor
+    /// failed over) reports again.
+    fn maybe_report_leader(&mut self, pg: PgId, info: &PgInfo) {
+        let me = self.spec.osd;
+        let Some(hosted) = self.pgs.get_mut(&pg) else {
+            return;
+        };
+        if !hosted.replica.is_leader() {
+            return;
+        }
+        let term = hosted.replica.term();
+        let recorded = info.leader == Some(me) && info.leader_term >= term;
+        if recorded {
+            return;
+        }
+        let voters = hosted.replica.voters();
+        let req = LeaderElectedRequest {
+            leader: me,
+            term: Term(term.0),
+            conf_index: LogIndex(info.conf_index.0),
+            voters,
+            voters_outgoing: Vec::new(),
+        };
+        hosted.reported_term = term.0;
+        let _ = self
+            .events
+            .send(super::ShardEvent::LeaderElected { pg, req });
+    }
+}

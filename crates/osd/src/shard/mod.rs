@@ -1,0 +1,119 @@
+//! One data-path shard: a thread with a single-threaded tokio runtime that owns one store
+//! (its region of the device, its WAL, its io_uring), the PGs that hash to it, and its
+//! connections. The control task talks to it only through [`ShardCommand`] and
+//! [`ShardEvent`].
+//!
+//! - [`net`]: connections and peer links.
+//! - [`core`]: the loop: inputs → PG replicas → one WAL commit → apply → replies.
+//! - [`hosting`]: which PGs live here, from the cluster map.
+//! - [`requests`]: client and peer requests.
+
+pub mod core;
+pub mod hosting;
+pub mod net;
+pub mod requests;
+
+use crate::region::RegionDisk;
+use fastblock_pg::PgConfig;
+use fastblock_store::{Store, StoreOptions, UringDisk};
+use fastblock_types::api::{LeaderElectedRequest, PgIoCounters};
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{OsdId, PgId};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+pub type ShardDisk = RegionDisk<UringDisk>;
+pub type ShardStore = Store<ShardDisk>;
+
+#[derive(Clone, Debug)]
+pub struct ShardSpec {
+    pub index: u32,
+    pub count: u32,
+    pub osd: OsdId,
+    pub data: PathBuf,
+    pub pg_config: PgConfig,
+    pub tick: Duration,
+    pub flush_interval: Duration,
+    /// Log entries kept behind the flushed applied index, for followers that fall behind.
+    pub log_retain_entries: u64,
+    pub seed: u64,
+}
+
+pub enum ShardCommand {
+    Map(Arc<ClusterMap>),
+    Stats(oneshot::Sender<Vec<PgIoCounters>>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+#[derive(Debug)]
+pub enum ShardEvent {
+    LeaderElected {
+        pg: PgId,
+        req: LeaderElectedRequest,
+    },
+    /// The shard stopped serving (an I/O error or a corrupt log): the OSD must stop.
+    Fatal {
+        shard: u32,
+        reason: String,
+    },
+}
+
+pub struct ShardHandle {
+    pub index: u32,
+    pub commands: mpsc::UnboundedSender<ShardCommand>,
+    pub thread: std::thread::JoinHandle<()>,
+}
+
+pub fn store_options() -> StoreOptions {
+    StoreOptions::default()
+}
+
+/// Opens the shard's store, binds its port and starts its thread. Errors (a missing device,
+/// a busy port) are returned before the thread starts serving.
+pub fn spawn(
+    spec: ShardSpec,
+    listener: std::net::TcpListener,
+    events: mpsc::UnboundedSender<ShardEvent>,
+) -> anyhow::Result<ShardHandle> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
+    let index = spec.index;
+    let thread = std::thread::Builder::new()
+        .name(format!("shard-{index}"))
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, async move {
+                let shard = match core::Shard::open(spec, listener, events) {
+                    Ok(shard) => {
+                        let _ = ready_tx.send(Ok(()));
+                        shard
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                shard.run(rx).await;
+            });
+        })?;
+    ready_rx
+        .recv()
+        .map_err(|_| anyhow::anyhow!("shard {index} thread died while opening"))??;
+    Ok(ShardHandle {
+        index,
+        commands: tx,
+        thread,
+    })
+}

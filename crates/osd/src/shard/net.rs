@@ -1,0 +1,185 @@
+//! Connections of one shard. Everything runs on the shard's thread (a `LocalSet`), so state is
+//! shared with `Rc<RefCell<..>>` and never locked.
+//!
+//! - Reader tasks decode frames and queue [`Input`]s for the shard loop, then wake it.
+//! - Outgoing bytes are appended to a connection's buffer and written at once with
+//!   `try_write` by the loop itself (so replies and Raft messages leave before the loop blocks
+//!   on the next fdatasync); whatever the socket does not take is written by the
+//!   connection's writer task when the socket becomes writable.
+//! - Buffers are bounded: a client whose buffer exceeds `out_bytes_max` is disconnected (it
+//!   does not read its replies); a peer link drops Raft messages instead (Raft retransmits).
+
+use bytes::{Buf, BytesMut};
+use fastblock_types::{Epoch, OsdId};
+use fastblock_wire::{Frame, FrameDecoder, Request};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::Notify;
+
+pub type ConnId = u64;
+
+/// Largest frame payload accepted (an object of 64 MiB plus headers would not fit; IO is split
+/// by clients into pieces ≤ 4 MiB + slack).
+pub const FRAME_PAYLOAD_BYTES_MAX: u32 = 16 << 20;
+/// Per-connection unsent bytes before a client is dropped or a peer's messages are shed.
+pub const OUT_BYTES_MAX: usize = 64 << 20;
+
+/// What reader tasks hand to the loop.
+pub enum Input {
+    Request {
+        conn: ConnId,
+        request_id: u64,
+        req: Request,
+    },
+    /// A well-framed request the decoder could not parse: answered with an error.
+    BadRequest {
+        conn: ConnId,
+        request_id: u64,
+        reason: String,
+    },
+    Closed {
+        conn: ConnId,
+        reason: String,
+    },
+}
+
+pub type InputQueue = Rc<RefCell<VecDeque<Input>>>;
+
+/// The sending side of a connection.
+pub struct Outbox {
+    pub buf: BytesMut,
+    /// Shared so the writer task can await writability without holding the `RefCell`.
+    pub stream: Option<Rc<OwnedWriteHalf>>,
+    pub wake_writer: Rc<Notify>,
+    pub closed: bool,
+}
+
+pub type SharedOutbox = Rc<RefCell<Outbox>>;
+
+impl Outbox {
+    pub fn new(stream: Option<OwnedWriteHalf>) -> SharedOutbox {
+        Rc::new(RefCell::new(Outbox {
+            buf: BytesMut::with_capacity(64 << 10),
+            stream: stream.map(Rc::new),
+            wake_writer: Rc::new(Notify::new()),
+            closed: false,
+        }))
+    }
+
+    /// Writes what the socket takes now without waiting; the writer task does the rest.
+    pub fn flush_now(&mut self) {
+        let Some(stream) = &self.stream else { return };
+        while !self.buf.is_empty() {
+            match stream.try_write(&self.buf) {
+                Ok(0) => break,
+                Ok(n) => self.buf.advance(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.wake_writer.notify_one();
+                    break;
+                }
+                Err(_) => {
+                    self.closed = true;
+                    self.buf.clear();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Writes an outbox's leftovers whenever the loop could not.
+pub async fn writer_task(outbox: SharedOutbox) {
+    loop {
+        let notify = outbox.borrow().wake_writer.clone();
+        notify.notified().await;
+        loop {
+            let stream = {
+                let o = outbox.borrow();
+                if o.closed {
+                    return;
+                }
+                if o.buf.is_empty() {
+                    break;
+                }
+                match &o.stream {
+                    Some(s) => s.clone(),
+                    None => break,
+                }
+            };
+            if stream.writable().await.is_err() {
+                outbox.borrow_mut().closed = true;
+                return;
+            }
+            outbox.borrow_mut().flush_now();
+        }
+    }
+}
+
+/// Reads frames until the connection closes or sends garbage.
+pub async fn reader_task(
+    conn: ConnId,
+    mut stream: OwnedReadHalf,
+    inputs: InputQueue,
+    wake_loop: Arc<Notify>,
+) {
+    let mut buf = BytesMut::with_capacity(256 << 10);
+    let mut decoder = FrameDecoder::new(FRAME_PAYLOAD_BYTES_MAX);
+    let reason = loop {
+        match stream.read_buf(&mut buf).await {
+            Ok(0) => break "closed by peer".to_string(),
+            Ok(_) => {}
+            Err(e) => break format!("read error: {e}"),
+        }
+        let mut framing_error = None;
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(frame)) => inputs.borrow_mut().push_back(decode_request(conn, &frame)),
+                Ok(None) => break,
+                Err(e) => {
+                    framing_error = Some(format!("framing error: {e}"));
+                    break;
+                }
+            }
+        }
+        wake_loop.notify_one();
+        if buf.capacity() - buf.len() < 64 << 10 {
+            buf.reserve(256 << 10);
+        }
+        if let Some(reason) = framing_error {
+            break reason;
+        }
+    };
+    inputs
+        .borrow_mut()
+        .push_back(Input::Closed { conn, reason });
+    wake_loop.notify_one();
+}
+
+fn decode_request(conn: ConnId, frame: &Frame) -> Input {
+    match Request::decode(frame) {
+        Ok(req) => Input::Request {
+            conn,
+            request_id: frame.request_id,
+            req,
+        },
+        Err(e) => Input::BadRequest {
+            conn,
+            request_id: frame.request_id,
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// An outbound link to one shard of a peer OSD, carrying Raft batches.
+pub struct PeerLink {
+    pub osd: OsdId,
+    pub addr: String,
+    pub outbox: SharedOutbox,
+    /// Set while a connect attempt runs, so only one runs at a time.
+    pub connecting: bool,
+    pub epoch: Epoch,
+}

@@ -1,0 +1,351 @@
+//! Client and peer requests arriving at a shard.
+
+use super::core::{OpKind, PendingOp, Shard, CONN_INFLIGHT_OPS_MAX};
+use super::net::{ConnId, Input};
+use fastblock_pg::{ClientOp, ObjectRef, Output};
+use fastblock_types::PgId;
+use fastblock_wire::{LeaderHint, ObjectAddr, ObjectDigest, Reply, Request, Status};
+use protobuf::Message as _;
+use std::collections::BTreeMap;
+
+/// Largest single read or mutation: clients split IO at object boundaries, and objects are at
+/// most 64 MiB; one request is further bounded to keep frames small.
+pub const REQUEST_BYTES_MAX: u32 = 8 << 20;
+/// Offsets within an object stay below the largest object size.
+pub const OBJECT_BYTES_MAX: u64 = 64 << 20;
+/// Free data space below which new mutations are refused with `NoSpace`, so that every
+/// committed entry can still be applied.
+pub const DATA_RESERVE_BYTES: u64 = 32 << 20;
+/// Bytes of each object digested by `ReplicaDigest` (the default object size).
+pub const DIGEST_WINDOW_BYTES: u32 = 4 << 20;
+
+fn range_ok(offset: u32, length: u32) -> Result<(), String> {
+    if length > REQUEST_BYTES_MAX {
+        return Err(format!(
+            "request of {length} bytes exceeds {REQUEST_BYTES_MAX}"
+        ));
+    }
+    if u64::from(offset) + u64::from(length) > OBJECT_BYTES_MAX {
+        return Err(format!(
+            "range {offset}+{length} exceeds the object size limit {OBJECT_BYTES_MAX}"
+        ));
+    }
+    Ok(())
+}
+
+impl Shard {
+    pub fn handle_input(&mut self, input: Input, outs: &mut BTreeMap<PgId, Output>) {
+        match input {
+            Input::Request {
+                conn,
+                request_id,
+                req,
+            } => self.handle_request(conn, request_id, req, outs),
+            Input::BadRequest {
+                conn,
+                request_id,
+                reason,
+            } => {
+                let status = if reason.contains("kind") {
+                    Status::UnknownOp
+                } else {
+                    Status::InvalidArgument
+                };
+                self.reply(conn, request_id, &Reply::error(status, None, reason));
+            }
+            Input::Closed { conn, reason } => {
+                tracing::debug!(conn, "connection closed: {reason}");
+                if let Some(o) = self.conns.remove(&conn) {
+                    o.borrow_mut().closed = true;
+                    o.borrow().wake_writer.notify_one();
+                }
+                self.conn_inflight.remove(&conn);
+            }
+        }
+    }
+
+    fn refuse(&mut self, conn: ConnId, request_id: u64, status: Status, message: String) {
+        self.reply(conn, request_id, &Reply::error(status, None, message));
+    }
+
+    fn handle_request(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        req: Request,
+        outs: &mut BTreeMap<PgId, Output>,
+    ) {
+        if let Some(reason) = self.failed.clone() {
+            if !matches!(req, Request::RaftBatch { .. } | Request::Hello { .. }) {
+                self.refuse(
+                    conn,
+                    request_id,
+                    Status::IoError,
+                    format!("osd shard failed: {reason}"),
+                );
+            }
+            return;
+        }
+        match req {
+            Request::Write {
+                addr, offset, data, ..
+            } => {
+                let length = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                let object = ObjectRef {
+                    image: addr.image,
+                    index: addr.object_index,
+                };
+                let op = ClientOp::Write {
+                    object,
+                    offset,
+                    data,
+                };
+                self.propose(conn, request_id, addr.pg, offset, length, op, outs);
+            }
+            Request::Discard {
+                addr,
+                offset,
+                length,
+                ..
+            } => {
+                let object = ObjectRef {
+                    image: addr.image,
+                    index: addr.object_index,
+                };
+                self.propose(
+                    conn,
+                    request_id,
+                    addr.pg,
+                    offset,
+                    length,
+                    ClientOp::Discard {
+                        object,
+                        offset,
+                        length,
+                    },
+                    outs,
+                );
+            }
+            Request::WriteZeroes {
+                addr,
+                offset,
+                length,
+                ..
+            } => {
+                let object = ObjectRef {
+                    image: addr.image,
+                    index: addr.object_index,
+                };
+                self.propose(
+                    conn,
+                    request_id,
+                    addr.pg,
+                    offset,
+                    length,
+                    ClientOp::WriteZeroes {
+                        object,
+                        offset,
+                        length,
+                    },
+                    outs,
+                );
+            }
+            Request::Read {
+                addr,
+                offset,
+                length,
+                ..
+            } => self.read(conn, request_id, addr, offset, length, outs),
+            Request::GetLeader { pg, .. } => {
+                let reply = match self.pgs.get(&pg) {
+                    None => Reply::error(
+                        Status::NoSuchPg,
+                        None,
+                        format!("pg {pg} is not hosted here"),
+                    ),
+                    Some(h) => {
+                        let hint = self.leader_hint(pg, h.replica.leader());
+                        Reply::Leader(hint.unwrap_or(LeaderHint {
+                            osd: fastblock_types::OsdId(0),
+                            address: String::new(),
+                            port: 0,
+                        }))
+                    }
+                };
+                self.reply(conn, request_id, &reply);
+            }
+            Request::ReplicaRead {
+                addr,
+                offset,
+                length,
+            } => {
+                let reply = match (self.pgs.contains_key(&addr.pg), range_ok(offset, length)) {
+                    (false, _) => Reply::error(
+                        Status::NoSuchPg,
+                        None,
+                        format!("pg {} is not hosted here", addr.pg),
+                    ),
+                    (true, Err(m)) => Reply::error(Status::InvalidArgument, None, m),
+                    (true, Ok(())) => match self.read_object(addr, offset, length) {
+                        Ok(data) => Reply::Data(data),
+                        Err(r) => r,
+                    },
+                };
+                self.reply(conn, request_id, &reply);
+            }
+            Request::ReplicaDigest { pg } => {
+                let reply = self.digest(pg);
+                self.reply(conn, request_id, &reply);
+            }
+            Request::Hello { .. } => {}
+            Request::RaftBatch { from, to, msgs } => {
+                if to != self.spec.osd {
+                    tracing::warn!(%from, %to, "raft batch for another osd; dropped");
+                    return;
+                }
+                for env in msgs {
+                    let Some(hosted) = self.pgs.get_mut(&env.pg) else {
+                        continue;
+                    };
+                    match raft::eraftpb::Message::parse_from_carllerche_bytes(&env.msg) {
+                        Ok(msg) => hosted.replica.step(msg, outs.entry(env.pg).or_default()),
+                        Err(e) => {
+                            tracing::warn!(pg = %env.pg, %from, "undecodable raft message: {e}")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Admits a client operation: limits, then the PG.
+    fn admit(&mut self, conn: ConnId, request_id: u64, pg: PgId, offset: u32, length: u32) -> bool {
+        if let Err(m) = range_ok(offset, length) {
+            self.refuse(conn, request_id, Status::InvalidArgument, m);
+            return false;
+        }
+        if self.conn_inflight.get(&conn).copied().unwrap_or(0) >= CONN_INFLIGHT_OPS_MAX {
+            self.refuse(
+                conn,
+                request_id,
+                Status::Busy,
+                "too many operations in flight on this connection".into(),
+            );
+            return false;
+        }
+        if !self.pgs.contains_key(&pg) {
+            let known = self.map.pg(pg).is_some();
+            let (status, m) = if known {
+                (
+                    Status::NotReady,
+                    format!("pg {pg} is not ready on this osd"),
+                )
+            } else {
+                (Status::NoSuchPg, format!("pg {pg} is not hosted here"))
+            };
+            self.refuse(conn, request_id, status, m);
+            return false;
+        }
+        true
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn propose(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        pg: PgId,
+        offset: u32,
+        length: u32,
+        op: ClientOp,
+        outs: &mut BTreeMap<PgId, Output>,
+    ) {
+        if !self.admit(conn, request_id, pg, offset, length) {
+            return;
+        }
+        let free = self.store.borrow().free_data_bytes();
+        if matches!(op, ClientOp::Write { .. }) && free < DATA_RESERVE_BYTES + u64::from(length) {
+            self.refuse(
+                conn,
+                request_id,
+                Status::NoSpace,
+                format!("osd {} is full ({free} bytes free)", self.spec.osd),
+            );
+            return;
+        }
+        let id = self.new_op(PendingOp {
+            conn,
+            request_id,
+            pg,
+            kind: OpKind::Mutation {
+                bytes: u64::from(length),
+            },
+        });
+        let hosted = self.pgs.get_mut(&pg).expect("admitted");
+        hosted.replica.propose(id, &op, outs.entry(pg).or_default());
+    }
+
+    fn read(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        outs: &mut BTreeMap<PgId, Output>,
+    ) {
+        if !self.admit(conn, request_id, addr.pg, offset, length) {
+            return;
+        }
+        let id = self.new_op(PendingOp {
+            conn,
+            request_id,
+            pg: addr.pg,
+            kind: OpKind::Read {
+                addr,
+                offset,
+                length,
+            },
+        });
+        let hosted = self.pgs.get_mut(&addr.pg).expect("admitted");
+        hosted.replica.read(id, outs.entry(addr.pg).or_default());
+    }
+
+    /// This replica's applied index and a crc32c of the first `DIGEST_WINDOW_BYTES` of each
+    /// object, for comparing replicas in tests and repairs.
+    fn digest(&mut self, pg: PgId) -> Reply {
+        let Some(hosted) = self.pgs.get(&pg) else {
+            return Reply::error(
+                Status::NoSuchPg,
+                None,
+                format!("pg {pg} is not hosted here"),
+            );
+        };
+        let applied_index = hosted.replica.applied().0;
+        let objects = match self.store.borrow_mut().list_objects(pg) {
+            Ok(o) => o,
+            Err(e) => return Reply::error(Status::IoError, None, format!("listing pg {pg}: {e}")),
+        };
+        let mut digests = Vec::with_capacity(objects.len());
+        for object in objects {
+            let addr = ObjectAddr {
+                pg,
+                image: object.image,
+                object_index: object.index,
+            };
+            match self.read_object(addr, 0, DIGEST_WINDOW_BYTES) {
+                Ok(data) => digests.push(ObjectDigest {
+                    image: object.image,
+                    object_index: object.index,
+                    crc32c: crc32c::crc32c(&data),
+                    len_bytes: u64::from(DIGEST_WINDOW_BYTES),
+                }),
+                Err(reply) => return reply,
+            }
+        }
+        Reply::Digest {
+            applied_index,
+            objects: digests,
+        }
+    }
+}
