@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # Starts a local fastblock cluster under ./.vstart: installs what is missing, builds release
-# binaries if needed, starts a monitor (with its own etcd member) and waits until it leads.
+# binaries if needed, starts a monitor (with its own etcd member) and N OSDs on sparse files,
+# creates a pool and an image, and waits until every PG is active.
 #
 #   ./vstart.sh            start (or report that it already runs)
 #   ./vstart.sh --stop     stop everything started here
 #   ./vstart.sh --clean    stop, wipe ./.vstart, start afresh
 #
-# Options: --mon-port N (API, default 3333), --etcd-port N (client; peer = N+1, default 2379),
-# --state-dir DIR (default ./.vstart, or $FASTBLOCK_VSTART_STATE_ROOT), --no-build.
+# Options: -c/--count N OSDs (3), -r/--replica N (3), -p/--pgcount N (8), --osd-size SIZE (4G,
+# or $FASTBLOCK_VSTART_AIO_FILE_SIZE), --shards N per OSD (1), --mon-port N (3333),
+# --osd-port N (6800; OSD i uses N + 10*i), --etcd-port N (2379; peer N+1),
+# --state-dir DIR (./.vstart or $FASTBLOCK_VSTART_STATE_ROOT), --no-build.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 STATE=${FASTBLOCK_VSTART_STATE_ROOT:-$PWD/.vstart}
 MON_PORT=3333
 ETCD_PORT=2379
+OSD_PORT=6800
+COUNT=3
+REPLICA=3
+PGCOUNT=8
+SHARDS=1
+OSD_SIZE=${FASTBLOCK_VSTART_AIO_FILE_SIZE:-4G}
+POOL=fb
+IMAGE=dev-image
+IMAGE_SIZE=64M
 ACTION=start
 BUILD=1
 
@@ -24,6 +36,12 @@ while (($#)); do
     --stop) ACTION=stop ;;
     --clean) ACTION=clean ;;
     --mon-port) MON_PORT=${2:?--mon-port needs a value}; shift ;;
+    --osd-port) OSD_PORT=${2:?--osd-port needs a value}; shift ;;
+    -c|--count) COUNT=${2:?--count needs a value}; shift ;;
+    -r|--replica) REPLICA=${2:?--replica needs a value}; shift ;;
+    -p|--pgcount) PGCOUNT=${2:?--pgcount needs a value}; shift ;;
+    --shards) SHARDS=${2:?--shards needs a value}; shift ;;
+    --osd-size) OSD_SIZE=${2:?--osd-size needs a value}; shift ;;
     --etcd-port) ETCD_PORT=${2:?--etcd-port needs a value}; shift ;;
     --state-dir) STATE=${2:?--state-dir needs a value}; shift ;;
     --no-build) BUILD=0 ;;
@@ -33,6 +51,14 @@ while (($#)); do
   shift
 done
 
+for v in COUNT REPLICA PGCOUNT SHARDS MON_PORT OSD_PORT ETCD_PORT; do
+  [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || { echo "vstart.sh: $v must be a positive number" >&2; exit 2; }
+done
+if ((REPLICA > COUNT)); then
+  echo "vstart.sh: --replica $REPLICA needs at least that many OSDs (--count $COUNT)" >&2
+  exit 2
+fi
+
 RUN=$STATE/run
 BIN=$PWD/target/release
 
@@ -40,7 +66,8 @@ pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 stop_all() {
   local stopped=0
-  for pidfile in "$RUN"/*.pid; do
+  # OSDs first, the monitor last, so OSDs never lose their monitor while stopping.
+  for pidfile in "$RUN"/osd.*.pid "$RUN"/mon.*.pid; do
     [[ -e $pidfile ]] || continue
     if pid_alive "$pidfile"; then
       local pid; pid=$(cat "$pidfile")
@@ -71,12 +98,16 @@ if ((BUILD)); then
   echo "building release binaries..."
   cargo build --release --locked --bins -q
 fi
-for b in fastblock-mon fastblock-client; do
+for b in fastblock-mon fastblock-client fastblock-osd block_bench; do
   [[ -x $BIN/$b ]] || { echo "vstart.sh: $BIN/$b missing; run without --no-build" >&2; exit 1; }
 done
 
 port_busy() { (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
-for p in "$MON_PORT" "$ETCD_PORT" "$((ETCD_PORT + 1))"; do
+osd_ports=()
+for i in $(seq 1 "$COUNT"); do
+  for k in $(seq 0 $((SHARDS - 1))); do osd_ports+=($((OSD_PORT + 10 * i + k))); done
+done
+for p in "$MON_PORT" "$ETCD_PORT" "$((ETCD_PORT + 1))" "${osd_ports[@]}"; do
   if port_busy "$p"; then
     echo "vstart.sh: port $p is in use; pick others with --mon-port/--etcd-port" >&2
     exit 1
@@ -103,6 +134,41 @@ for _ in $(seq 1 300); do
   echo -n .; sleep 0.2
 done
 "$BIN/fastblock-client" --mon "$MON" --timeout 5s health >/dev/null
+export FASTBLOCK_MON=$MON
+
+for i in $(seq 1 "$COUNT"); do
+  data=$STATE/osd.$i.img
+  if [[ ! -e $data.osd.json ]]; then
+    "$BIN/fastblock-osd" --mkfs --data "$data" --size "$OSD_SIZE" --shards "$SHARDS" >/dev/null
+  fi
+  setsid "$BIN/fastblock-osd" --data "$data" --port $((OSD_PORT + 10 * i)) --host "vstart-host$i" \
+    >"$STATE/log/osd.$i.log" 2>&1 < /dev/null &
+  echo $! > "$RUN/osd.$i.pid"
+done
+
+echo -n "waiting for $COUNT OSDs"
+for _ in $(seq 1 300); do
+  up=$("$BIN/fastblock-client" --json osd ls | grep -c '"up": true' || true)
+  ((up >= COUNT)) && { echo " up"; break; }
+  for i in $(seq 1 "$COUNT"); do
+    pid_alive "$RUN/osd.$i.pid" || { echo; echo "vstart.sh: osd $i exited:" >&2; tail -n 20 "$STATE/log/osd.$i.log" >&2; exit 1; }
+  done
+  echo -n .; sleep 0.2
+done
+
+if ! "$BIN/fastblock-client" pool ls | grep -qw "$POOL"; then
+  "$BIN/fastblock-client" pool create "$POOL" --pg-count "$PGCOUNT" --size "$REPLICA" --failure-domain osd
+fi
+if ! "$BIN/fastblock-client" image ls "$POOL" | grep -q "^$POOL/$IMAGE "; then
+  "$BIN/fastblock-client" image create "$POOL/$IMAGE" --size "$IMAGE_SIZE"
+fi
+
+echo -n "waiting for all PGs to be active"
+for _ in $(seq 1 600); do
+  if "$BIN/fastblock-client" health | grep -q HEALTH_OK; then echo " done"; break; fi
+  echo -n .; sleep 0.2
+done
+"$BIN/fastblock-client" health | grep -q HEALTH_OK || { echo; echo "vstart.sh: PGs did not become active:" >&2; "$BIN/fastblock-client" pg ls >&2; exit 1; }
 
 cat > "$STATE/env" <<ENV
 export FASTBLOCK_MON=$MON
@@ -115,10 +181,13 @@ fastblock is running from $STATE:
   monitor   http://$MON  (log: $STATE/log/mon.a.log)
   etcd      http://127.0.0.1:$ETCD_PORT  (etcdctl --endpoints 127.0.0.1:$ETCD_PORT get --prefix /fastblock)
 
+  osds      $COUNT x $OSD_SIZE under $STATE (logs: $STATE/log/osd.N.log)
+  pool      $POOL ($PGCOUNT PGs x $REPLICA replicas), image $POOL/$IMAGE ($IMAGE_SIZE)
+
 Use it:
   source $STATE/env
   fastblock-client status
-  fastblock-client osd ls
+  block_bench -C block_bench.json          # write, then read back with verification
 
 Stop it:   ./vstart.sh --stop        Start afresh:   ./vstart.sh --clean
 MSG

@@ -138,6 +138,21 @@ impl<S: Storage> PgReplica<S> {
         sorted_osds(&cs.voters)
     }
 
+    /// On a leader: the lowest log index every voter and learner has (entries above it may
+    /// still have to be sent to someone). `None` on a follower.
+    pub fn min_match_index(&self) -> Option<LogIndex> {
+        if !self.is_leader() {
+            return None;
+        }
+        self.node
+            .raft
+            .prs()
+            .iter()
+            .map(|(_, p)| p.matched)
+            .min()
+            .map(LogIndex)
+    }
+
     pub fn pending_ops(&self) -> usize {
         self.proposals.len() + self.reads_waiting.len() + self.reads_indexed.len()
     }

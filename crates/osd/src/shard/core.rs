@@ -299,15 +299,19 @@ impl Shard {
             for w in list {
                 if let Some(snap) = &w.snapshot {
                     let md = snap.get_metadata();
-                    store.apply_snapshot(*pg, md.index, md.term, md.get_conf_state())?;
+                    with_room(&mut store, |s| {
+                        s.apply_snapshot(*pg, md.index, md.term, md.get_conf_state())
+                    })?;
                     needs_commit = true;
                 }
-                if !w.entries.is_empty() {
-                    store.append_entries(*pg, &w.entries)?;
+                // Entries go in chunks so that a follower catching up on many large entries
+                // fills several WAL batches instead of overflowing one.
+                for chunk in w.entries.chunks(16) {
+                    with_room(&mut store, |s| s.append_entries(*pg, chunk))?;
                     needs_commit = true;
                 }
                 if let Some(hs) = &w.hard_state {
-                    store.set_hard_state(*pg, hs)?;
+                    with_room(&mut store, |s| s.set_hard_state(*pg, hs))?;
                     needs_commit = true;
                 }
                 last = w.ready_number;
@@ -387,10 +391,17 @@ impl Shard {
     fn flush_and_compact(&mut self, retain: u64) -> fastblock_store::Result<()> {
         let mut store = self.store.borrow_mut();
         store.flush()?;
-        for pg in self.pgs.keys() {
+        for (pg, hosted) in &self.pgs {
             let flushed = store.flushed_applied_index(*pg);
             let (first, _) = store.log_bounds(*pg);
-            let target = flushed.saturating_sub(retain);
+            let mut target = flushed.saturating_sub(retain);
+            if retain > 0 {
+                // A leader keeps what some member still lacks, so a member that was down
+                // catches up from the log; only a full WAL (retain 0) overrides this.
+                if let Some(matched) = hosted.replica.min_match_index() {
+                    target = target.min(matched.0);
+                }
+            }
             if target >= first {
                 store.compact(*pg, target)?;
             }
@@ -725,6 +736,21 @@ impl Shard {
         *self.conn_inflight.entry(pending.conn).or_default() += 1;
         self.ops.insert(id, pending);
         OpId(id)
+    }
+}
+
+/// Runs a WAL append; if the pending batch is full, commits it (one more write and sync, still
+/// before anything is acknowledged) and tries again.
+fn with_room(
+    store: &mut ShardStore,
+    mut append: impl FnMut(&mut ShardStore) -> fastblock_store::Result<()>,
+) -> fastblock_store::Result<()> {
+    match append(store) {
+        Err(fastblock_store::Error::BatchFull { .. }) => {
+            store.commit()?;
+            append(store)
+        }
+        other => other,
     }
 }
 
