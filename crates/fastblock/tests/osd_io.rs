@@ -48,10 +48,21 @@ async fn setup(
     image_size: u64,
     object_size: u64,
 ) -> (Setup, Image) {
+    setup_sharded(n, 1, pg_count, size, image_size, object_size).await
+}
+
+async fn setup_sharded(
+    n: usize,
+    shards: u32,
+    pg_count: u32,
+    size: u32,
+    image_size: u64,
+    object_size: u64,
+) -> (Setup, Image) {
     let mons = MonCluster::start(1, MonOptions::default()).await;
     let dir = TempDir::new("osdio");
     let osds: Vec<OsdProc> = (0..n)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "512M", 1))
+        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "512M", shards))
         .collect();
     let client = mons.client();
     wait_osds_up(
@@ -157,6 +168,24 @@ async fn three_replicas_random_and_sequential_verified() {
         image.read(16 << 20, BLOCK).await,
         Err(ClientError::OutOfRange { .. })
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn osds_with_two_shards_route_each_pg_to_its_shard() {
+    let (s, image) = setup_sharded(3, 2, 16, 3, 16 << 20, 1 << 20).await;
+    let map = s.cluster.map();
+    assert!(map.osds.values().all(|o| o.shards == 2));
+    let used: std::collections::BTreeSet<u16> = (0..16)
+        .map(|seq| {
+            map.osds
+                .values()
+                .next()
+                .unwrap()
+                .port_for(PgId::new(fastblock_types::PoolId(1), seq))
+        })
+        .collect();
+    assert_eq!(used.len(), 2, "PGs spread over both shard ports");
+    write_then_verify(&image, 300, false, 11).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
