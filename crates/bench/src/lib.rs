@@ -1,0 +1,20 @@
+//! block_bench (layer 5): the reference system's block benchmark over the fastblock client.
+//!
+//! Module map:
+//! - [`config`]: the reference's JSON config keys and the same settings as flags.
+//! - [`stamp`]: per-4-KiB-block stamps (image, offset, sequence, crc32c, PRNG fill) and their
+//!   verification.
+//! - [`stats`]: hdrhistogram latencies and the reference's report lines.
+//! - [`workload`]: the IO phases (workers, offsets, warm-up, verify, periodic lines).
+//! - [`run`]: image setup and the whole run; `main.rs` only parses arguments, prints and
+//!   picks the exit code.
+//!
+//! Invariants: no two writes to one offset are in flight together, so the sequence number last
+//! acknowledged at an offset is what a later read must find; latency figures cover only IOs
+//! that completed after the warm-up; the first IO error stops the run.
+
+pub mod config;
+pub mod run;
+pub mod stamp;
+pub mod stats;
+pub mod workload;

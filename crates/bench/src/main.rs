@@ -1,0 +1,87 @@
+//! block_bench: `block_bench -C block_bench.json [--flags]`. See `fastblock_bench` for the
+//! modules; this file parses arguments, connects, and turns the outcome into output and an
+//! exit code.
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use fastblock_bench::config::{Args, BenchConfig};
+use fastblock_bench::run::{ensure_image, progress_bar, run_options, run_phases};
+use fastblock_bench::stamp::splitmix64;
+use fastblock_client::{ClientConfig, Cluster};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+fn main() {
+    let args = Args::parse();
+    let code = match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("block_bench: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x5eed)
+}
+
+/// A random image name of 32 characters, as the reference makes for an empty `image_name`.
+fn random_image_name(seed: u64) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut state = seed;
+    (0..32)
+        .map(|_| ALPHABET[(splitmix64(&mut state) % ALPHABET.len() as u64) as usize] as char)
+        .collect()
+}
+
+fn run(args: &Args) -> Result<i32> {
+    let config = BenchConfig::load(args)?;
+    if !config.unknown_keys.is_empty() {
+        eprintln!(
+            "block_bench: warning: ignoring unknown config keys: {}",
+            config.unknown_keys.join(", ")
+        );
+    }
+    let seed = config.seed.unwrap_or_else(clock_seed);
+    let name = if config.image_name.is_empty() {
+        random_image_name(seed)
+    } else {
+        config.image_name.clone()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async {
+        let client = ClientConfig::new(config.monitors.clone());
+        let cluster = Cluster::connect(client)
+            .await
+            .with_context(|| format!("connecting to monitors {}", config.monitors.join(",")))?;
+        let info = ensure_image(&cluster, &config, &name).await?;
+        let image = cluster
+            .open_image_info(info.clone())
+            .await
+            .with_context(|| format!("opening image {}/{name}", config.pool_name))?;
+        let options = run_options(&config, seed);
+        let stop = Arc::new(AtomicBool::new(false));
+        let on_interrupt = stop.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                on_interrupt.store(true, Ordering::Relaxed);
+            }
+        });
+        let progress = progress_bar(&options);
+        let outcome = run_phases(&image, &options, &stop, &progress).await;
+        if config.json {
+            println!("{}", serde_json::to_string_pretty(&outcome.json(&info))?);
+        } else {
+            println!("{}", outcome.text());
+        }
+        Ok(outcome.exit_code())
+    })
+}

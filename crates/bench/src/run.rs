@@ -1,0 +1,241 @@
+//! A whole run: make sure the image exists, run the phases of `io_type`, gather the outcome,
+//! and render it as the reference's text or as JSON.
+
+use crate::config::{BenchConfig, IoType};
+use crate::stats::final_block;
+use crate::workload::{run_phase, Ledger, PhaseResult, RunOptions, VerifyReport};
+use anyhow::{bail, Context, Result};
+use fastblock_client::types::api::{CreateImageRequest, ErrorCode};
+use fastblock_client::types::map::ImageInfo;
+use fastblock_client::{ClientStats, Cluster, Image, MonError};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+/// What a run did.
+#[derive(Debug)]
+pub struct Outcome {
+    pub phases: Vec<PhaseResult>,
+    pub verify: VerifyReport,
+    /// The first IO error, which stopped the run.
+    pub error: Option<String>,
+    pub client: ClientStats,
+}
+
+impl Outcome {
+    /// 0: fine; 1: an IO error; 5 (EIO, like the reference): verify mismatches.
+    pub fn exit_code(&self) -> i32 {
+        if self.error.is_some() {
+            1
+        } else if self.verify.failures > 0 {
+            5
+        } else {
+            0
+        }
+    }
+
+    /// The reference's final blocks, then verify and error lines.
+    pub fn text(&self) -> String {
+        let mut out: Vec<String> = self
+            .phases
+            .iter()
+            .map(|p| final_block(p.name, &p.summary))
+            .collect();
+        if self.verify.blocks_checked > 0 {
+            out.push(format!(
+                "verify: {} blocks checked, {} mismatches, {} never written",
+                self.verify.blocks_checked, self.verify.failures, self.verify.unwritten_blocks
+            ));
+        }
+        for f in &self.verify.first_failures {
+            out.push(format!(
+                "verify mismatch at offset {}: expected {}, {}",
+                f.offset, f.expected, f.found
+            ));
+        }
+        if let Some(error) = &self.error {
+            out.push(format!("error: {error}"));
+        }
+        out.join("\n")
+    }
+
+    pub fn json(&self, image: &ImageInfo) -> serde_json::Value {
+        let phases: Vec<serde_json::Value> = self
+            .phases
+            .iter()
+            .map(|p| {
+                let s = &p.summary;
+                let mut percentiles = serde_json::Map::new();
+                for ((name, _), value) in crate::stats::QUANTILES.iter().zip(s.percentiles_us) {
+                    percentiles.insert(format!("{name}_us"), value.into());
+                }
+                serde_json::json!({
+                    "io_type": p.name,
+                    "mean_us": s.mean_us,
+                    "percentiles": percentiles,
+                    "min_us": s.min_us,
+                    "max_us": s.max_us,
+                    "stdev_us": s.stdev_us,
+                    "iops": s.iops,
+                    "iops_dur_sec": s.iops_dur_sec,
+                    "measured_io_count": s.measured_io_count,
+                    "total_io_count": s.total_io_count,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "image": {"pool": image.pool_name, "name": image.name, "id": image.id.get(),
+                      "size_bytes": image.size_bytes, "object_size_bytes": image.object_size_bytes},
+            "phases": phases,
+            "verify": self.verify,
+            "error": self.error,
+            "client": {
+                "object_requests": self.client.object_requests,
+                "retries": self.client.retries,
+                "redirects": self.client.redirects,
+                "connects": self.client.connects,
+                "map_updates": self.client.map_updates,
+                "timeouts": self.client.timeouts,
+            },
+            "exit_code": self.exit_code(),
+        })
+    }
+}
+
+/// Creates the image if missing ("exists" accepted, but its size must match), or opens the
+/// existing one when no size is given.
+pub async fn ensure_image(
+    cluster: &Arc<Cluster>,
+    config: &BenchConfig,
+    name: &str,
+) -> Result<ImageInfo> {
+    let Some(mon) = cluster.monitor() else {
+        bail!("no monitor to create the image with");
+    };
+    let pool = &config.pool_name;
+    let pool_missing = |e: &MonError| e.code() == Some(ErrorCode::PoolNotFound);
+    if let Some(size_bytes) = config.image_size {
+        let request = CreateImageRequest {
+            pool: pool.clone(),
+            name: name.to_string(),
+            size_bytes,
+            object_size_bytes: config.object_size,
+        };
+        match mon.create_image(&request).await {
+            Ok(info) => return Ok(info),
+            // Exists: fall through and check it is the image the config describes.
+            Err(e) if e.code() == Some(ErrorCode::ImageExists) => {}
+            Err(e) if pool_missing(&e) => bail!("pool {pool} does not exist"),
+            Err(e) => return Err(e).context(format!("creating image {pool}/{name}")),
+        }
+    }
+    let info = match mon.image(pool, name).await {
+        Ok(info) => info,
+        Err(e) if pool_missing(&e) => bail!("pool {pool} does not exist"),
+        Err(e) if e.code() == Some(ErrorCode::ImageNotFound) => {
+            bail!("image {pool}/{name} does not exist and no image_size was given to create it")
+        }
+        Err(e) => return Err(e).context(format!("looking up image {pool}/{name}")),
+    };
+    if let Some(size) = config.image_size {
+        if info.size_bytes != size {
+            bail!(
+                "image {pool}/{name} exists with {} bytes, the config asks for {size}",
+                info.size_bytes
+            );
+        }
+    }
+    if let Some(object_size) = config.object_size {
+        if info.object_size_bytes != object_size {
+            bail!(
+                "image {pool}/{name} exists with object size {}, the config asks for {object_size}",
+                info.object_size_bytes
+            );
+        }
+    }
+    Ok(info)
+}
+
+/// The options of the phases, from the config and a seed.
+pub fn run_options(config: &BenchConfig, seed: u64) -> RunOptions {
+    RunOptions {
+        io_type: config.io_type,
+        io_size: config.io_size,
+        io_count: config.io_count,
+        io_depth: config.io_depth,
+        sequential: config.sequential,
+        seed,
+        verify: config.verify,
+        deferred: config.deferred,
+        runtime: config.runtime,
+        infinity: config.infinity,
+        print_stats_interval: config.print_stats_interval,
+        json: config.json,
+    }
+}
+
+/// A progress bar on stderr when it is a terminal and the output is text; hidden otherwise.
+pub fn progress_bar(options: &RunOptions) -> ProgressBar {
+    if options.json || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = if options.infinity {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::new(options.io_count)
+    };
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg:>5} [{elapsed_precise}] {wide_bar} {pos}/{len} ({per_sec})",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Runs the phases of `options.io_type` on `image`. `stop` ends the current phase early.
+pub async fn run_phases(
+    image: &Image,
+    options: &RunOptions,
+    stop: &Arc<AtomicBool>,
+    progress: &ProgressBar,
+) -> Outcome {
+    if image.size_bytes() < options.io_size {
+        return Outcome {
+            phases: Vec::new(),
+            verify: VerifyReport::default(),
+            error: Some(format!(
+                "the image has {} bytes, less than one IO of {}",
+                image.size_bytes(),
+                options.io_size
+            )),
+            client: image.cluster().stats(),
+        };
+    }
+    let writes: &[bool] = match options.io_type {
+        IoType::Write => &[true],
+        IoType::Read => &[false],
+        IoType::WriteRead => &[true, false],
+    };
+    let ledger = Arc::new(Ledger::default());
+    let verify = Arc::new(Mutex::new(VerifyReport::default()));
+    let mut phases = Vec::new();
+    let mut error = None;
+    for &write in writes {
+        match run_phase(image, options, write, &ledger, &verify, stop, progress).await {
+            Ok(result) => phases.push(result),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    progress.finish_and_clear();
+    let verify = verify.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Outcome {
+        phases,
+        verify,
+        error,
+        client: image.cluster().stats(),
+    }
+}
