@@ -14,7 +14,8 @@ use std::path::Path;
 /// faster depends on the device and file system, so the benchmark measures both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncMode {
-    /// The writes, then an fdatasync that drains them (IOSQE_IO_DRAIN).
+    /// The writes, then an fdatasync in the same submission: chained to the WAL write
+    /// (IOSQE_IO_LINK) in `write_durable_with`, draining all writes (IOSQE_IO_DRAIN) otherwise.
     Fdatasync,
     /// Each write carries RWF_DSYNC; no separate fdatasync.
     DsyncWrites,
