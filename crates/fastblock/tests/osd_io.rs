@@ -171,6 +171,47 @@ async fn three_replicas_random_and_sequential_verified() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_depth_32_writes_then_verified_reads() {
+    // Many proposals per PG per loop iteration: the group-commit path under concurrency.
+    let (_s, image) = setup(3, 8, 3, 16 << 20, 1 << 20).await;
+    let image = Arc::new(image);
+    let blocks = image.size_bytes() / BLOCK;
+    let mut tasks = Vec::new();
+    for worker in 0..32u64 {
+        let image = image.clone();
+        tasks.push(tokio::spawn(async move {
+            // Each worker owns the blocks congruent to it, so the final value is known.
+            let mut last = BTreeMap::new();
+            for round in 0..12u64 {
+                let b = (worker + 32 * (round * 7 % (blocks / 32))) % blocks;
+                let generation = worker * 1000 + round;
+                image
+                    .write(b * BLOCK, block(b * BLOCK, generation))
+                    .await
+                    .unwrap();
+                last.insert(b, generation);
+            }
+            last
+        }));
+    }
+    let mut expected = BTreeMap::new();
+    for t in tasks {
+        expected.extend(t.await.unwrap());
+    }
+    let mut reads = Vec::new();
+    for (b, g) in expected.clone() {
+        let image = image.clone();
+        reads.push(tokio::spawn(async move {
+            (b, g, image.read(b * BLOCK, BLOCK).await.unwrap())
+        }));
+    }
+    for r in reads {
+        let (b, g, got) = r.await.unwrap();
+        assert!(got == block(b * BLOCK, g), "block {b} lost generation {g}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn osds_with_two_shards_route_each_pg_to_its_shard() {
     let (s, image) = setup_sharded(3, 2, 16, 3, 16 << 20, 1 << 20).await;
     let map = s.cluster.map();

@@ -13,6 +13,8 @@
 //! - [`config`]: tick-based timing and limits.
 //! - [`replica`]: [`PgReplica`] and its input handlers.
 //! - [`output`]: what the replica asks its driver to do.
+//! - [`overlay`]: serves entries handed to the driver but not yet persisted (raft-rs's async
+//!   ready reads them through storage at once).
 //! - [`rng`]: the seeded generator behind election-timeout jitter.
 //!
 //! Ordering contract (raft-rs "async ready", style practice 3): messages in
@@ -30,6 +32,7 @@
 pub mod config;
 pub mod op;
 pub mod output;
+pub mod overlay;
 pub mod replica;
 pub mod rng;
 

@@ -3,12 +3,15 @@
 use crate::config::PgConfig;
 use crate::op::ClientOp;
 use crate::output::{Apply, Event, LogWrite, OpId, OpOutcome, Output, PgError};
+use crate::overlay::{Overlay, OverlayStorage};
 use crate::rng::SplitMix64;
 use fastblock_types::{LogIndex, OsdId, PgId, Term};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
 use raft::{RawNode, ReadOnlyOption, StateRole, Storage};
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::rc::Rc;
 
 /// What an outside observer last saw of the Raft state; a change triggers events and a fresh
 /// seeded election timeout.
@@ -22,7 +25,8 @@ struct Observed {
 pub struct PgReplica<S: Storage> {
     pg: PgId,
     me: OsdId,
-    node: RawNode<S>,
+    node: RawNode<OverlayStorage<S>>,
+    overlay: Rc<RefCell<Overlay>>,
     config: PgConfig,
     rng: SplitMix64,
     /// Proposed operations awaiting their entry's application: (index, term, op).
@@ -80,6 +84,11 @@ impl<S: Storage> PgReplica<S> {
         };
         raft_config.validate()?;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let overlay = Rc::new(RefCell::new(Overlay::default()));
+        let storage = OverlayStorage {
+            inner: storage,
+            overlay: overlay.clone(),
+        };
         let node = RawNode::new(&raft_config, storage, &logger)?;
         let observed = Observed {
             role: node.raft.state,
@@ -92,6 +101,7 @@ impl<S: Storage> PgReplica<S> {
             pg,
             me,
             node,
+            overlay,
             config,
             rng: SplitMix64::new(seed ^ mix.wrapping_mul(0x2545_F491_4F6C_DD1D)),
             proposals: VecDeque::new(),
@@ -157,12 +167,13 @@ impl<S: Storage> PgReplica<S> {
         self.proposals.len() + self.reads_waiting.len() + self.reads_indexed.len()
     }
 
-    pub fn raw_node(&self) -> &RawNode<S> {
+    pub fn raw_node(&self) -> &RawNode<OverlayStorage<S>> {
         &self.node
     }
 
-    pub fn raw_node_mut(&mut self) -> &mut RawNode<S> {
-        &mut self.node
+    /// The driver's storage (without the not-yet-persisted overlay).
+    pub fn storage(&self) -> &S {
+        &self.node.store().inner
     }
 
     /// Draws the next election timeout from our seeded generator, replacing raft-rs's
@@ -266,6 +277,7 @@ impl<S: Storage> PgReplica<S> {
 
     /// Log writes up to `ready_number` are durable.
     pub fn on_persisted(&mut self, ready_number: u64, out: &mut Output) {
+        self.overlay.borrow_mut().persisted(ready_number);
         self.node.on_persist_ready(ready_number);
         while let Some((n, _)) = self.held.front() {
             if *n > ready_number {
@@ -344,6 +356,11 @@ impl<S: Storage> PgReplica<S> {
             snapshot,
         };
         let persisted_msgs = rd.take_persisted_messages();
+        // Raft reads these entries through storage from `advance_append_async` on; serve them
+        // from the overlay until the driver has persisted them.
+        self.overlay
+            .borrow_mut()
+            .push(number, write.snapshot.as_ref(), &write.entries);
         out.log_writes.push(write);
         self.held.push_back((number, persisted_msgs));
         self.node.advance_append_async(rd);

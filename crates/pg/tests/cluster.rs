@@ -379,3 +379,32 @@ fn backpressure_refuses_beyond_the_pending_limit() {
     );
     let _: Message = Message::default();
 }
+
+#[test]
+fn many_proposals_before_persisting_like_an_osd_iteration() {
+    let mut c = Cluster::new(9);
+    let leader = c.wait_leader(100);
+    // Propose several operations before performing any output, as the OSD does for all the
+    // requests that arrived in one loop iteration.
+    let mut outs = Vec::new();
+    for i in 0..8u64 {
+        let mut out = Output::default();
+        c.nodes.get_mut(&leader).unwrap().replica.propose(
+            OpId(100 + i),
+            &write(i, 0, i as u8),
+            &mut out,
+        );
+        outs.push(out);
+    }
+    for out in outs {
+        c.drive(leader, out);
+    }
+    c.run_ticks(3);
+    for i in 0..8u64 {
+        assert_eq!(
+            c.outcome(OpId(100 + i)),
+            Some(&OpOutcome::Applied),
+            "op {i}"
+        );
+    }
+}

@@ -95,6 +95,14 @@ async fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // Fail-stop: a panic on any thread (a shard's invariant broke) ends the whole OSD, so it
+    // never keeps running with a dead shard that the monitor still believes is up.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        eprintln!("fastblock-osd: aborting after a panic (fail-stop)");
+        std::process::abort();
+    }));
     let args = Args::parse();
     let result = if args.mkfs {
         let shards = args.shards.unwrap_or_else(|| {
