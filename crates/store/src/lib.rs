@@ -12,6 +12,14 @@
 //!   object list and applied indexes in redb.
 //! - [`store`]: the facade an OSD shard drives, with fail-stop on I/O errors.
 //! - [`error`]: typed errors.
+//! - `fuzzing` (hidden): entry points shared by the cargo-fuzz target and the recovery
+//!   property test.
+//!
+//! How an OSD shard drives it, once per loop iteration: for every PG with a Raft `Ready`,
+//! `append_entries` + `set_hard_state` (+ `set_conf_state`, `apply_snapshot`); then one
+//! `commit` (one write + one fdatasync for all PGs; `BatchFull` means commit first); apply
+//! committed entries with `write_object` / `zero_object` / `delete_object` and `set_applied`;
+//! every so often `flush`, then `compact` each PG up to `flushed_applied_index` (and `commit`).
 //!
 //! The on-disk format, the write path with every write and sync, and the recovery algorithm
 //! are in `docs/design/store-format.md`.
