@@ -136,23 +136,52 @@ impl UringDisk {
                 unsafe { sq.push(sqe) }.map_err(|_| io::Error::other("submission queue full"))?;
             }
         }
-        ring.submit_and_wait(sqes.len())?;
+        // Wait until every entry has completed. A signal (ptrace, SIGCHLD, a profiler) can end
+        // the wait early with EINTR or with fewer completions: wait again, never give up on
+        // entries the kernel still owns (their buffers must outlive them).
         let mut first_err = None;
         let mut seen = 0;
-        for cqe in ring.completion() {
-            seen += 1;
-            let (_, expect) = sqes[cqe.user_data() as usize];
-            let res = cqe.result();
-            if res < 0 {
-                first_err.get_or_insert(io::Error::from_raw_os_error(-res));
-            } else if res as usize != expect {
-                first_err.get_or_insert(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("short I/O: {res} of {expect} bytes"),
-                ));
+        while seen < sqes.len() {
+            match ring.submit_and_wait(sqes.len() - seen) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => {
+                    // The entries may still be in flight; wait for them before returning so
+                    // no buffer is freed under the kernel.
+                    for _ in 0..10_000 {
+                        if seen == sqes.len() {
+                            return Err(e);
+                        }
+                        let _ = ring.submit_and_wait(sqes.len() - seen);
+                        seen += ring.completion().count();
+                    }
+                    // Freeing buffers the kernel may still write to is not an option: stop.
+                    panic!(
+                        "io_uring failed ({e}) with {} entries still in flight",
+                        sqes.len() - seen
+                    );
+                }
+            }
+            for cqe in ring.completion() {
+                seen += 1;
+                let (_, expect) = sqes[cqe.user_data() as usize];
+                let res = cqe.result();
+                if res < 0 {
+                    first_err.get_or_insert(io::Error::from_raw_os_error(-res));
+                } else if res as usize != expect {
+                    first_err.get_or_insert(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("short I/O: {res} of {expect} bytes"),
+                    ));
+                }
             }
         }
-        assert_eq!(seen, sqes.len(), "io_uring lost completions");
+        assert_eq!(
+            seen,
+            sqes.len(),
+            "io_uring returned more completions than submissions"
+        );
         first_err.map_or(Ok(()), Err)
     }
 
