@@ -24,7 +24,7 @@ fn interrupted_waits_are_retried() {
     // SAFETY: installs a no-op handler (without SA_RESTART, so blocking calls see EINTR).
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = ignore as usize;
+        action.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
         libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut());
     }
     // SAFETY: pthread_self is always valid for the calling thread.
