@@ -1,5 +1,5 @@
-//! The real disk in all its modes (io_uring with fdatasync, RWF_DSYNC writes, the
-//! pread/pwrite fallback) runs the same workload on a real file and reads it back after a
+//! The real disk in all its modes (io_uring two-step and linked fdatasync, RWF_DSYNC writes,
+//! the pread/pwrite fallback) runs the same workload on a real file and reads it back after a
 //! reopen, so the fallback path and the batched submissions are exercised, not just compiled.
 #![allow(clippy::field_reassign_with_default)]
 
@@ -79,13 +79,19 @@ fn round_trip(name: &str, uring: UringOptions, data_with_commit: bool) {
 }
 
 #[test]
-fn io_uring_fdatasync() {
-    round_trip("fdatasync", UringOptions::default(), false);
+fn io_uring_two_step_default() {
+    round_trip("twostep", UringOptions::default(), false);
+    round_trip("twostep-data", UringOptions::default(), true);
 }
 
 #[test]
-fn io_uring_data_with_commit() {
-    round_trip("linked", UringOptions::default(), true);
+fn io_uring_linked_fsync() {
+    let o = UringOptions {
+        sync_mode: SyncMode::Fdatasync,
+        ..UringOptions::default()
+    };
+    round_trip("linked", o.clone(), false);
+    round_trip("linked-data", o, true);
 }
 
 #[test]

@@ -2,9 +2,11 @@
 //! apply at 1 and 32 writers, and 4 KiB random reads at 1 and 32 outstanding, on a real file
 //! through the io_uring disk. Prints one `key=value` line per test.
 //!
-//! Usage: `store-bench <file> [--seconds S] [--dataset-mib M] [--sync fdatasync|dsync|syscall]`
-//! (`fdatasync`: IORING_OP_FSYNC after the writes, the default and fastest measured here;
-//! `dsync`: RWF_DSYNC writes; `syscall`: fdatasync(2) after the ring writes.)
+//! Usage: `store-bench <file> [--seconds S] [--dataset-mib M] [--data-with-commit 0|1]
+//!         [--sync twostep|linked|dsync|syscall]`
+//! (`twostep`: ring write, then a separate IORING_OP_FSYNC, the default and fastest measured
+//! here; `linked`: write and fsync in one submission; `dsync`: RWF_DSYNC writes; `syscall`:
+//! fdatasync(2) after the ring writes.)
 //! A "writer" is a PG: with 32 writers, 32 PGs each append one 4 KiB entry, all 32 share one
 //! commit (one write + one fdatasync), then the 32 writes are applied (their data goes out
 //! with the next commit's submission). The reported latency is append → durable → applied.
@@ -171,7 +173,7 @@ impl Bench {
 fn main() {
     let mut args = std::env::args().skip(1);
     let path = PathBuf::from(args.next().expect("usage: store-bench <file> [options]"));
-    let (mut seconds, mut dataset_mib, mut sync) = (10.0, 256u64, SyncMode::Fdatasync);
+    let (mut seconds, mut dataset_mib, mut sync) = (10.0, 256u64, SyncMode::TwoStep);
     let mut data_with_commit = false;
     while let Some(a) = args.next() {
         let v = args.next().expect("option needs a value");
@@ -183,7 +185,8 @@ fn main() {
                 sync = match v.as_str() {
                     "dsync" => SyncMode::DsyncWrites,
                     "syscall" => SyncMode::FdatasyncSyscall,
-                    _ => SyncMode::Fdatasync,
+                    "linked" => SyncMode::Fdatasync,
+                    _ => SyncMode::TwoStep,
                 }
             }
             _ => panic!("unknown option {a}"),
