@@ -164,6 +164,18 @@ async fn bad_input_gets_clear_errors_and_the_osd_keeps_serving() {
         "corrupt frame closes the connection"
     );
 
+    // A well-framed frame of an unknown kind: a protocol error, the connection is closed.
+    let mut conn = WireConn::connect(&target).await;
+    let mut header = [0u8; 32];
+    header[0..4].copy_from_slice(&0x4B42_4246u32.to_le_bytes());
+    header[4] = 1; // version
+    header[5] = 99; // no such kind
+    header[20..24].copy_from_slice(&crc32c::crc32c(&[]).to_le_bytes());
+    let crc = crc32c::crc32c(&header[..28]);
+    header[28..32].copy_from_slice(&crc.to_le_bytes());
+    conn.send_raw(&header).await;
+    assert_eq!(conn.recv().await, None, "unknown op closes the connection");
+
     // Garbage instead of a header: closed too.
     let mut conn = WireConn::connect(&target).await;
     conn.send_raw(&[0xde; 64]).await;
