@@ -43,6 +43,9 @@ pub struct StoreOptions {
     /// WAL commit).
     pub stage_bytes_max: usize,
     pub meta_cache_bytes: usize,
+    /// Write a full stage of applied data in the background, overlapping the next commits
+    /// (`Disk::write_background`), instead of waiting for it.
+    pub background_data_writes: bool,
     /// Write applied data with each WAL commit (see [`Store::commit`]). Off by default:
     /// measured slower here (the device serves the data writes ahead of the fdatasync).
     pub data_with_commit: bool,
@@ -55,6 +58,7 @@ impl Default for StoreOptions {
             stage_bytes_max: 4 << 20,
             meta_cache_bytes: 64 << 20,
             data_with_commit: false,
+            background_data_writes: true,
         }
     }
 }
@@ -119,7 +123,12 @@ impl<D: Disk> Store<D> {
         block.copy_from_slice(&sb.encode());
         disk.write(0, &block, true)
             .map_err(|e| io_err("superblock write", 0, e))?;
-        let objects = Objects::open(db, &sb, options.stage_bytes_max)?;
+        let objects = Objects::open(
+            db,
+            &sb,
+            options.stage_bytes_max,
+            options.background_data_writes,
+        )?;
         Ok(Store {
             disk,
             sb,
@@ -161,7 +170,12 @@ impl<D: Disk> Store<D> {
                 flushed_lsn: loaded.flushed_lsn,
             });
         }
-        let objects = Objects::open(db, &sb, options.stage_bytes_max)?;
+        let objects = Objects::open(
+            db,
+            &sb,
+            options.stage_bytes_max,
+            options.background_data_writes,
+        )?;
         Ok(Store {
             disk,
             sb,

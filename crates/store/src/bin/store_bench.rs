@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 const OBJECT_BYTES: u64 = 4 << 20;
 const BS: u64 = 4096;
-const FLUSH_EVERY_OPS: u64 = 16384;
+const FLUSH_EVERY_OPS: u64 = 32768;
 /// PGs the dataset's objects map to (object index modulo this).
 const PGS: u64 = 32;
 
@@ -175,12 +175,14 @@ fn main() {
     let path = PathBuf::from(args.next().expect("usage: store-bench <file> [options]"));
     let (mut seconds, mut dataset_mib, mut sync) = (10.0, 256u64, SyncMode::TwoStep);
     let mut data_with_commit = false;
+    let mut background = true;
     while let Some(a) = args.next() {
         let v = args.next().expect("option needs a value");
         match a.as_str() {
             "--seconds" => seconds = v.parse().expect("seconds"),
             "--dataset-mib" => dataset_mib = v.parse().expect("MiB"),
             "--data-with-commit" => data_with_commit = v == "1",
+            "--background" => background = v == "1",
             "--sync" => {
                 sync = match v.as_str() {
                     "dsync" => SyncMode::DsyncWrites,
@@ -211,6 +213,7 @@ fn main() {
         uring,
         StoreOptions {
             data_with_commit,
+            background_data_writes: background,
             ..StoreOptions::default()
         },
     )

@@ -32,6 +32,15 @@ pub struct WriteOp<'a> {
     pub buf: &'a [u8],
 }
 
+/// One run of a background write: `len` bytes at `buf_offset` of the buffer go to
+/// `disk_offset_bytes`.
+#[derive(Clone, Copy, Debug)]
+pub struct BackgroundRun {
+    pub buf_offset: usize,
+    pub len: usize,
+    pub disk_offset_bytes: u64,
+}
+
 /// A fixed-size block device or preallocated file.
 ///
 /// Durability contract (what `Ok` means if the machine crashes right after):
@@ -67,6 +76,29 @@ pub trait Disk {
             self.write_many(background, false)?;
         }
         self.write_many(durable, true)
+    }
+
+    /// Starts writing `runs` of `buf` and may return before they are done; the disk owns
+    /// `buf` until then. Until they complete they are "in flight": `read_many`,
+    /// `write_many(.., sync: true)`, `sync` and `wait_background` wait for them first, so
+    /// reads see them and syncs cover them; `write_many(.., false)` and
+    /// `write_durable_with` do not (that is the point: applied data streams out while the
+    /// WAL commits). An error of a background write is returned by the call that waits for
+    /// it. Durability: like an unsynced write. Default: written synchronously.
+    fn write_background(&mut self, buf: AlignedBuf, runs: &[BackgroundRun]) -> io::Result<()> {
+        let writes: Vec<WriteOp<'_>> = runs
+            .iter()
+            .map(|r| WriteOp {
+                offset_bytes: r.disk_offset_bytes,
+                buf: &buf[r.buf_offset..r.buf_offset + r.len],
+            })
+            .collect();
+        self.write_many(&writes, false)
+    }
+
+    /// Waits for every background write; returns the first error among them.
+    fn wait_background(&mut self) -> io::Result<()> {
+        Ok(())
     }
 
     /// Makes every earlier successful write durable (fdatasync).

@@ -2,8 +2,9 @@
 //! synchronously (submit a batch, wait for all of it). If the ring cannot be set up (old
 //! kernel, seccomp, RLIMIT_MEMLOCK) it falls back to pread/pwrite with O_DIRECT and logs why.
 
-use super::{assert_io_aligned, Disk, ReadOp, WriteOp};
+use super::{assert_io_aligned, AlignedBuf, BackgroundRun, Disk, ReadOp, WriteOp};
 use io_uring::{opcode, squeue, types, IoUring};
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -50,6 +51,61 @@ pub struct UringDisk {
     ring: Option<IoUring>,
     size_bytes: u64,
     options: UringOptions,
+    background: Background,
+}
+
+impl Drop for UringDisk {
+    fn drop(&mut self) {
+        // Never free a buffer the kernel may still read from.
+        if self.ring.is_some() {
+            if let Err(e) = self.wait_background() {
+                tracing::error!(error = %e, "background write failed at close");
+            }
+        }
+    }
+}
+
+/// Tags the user data of background writes, so that foreground waits can tell them apart.
+const BACKGROUND_TAG: u64 = 1 << 63;
+/// Buffers of background writes in flight at most; one more waits for the oldest.
+const BACKGROUND_BUFS_MAX: usize = 2;
+
+/// Background writes in flight: their buffers (kept alive until the kernel is done) and the
+/// first error, reported by the next call that waits for them.
+#[derive(Default)]
+struct Background {
+    /// buffer id -> (buffer, ops still in flight)
+    bufs: BTreeMap<u64, (AlignedBuf, usize)>,
+    /// op user data -> (buffer id, expected bytes)
+    ops: BTreeMap<u64, (u64, usize)>,
+    next_op: u64,
+    next_buf: u64,
+    error: Option<io::Error>,
+}
+
+impl Background {
+    fn complete(&mut self, user_data: u64, res: i32) {
+        let (buf, expect) = self
+            .ops
+            .remove(&user_data)
+            .expect("completion of an unknown background write");
+        if res < 0 {
+            self.error.get_or_insert(io::Error::from_raw_os_error(-res));
+        } else if res as usize != expect {
+            self.error.get_or_insert(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("short background write: {res} of {expect} bytes"),
+            ));
+        }
+        let entry = self
+            .bufs
+            .get_mut(&buf)
+            .expect("buffer of a background write");
+        entry.1 -= 1;
+        if entry.1 == 0 {
+            self.bufs.remove(&buf);
+        }
+    }
 }
 
 impl std::fmt::Debug for UringDisk {
@@ -101,6 +157,7 @@ impl UringDisk {
             ring,
             size_bytes: size_bytes - size_bytes % super::SECTOR_SIZE_BYTES,
             options,
+            background: Background::default(),
         })
     }
 
@@ -131,7 +188,11 @@ impl UringDisk {
     }
 
     /// Submits `sqes` (at most the ring size) and waits for all of them.
-    fn run(ring: &mut IoUring, sqes: &[(squeue::Entry, usize)]) -> io::Result<()> {
+    fn run(
+        ring: &mut IoUring,
+        background: &mut Background,
+        sqes: &[(squeue::Entry, usize)],
+    ) -> io::Result<()> {
         {
             let mut sq = ring.submission();
             for (sqe, _) in sqes {
@@ -158,7 +219,13 @@ impl UringDisk {
                             return Err(e);
                         }
                         let _ = ring.submit_and_wait(sqes.len() - seen);
-                        seen += ring.completion().count();
+                        for cqe in ring.completion() {
+                            if cqe.user_data() & BACKGROUND_TAG != 0 {
+                                background.complete(cqe.user_data(), cqe.result());
+                            } else {
+                                seen += 1;
+                            }
+                        }
                     }
                     // Freeing buffers the kernel may still write to is not an option: stop.
                     panic!(
@@ -168,6 +235,10 @@ impl UringDisk {
                 }
             }
             for cqe in ring.completion() {
+                if cqe.user_data() & BACKGROUND_TAG != 0 {
+                    background.complete(cqe.user_data(), cqe.result());
+                    continue;
+                }
                 seen += 1;
                 let (_, expect) = sqes[cqe.user_data() as usize];
                 let res = cqe.result();
@@ -203,6 +274,8 @@ impl Disk for UringDisk {
     }
 
     fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {
+        // Reads must see background writes (a CoW block may be read right after its apply).
+        self.wait_background()?;
         for r in reads.iter() {
             assert_io_aligned("read", r.offset_bytes, r.buf.len() as u64, self.size_bytes);
             assert_eq!(r.buf.as_ptr() as usize % 512, 0, "unaligned read buffer");
@@ -228,12 +301,16 @@ impl Disk for UringDisk {
                     (sqe, len)
                 })
                 .collect();
-            Self::run(ring, &sqes)?;
+            Self::run(ring, &mut self.background, &sqes)?;
         }
         Ok(())
     }
 
     fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> io::Result<()> {
+        if sync {
+            // A sync covers every earlier write, background ones included.
+            self.wait_background()?;
+        }
         for w in writes {
             assert_io_aligned("write", w.offset_bytes, w.buf.len() as u64, self.size_bytes);
             assert_eq!(w.buf.as_ptr() as usize % 512, 0, "unaligned write buffer");
@@ -274,14 +351,14 @@ impl Disk for UringDisk {
             // writes at all) needs an fdatasync.
             let syscall = self.options.sync_mode == SyncMode::FdatasyncSyscall;
             if last && sync && self.options.sync_mode == SyncMode::TwoStep && !sqes.is_empty() {
-                Self::run(ring, &sqes)?;
+                Self::run(ring, &mut self.background, &sqes)?;
                 sqes.clear();
                 let fsync = opcode::Fsync::new(fd)
                     .flags(types::FsyncFlags::DATASYNC)
                     .build()
                     .user_data(0);
                 sqes.push((fsync, 0));
-                Self::run(ring, &sqes)?;
+                Self::run(ring, &mut self.background, &sqes)?;
                 continue;
             }
             if last && sync && !syscall && (!dsync || writes.is_empty()) {
@@ -294,7 +371,7 @@ impl Disk for UringDisk {
                 sqes.push((fsync, 0));
             }
             if !sqes.is_empty() {
-                Self::run(ring, &sqes)?;
+                Self::run(ring, &mut self.background, &sqes)?;
             }
             if last && sync && syscall {
                 self.file.sync_data()?;
@@ -335,7 +412,15 @@ impl Disk for UringDisk {
                 })
                 .collect();
             self.write_many(&all, false)?;
-            return self.write_many(&[], true);
+            // The fdatasync on its own, not waiting for background writes: the WAL batch is
+            // what must be durable here.
+            let fd = types::Fd(self.file.as_raw_fd());
+            let fsync = opcode::Fsync::new(fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build()
+                .user_data(0);
+            let ring = self.ring.as_mut().expect("checked above");
+            return Self::run(ring, &mut self.background, &[(fsync, 0)]);
         }
         for w in background.iter().chain(durable) {
             assert_io_aligned("write", w.offset_bytes, w.buf.len() as u64, self.size_bytes);
@@ -364,7 +449,99 @@ impl Disk for UringDisk {
             .build()
             .user_data(sqes.len() as u64);
         sqes.push((fsync, 0));
-        Self::run(ring, &sqes)
+        Self::run(ring, &mut self.background, &sqes)
+    }
+
+    fn write_background(&mut self, buf: AlignedBuf, runs: &[BackgroundRun]) -> io::Result<()> {
+        if self.ring.is_none() || runs.len() + 1 >= self.options.ring_entries as usize {
+            let writes: Vec<WriteOp<'_>> = runs
+                .iter()
+                .map(|r| WriteOp {
+                    offset_bytes: r.disk_offset_bytes,
+                    buf: &buf[r.buf_offset..r.buf_offset + r.len],
+                })
+                .collect();
+            return self.write_many(&writes, false);
+        }
+        if runs.is_empty() {
+            return Ok(());
+        }
+        for r in runs {
+            assert!(
+                r.buf_offset + r.len <= buf.len(),
+                "background run outside its buffer"
+            );
+            assert_io_aligned(
+                "background write",
+                r.disk_offset_bytes,
+                r.len as u64,
+                self.size_bytes,
+            );
+        }
+        if self.background.bufs.len() >= BACKGROUND_BUFS_MAX {
+            self.wait_background()?;
+        }
+        let fd = types::Fd(self.file.as_raw_fd());
+        let id = self.background.next_buf;
+        self.background.next_buf += 1;
+        let ring = self.ring.as_mut().expect("checked");
+        {
+            let mut sq = ring.submission();
+            if sq.capacity() - sq.len() < runs.len() {
+                drop(sq);
+                // No room: make it synchronous rather than overflow the ring.
+                let writes: Vec<WriteOp<'_>> = runs
+                    .iter()
+                    .map(|r| WriteOp {
+                        offset_bytes: r.disk_offset_bytes,
+                        buf: &buf[r.buf_offset..r.buf_offset + r.len],
+                    })
+                    .collect();
+                return self.write_many(&writes, false);
+            }
+            for r in runs {
+                let user_data = BACKGROUND_TAG | self.background.next_op;
+                self.background.next_op += 1;
+                let ptr = buf[r.buf_offset..].as_ptr();
+                let sqe = opcode::Write::new(fd, ptr, r.len as u32)
+                    .offset(r.disk_offset_bytes)
+                    .build()
+                    .user_data(user_data);
+                // SAFETY: the buffer moves into `self.background` below and stays there (its
+                // heap allocation does not move) until every write of it has completed.
+                unsafe { sq.push(&sqe) }.map_err(|_| io::Error::other("submission queue full"))?;
+                self.background.ops.insert(user_data, (id, r.len));
+            }
+        }
+        self.background.bufs.insert(id, (buf, runs.len()));
+        match ring.submit() {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn wait_background(&mut self) -> io::Result<()> {
+        while !self.background.ops.is_empty() {
+            let ring = self.ring.as_mut().expect("background writes need the ring");
+            match ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => return Err(e),
+            }
+            for cqe in ring.completion() {
+                assert!(
+                    cqe.user_data() & BACKGROUND_TAG != 0,
+                    "foreground completion while only background writes are in flight"
+                );
+                self.background.complete(cqe.user_data(), cqe.result());
+            }
+        }
+        match self.background.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {

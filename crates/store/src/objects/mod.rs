@@ -16,7 +16,7 @@
 pub mod alloc;
 pub mod meta;
 
-use crate::disk::{AlignedBuf, Disk, ReadOp, WriteOp};
+use crate::disk::{AlignedBuf, BackgroundRun, Disk, ReadOp, WriteOp};
 use crate::error::{Error, ObjectId, Result, SpaceArea};
 use crate::superblock::Superblock;
 use crate::wal::record::pg_to_u64;
@@ -70,6 +70,8 @@ pub struct Objects {
     flushed_applied: BTreeMap<PgId, u64>,
     pending_free: Vec<u64>,
     stage: Stage,
+    /// Write a full stage in the background (see `Disk::write_background`).
+    background_writes: bool,
 }
 
 fn obj_key(pg: PgId, o: ObjectId) -> ObjKey {
@@ -95,7 +97,12 @@ fn check_range(offset_bytes: u64, len_bytes: u64) -> Result<()> {
 }
 
 impl Objects {
-    pub fn open(db: Database, sb: &Superblock, stage_bytes_max: usize) -> Result<Self> {
+    pub fn open(
+        db: Database,
+        sb: &Superblock,
+        stage_bytes_max: usize,
+        background_writes: bool,
+    ) -> Result<Self> {
         let mut alloc = Allocator::new(sb.data_blocks());
         let mut applied = BTreeMap::new();
         let mut objects = BTreeMap::new();
@@ -143,6 +150,7 @@ impl Objects {
                 used_bytes: 0,
                 runs: Vec::new(),
             },
+            background_writes,
         })
     }
 
@@ -232,11 +240,36 @@ impl Objects {
         Ok(())
     }
 
+    /// Hands the full stage to the disk as a background write (it streams out while the
+    /// WAL keeps committing) and starts a fresh stage buffer.
+    fn stage_out(&mut self, disk: &mut dyn Disk) -> Result<()> {
+        let cap = self.stage.buf.len();
+        let buf = std::mem::replace(&mut self.stage.buf, AlignedBuf::zeroed(cap));
+        let runs: Vec<BackgroundRun> = self
+            .stage
+            .runs
+            .drain(..)
+            .map(|(phys, at, len)| BackgroundRun {
+                buf_offset: at,
+                len,
+                disk_offset_bytes: self.data_offset_bytes + phys * BS,
+            })
+            .collect();
+        self.stage.used_bytes = 0;
+        let at = runs.first().map_or(0, |r| r.disk_offset_bytes);
+        disk.write_background(buf, &runs)
+            .map_err(|e| io_err("data write", at, e))
+    }
+
     /// Reserves 4 KiB in the stage for physical block `phys`; returns its offset in the
     /// stage buffer.
     fn stage_block(&mut self, disk: &mut dyn Disk, phys: u64) -> Result<usize> {
         if self.stage.used_bytes + BS as usize > self.stage.buf.len() {
-            self.submit_staged(disk, false)?;
+            if self.background_writes {
+                self.stage_out(disk)?;
+            } else {
+                self.submit_staged(disk, false)?;
+            }
         }
         let at = self.stage.used_bytes;
         self.stage.used_bytes += BS as usize;
