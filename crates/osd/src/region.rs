@@ -1,7 +1,7 @@
 //! A window of a disk: each shard owns one equal, aligned region of the OSD's device and runs
 //! its own store (WAL and objects) in it, so shards never share a lock or a queue.
 
-use fastblock_store::disk::{ReadOp, WriteOp};
+use fastblock_store::disk::{AlignedBuf, BackgroundRun, ReadOp, WriteOp};
 use fastblock_store::Disk;
 use std::io;
 
@@ -31,6 +31,18 @@ impl<D: Disk> RegionDisk<D> {
             offset_bytes: region * u64::from(index),
             size_bytes: region,
         })
+    }
+
+    fn shift<'a>(&self, ops: &[WriteOp<'a>]) -> Vec<WriteOp<'a>> {
+        ops.iter()
+            .map(|w| {
+                self.check(w.offset_bytes, w.buf.len());
+                WriteOp {
+                    offset_bytes: w.offset_bytes + self.offset_bytes,
+                    buf: w.buf,
+                }
+            })
+            .collect()
     }
 
     fn check(&self, offset: u64, len: usize) {
@@ -71,6 +83,34 @@ impl<D: Disk> Disk for RegionDisk<D> {
             })
             .collect();
         self.inner.write_many(&shifted, sync)
+    }
+
+    fn write_durable_with(
+        &mut self,
+        durable: &[WriteOp<'_>],
+        background: &[WriteOp<'_>],
+    ) -> io::Result<()> {
+        let durable = self.shift(durable);
+        let background = self.shift(background);
+        self.inner.write_durable_with(&durable, &background)
+    }
+
+    fn write_background(&mut self, buf: AlignedBuf, runs: &[BackgroundRun]) -> io::Result<()> {
+        let shifted: Vec<BackgroundRun> = runs
+            .iter()
+            .map(|r| {
+                self.check(r.disk_offset_bytes, r.len);
+                BackgroundRun {
+                    disk_offset_bytes: r.disk_offset_bytes + self.offset_bytes,
+                    ..*r
+                }
+            })
+            .collect();
+        self.inner.write_background(buf, &shifted)
+    }
+
+    fn wait_background(&mut self) -> io::Result<()> {
+        self.inner.wait_background()
     }
 
     fn sync(&mut self) -> io::Result<()> {
