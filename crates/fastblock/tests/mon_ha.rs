@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{free_port, FakeOsd, MonCluster, MonOptions};
+use common::{FakeOsd, MonCluster, MonOptions};
 use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
 use fastblock_types::map::FailureDomain;
 use std::time::{Duration, Instant};
@@ -227,5 +227,4 @@ async fn concurrent_admin_calls_lose_nothing() {
         .map(|p| p.name)
         .collect();
     assert_eq!(names.len(), 7, "{names:?}");
-    let _ = free_port();
 }

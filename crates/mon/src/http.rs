@@ -304,17 +304,18 @@ async fn apply_id(State(app): App, body: Bytes) -> ApiResult<ApplyIdResponse> {
 async fn boot(State(app): App, Path(id): Path<String>, body: Bytes) -> ApiResult<EpochResponse> {
     let id = parse_osd(&id)?;
     let req: BootRequest = parse(&body)?;
-    let epoch = app
-        .mon
+    app.mon
         .apply(|s, side| {
             s.boot(id, &req)?;
             side.liveness.heartbeat(id, side.now_ms);
             side.stats.forget(id);
-            Ok(s.next_epoch())
+            Ok(())
         })
         .await?;
     tracing::info!(osd = %id, address = %req.address, port = req.port, "osd booted");
-    Ok(Json(EpochResponse { epoch }))
+    Ok(Json(EpochResponse {
+        epoch: app.mon.published_epoch(),
+    }))
 }
 
 async fn heartbeat(
@@ -324,8 +325,7 @@ async fn heartbeat(
 ) -> ApiResult<EpochResponse> {
     let id = parse_osd(&id)?;
     let req: HeartbeatRequest = parse(&body)?;
-    let epoch = app
-        .mon
+    app.mon
         .apply(|s, side| {
             let osd = match s.map.osds.get(&id) {
                 Some(osd) => osd,
@@ -353,13 +353,12 @@ async fn heartbeat(
             if !osd.up {
                 s.mark_up(id)?;
             }
-            Ok(s.map.epoch)
+            Ok(())
         })
         .await?;
     // `apply` bumped the epoch if the OSD came back up; report the published one.
-    let published = *app.mon.epoch.borrow();
     Ok(Json(EpochResponse {
-        epoch: epoch.max(published),
+        epoch: app.mon.published_epoch(),
     }))
 }
 
@@ -367,7 +366,7 @@ async fn osd_out(State(app): App, Path(id): Path<String>) -> ApiResult<EpochResp
     let id = parse_osd(&id)?;
     app.mon.apply(|s, _| s.mark_out(id)).await?;
     Ok(Json(EpochResponse {
-        epoch: *app.mon.epoch.borrow(),
+        epoch: app.mon.published_epoch(),
     }))
 }
 
@@ -375,7 +374,7 @@ async fn osd_in(State(app): App, Path(id): Path<String>) -> ApiResult<EpochRespo
     let id = parse_osd(&id)?;
     app.mon.apply(|s, _| s.mark_in(id)).await?;
     Ok(Json(EpochResponse {
-        epoch: *app.mon.epoch.borrow(),
+        epoch: app.mon.published_epoch(),
     }))
 }
 
@@ -463,15 +462,7 @@ async fn pg_leader(
 ) -> ApiResult<PgReportResponse> {
     let pg = parse_pg(&pgid)?;
     let req: LeaderElectedRequest = parse(&body)?;
-    let info = app.mon.apply(|s, _| s.leader_elected(pg, &req)).await?;
-    let info = app
-        .mon
-        .read(|s, _| s.map.pg(pg).cloned().unwrap_or(info))
-        .await?;
-    Ok(Json(PgReportResponse {
-        epoch: *app.mon.epoch.borrow(),
-        pg: info,
-    }))
+    pg_report(&app, pg, |s| s.leader_elected(pg, &req)).await
 }
 
 async fn pg_membership(
@@ -481,16 +472,25 @@ async fn pg_membership(
 ) -> ApiResult<PgReportResponse> {
     let pg = parse_pg(&pgid)?;
     let req: MembershipFinishedRequest = parse(&body)?;
-    let info = app
-        .mon
-        .apply(|s, _| s.membership_finished(pg, &req))
-        .await?;
-    let info = app
-        .mon
-        .read(|s, _| s.map.pg(pg).cloned().unwrap_or(info))
-        .await?;
+    pg_report(&app, pg, |s| s.membership_finished(pg, &req)).await
+}
+
+/// Applies a PG leader's report and answers with the PG as committed (its state re-derived).
+async fn pg_report<T>(
+    app: &AppState,
+    pg: PgId,
+    op: impl Fn(&mut fastblock_mon_core::MonState) -> Result<T, ApiError>,
+) -> ApiResult<PgReportResponse> {
+    app.mon.apply(|s, _| op(s)).await?;
+    let info = app.mon.read(|s, _| s.map.pg(pg).cloned()).await?;
+    let info = info.ok_or_else(|| {
+        ApiErr(ApiError::new(
+            ErrorCode::PgNotFound,
+            format!("pg {pg} was deleted"),
+        ))
+    })?;
     Ok(Json(PgReportResponse {
-        epoch: *app.mon.epoch.borrow(),
+        epoch: app.mon.published_epoch(),
         pg: info,
     }))
 }

@@ -69,6 +69,11 @@ impl Monitor {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// The epoch of the last committed change (what an answer should report).
+    pub fn published_epoch(&self) -> Epoch {
+        *self.epoch.borrow()
+    }
+
     pub fn is_leader(&self) -> bool {
         matches!(*self.role.borrow(), Role::Leader { .. })
     }

@@ -38,5 +38,5 @@ pub mod rng;
 
 pub use config::PgConfig;
 pub use op::{ClientOp, ObjectRef};
-pub use output::{Apply, Event, LogWrite, OpId, OpOutcome, Output, PgError};
+pub use output::{Apply, Event, LeaderReport, LogWrite, OpId, OpOutcome, Output, PgError};
 pub use replica::PgReplica;

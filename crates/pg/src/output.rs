@@ -67,17 +67,22 @@ impl Apply {
     }
 }
 
+/// What a leader tells the monitor about itself and its configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderReport {
+    pub term: Term,
+    /// Index of the configuration entry `voters` comes from (0: the initial one).
+    pub conf_index: LogIndex,
+    pub voters: Vec<OsdId>,
+    /// Non-empty while the group is in a joint configuration.
+    pub voters_outgoing: Vec<OsdId>,
+}
+
 /// Changes the monitor must hear about.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// This replica became leader; report its configuration (`voters_outgoing` non-empty
-    /// while joint).
-    BecameLeader {
-        term: Term,
-        conf_index: LogIndex,
-        voters: Vec<OsdId>,
-        voters_outgoing: Vec<OsdId>,
-    },
+    /// This replica became leader.
+    BecameLeader(LeaderReport),
     /// The leader this replica knows changed (possibly to none).
     LeaderChanged { leader: Option<OsdId>, term: Term },
     /// An undecodable committed entry: the replica stopped.

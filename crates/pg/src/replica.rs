@@ -2,7 +2,7 @@
 
 use crate::config::PgConfig;
 use crate::op::ClientOp;
-use crate::output::{Apply, Event, LogWrite, OpId, OpOutcome, Output, PgError};
+use crate::output::{Apply, Event, LeaderReport, LogWrite, OpId, OpOutcome, Output, PgError};
 use crate::overlay::{Overlay, OverlayStorage};
 use crate::rng::SplitMix64;
 use fastblock_types::{LogIndex, OsdId, PgId, Term};
@@ -140,6 +140,21 @@ impl<S: Storage> PgReplica<S> {
 
     pub fn commit_index(&self) -> LogIndex {
         LogIndex(self.node.raft.raft_log.committed)
+    }
+
+    /// The report a leader sends the monitor (on election, and again if the monitor missed
+    /// it); `None` on a follower.
+    pub fn leader_report(&self) -> Option<LeaderReport> {
+        if !self.is_leader() {
+            return None;
+        }
+        let cs = self.node.raft.prs().conf().to_conf_state();
+        Some(LeaderReport {
+            term: self.term(),
+            conf_index: LogIndex(self.conf_index),
+            voters: sorted_osds(&cs.voters),
+            voters_outgoing: sorted_osds(&cs.voters_outgoing),
+        })
     }
 
     /// Voters of the current configuration (incoming half while joint), sorted.
@@ -465,13 +480,8 @@ impl<S: Storage> PgReplica<S> {
             });
         }
         if now.role == StateRole::Leader && !was_leader {
-            let cs = self.node.raft.prs().conf().to_conf_state();
-            out.events.push(Event::BecameLeader {
-                term: Term(now.term),
-                conf_index: LogIndex(self.conf_index),
-                voters: sorted_osds(&cs.voters),
-                voters_outgoing: sorted_osds(&cs.voters_outgoing),
-            });
+            let report = self.leader_report().expect("just became leader");
+            out.events.push(Event::BecameLeader(report));
         }
         if was_leader && now.role != StateRole::Leader {
             // Lost leadership: pending work may or may not complete; the client retries at

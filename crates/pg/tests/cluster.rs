@@ -78,7 +78,7 @@ impl Cluster {
                 self.replies.push((id, op, outcome));
             }
             for e in out.events.drain(..) {
-                if let Event::BecameLeader { term, .. } = &e {
+                if let Event::BecameLeader(LeaderReport { term, .. }) = &e {
                     let prev = self.leaders_by_term.insert(term.0, id);
                     assert!(
                         prev.is_none() || prev == Some(id),
@@ -260,8 +260,12 @@ fn elects_one_leader_and_replicates_writes_identically() {
     for id in 2..=3 {
         assert_eq!(&c.nodes[&id].objects, first, "replica {id} differs");
     }
-    assert!(c.events.iter().any(|(id, e)| *id == leader
-        && matches!(e, Event::BecameLeader { voters, .. } if voters.len() == 3)));
+    assert!(
+        c.events
+            .iter()
+            .any(|(id, e)| *id == leader
+                && matches!(e, Event::BecameLeader(r) if r.voters.len() == 3))
+    );
 }
 
 #[test]
@@ -377,7 +381,6 @@ fn backpressure_refuses_beyond_the_pending_limit() {
         None,
         "earlier proposals are still pending"
     );
-    let _: Message = Message::default();
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //!   undersize 4, down 8, remapped 16) and their display strings.
 //! - [`map`]: the cluster map model (OSDs, pools, PG maps, flags, images) exactly as it is stored
 //!   in etcd as JSON and served by the monitor.
+//! - [`rng`]: the seeded SplitMix64 generator used wherever randomness must be replayable.
 //! - [`route`]: object → PG and PG → shard, the stable routing functions.
 //! - [`names`]: validation of pool and image names.
 //! - [`api`]: request and response bodies of the monitor's HTTP API and its typed error.
@@ -20,6 +21,7 @@ pub mod ids;
 pub mod map;
 pub mod names;
 pub mod pg_state;
+pub mod rng;
 pub mod route;
 pub mod units;
 

@@ -17,7 +17,9 @@ use super::net::{self, ConnId, InputQueue, Outbox, PeerLink, SharedOutbox, OUT_B
 use super::{ShardCommand, ShardEvent, ShardSpec, ShardStore};
 use crate::region::RegionDisk;
 use bytes::BytesMut;
-use fastblock_pg::{Apply, ClientOp, Event, OpId, OpOutcome, Output, PgError, PgReplica};
+use fastblock_pg::{
+    Apply, ClientOp, Event, LeaderReport, OpId, OpOutcome, Output, PgError, PgReplica,
+};
 use fastblock_store::{PgStorage, UringDisk, UringOptions};
 use fastblock_types::api::{LeaderElectedRequest, PgIoCounters};
 use fastblock_types::map::ClusterMap;
@@ -36,8 +38,6 @@ pub const CONN_INFLIGHT_OPS_MAX: usize = 4096;
 pub struct HostedPg {
     pub replica: PgReplica<PgStorage<RegionDisk<UringDisk>>>,
     pub io: PgIoCounters,
-    /// Term of the last leader report sent to the monitor.
-    pub reported_term: u64,
 }
 
 pub enum OpKind {
@@ -563,24 +563,9 @@ impl Shard {
 
     fn on_event(&mut self, pg: PgId, event: Event) {
         match event {
-            Event::BecameLeader {
-                term,
-                conf_index,
-                voters,
-                voters_outgoing,
-            } => {
-                tracing::info!(%pg, term = term.0, ?voters, "became leader");
-                if let Some(h) = self.pgs.get_mut(&pg) {
-                    h.reported_term = term.0;
-                }
-                let req = LeaderElectedRequest {
-                    leader: self.spec.osd,
-                    term,
-                    conf_index,
-                    voters,
-                    voters_outgoing,
-                };
-                let _ = self.events.send(ShardEvent::LeaderElected { pg, req });
+            Event::BecameLeader(report) => {
+                tracing::info!(%pg, term = report.term.0, voters = ?report.voters, "became leader");
+                self.report_leader(pg, report);
             }
             Event::LeaderChanged { leader, term } => {
                 tracing::debug!(%pg, ?leader, term = term.0, "leader changed");
@@ -589,6 +574,18 @@ impl Shard {
                 tracing::error!(%pg, index = index.0, "pg replica failed: {reason}");
             }
         }
+    }
+
+    /// Asks the control task to tell the monitor that this OSD leads `pg`.
+    pub fn report_leader(&self, pg: PgId, r: LeaderReport) {
+        let req = LeaderElectedRequest {
+            leader: self.spec.osd,
+            term: r.term,
+            conf_index: r.conf_index,
+            voters: r.voters,
+            voters_outgoing: r.voters_outgoing,
+        };
+        let _ = self.events.send(ShardEvent::LeaderElected { pg, req });
     }
 
     /// Sends one Raft batch per destination OSD shard.
@@ -627,9 +624,10 @@ impl Shard {
     ) -> SharedOutbox {
         let addr = format!("{address}:{port}");
         let key = (osd, port);
-        let stale = self.peers.get(&key).is_some_and(|l| {
-            l.addr != addr || l.epoch != epoch || (l.outbox.borrow().closed && !l.connecting)
-        });
+        let stale = self
+            .peers
+            .get(&key)
+            .is_some_and(|l| l.addr != addr || l.epoch != epoch || l.outbox.borrow().closed);
         if stale {
             self.peers.remove(&key);
         }
@@ -643,7 +641,6 @@ impl Shard {
                 osd,
                 addr: addr.clone(),
                 outbox: outbox.clone(),
-                connecting: true,
                 epoch,
             },
         );
@@ -668,8 +665,11 @@ impl Shard {
             let stream = match connected {
                 Ok(Ok(s)) => s,
                 _ => {
-                    target.borrow_mut().closed = true;
+                    // Pace reconnects: the link counts as connecting (not closed) a little
+                    // longer, so a down peer is retried every 100 ms, not every iteration.
                     target.borrow_mut().buf.clear();
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    target.borrow_mut().closed = true;
                     return;
                 }
             };
@@ -711,11 +711,6 @@ impl Shard {
         }
         for link in self.peers.values() {
             link.outbox.borrow_mut().flush_now();
-        }
-        for link in self.peers.values_mut() {
-            if link.outbox.borrow().stream.is_some() {
-                link.connecting = false;
-            }
         }
     }
 

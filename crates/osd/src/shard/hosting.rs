@@ -4,10 +4,10 @@
 use super::core::{HostedPg, Shard};
 use fastblock_pg::{OpOutcome, PgError, PgReplica};
 use fastblock_store::PgStorage;
-use fastblock_types::api::{LeaderElectedRequest, PgIoCounters};
+use fastblock_types::api::PgIoCounters;
 use fastblock_types::map::{ClusterMap, PgInfo};
 use fastblock_types::route::pg_shard;
-use fastblock_types::{LogIndex, PgId, Term};
+use fastblock_types::PgId;
 use raft::eraftpb::ConfState;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -91,7 +91,6 @@ impl Shard {
             HostedPg {
                 replica,
                 io: PgIoCounters::default(),
-                reported_term: 0,
             },
         );
         Ok(())
@@ -124,29 +123,12 @@ impl Shard {
     /// A leader whose report the monitor has not recorded (lost, or sent before the monitor
     /// failed over) reports again.
     fn maybe_report_leader(&mut self, pg: PgId, info: &PgInfo) {
-        let me = self.spec.osd;
-        let Some(hosted) = self.pgs.get_mut(&pg) else {
+        let Some(report) = self.pgs.get(&pg).and_then(|h| h.replica.leader_report()) else {
             return;
         };
-        if !hosted.replica.is_leader() {
-            return;
+        let recorded = info.leader == Some(self.spec.osd) && info.leader_term >= report.term;
+        if !recorded {
+            self.report_leader(pg, report);
         }
-        let term = hosted.replica.term();
-        let recorded = info.leader == Some(me) && info.leader_term >= term;
-        if recorded {
-            return;
-        }
-        let voters = hosted.replica.voters();
-        let req = LeaderElectedRequest {
-            leader: me,
-            term: Term(term.0),
-            conf_index: LogIndex(info.conf_index.0),
-            voters,
-            voters_outgoing: Vec::new(),
-        };
-        hosted.reported_term = term.0;
-        let _ = self
-            .events
-            .send(super::ShardEvent::LeaderElected { pg, req });
     }
 }

@@ -174,12 +174,12 @@ fn decode_request(conn: ConnId, frame: &Frame) -> Input {
     }
 }
 
-/// An outbound link to one shard of a peer OSD, carrying Raft batches.
+/// An outbound link to one shard of a peer OSD, carrying Raft batches. While its connect
+/// attempt runs the outbox has no stream and is not closed; a failed or broken link is closed
+/// and replaced by the next send.
 pub struct PeerLink {
     pub osd: OsdId,
     pub addr: String,
     pub outbox: SharedOutbox,
-    /// Set while a connect attempt runs, so only one runs at a time.
-    pub connecting: bool,
     pub epoch: Epoch,
 }

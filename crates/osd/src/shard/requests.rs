@@ -33,6 +33,60 @@ fn range_ok(offset: u32, length: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// A mutating request as the log operation it becomes: (PG, offset, length, op).
+fn mutation(req: Request) -> Option<(PgId, u32, u32, ClientOp)> {
+    let object = |a: &ObjectAddr| ObjectRef {
+        image: a.image,
+        index: a.object_index,
+    };
+    match req {
+        Request::Write {
+            addr, offset, data, ..
+        } => {
+            let length = u32::try_from(data.len()).unwrap_or(u32::MAX);
+            Some((
+                addr.pg,
+                offset,
+                length,
+                ClientOp::Write {
+                    object: object(&addr),
+                    offset,
+                    data,
+                },
+            ))
+        }
+        Request::Discard {
+            addr,
+            offset,
+            length,
+            ..
+        } => Some((
+            addr.pg,
+            offset,
+            length,
+            ClientOp::Discard {
+                object: object(&addr),
+                offset,
+                length,
+            },
+        )),
+        Request::WriteZeroes {
+            addr,
+            offset,
+            length,
+            ..
+        } => {
+            let op = ClientOp::WriteZeroes {
+                object: object(&addr),
+                offset,
+                length,
+            };
+            Some((addr.pg, offset, length, op))
+        }
+        _ => None,
+    }
+}
+
 impl Shard {
     pub fn handle_input(&mut self, input: Input, outs: &mut BTreeMap<PgId, Output>) {
         match input {
@@ -87,68 +141,11 @@ impl Shard {
             return;
         }
         match req {
-            Request::Write {
-                addr, offset, data, ..
-            } => {
-                let length = u32::try_from(data.len()).unwrap_or(u32::MAX);
-                let object = ObjectRef {
-                    image: addr.image,
-                    index: addr.object_index,
-                };
-                let op = ClientOp::Write {
-                    object,
-                    offset,
-                    data,
-                };
-                self.propose(conn, request_id, addr.pg, offset, length, op, outs);
-            }
-            Request::Discard {
-                addr,
-                offset,
-                length,
-                ..
-            } => {
-                let object = ObjectRef {
-                    image: addr.image,
-                    index: addr.object_index,
-                };
-                self.propose(
-                    conn,
-                    request_id,
-                    addr.pg,
-                    offset,
-                    length,
-                    ClientOp::Discard {
-                        object,
-                        offset,
-                        length,
-                    },
-                    outs,
-                );
-            }
-            Request::WriteZeroes {
-                addr,
-                offset,
-                length,
-                ..
-            } => {
-                let object = ObjectRef {
-                    image: addr.image,
-                    index: addr.object_index,
-                };
-                self.propose(
-                    conn,
-                    request_id,
-                    addr.pg,
-                    offset,
-                    length,
-                    ClientOp::WriteZeroes {
-                        object,
-                        offset,
-                        length,
-                    },
-                    outs,
-                );
+            req @ (Request::Write { .. }
+            | Request::Discard { .. }
+            | Request::WriteZeroes { .. }) => {
+                let (pg, offset, length, op) = mutation(req).expect("matched a mutation");
+                self.propose(conn, request_id, pg, offset, length, op, outs);
             }
             Request::Read {
                 addr,

@@ -12,26 +12,8 @@ use fastblock_types::units::SECTOR_SIZE_BYTES;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// splitmix64: tiny, seedable, good enough to pick crash outcomes.
-#[derive(Clone, Debug)]
-pub struct Prng(u64);
-
-impl Prng {
-    pub fn new(seed: u64) -> Self {
-        Prng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        assert!(n > 0);
-        self.next_u64() % n
-    }
-}
+/// The seeded generator of crash choices (SplitMix64, shared with the PG core).
+pub use fastblock_types::rng::SplitMix64 as Prng;
 
 /// The shared state of one simulated device or file.
 #[derive(Debug)]
