@@ -9,7 +9,7 @@
 use crate::choose::{choose_member, Loads};
 use crate::domains::{domain_key, Topology};
 use crate::PoolSpec;
-use fastblock_types::map::OsdInfo;
+use fastblock_types::map::{FailureDomain, OsdInfo};
 use fastblock_types::OsdId;
 use std::collections::BTreeMap;
 
@@ -21,6 +21,7 @@ pub fn repair(
     let topo = Topology::new(spec.failure_domain, osds);
     let mut loads = Loads::new(&topo, topo.member_loads(targets.values()));
     let mut changed = BTreeMap::new();
+    let mut filled: Vec<(u32, usize)> = Vec::new();
     for (&seq, members) in targets {
         let mut list = members.clone();
         let mut inserted: Vec<usize> = Vec::new();
@@ -37,12 +38,68 @@ pub fn repair(
         if list != *members {
             assert!(!inserted.is_empty());
             assert_inserted_distinct(spec, osds, seq, &list, &inserted);
+            filled.extend(inserted.iter().map(|&p| (seq, p)));
             changed.insert(seq, list);
         } else {
             assert!(inserted.is_empty());
         }
     }
+    improve(spec, &topo, osds, targets, &mut changed, &filled);
     changed
+}
+
+/// Greedy choices made PG by PG can pile replacements on a few OSDs. Moves a slot this call
+/// filled to an allowed OSD holding at least two memberships fewer, until no such move exists
+/// (each move lowers the sum of squared loads, so this ends). Only filled slots move, so members
+/// that stayed keep their places; in the Host domain a slot moves only within its host, so host
+/// balance is untouched.
+fn improve(
+    spec: &PoolSpec,
+    topo: &Topology,
+    osds: &BTreeMap<OsdId, OsdInfo>,
+    targets: &BTreeMap<u32, Vec<OsdId>>,
+    changed: &mut BTreeMap<u32, Vec<OsdId>>,
+    filled: &[(u32, usize)],
+) {
+    let mut load: BTreeMap<OsdId, u64> = topo.osds.iter().map(|o| (*o, 0)).collect();
+    for (seq, list) in targets {
+        for osd in changed.get(seq).unwrap_or(list) {
+            *load.entry(*osd).or_default() += 1;
+        }
+    }
+    let moves_max = filled.len() * topo.osds.len();
+    for _ in 0..moves_max {
+        let mut best: Option<(u32, usize, OsdId, u64)> = None;
+        for &(seq, position) in filled {
+            let list = &changed[&seq];
+            let current = list[position];
+            let used = used_domains(topo, osds, list, Some(position));
+            let own_domain = topo.domain_of(current, osds);
+            for &candidate in &topo.osds {
+                let Some(d) = topo.domain_of(candidate, osds) else {
+                    continue;
+                };
+                let allowed = match spec.failure_domain {
+                    FailureDomain::Osd => !used[d],
+                    FailureDomain::Host => Some(d) == own_domain && !list.contains(&candidate),
+                };
+                let gain = load[&current].saturating_sub(load[&candidate]);
+                if allowed && gain >= 2 && best.is_none_or(|b| gain > b.3) {
+                    best = Some((seq, position, candidate, gain));
+                }
+            }
+        }
+        let Some((seq, position, candidate, _)) = best else {
+            return;
+        };
+        let list = changed
+            .get_mut(&seq)
+            .expect("filled slots are in changed PGs");
+        *load.get_mut(&list[position]).expect("member has a load") -= 1;
+        *load.get_mut(&candidate).expect("candidate has a load") += 1;
+        list[position] = candidate;
+        assert_inserted_distinct(spec, osds, seq, list, &[position]);
+    }
 }
 
 /// Replaces every non-target member for which a candidate exists, in position order. A slot
