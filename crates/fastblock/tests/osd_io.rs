@@ -314,34 +314,31 @@ async fn leader_sigkill_during_writes_loses_nothing_acknowledged() {
     // The restarted OSD catches up: every replica of the PG holds identical objects.
     let map = client.map().await.unwrap().map.unwrap();
     let members = map.pg(target_pg).unwrap().osdlist.clone();
-    let mut digests = Vec::new();
+    let mut conns = Vec::new();
     for osd in &members {
         let o = &map.osds[osd];
-        let mut conn = WireConn::connect(&format!("{}:{}", o.address, o.port_for(target_pg))).await;
-        let mut last = None;
-        for _ in 0..100 {
-            let d = conn.call(&Request::ReplicaDigest { pg: target_pg }).await;
-            if let Reply::Digest {
-                applied_index,
-                objects,
-            } = d
-            {
-                last = Some((applied_index, objects));
+        conns.push(WireConn::connect(&format!("{}:{}", o.address, o.port_for(target_pg))).await);
+    }
+    // Poll every replica until all report the same applied index and the same objects.
+    let mut last = Vec::new();
+    for _ in 0..150 {
+        last.clear();
+        for conn in &mut conns {
+            match conn.call(&Request::ReplicaDigest { pg: target_pg }).await {
+                Reply::Digest {
+                    applied_index,
+                    objects,
+                } => last.push((applied_index, objects)),
+                other => panic!("digest of {target_pg}: {other:?}"),
             }
-            let done = digests
-                .first()
-                .is_none_or(|first: &(u64, Vec<_>)| last.as_ref().is_some_and(|l| l.1 == first.1));
-            if done {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        digests.push(last.expect("digest"));
+        if last.windows(2).all(|w| w[0] == w[1]) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    for d in &digests[1..] {
-        assert_eq!(
-            d.1, digests[0].1,
-            "replicas of {target_pg} differ after catch-up"
-        );
-    }
+    let applied: Vec<u64> = last.iter().map(|(a, _)| *a).collect();
+    panic!(
+        "replicas of {target_pg} did not converge: applied indexes {applied:?}, digests {last:?}"
+    );
 }
