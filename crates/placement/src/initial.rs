@@ -37,10 +37,19 @@ pub fn place_pool(
     let mut loads = Loads::new(&topo, vec![0; topo.osds.len()]);
     let mut primaries = vec![0u64; topo.osds.len()];
     let mut lists: Vec<Vec<OsdId>> = Vec::with_capacity(spec.pg_count as usize);
+    let forced = saturated_domains(&topo, spec.size);
     for seq in 0..spec.pg_count {
         let mut used = vec![false; topo.domains.len()];
         let mut chosen: Vec<usize> = Vec::with_capacity(spec.size as usize);
-        for _ in 0..spec.size {
+        for &d in &forced {
+            // Only domain `d` is open: choose_member picks its least-loaded OSD.
+            let only_d: Vec<bool> = (0..topo.domains.len()).map(|x| x != d).collect();
+            let i = choose_member(&topo, &loads, pool, seq, &only_d).expect("domain is not empty");
+            used[d] = true;
+            loads.add(&topo, i);
+            chosen.push(i);
+        }
+        while chosen.len() < spec.size as usize {
             let i = choose_member(&topo, &loads, pool, seq, &used)
                 .expect("enough domains was checked above");
             used[topo.osd_domain[i]] = true;
@@ -80,4 +89,34 @@ pub fn place_pool(
         assert!(list.iter().all(|o| topo.target_index(*o).is_some()));
     }
     Ok(lists)
+}
+
+/// Domains whose weighted share is at least one member of every PG (water-filling: a domain
+/// holding more OSDs than its `1 / size` share can take at most one member per PG, and its
+/// excess share goes to the others, which may saturate in turn). They go into every PG first;
+/// left to the greedy rule, a saturated domain can miss a PG, which then lands on a small
+/// domain far above its share.
+fn saturated_domains(topo: &Topology, size: u32) -> Vec<usize> {
+    let mut forced: Vec<usize> = Vec::new();
+    loop {
+        let slots = u64::from(size) - forced.len() as u64;
+        let weight: u64 = (0..topo.domains.len())
+            .filter(|d| !forced.contains(d))
+            .map(|d| topo.domains[d].weight())
+            .sum();
+        if slots == 0 || weight == 0 {
+            return forced;
+        }
+        let newly: Vec<usize> = (0..topo.domains.len())
+            .filter(|d| !forced.contains(d) && topo.domains[*d].weight() * slots >= weight)
+            .collect();
+        if newly.is_empty() {
+            return forced;
+        }
+        forced.extend(newly);
+        if forced.len() as u64 >= u64::from(size) {
+            forced.truncate(size as usize);
+            return forced;
+        }
+    }
 }
