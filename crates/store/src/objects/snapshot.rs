@@ -79,7 +79,7 @@ impl Objects {
     ) -> Result<()> {
         let len = data.len() as u64;
         check_range(offset_bytes, len)?;
-        if offset_bytes % BS != 0 || len % BS != 0 {
+        if !offset_bytes.is_multiple_of(BS) || !len.is_multiple_of(BS) {
             return Err(Error::InvalidArgument(format!(
                 "snapshot chunk {offset_bytes}+{len} is not 4 KiB aligned"
             )));
