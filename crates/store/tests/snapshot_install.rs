@@ -1,5 +1,7 @@
 //! Receiving a PG snapshot: staged chunks are invisible until the install, and a crash at any
 //! point leaves the old objects or the new ones, never a mix.
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
 
 mod common;
 use common::*;
