@@ -94,7 +94,7 @@ impl Sender {
         chunk_bytes: u64,
         window_chunks: u32,
     ) -> Sender {
-        assert!(chunk_bytes > 0 && chunk_bytes.is_multiple_of(BLOCK_SIZE_BYTES));
+        assert!(chunk_bytes > 0 && chunk_bytes % BLOCK_SIZE_BYTES == 0);
         assert!(window_chunks > 0);
         let total_bytes = objects.iter().map(|o| o.size_bytes).sum();
         Sender {
@@ -162,7 +162,7 @@ impl Sender {
         if !ok {
             return AckOutcome::Refused;
         }
-        if seq >= self.next_seq || seq + 1 <= self.acked {
+        if seq >= self.next_seq || seq < self.acked {
             return AckOutcome::Stale;
         }
         self.acked = seq + 1;
