@@ -449,6 +449,11 @@ impl<D: Disk> Store<D> {
         self.guard(|s| s.objects.list(pg))
     }
 
+    /// Objects of a PG with their sizes (highest byte ever written).
+    pub fn object_sizes(&self, pg: PgId) -> Vec<(ObjectId, u64)> {
+        self.objects.sizes(pg)
+    }
+
     /// Records that every entry up to `index` of the PG has been applied.
     pub fn set_applied(&mut self, pg: PgId, index: u64) -> Result<()> {
         self.guard(|s| s.objects.set_applied(pg, index))

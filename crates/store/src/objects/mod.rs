@@ -483,6 +483,24 @@ impl Objects {
             .collect())
     }
 
+    /// Objects of a PG with their sizes (highest byte ever written), in (image, index) order.
+    pub fn sizes(&self, pg: PgId) -> Vec<(ObjectId, u64)> {
+        let p = pg_to_u64(pg);
+        let (lo, hi) = ((p, 0u64, 0u64), (p, u64::MAX, u64::MAX));
+        self.objects
+            .range(lo..=hi)
+            .map(|(k, end)| {
+                (
+                    ObjectId {
+                        image: ImageId(k.1),
+                        index: k.2,
+                    },
+                    *end,
+                )
+            })
+            .collect()
+    }
+
     /// Deletes every object of the PG and forgets its applied index.
     pub fn delete_pg(&mut self, pg: PgId) -> Result<()> {
         for o in self.list(pg)? {
