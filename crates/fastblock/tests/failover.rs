@@ -122,7 +122,10 @@ async fn fixture(spec: Spec) -> Fx {
 
 impl Fx {
     fn osd(&mut self, id: OsdId) -> &mut OsdProc {
-        self.osds.iter_mut().find(|o| o.id == id).expect("known osd")
+        self.osds
+            .iter_mut()
+            .find(|o| o.id == id)
+            .expect("known osd")
     }
 
     async fn map(&self) -> ClusterMap {
@@ -240,7 +243,10 @@ async fn wait_pgs(
                     )
                 })
                 .collect();
-            panic!("{what}: not reached after {timeout:?}\n{}", table.join("\n"));
+            panic!(
+                "{what}: not reached after {timeout:?}\n{}",
+                table.join("\n")
+            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -258,39 +264,18 @@ fn all_pgs(map: &ClusterMap) -> impl Iterator<Item = (PgId, &fastblock_types::ma
 async fn converge(fx: &Fx, acked: &BTreeMap<u64, u64>, since: Instant, case: &str) -> Duration {
     wait_converged_states(&fx.client, CONVERGE).await;
     let active_after = since.elapsed();
-    let map = fx.map().await;
-    for (pg, info) in all_pgs(&map) {
-        assert!(info.newosdlist.is_empty(), "{case}: {pg} still has a target");
-        let mut conns = Vec::new();
-        for osd in &info.osdlist {
-            let o = &map.osds[osd];
-            conns.push(WireConn::connect(&format!("{}:{}", o.address, o.port_for(pg))).await);
+    // Replicas catch up and OSDs learn the newest map a little after the monitor shows the
+    // PGs active: poll until one pass over the current map finds every PG's replicas equal.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let map = fx.map().await;
+        match replicas_differ(&map).await {
+            None if all_pgs(&map).all(|(_, i)| i.state.is_active()) => break,
+            None => {}
+            Some(why) => assert!(Instant::now() < deadline, "{case}: {why}"),
         }
-        let mut last = Vec::new();
-        let mut same = false;
-        for _ in 0..300 {
-            last.clear();
-            for conn in &mut conns {
-                match conn.call(&Request::ReplicaDigest { pg }).await {
-                    Reply::Digest {
-                        applied_index,
-                        objects,
-                    } => last.push((applied_index, objects)),
-                    other => panic!("{case}: digest of {pg}: {other:?}"),
-                }
-            }
-            if last.windows(2).all(|w| w[0] == w[1]) {
-                same = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let applied: Vec<u64> = last.iter().map(|(a, _)| *a).collect();
-        assert!(
-            same,
-            "{case}: replicas {:?} of {pg} differ: applied {applied:?}",
-            info.osdlist
-        );
+        assert!(Instant::now() < deadline, "{case}: PGs not active again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for (b, generation) in acked {
         let got = fx.image.read(b * BLOCK, BLOCK).await.unwrap();
@@ -305,6 +290,35 @@ async fn converge(fx: &Fx, acked: &BTreeMap<u64, u64>, since: Instant, case: &st
         acked.len()
     );
     active_after
+}
+
+/// Why the replicas of some PG differ (or cannot be compared yet), or `None`.
+async fn replicas_differ(map: &ClusterMap) -> Option<String> {
+    for (pg, info) in all_pgs(map) {
+        if !info.newosdlist.is_empty() {
+            return Some(format!("{pg} still has a target"));
+        }
+        let mut digests = Vec::new();
+        for osd in &info.osdlist {
+            let o = &map.osds[osd];
+            let mut conn = WireConn::connect(&format!("{}:{}", o.address, o.port_for(pg))).await;
+            match conn.call(&Request::ReplicaDigest { pg }).await {
+                Reply::Digest {
+                    applied_index,
+                    objects,
+                } => digests.push((applied_index, objects)),
+                other => return Some(format!("digest of {pg} at osd {osd}: {other:?}")),
+            }
+        }
+        if !digests.windows(2).all(|w| w[0] == w[1]) {
+            let applied: Vec<u64> = digests.iter().map(|(a, _)| *a).collect();
+            return Some(format!(
+                "replicas {:?} of {pg} differ: applied {applied:?}",
+                info.osdlist
+            ));
+        }
+    }
+    None
 }
 
 /// The leader of the PG holding the image's first object.
@@ -335,12 +349,18 @@ async fn fo1_kill_and_restart_an_osd() {
     let (_, victim) = first_pg_leader(&fx).await;
     fx.osd(victim).kill();
     let t = Instant::now();
-    wait_pgs(&fx.client, Duration::from_secs(20), "undersize with new leaders", |m| {
-        all_pgs(m).all(|(_, i)| {
-            !i.osdlist.contains(&victim)
-                || (i.state.contains(PgState::UNDERSIZE) && i.leader.is_some_and(|l| l != victim))
-        })
-    })
+    wait_pgs(
+        &fx.client,
+        Duration::from_secs(20),
+        "undersize with new leaders",
+        |m| {
+            all_pgs(m).all(|(_, i)| {
+                !i.osdlist.contains(&victim)
+                    || (i.state.contains(PgState::UNDERSIZE)
+                        && i.leader.is_some_and(|l| l != victim))
+            })
+        },
+    )
     .await;
     eprintln!("FO1: undersize with new leaders after {:?}", t.elapsed());
     writer.wait_progress(100, "writes while undersize").await;
@@ -360,11 +380,18 @@ async fn fo2_fo3_out_remap_then_return_and_rebalance() {
     let (_, victim) = first_pg_leader(&fx).await;
     fx.osd(victim).kill();
     let t = Instant::now();
-    wait_pgs(&fx.client, Duration::from_secs(30), "remapped with a newosdlist", |m| {
-        all_pgs(m).any(|(_, i)| {
-            i.state.contains(PgState::REMAPPED) && !i.newosdlist.is_empty() && !i.newosdlist.contains(&victim)
-        })
-    })
+    wait_pgs(
+        &fx.client,
+        Duration::from_secs(30),
+        "remapped with a newosdlist",
+        |m| {
+            all_pgs(m).any(|(_, i)| {
+                i.state.contains(PgState::REMAPPED)
+                    && !i.newosdlist.is_empty()
+                    && !i.newosdlist.contains(&victim)
+            })
+        },
+    )
     .await;
     eprintln!("FO2: remapped after {:?}", t.elapsed());
     wait_pgs(&fx.client, CONVERGE, "active without the out osd", |m| {
@@ -379,9 +406,12 @@ async fn fo2_fo3_out_remap_then_return_and_rebalance() {
     let writer = Writer::start(fx.image.clone(), 3);
     fx.osd(victim).start();
     let t = Instant::now();
-    wait_pgs(&fx.client, CONVERGE, "rebalanced onto the returned osd", |m| {
-        count_in(m, victim) > 0 && all_pgs(m).all(|(_, i)| i.state.is_active())
-    })
+    wait_pgs(
+        &fx.client,
+        CONVERGE,
+        "rebalanced onto the returned osd",
+        |m| count_in(m, victim) > 0 && all_pgs(m).all(|(_, i)| i.state.is_active()),
+    )
     .await;
     writer.wait_progress(50, "writes after the rebalance").await;
     let mut acked2 = writer.finish().await;
@@ -408,16 +438,21 @@ async fn fo4_two_osds_down_then_back() {
     fx.osd(a).kill();
     fx.osd(b).kill();
     let t = Instant::now();
-    wait_pgs(&fx.client, Duration::from_secs(20), "down and undersize PGs", |m| {
-        all_pgs(m).all(|(_, i)| {
-            let lost = i.osdlist.iter().filter(|o| **o == a || **o == b).count();
-            match lost {
-                0 => i.state.is_active(),
-                1 => i.state.contains(PgState::UNDERSIZE),
-                _ => i.state.contains(PgState::DOWN),
-            }
-        })
-    })
+    wait_pgs(
+        &fx.client,
+        Duration::from_secs(20),
+        "down and undersize PGs",
+        |m| {
+            all_pgs(m).all(|(_, i)| {
+                let lost = i.osdlist.iter().filter(|o| **o == a || **o == b).count();
+                match lost {
+                    0 => i.state.is_active(),
+                    1 => i.state.contains(PgState::UNDERSIZE),
+                    _ => i.state.contains(PgState::DOWN),
+                }
+            })
+        },
+    )
     .await;
     eprintln!("FO4: down/undersize after {:?}", t.elapsed());
     // IO to the down PG: a clear, retryable timeout at the client's deadline, not a hang.
@@ -433,7 +468,10 @@ async fn fo4_two_osds_down_then_back() {
         Err(e @ ClientError::Timeout { pg: p, .. }) => {
             assert_eq!(*p, pg);
             assert!(e.is_retryable());
-            eprintln!("FO4: write to down {pg} failed after {:?}: {e}", started.elapsed());
+            eprintln!(
+                "FO4: write to down {pg} failed after {:?}: {e}",
+                started.elapsed()
+            );
         }
         other => panic!("expected a retryable timeout, got {other:?}"),
     }
@@ -453,15 +491,16 @@ async fn fo4_two_osds_down_then_back() {
 async fn fo5_out_the_leader_during_block_bench() {
     let mut fx = fixture(Spec::default()).await;
     let (_, leader) = first_pg_leader(&fx).await;
-    let mut bench = std::process::Command::new(common::bin("fastblock-mon").with_file_name("block_bench"))
-        .args(["--mon", &fx.mons.endpoints().join(",")])
-        .args(["--pool", "fb", "--image", "img", "--io-type", "write_read"])
-        .args(["--io-size", "4K", "--io-count", "4000", "--io-depth", "4"])
-        .args(["--sequential", "--verify", "--seed", "5"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("block_bench");
+    let mut bench =
+        std::process::Command::new(common::bin("fastblock-mon").with_file_name("block_bench"))
+            .args(["--mon", &fx.mons.endpoints().join(",")])
+            .args(["--pool", "fb", "--image", "img", "--io-type", "write_read"])
+            .args(["--io-size", "4K", "--io-count", "4000", "--io-depth", "4"])
+            .args(["--sequential", "--verify", "--seed", "5"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("block_bench");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     fx.client.osd_out(leader).await.unwrap();
     let t = Instant::now();
@@ -510,9 +549,12 @@ async fn fo6_leader_killed_during_membership_change() {
     let (_, members, _, _) = fx.pg_info(pg).await;
     let leaving = *members.iter().find(|o| **o != leader).unwrap();
     fx.client.osd_out(leaving).await.unwrap();
-    wait_pgs(&fx.client, Duration::from_secs(10), "the change started", |m| {
-        m.pg(pg).is_some_and(|i| !i.newosdlist.is_empty())
-    })
+    wait_pgs(
+        &fx.client,
+        Duration::from_secs(10),
+        "the change started",
+        |m| m.pg(pg).is_some_and(|i| !i.newosdlist.is_empty()),
+    )
     .await;
     fx.osd(leader).kill();
     let t = Instant::now();
@@ -542,12 +584,18 @@ async fn st4_leader_killed_during_snapshot_install() {
     // About 6 MiB in the PG, so the snapshot takes seconds at 2 MiB/s.
     let objects = fx.image.size_bytes() / fx.image.info().object_size_bytes;
     let mut acked = BTreeMap::new();
-    for o in (0..objects).filter(|o| fx.image.object_pg(*o) == pg).take(6) {
+    for o in (0..objects)
+        .filter(|o| fx.image.object_pg(*o) == pg)
+        .take(6)
+    {
         let obj_bytes = fx.image.info().object_size_bytes;
         let data: Vec<u8> = (0..obj_bytes / BLOCK)
             .flat_map(|b| block(o * obj_bytes + b * BLOCK, 7).to_vec())
             .collect();
-        fx.image.write(o * obj_bytes, Bytes::from(data)).await.unwrap();
+        fx.image
+            .write(o * obj_bytes, Bytes::from(data))
+            .await
+            .unwrap();
         for b in 0..obj_bytes / BLOCK {
             acked.insert(o * obj_bytes / BLOCK + b, 7);
         }
@@ -557,15 +605,24 @@ async fn st4_leader_killed_during_snapshot_install() {
     let leaving = *members.iter().find(|o| **o != leader).unwrap();
     fx.client.osd_out(leaving).await.unwrap();
     let sending = Instant::now();
-    common::wait_until(Duration::from_secs(20), "the snapshot transfer started", || async {
-        let logs = fx.osds.iter().find(|o| o.id == leader).unwrap().all_logs();
-        logs.contains(&format!("pg={pg}")).then_some(()).filter(|_| {
-            logs.lines()
-                .any(|l| l.contains("sending snapshot") && l.contains(&pg.to_string()))
-        })
-    })
+    common::wait_until(
+        Duration::from_secs(20),
+        "the snapshot transfer started",
+        || async {
+            let logs = fx.osds.iter().find(|o| o.id == leader).unwrap().all_logs();
+            logs.contains(&format!("pg={pg}"))
+                .then_some(())
+                .filter(|_| {
+                    logs.lines()
+                        .any(|l| l.contains("sending snapshot") && l.contains(&pg.to_string()))
+                })
+        },
+    )
     .await;
-    eprintln!("ST4: transfer started {:?} after the out", sending.elapsed());
+    eprintln!(
+        "ST4: transfer started {:?} after the out",
+        sending.elapsed()
+    );
     fx.osd(leader).kill();
     let t = Instant::now();
     wait_pgs(&fx.client, CONVERGE, "outs applied", |m| {
@@ -607,7 +664,9 @@ async fn st5_lagging_member_caught_up_by_snapshot() {
     let follower = *members.iter().find(|o| Some(**o) != leader).unwrap();
     fx.osd(follower).kill();
     let writer = Writer::start_on(fx.image.clone(), 8, Some(pg));
-    writer.wait_progress(600, "writes while the member is down").await;
+    writer
+        .wait_progress(600, "writes while the member is down")
+        .await;
     fx.osd(follower).start();
     let t = Instant::now();
     writer.wait_progress(100, "writes after it returned").await;
@@ -646,7 +705,12 @@ async fn st6_leader_killed_right_after_the_change() {
     let acked = writer.finish().await;
     converge(&fx, &acked, t, "ST6").await;
     for o in &mut fx.osds {
-        assert!(o.is_running(), "ST6: osd {} crashed:\n{}", o.id, o.log_tail());
+        assert!(
+            o.is_running(),
+            "ST6: osd {} crashed:\n{}",
+            o.id,
+            o.log_tail()
+        );
     }
 }
 
@@ -664,9 +728,12 @@ async fn monitor_leader_killed_during_a_remap() {
     let (_, members, _, _) = fx.pg_info(pg).await;
     let leaving = *members.iter().find(|o| **o != leader).unwrap();
     fx.client.osd_out(leaving).await.unwrap();
-    wait_pgs(&fx.client, Duration::from_secs(10), "the remap started", |m| {
-        all_pgs(m).any(|(_, i)| !i.newosdlist.is_empty())
-    })
+    wait_pgs(
+        &fx.client,
+        Duration::from_secs(10),
+        "the remap started",
+        |m| all_pgs(m).any(|(_, i)| !i.newosdlist.is_empty()),
+    )
     .await;
     let mon = fx.mons.wait_leader(Duration::from_secs(10)).await;
     fx.mons.kill(mon);
@@ -675,7 +742,9 @@ async fn monitor_leader_killed_during_a_remap() {
         count_in(m, leaving) == 0 && all_pgs(m).all(|(_, i)| i.state.is_active())
     })
     .await;
-    writer.wait_progress(50, "writes after the monitor failover").await;
+    writer
+        .wait_progress(50, "writes after the monitor failover")
+        .await;
     let acked = writer.finish().await;
     converge(&fx, &acked, t, "monitor failover during remap").await;
     let _ = &fx.dir;

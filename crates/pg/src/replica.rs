@@ -58,6 +58,9 @@ pub struct PgReplica<S: Storage> {
     /// A received snapshot handed to the driver in ready `.0`, at index `.1`: the applied
     /// index jumps there once that ready is persisted (the store installed the objects).
     snapshot_pending: Option<(u64, u64)>,
+    /// The configuration is joint (kept up to date as configurations are applied, so the
+    /// tick need not rebuild the configuration to know).
+    joint: bool,
 }
 
 fn to_osd(id: u64) -> Option<OsdId> {
@@ -147,7 +150,9 @@ impl<S: Storage> PgReplica<S> {
             target: None,
             finished_report_in: 0,
             snapshot_pending: None,
+            joint: false,
         };
+        replica.refresh_joint();
         replica.rejitter();
         Ok(replica)
     }
@@ -313,12 +318,26 @@ impl<S: Storage> PgReplica<S> {
         }
     }
 
+    fn refresh_joint(&mut self) {
+        self.joint = !self
+            .node
+            .raft
+            .prs()
+            .conf()
+            .to_conf_state()
+            .voters_outgoing
+            .is_empty();
+    }
+
     /// One step of a pending membership change, if Raft can take one now.
     fn drive_membership(&mut self, out: &mut Output) {
         // Raft accepts one configuration change at a time (a new leader also waits until it
         // has applied its whole log).
         if self.node.raft.has_pending_conf() {
             return;
+        }
+        if self.target.is_none() && !self.joint {
+            return; // the common case, without building the view
         }
         let view = self.conf_view();
         let step = membership::next_step(self.me, &view, self.target.as_ref());
@@ -477,6 +496,7 @@ impl<S: Storage> PgReplica<S> {
                     self.applied = index;
                     self.conf_index = self.conf_index.max(index);
                     self.node.advance_apply_to(index);
+                    self.refresh_joint();
                 }
             }
         }
@@ -608,6 +628,7 @@ impl<S: Storage> PgReplica<S> {
                     match self.apply_conf_change(&entry) {
                         Ok(cs) => {
                             self.conf_index = index;
+                            self.joint = !cs.voters_outgoing.is_empty();
                             Apply::Noop {
                                 index: LogIndex(index),
                                 conf_state: Some(cs),
