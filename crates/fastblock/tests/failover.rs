@@ -623,6 +623,15 @@ async fn st4_leader_killed_during_snapshot_install() {
         "ST4: transfer started {:?} after the out",
         sending.elapsed()
     );
+    // `status` shows the recovery while it runs (the leader reports it in its heartbeats).
+    let rec = common::wait_until(Duration::from_secs(5), "status shows recovery", || async {
+        let st = fx.client.status().await.ok()?;
+        (st.recovery.recovering_pgs > 0 && st.recovery.remaining_bytes > 0).then_some(st.recovery)
+    })
+    .await;
+    eprintln!("ST4: status recovery: {rec:?}");
+    let line = fx.mons.cli(&["status"]);
+    assert!(line.ok().contains("recovery"), "status: {}", line.ok());
     fx.osd(leader).kill();
     let t = Instant::now();
     wait_pgs(&fx.client, CONVERGE, "outs applied", |m| {
