@@ -6,6 +6,7 @@
 mod common;
 
 use bytes::Bytes;
+use common::{stamped_block as block, BLOCK};
 use common::{wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
 use fastblock_client::{ClientConfig, ClientError, Cluster, Image};
 use fastblock_monclient::MonClient;
@@ -19,23 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BLOCK: u64 = 4096;
 const CONVERGE: Duration = Duration::from_secs(90);
-
-/// A block whose every byte depends on (offset, generation).
-fn block(offset: u64, generation: u64) -> Bytes {
-    let mut x = offset.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ generation.wrapping_mul(0xBF58_476D_1CE4_E5B9)
-        ^ 1;
-    let mut v = Vec::with_capacity(BLOCK as usize);
-    while v.len() < BLOCK as usize {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    Bytes::from(v)
-}
 
 struct Fx {
     mons: MonCluster,
@@ -105,7 +90,7 @@ async fn fixture(spec: Spec) -> Fx {
         })
         .await
         .unwrap();
-    wait_converged_states(&client, Duration::from_secs(30)).await;
+    common::wait_all_active(&client, Duration::from_secs(30)).await;
     let mut config = ClientConfig::new(mons.endpoints());
     config.op_deadline = Duration::from_secs(60);
     let cluster = Cluster::connect(config).await.unwrap();
@@ -210,11 +195,6 @@ impl Writer {
     }
 }
 
-/// Every PG active (which also means no target pending).
-async fn wait_converged_states(client: &MonClient, timeout: Duration) {
-    common::wait_all_active(client, timeout).await;
-}
-
 /// Polls until `cond` holds for the PG table (or panics after `timeout` with the table).
 async fn wait_pgs(
     client: &MonClient,
@@ -262,7 +242,7 @@ fn all_pgs(map: &ClusterMap) -> impl Iterator<Item = (PgId, &fastblock_types::ma
 /// same applied index and objects, every acknowledged write reads back. Returns how long the
 /// PGs took to become active.
 async fn converge(fx: &Fx, acked: &BTreeMap<u64, u64>, since: Instant, case: &str) -> Duration {
-    wait_converged_states(&fx.client, CONVERGE).await;
+    common::wait_all_active(&fx.client, CONVERGE).await;
     let active_after = since.elapsed();
     // Replicas catch up and OSDs learn the newest map a little after the monitor shows the
     // PGs active: poll until one pass over the current map finds every PG's replicas equal.
@@ -319,6 +299,20 @@ async fn replicas_differ(map: &ClusterMap) -> Option<String> {
         }
     }
     None
+}
+
+/// Marks out a follower of the PG holding the image's first object: (pg, leader, follower).
+async fn out_a_follower(fx: &Fx) -> (PgId, OsdId, OsdId) {
+    let (pg, leader) = first_pg_leader(fx).await;
+    let (_, members, _, _) = fx.pg_info(pg).await;
+    let leaving = *members.iter().find(|o| **o != leader).unwrap();
+    fx.client.osd_out(leaving).await.unwrap();
+    (pg, leader, leaving)
+}
+
+/// Every PG active, and none lists any of `gone`.
+fn settled_without(m: &ClusterMap, gone: &[OsdId]) -> bool {
+    gone.iter().all(|o| count_in(m, *o) == 0) && all_pgs(m).all(|(_, i)| i.state.is_active())
 }
 
 /// The leader of the PG holding the image's first object.
@@ -395,7 +389,7 @@ async fn fo2_fo3_out_remap_then_return_and_rebalance() {
     .await;
     eprintln!("FO2: remapped after {:?}", t.elapsed());
     wait_pgs(&fx.client, CONVERGE, "active without the out osd", |m| {
-        count_in(m, victim) == 0 && all_pgs(m).all(|(_, i)| i.state.is_active())
+        settled_without(m, &[victim])
     })
     .await;
     writer.wait_progress(100, "writes after the remap").await;
@@ -501,7 +495,12 @@ async fn fo5_out_the_leader_during_block_bench() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("block_bench");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Out the leader once the bench is writing (the monitor sees client IO).
+    common::wait_until(Duration::from_secs(30), "block_bench writing", || async {
+        let st = fx.client.status().await.ok()?;
+        (st.io.write_ops_per_sec > 0.0).then_some(())
+    })
+    .await;
     fx.client.osd_out(leader).await.unwrap();
     let t = Instant::now();
     let out = tokio::task::spawn_blocking(move || {
@@ -526,7 +525,7 @@ async fn fo5_out_the_leader_during_block_bench() {
     );
     assert!(out.status.success(), "block_bench failed: {text}");
     wait_pgs(&fx.client, CONVERGE, "active without the out leader", |m| {
-        count_in(m, leader) == 0 && all_pgs(m).all(|(_, i)| i.state.is_active())
+        settled_without(m, &[leader])
     })
     .await;
     converge(&fx, &BTreeMap::new(), t, "FO5").await;
@@ -545,10 +544,7 @@ async fn fo6_leader_killed_during_membership_change() {
     .await;
     let writer = Writer::start(fx.image.clone(), 6);
     writer.wait_progress(100, "writes before the change").await;
-    let (pg, leader) = first_pg_leader(&fx).await;
-    let (_, members, _, _) = fx.pg_info(pg).await;
-    let leaving = *members.iter().find(|o| **o != leader).unwrap();
-    fx.client.osd_out(leaving).await.unwrap();
+    let (pg, leader, leaving) = out_a_follower(&fx).await;
     wait_pgs(
         &fx.client,
         Duration::from_secs(10),
@@ -559,9 +555,7 @@ async fn fo6_leader_killed_during_membership_change() {
     fx.osd(leader).kill();
     let t = Instant::now();
     wait_pgs(&fx.client, CONVERGE, "both outs applied", |m| {
-        count_in(m, leaving) == 0
-            && count_in(m, leader) == 0
-            && all_pgs(m).all(|(_, i)| i.state.is_active())
+        settled_without(m, &[leaving, leader])
     })
     .await;
     writer.wait_progress(50, "writes after the change").await;
@@ -610,12 +604,9 @@ async fn st4_leader_killed_during_snapshot_install() {
         "the snapshot transfer started",
         || async {
             let logs = fx.osds.iter().find(|o| o.id == leader).unwrap().all_logs();
-            logs.contains(&format!("pg={pg}"))
+            logs.lines()
+                .any(|l| l.contains("sending snapshot") && l.contains(&format!("pg={pg}")))
                 .then_some(())
-                .filter(|_| {
-                    logs.lines()
-                        .any(|l| l.contains("sending snapshot") && l.contains(&pg.to_string()))
-                })
         },
     )
     .await;
@@ -635,9 +626,7 @@ async fn st4_leader_killed_during_snapshot_install() {
     fx.osd(leader).kill();
     let t = Instant::now();
     wait_pgs(&fx.client, CONVERGE, "outs applied", |m| {
-        count_in(m, leaving) == 0
-            && count_in(m, leader) == 0
-            && all_pgs(m).all(|(_, i)| i.state.is_active())
+        settled_without(m, &[leaving, leader])
     })
     .await;
     converge(&fx, &acked, t, "ST4").await;
@@ -696,10 +685,7 @@ async fn st6_leader_killed_right_after_the_change() {
     let mut fx = fixture(Spec::default()).await;
     let writer = Writer::start(fx.image.clone(), 9);
     writer.wait_progress(100, "writes before the change").await;
-    let (pg, leader) = first_pg_leader(&fx).await;
-    let (_, members, _, _) = fx.pg_info(pg).await;
-    let leaving = *members.iter().find(|o| **o != leader).unwrap();
-    fx.client.osd_out(leaving).await.unwrap();
+    let (pg, _, leaving) = out_a_follower(&fx).await;
     wait_pgs(&fx.client, CONVERGE, "the change returned", |m| {
         m.pg(pg)
             .is_some_and(|i| i.newosdlist.is_empty() && !i.osdlist.contains(&leaving))
@@ -733,10 +719,7 @@ async fn monitor_leader_killed_during_a_remap() {
     .await;
     let writer = Writer::start(fx.image.clone(), 10);
     writer.wait_progress(100, "writes before the out").await;
-    let (pg, leader) = first_pg_leader(&fx).await;
-    let (_, members, _, _) = fx.pg_info(pg).await;
-    let leaving = *members.iter().find(|o| **o != leader).unwrap();
-    fx.client.osd_out(leaving).await.unwrap();
+    let (_, _, leaving) = out_a_follower(&fx).await;
     wait_pgs(
         &fx.client,
         Duration::from_secs(10),
@@ -748,7 +731,7 @@ async fn monitor_leader_killed_during_a_remap() {
     fx.mons.kill(mon);
     let t = Instant::now();
     wait_pgs(&fx.client, CONVERGE, "the remap finished", |m| {
-        count_in(m, leaving) == 0 && all_pgs(m).all(|(_, i)| i.state.is_active())
+        settled_without(m, &[leaving])
     })
     .await;
     writer

@@ -16,23 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BLOCK: u64 = 4096;
-
-/// A block whose every byte depends on (offset, generation), so a stale or misplaced block
-/// never passes for the right one.
-fn block(offset: u64, generation: u64) -> Bytes {
-    let mut x = offset.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ generation.wrapping_mul(0xBF58_476D_1CE4_E5B9)
-        ^ 1;
-    let mut v = Vec::with_capacity(BLOCK as usize);
-    while v.len() < BLOCK as usize {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    Bytes::from(v)
-}
+use common::{stamped_block as block, BLOCK};
 
 struct Setup {
     mons: MonCluster,

@@ -724,3 +724,22 @@ impl WireConn {
         self.recv().await.expect("connection closed")
     }
 }
+
+/// Bytes of a stamped test block.
+pub const BLOCK: u64 = 4096;
+
+/// A 4 KiB block whose every byte depends on (offset, generation), so a stale or misplaced
+/// block never passes for the right one.
+pub fn stamped_block(offset: u64, generation: u64) -> bytes::Bytes {
+    let mut x = offset.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ generation.wrapping_mul(0xBF58_476D_1CE4_E5B9)
+        ^ 1;
+    let mut v = Vec::with_capacity(BLOCK as usize);
+    while v.len() < BLOCK as usize {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    bytes::Bytes::from(v)
+}

@@ -201,10 +201,9 @@ impl Shard {
                     return;
                 }
                 for env in msgs {
-                    let Some(hosted) = self.pgs.get(&env.pg) else {
+                    if !self.pgs.contains_key(&env.pg) {
                         continue;
-                    };
-                    let _ = hosted;
+                    }
                     match raft::eraftpb::Message::parse_from_carllerche_bytes(&env.msg) {
                         // Persisting a snapshot installs its objects, so one is stepped only
                         // once they are all staged here.
