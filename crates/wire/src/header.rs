@@ -64,6 +64,8 @@ pub enum Kind {
     GetLeader = 5,
     ReplicaRead = 6,
     ReplicaDigest = 7,
+    Allocation = 8,
+    ShardSpace = 9,
     Hello = 32,
     RaftBatch = 33,
     Reply = 128,
@@ -71,7 +73,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Write,
         Kind::Read,
         Kind::Discard,
@@ -79,6 +81,8 @@ impl Kind {
         Kind::GetLeader,
         Kind::ReplicaRead,
         Kind::ReplicaDigest,
+        Kind::Allocation,
+        Kind::ShardSpace,
         Kind::Hello,
         Kind::RaftBatch,
         Kind::Reply,

@@ -49,6 +49,12 @@ pub enum OpKind {
         offset: u32,
         length: u32,
     },
+    /// A block-status query: runs behind the same read barrier as a read.
+    Allocation {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+    },
 }
 
 pub struct PendingOp {
@@ -491,6 +497,14 @@ impl Shard {
                     Err(reply) => reply,
                 }
             }
+            (
+                OpOutcome::ReadReady,
+                OpKind::Allocation {
+                    addr,
+                    offset,
+                    length,
+                },
+            ) => self.allocation_reply(*addr, *offset, *length),
             (OpOutcome::Failed(e), _) => self.error_reply(pending.pg, e),
             (other, _) => Reply::error(
                 Status::Internal,
