@@ -23,6 +23,7 @@
 //! - [`server`]: TCP and Unix listeners, connection tasks, shutdown with draining.
 //! - [`cluster`]: the cluster's images as exports `pool/image`.
 //! - [`memory`]: in-memory exports (tests).
+//! - `testing` (feature `test-util`): a raw NBD client and a server on in-memory exports.
 //! - [`kernel`], [`map`]: attaching an export to `/dev/nbdX` through the kernel driver.
 //!
 //! Invariants:
@@ -62,6 +63,8 @@ pub mod map;
 pub mod memory;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(all(feature = "server", any(test, feature = "test-util")))]
+pub mod testing;
 #[cfg(feature = "server")]
 pub mod transmission;
 

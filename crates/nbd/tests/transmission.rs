@@ -4,11 +4,9 @@
 // NBD fields are big-endian; the tests build them by hand.
 #![allow(clippy::big_endian_bytes)]
 
-mod common;
-
-use common::*;
 use fastblock_nbd::consts::*;
 use fastblock_nbd::memory::{MemoryExport, MemoryExports};
+use fastblock_nbd::testing::*;
 use fastblock_nbd::Limits;
 use std::time::Duration;
 

@@ -1,12 +1,13 @@
-//! A raw NBD client for the protocol tests: it sends exactly the bytes a test asks for and
-//! hands back the server's answers unparsed beyond their framing, so malformed input and the
-//! server's exact replies can both be tested. Every read is bounded by a timeout.
+//! Test support (feature `test-util`): a raw NBD client that sends exactly the bytes a test
+//! asks for and hands back the server's answers unparsed beyond their framing, so malformed
+//! input and the server's exact replies can both be tested; and a server on in-memory
+//! exports. Every read is bounded by a timeout; failures panic (this is test code).
 // NBD fields are big-endian; this client builds and reads them by hand.
-#![allow(clippy::big_endian_bytes, dead_code)]
+#![allow(clippy::big_endian_bytes)]
 
-use fastblock_nbd::consts::*;
-use fastblock_nbd::memory::{MemoryExport, MemoryExports};
-use fastblock_nbd::{Limits, Server, ServerConfig};
+use crate::consts::*;
+use crate::memory::{MemoryExport, MemoryExports};
+use crate::{Limits, Server, ServerConfig};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -87,6 +88,14 @@ pub struct Chunk {
 
 pub struct RawClient {
     pub stream: TcpStream,
+}
+
+/// Whether a TCP connect to `addr` succeeds now (to wait for a server process).
+pub async fn accepts(addr: SocketAddr) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await,
+        Ok(Ok(_))
+    )
 }
 
 impl RawClient {
