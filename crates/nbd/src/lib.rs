@@ -14,6 +14,7 @@
 //! - [`reply`]: simple replies and structured chunks (data, holes, block status, errors).
 //! - [`extents`]: zero-block runs of read data, `base:allocation` descriptors.
 //! - [`backend`]: the [`backend::Exports`] / [`backend::Export`] traits the server serves.
+//! - `fuzzing` (hidden): the parser properties shared by the fuzz target and a property test.
 //!
 //! With feature `server` (default; tokio and the client library):
 //! - [`handshake`]: option haggling on a connection.
@@ -48,6 +49,8 @@ pub mod reply;
 pub mod request;
 
 pub mod backend;
+#[doc(hidden)]
+pub mod fuzzing;
 
 #[cfg(feature = "server")]
 pub mod cluster;
