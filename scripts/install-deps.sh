@@ -9,9 +9,9 @@ declare -A PROVIDES=(
   [etcd-client]=etcdctl
   [protobuf-compiler]=protoc
   [libprotobuf-dev]=/usr/include/google/protobuf/message.h
-  [fio]=fio
-  [qemu-utils]=qemu-img
-  [libnbd-bin]=nbdinfo
+  [fio]=fio                  # with its nbd engine (NBD tests, benchmarks)
+  [qemu-utils]=qemu-img      # qemu-img and qemu-io (NBD tests)
+  [libnbd-bin]=nbdinfo       # nbdinfo and nbdcopy (NBD tests)
   [curl]=curl
   [uuid-runtime]=uuidgen
 )

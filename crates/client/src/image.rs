@@ -5,12 +5,12 @@
 
 use crate::cluster::Cluster;
 use crate::leader::reply_name;
-use crate::split::{check_range, split, Extent, PIECE_BYTES_MAX};
+use crate::split::{check_range, split, Extent, PIECE_BYTES_MAX, WRITE_PIECE_BYTES_MAX};
 use crate::ClientError;
 use bytes::{Bytes, BytesMut};
 use fastblock_types::map::ImageInfo;
 use fastblock_types::PgId;
-use fastblock_wire::{ObjectAddr, Reply, Request};
+use fastblock_wire::{AllocatedRange, ObjectAddr, Reply, Request};
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
@@ -36,6 +36,15 @@ enum Op {
     Write,
     Discard,
     WriteZeroes,
+    Allocation,
+}
+
+/// What one object request returned.
+enum Piece {
+    Done,
+    Data(Bytes),
+    /// Allocated ranges, already checked and made image-absolute: (offset, length).
+    Allocated(Vec<(u64, u64)>),
 }
 
 impl Image {
@@ -87,14 +96,19 @@ impl Image {
 
     /// Reads `len` bytes at `offset`. Never-written bytes read as zeros (the OSD's job).
     pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, ClientError> {
-        let pieces = self.run(Op::Read, offset, len, None).await?;
+        let mut pieces = self.run(Op::Read, offset, len, None).await?;
         if pieces.len() == 1 {
             // The common case: one object, the reply's buffer is returned as is.
-            return Ok(pieces.into_iter().next().flatten().unwrap_or_default());
+            if let Some(Piece::Data(data)) = pieces.pop() {
+                return Ok(data);
+            }
+            return Ok(Bytes::new());
         }
         let mut out = BytesMut::with_capacity(len as usize);
-        for piece in pieces.into_iter().flatten() {
-            out.extend_from_slice(&piece);
+        for piece in pieces {
+            if let Piece::Data(data) = piece {
+                out.extend_from_slice(&data);
+            }
         }
         debug_assert_eq!(out.len() as u64, len);
         Ok(out.freeze())
@@ -120,6 +134,34 @@ impl Image {
         self.run(Op::WriteZeroes, offset, len, None).await.map(drop)
     }
 
+    /// The parts of `[offset, offset + len)` that hold data on the cluster, as image-absolute
+    /// `(offset, length)` ranges in order, adjacent ranges merged; the rest of the range is
+    /// holes (never written, or discarded) and reads as zeros. Block granularity is the OSD's
+    /// (4 KiB). Each object is asked on its PG leader behind the read barrier, so the answer
+    /// covers every write acknowledged before the call.
+    pub async fn allocated_ranges(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, u64)>, ClientError> {
+        let pieces = self.run(Op::Allocation, offset, len, None).await?;
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for piece in pieces {
+            let Piece::Allocated(ranges) = piece else {
+                continue;
+            };
+            for (start, length) in ranges {
+                match out.last_mut() {
+                    Some((last_start, last_len)) if *last_start + *last_len == start => {
+                        *last_len += length;
+                    }
+                    _ => out.push((start, length)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Returns once every write issued before this call has finished. An acknowledged write
     /// is already durable on a majority, so there is nothing more to wait for.
     pub async fn flush(&self) -> Result<(), ClientError> {
@@ -134,13 +176,17 @@ impl Image {
         offset: u64,
         len: u64,
         data: Option<Bytes>,
-    ) -> Result<Vec<Option<Bytes>>, ClientError> {
+    ) -> Result<Vec<Piece>, ClientError> {
         check_range(offset, len, self.size_bytes())?;
+        let piece_bytes_max = match op {
+            Op::Write => WRITE_PIECE_BYTES_MAX,
+            Op::Read | Op::Discard | Op::WriteZeroes | Op::Allocation => PIECE_BYTES_MAX,
+        };
         let extents = split(
             offset,
             len,
             self.inner.info.object_size_bytes,
-            PIECE_BYTES_MAX,
+            piece_bytes_max,
         );
         let piece_data = |e: &Extent| {
             data.as_ref().map(|d| {
@@ -160,7 +206,7 @@ impl Image {
                     let piece = piece_data(&extent);
                     tasks.spawn(async move { (index, image.object_op(op, extent, piece).await) });
                 }
-                let mut out = vec![None; many.len()];
+                let mut out: Vec<Piece> = many.iter().map(|_| Piece::Done).collect();
                 while let Some(joined) = tasks.join_next().await {
                     let (index, result) = match joined {
                         Ok(done) => done,
@@ -180,7 +226,7 @@ impl Image {
         op: Op,
         extent: Extent,
         data: Option<Bytes>,
-    ) -> Result<Option<Bytes>, ClientError> {
+    ) -> Result<Piece, ClientError> {
         let pg = self.object_pg(extent.object_index);
         let addr = ObjectAddr {
             pg,
@@ -214,22 +260,67 @@ impl Image {
                 length,
                 epoch,
             },
+            Op::Allocation => Request::Allocation {
+                addr,
+                offset,
+                length,
+                epoch,
+            },
         };
         let reply = self.inner.cluster.execute(pg, &build).await?;
         match (op, reply) {
-            (Op::Read, Reply::Data(bytes)) if bytes.len() == length as usize => Ok(Some(bytes)),
+            (Op::Read, Reply::Data(bytes)) if bytes.len() == length as usize => {
+                Ok(Piece::Data(bytes))
+            }
             (Op::Read, Reply::Data(bytes)) => Err(ClientError::Protocol(format!(
                 "PG {pg}: read of {length} bytes at object {}+{offset} answered with {} bytes",
                 extent.object_index,
                 bytes.len()
             ))),
-            (Op::Write | Op::Discard | Op::WriteZeroes, Reply::Ok) => Ok(None),
+            (Op::Write | Op::Discard | Op::WriteZeroes, Reply::Ok) => Ok(Piece::Done),
+            (Op::Allocation, Reply::Allocated(ranges)) => {
+                let object_start = extent.object_index * self.inner.info.object_size_bytes;
+                allocated_in_image(&ranges, object_start, offset, length)
+                    .map(Piece::Allocated)
+                    .map_err(|why| {
+                        ClientError::Protocol(format!(
+                            "PG {pg}: allocation of object {}+{offset}+{length}: {why}",
+                            extent.object_index
+                        ))
+                    })
+            }
             (op, other) => Err(ClientError::Protocol(format!(
                 "PG {pg}: unexpected {} reply to {op:?}",
                 reply_name(&other)
             ))),
         }
     }
+}
+
+/// Checks an OSD's allocated ranges for one object request (in order, not overlapping, not
+/// empty, inside the asked `offset..offset + length`) and makes them image-absolute.
+fn allocated_in_image(
+    ranges: &[AllocatedRange],
+    object_start: u64,
+    offset: u32,
+    length: u32,
+) -> Result<Vec<(u64, u64)>, String> {
+    let asked_end = u64::from(offset) + u64::from(length);
+    let mut previous_end = u64::from(offset);
+    let mut out = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let start = u64::from(range.offset);
+        let end = start + u64::from(range.length);
+        if range.length == 0 || start < previous_end || end > asked_end {
+            return Err(format!(
+                "range {}+{} is empty, out of order or outside the asked range",
+                range.offset, range.length
+            ));
+        }
+        previous_end = end;
+        out.push((object_start + start, u64::from(range.length)));
+    }
+    Ok(out)
 }
 
 impl std::fmt::Debug for Image {

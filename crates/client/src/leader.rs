@@ -102,6 +102,8 @@ pub(crate) fn reply_name(reply: &Reply) -> &'static str {
         Reply::Data(_) => "Data",
         Reply::Leader(_) => "Leader",
         Reply::Digest { .. } => "Digest",
+        Reply::Allocated(_) => "Allocated",
+        Reply::Space { .. } => "Space",
         Reply::Error { .. } => "Error",
     }
 }

@@ -12,7 +12,7 @@ use fastblock_types::map::{
     ClusterMap, FailureDomain, ImageInfo, OsdInfo, PgInfo, PgMap, PoolInfo,
 };
 use fastblock_types::{Epoch, ImageId, OsdId, PgState, PoolId};
-use fastblock_wire::{FrameDecoder, LeaderHint, Reply, Request, Status};
+use fastblock_wire::{AllocatedRange, FrameDecoder, LeaderHint, Reply, Request, Status};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -221,6 +221,39 @@ fn answer(state: &Mutex<FakeState>, request: Request) -> Reply {
                 bytes[start..end].fill(0);
             }
             Reply::Ok
+        }
+        // The fake stores objects as plain bytes: a 4 KiB block holding any non-zero byte
+        // counts as allocated, so discarded and never-written blocks are holes.
+        Request::Allocation {
+            addr,
+            offset,
+            length,
+            ..
+        } => {
+            let bytes = state.objects.get(&object(&addr));
+            let end = u64::from(offset) + u64::from(length);
+            let mut ranges: Vec<AllocatedRange> = Vec::new();
+            let mut block = u64::from(offset) / 4096;
+            while block * 4096 < end {
+                let lo = (block * 4096).max(u64::from(offset));
+                let hi = ((block + 1) * 4096).min(end);
+                let data = bytes.map_or(&[][..], |b| {
+                    &b[(lo as usize).min(b.len())..(hi as usize).min(b.len())]
+                });
+                if data.iter().any(|x| *x != 0) {
+                    match ranges.last_mut() {
+                        Some(r) if u64::from(r.offset + r.length) == lo => {
+                            r.length += (hi - lo) as u32
+                        }
+                        _ => ranges.push(AllocatedRange {
+                            offset: lo as u32,
+                            length: (hi - lo) as u32,
+                        }),
+                    }
+                }
+                block += 1;
+            }
+            Reply::Allocated(ranges)
         }
         _ => Reply::error(Status::UnknownOp, None, "the fake OSD does not serve this"),
     }

@@ -291,3 +291,38 @@ fn blocking_image_round_trips() {
     drop(image);
     drop(a);
 }
+
+/// Goal: `allocated_ranges` asks every object of the range (one `Allocation` request per
+/// object piece), makes the answers image-absolute and merges neighbours across objects; and
+/// an OSD answer outside the asked range is a protocol error, not trusted.
+/// Method: 64 KiB objects on one fake OSD (which counts non-zero 4 KiB blocks as allocated);
+/// write across an object boundary, discard part of it, compare; then script a bad answer.
+#[tokio::test]
+async fn allocated_ranges_span_objects_and_are_checked() {
+    let osd = FakeOsd::start(1).await;
+    let map = MapBuilder::new(4).osd(1, osd.port()).members(&[1]).build();
+    let (_cluster, image) = open(map, Duration::from_secs(5), 16 * 64 * KIB, 64 * KIB).await;
+    assert_eq!(image.allocated_ranges(0, 256 * KIB).await.unwrap(), vec![]);
+    image
+        .write(56 * KIB, Bytes::from(vec![7u8; 16 * KIB as usize]))
+        .await
+        .unwrap();
+    assert_eq!(
+        image.allocated_ranges(0, 256 * KIB).await.unwrap(),
+        vec![(56 * KIB, 16 * KIB)],
+        "one range across the boundary of objects 0 and 1"
+    );
+    image.discard(60 * KIB, 8 * KIB).await.unwrap();
+    assert_eq!(
+        image.allocated_ranges(0, 256 * KIB).await.unwrap(),
+        vec![(56 * KIB, 4 * KIB), (68 * KIB, 4 * KIB)]
+    );
+    osd.push_replies([Reply::Allocated(vec![
+        fastblock_client::wire::AllocatedRange {
+            offset: 0,
+            length: 8192,
+        },
+    ])]);
+    let err = image.allocated_ranges(8 * KIB, 4 * KIB).await.unwrap_err();
+    assert!(matches!(err, ClientError::Protocol(_)), "{err}");
+}

@@ -445,6 +445,21 @@ impl<D: Disk> Store<D> {
         self.guard(|s| s.objects.read_many(&mut s.disk, reqs))
     }
 
+    /// The ranges of the object's `offset_bytes..offset_bytes + len_bytes` backed by data
+    /// blocks, in order (see `Objects::allocated_ranges`).
+    pub fn allocated_ranges(
+        &mut self,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        self.guard(|s| {
+            s.objects
+                .allocated_ranges(pg, object, offset_bytes, len_bytes)
+        })
+    }
+
     pub fn list_objects(&mut self, pg: PgId) -> Result<Vec<ObjectId>> {
         self.guard(|s| s.objects.list(pg))
     }
@@ -470,6 +485,12 @@ impl<D: Disk> Store<D> {
 
     pub fn free_data_bytes(&self) -> u64 {
         self.objects.free_blocks() * fastblock_types::units::BLOCK_SIZE_BYTES
+    }
+
+    /// Data space that the next flush gives back (blocks unmapped by overwrites, discards and
+    /// deletes since the last flush).
+    pub fn pending_free_bytes(&self) -> u64 {
+        self.objects.pending_free_blocks() * fastblock_types::units::BLOCK_SIZE_BYTES
     }
 
     /// Makes applied state durable: data write + fdatasync, then one metadata commit.

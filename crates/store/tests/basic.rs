@@ -107,3 +107,46 @@ fn wal_full_without_compaction_is_no_space_and_recovers() {
         .unwrap();
     s.commit().unwrap();
 }
+
+/// `allocated_ranges` reports the blocks that hold data (applied and flushed alike), clipped
+/// to the asked range; a discard of whole blocks makes them holes again and gives their space
+/// back at the next flush, while a partly discarded block stays allocated (rewritten with
+/// zeros).
+#[test]
+fn allocated_ranges_follow_writes_and_discards() {
+    let (_disk, _meta, mut s) = new_sim(DEVICE_BYTES);
+    let free_at_start = s.free_data_bytes();
+    assert_eq!(
+        s.allocated_ranges(pg(0), obj(1), 0, 1 << 20).unwrap(),
+        vec![]
+    );
+    // Blocks 1..5 and 8 (unaligned write inside block 8).
+    s.write_object(pg(0), obj(1), 4096, &pattern(1, 4 * 4096))
+        .unwrap();
+    s.write_object(pg(0), obj(1), 8 * 4096 + 100, &pattern(2, 10))
+        .unwrap();
+    let all = s.allocated_ranges(pg(0), obj(1), 0, 1 << 20).unwrap();
+    assert_eq!(all, vec![(4096, 4 * 4096), (8 * 4096, 4096)]);
+    // Clipped to an unaligned window.
+    assert_eq!(
+        s.allocated_ranges(pg(0), obj(1), 6000, 3 * 4096).unwrap(),
+        vec![(6000, 3 * 4096)]
+    );
+    s.flush().unwrap();
+    assert_eq!(s.allocated_ranges(pg(0), obj(1), 0, 1 << 20).unwrap(), all);
+    let free_written = s.free_data_bytes();
+    assert_eq!(free_at_start - free_written, 5 * 4096);
+    // Discard blocks 2..4 whole, and half of block 1: block 1 stays (zeroed), 2 and 3 go.
+    s.zero_object(pg(0), obj(1), 4096 + 2048, 2048 + 2 * 4096)
+        .unwrap();
+    assert_eq!(
+        s.allocated_ranges(pg(0), obj(1), 0, 1 << 20).unwrap(),
+        vec![(4096, 4096), (4 * 4096, 4096), (8 * 4096, 4096)]
+    );
+    assert_eq!(s.pending_free_bytes(), 3 * 4096);
+    s.flush().unwrap();
+    assert_eq!(s.pending_free_bytes(), 0);
+    assert_eq!(s.free_data_bytes(), free_written + 2 * 4096);
+    // A range past the object size limit is an error, not a panic.
+    assert!(s.allocated_ranges(pg(0), obj(1), u64::MAX - 1, 10).is_err());
+}

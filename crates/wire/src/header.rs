@@ -64,6 +64,8 @@ pub enum Kind {
     GetLeader = 5,
     ReplicaRead = 6,
     ReplicaDigest = 7,
+    Allocation = 8,
+    ShardSpace = 9,
     Hello = 32,
     RaftBatch = 33,
     SnapChunk = 34,
@@ -73,7 +75,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Write,
         Kind::Read,
         Kind::Discard,
@@ -81,6 +83,8 @@ impl Kind {
         Kind::GetLeader,
         Kind::ReplicaRead,
         Kind::ReplicaDigest,
+        Kind::Allocation,
+        Kind::ShardSpace,
         Kind::Hello,
         Kind::RaftBatch,
         Kind::SnapChunk,

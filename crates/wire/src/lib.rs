@@ -45,7 +45,7 @@ pub use decoder::{Frame, FrameDecoder};
 pub use error::WireError;
 pub use header::{Kind, HEADER_BYTES, MAGIC, PAYLOAD_BYTES_MAX_DEFAULT, VERSION};
 pub use reply::{
-    LeaderHint, ObjectDigest, Reply, Status, ADDRESS_BYTES_MAX, DIGEST_OBJECTS_MAX,
-    MESSAGE_BYTES_MAX,
+    AllocatedRange, LeaderHint, ObjectDigest, Reply, Status, ADDRESS_BYTES_MAX,
+    ALLOCATED_RANGES_MAX, DIGEST_OBJECTS_MAX, MESSAGE_BYTES_MAX,
 };
 pub use request::{ObjectAddr, RaftEnvelope, Request, SnapChunk, RAFT_BATCH_ENVELOPES_MAX};

@@ -16,6 +16,10 @@ pub const ADDRESS_BYTES_MAX: usize = 255;
 /// Most objects in one `Digest` reply. The digest is a debug/test tool; 2^19 objects of 4 MiB
 /// is a 2 TiB PG, and the whole reply still fits in the default payload limit.
 pub const DIGEST_OBJECTS_MAX: u32 = 1 << 19;
+/// Most ranges in one `Allocated` reply. An OSD serves at most 8 MiB per request, i.e. 2048
+/// blocks of 4 KiB, so at most 1024 separate ranges; 65536 leaves room for smaller blocks
+/// and bounds the decoder's `Vec`.
+pub const ALLOCATED_RANGES_MAX: u32 = 1 << 16;
 
 /// Bytes of the prefix every reply starts with: tag u8, reserved u8, status u16.
 const PREFIX_BYTES: usize = 4;
@@ -25,11 +29,22 @@ const OBJECT_DIGEST_BYTES: usize = 28;
 const DIGEST_FIXED_BYTES: usize = PREFIX_BYTES + 4 + 8;
 /// Bytes of an `Error` reply before its address and message.
 const ERROR_FIXED_BYTES: usize = PREFIX_BYTES + 4 + 8;
+/// Bytes of an `Allocated` reply before its ranges: prefix, count u32.
+const ALLOCATED_FIXED_BYTES: usize = PREFIX_BYTES + 4;
+/// Bytes of one encoded [`AllocatedRange`]: offset u32, length u32.
+const ALLOCATED_RANGE_BYTES: usize = 8;
+/// Bytes of a `Space` reply: prefix, reserved u32, free_bytes u64, pending_free_bytes u64.
+const SPACE_BYTES: usize = PREFIX_BYTES + 4 + 8 + 8;
 
 // A digest with the maximum number of objects must fit in the default payload limit, or an
 // OSD could build a reply that no default decoder accepts.
 const _: () = assert!(
     DIGEST_FIXED_BYTES + OBJECT_DIGEST_BYTES * DIGEST_OBJECTS_MAX as usize
+        <= PAYLOAD_BYTES_MAX_DEFAULT as usize
+);
+// An `Allocated` reply with the maximum number of ranges must fit in the default payload limit.
+const _: () = assert!(
+    ALLOCATED_FIXED_BYTES + ALLOCATED_RANGE_BYTES * ALLOCATED_RANGES_MAX as usize
         <= PAYLOAD_BYTES_MAX_DEFAULT as usize
 );
 // Both string bounds must be representable in their u16 length fields.
@@ -43,6 +58,8 @@ const TAG_DATA: u8 = 1;
 const TAG_LEADER: u8 = 2;
 const TAG_DIGEST: u8 = 3;
 const TAG_ERROR: u8 = 4;
+const TAG_ALLOCATED: u8 = 5;
+const TAG_SPACE: u8 = 6;
 
 /// Status codes of replies. Retryable ones say so ([`Status::is_retryable`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -129,6 +146,13 @@ pub struct ObjectDigest {
     pub len_bytes: u64,
 }
 
+/// Bytes `offset..offset + length` of an object that hold data blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatedRange {
+    pub offset: u32,
+    pub length: u32,
+}
+
 /// A reply to one request, sent with the request's id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
@@ -141,6 +165,14 @@ pub enum Reply {
     Digest {
         applied_index: u64,
         objects: Vec<ObjectDigest>,
+    },
+    /// Allocation: the parts of the asked range that hold data blocks, in offset order; the
+    /// rest of the range is holes (reads as zeros).
+    Allocated(Vec<AllocatedRange>),
+    /// ShardSpace: the shard's free data space now, and the space its next flush gives back.
+    Space {
+        free_bytes: u64,
+        pending_free_bytes: u64,
     },
     /// A failed request. `status` is never `Ok`; NotLeader carries a leader hint when the OSD
     /// knows one; `message` is at most [`MESSAGE_BYTES_MAX`] bytes.
@@ -175,7 +207,12 @@ impl Reply {
     pub fn status(&self) -> Status {
         match self {
             Reply::Error { status, .. } => *status,
-            Reply::Ok | Reply::Data(_) | Reply::Leader(_) | Reply::Digest { .. } => Status::Ok,
+            Reply::Ok
+            | Reply::Data(_)
+            | Reply::Leader(_)
+            | Reply::Digest { .. }
+            | Reply::Allocated(_)
+            | Reply::Space { .. } => Status::Ok,
         }
     }
 
@@ -204,6 +241,16 @@ impl Reply {
                 applied_index,
                 objects,
             } => put_digest(&mut writer, *applied_index, objects),
+            Reply::Allocated(ranges) => put_allocated(&mut writer, ranges),
+            Reply::Space {
+                free_bytes,
+                pending_free_bytes,
+            } => {
+                put_prefix(&mut writer, TAG_SPACE, Status::Ok);
+                writer.put_u32(0); // reserved
+                writer.put_u64(*free_bytes);
+                writer.put_u64(*pending_free_bytes);
+            }
             Reply::Error {
                 status,
                 leader,
@@ -246,6 +293,16 @@ impl Reply {
                 Reply::Leader(LeaderHint { osd, address, port })
             }
             TAG_DIGEST => read_digest(&mut reader)?,
+            TAG_ALLOCATED => read_allocated(&mut reader)?,
+            TAG_SPACE => {
+                reader.zero_u32("reserved")?;
+                let free_bytes = reader.u64("free bytes")?;
+                let pending_free_bytes = reader.u64("pending free bytes")?;
+                Reply::Space {
+                    free_bytes,
+                    pending_free_bytes,
+                }
+            }
             TAG_ERROR => read_error(&mut reader, status)?,
             _ => return Err(WireError::Invalid(format!("Reply: unknown tag {tag}"))),
         };
@@ -262,6 +319,9 @@ impl Reply {
             Reply::Digest { objects, .. } => {
                 DIGEST_FIXED_BYTES.saturating_add(OBJECT_DIGEST_BYTES.saturating_mul(objects.len()))
             }
+            Reply::Allocated(ranges) => ALLOCATED_FIXED_BYTES
+                .saturating_add(ALLOCATED_RANGE_BYTES.saturating_mul(ranges.len())),
+            Reply::Space { .. } => SPACE_BYTES,
             Reply::Error {
                 leader, message, ..
             } => {
@@ -350,6 +410,42 @@ fn read_digest(reader: &mut Reader<'_>) -> Result<Reply, WireError> {
         applied_index,
         objects,
     })
+}
+
+/// Offsets 4..8 count u32, then `count` ranges of 8 bytes: offset u32, length u32.
+fn put_allocated(writer: &mut FrameWriter<'_>, ranges: &[AllocatedRange]) {
+    let count = len_u32(ranges.len(), "Allocated ranges");
+    assert!(
+        count <= ALLOCATED_RANGES_MAX,
+        "Allocated reply of {count} ranges over the limit {ALLOCATED_RANGES_MAX}"
+    );
+    put_prefix(writer, TAG_ALLOCATED, Status::Ok);
+    writer.put_u32(count);
+    for range in ranges {
+        writer.put_u32(range.offset);
+        writer.put_u32(range.length);
+    }
+}
+
+fn read_allocated(reader: &mut Reader<'_>) -> Result<Reply, WireError> {
+    let count = reader.u32("allocated range count")?;
+    if count > ALLOCATED_RANGES_MAX {
+        return Err(WireError::Invalid(format!(
+            "Allocated reply of {count} ranges over the limit {ALLOCATED_RANGES_MAX}"
+        )));
+    }
+    // Checked against the payload before the `Vec` is sized from `count`.
+    reader.expect_rest(
+        count.saturating_mul(ALLOCATED_RANGE_BYTES as u32),
+        "range count",
+    )?;
+    let mut ranges = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let offset = reader.u32("range offset")?;
+        let length = reader.u32("range length")?;
+        ranges.push(AllocatedRange { offset, length });
+    }
+    Ok(Reply::Allocated(ranges))
 }
 
 /// Offsets 4 has_leader u8, 5 reserved u8, 6 message_len u16, 8..16 the hint's fixed part

@@ -90,6 +90,18 @@ pub enum Request {
     ReplicaDigest {
         pg: PgId,
     },
+    /// Which parts of `offset..offset + length` of the object hold data blocks (the rest are
+    /// holes that read as zeros). Served by the PG leader like a read; answered with
+    /// `Reply::Allocated`.
+    Allocation {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        epoch: Epoch,
+    },
+    /// Debug/test: the free data space of the shard that receives it, answered with
+    /// `Reply::Space` (tests check that discards give space back).
+    ShardSpace,
     /// First frame on an OSD↔OSD connection: who is speaking (and its incarnation).
     Hello {
         osd: OsdId,
@@ -152,6 +164,8 @@ impl Request {
             Request::GetLeader { .. } => Kind::GetLeader,
             Request::ReplicaRead { .. } => Kind::ReplicaRead,
             Request::ReplicaDigest { .. } => Kind::ReplicaDigest,
+            Request::Allocation { .. } => Kind::Allocation,
+            Request::ShardSpace => Kind::ShardSpace,
             Request::Hello { .. } => Kind::Hello,
             Request::RaftBatch { .. } => Kind::RaftBatch,
             Request::SnapChunk(_) => Kind::SnapChunk,
@@ -196,6 +210,12 @@ impl Request {
                 offset,
                 length,
                 epoch,
+            }
+            | Request::Allocation {
+                addr,
+                offset,
+                length,
+                epoch,
             } => put_object_op(&mut writer, addr, *epoch, *offset, *length),
             Request::GetLeader { pg, epoch } => {
                 writer.put_pg(*pg);
@@ -211,6 +231,7 @@ impl Request {
                 writer.put_u32(*length);
             }
             Request::ReplicaDigest { pg } => writer.put_pg(*pg),
+            Request::ShardSpace => {}
             Request::Hello { osd, boot_epoch } => {
                 writer.put_u32(osd.get());
                 writer.put_u32(0); // reserved
@@ -327,6 +348,21 @@ impl Request {
                 reader.finish()?;
                 Request::ReplicaDigest { pg }
             }
+            Kind::Allocation => {
+                let mut reader = Reader::new(payload, "Allocation");
+                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                reader.finish()?;
+                Request::Allocation {
+                    addr,
+                    offset,
+                    length,
+                    epoch,
+                }
+            }
+            Kind::ShardSpace => {
+                Reader::new(payload, "ShardSpace").finish()?;
+                Request::ShardSpace
+            }
             Kind::Hello => {
                 let mut reader = Reader::new(payload, "Hello");
                 let osd = reader.osd("osd")?;
@@ -398,9 +434,11 @@ impl Request {
     fn payload_len_hint(&self) -> usize {
         match self {
             Request::Write { data, .. } => OBJECT_OP_BYTES.saturating_add(data.len()),
-            Request::Read { .. } | Request::Discard { .. } | Request::WriteZeroes { .. } => {
-                OBJECT_OP_BYTES
-            }
+            Request::Read { .. }
+            | Request::Discard { .. }
+            | Request::WriteZeroes { .. }
+            | Request::Allocation { .. } => OBJECT_OP_BYTES,
+            Request::ShardSpace => 0,
             Request::GetLeader { .. } | Request::Hello { .. } => 16,
             Request::ReplicaRead { .. } => OBJECT_ADDR_BYTES + 8,
             Request::ReplicaDigest { .. } => 8,

@@ -154,6 +154,7 @@ pub fn bin(name: &str) -> PathBuf {
         "fastblock-mon" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-mon")),
         "fastblock-client" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-client")),
         "fastblock-osd" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-osd")),
+        "fastblock-nbd" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-nbd")),
         other => panic!("unknown binary {other}"),
     }
 }

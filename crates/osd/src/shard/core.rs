@@ -49,6 +49,12 @@ pub enum OpKind {
         offset: u32,
         length: u32,
     },
+    /// A block-status query: runs behind the same read barrier as a read.
+    Allocation {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+    },
 }
 
 pub struct PendingOp {
@@ -305,6 +311,7 @@ impl Shard {
         let mut persisted = Vec::new();
         let mut installed = Vec::new();
         let mut store = self.store.borrow_mut();
+        let batch_bytes_max = store.superblock().batch_bytes_max;
         let mut needs_commit = false;
         for (pg, list) in writes {
             let mut last = 0;
@@ -319,9 +326,9 @@ impl Shard {
                     installed.push(*pg);
                     needs_commit = true;
                 }
-                // Entries go in chunks so that a follower catching up on many large entries
-                // fills several WAL batches instead of overflowing one.
-                for chunk in w.entries.chunks(16) {
+                // Entries go in runs that fit one WAL batch (by bytes), so that many large
+                // entries fill several batches instead of overflowing one.
+                for chunk in super::wal_fit::batches(&w.entries, batch_bytes_max) {
                     with_room(&mut store, |s| s.append_entries(*pg, chunk))?;
                     needs_commit = true;
                 }
@@ -519,6 +526,14 @@ impl Shard {
                     Err(reply) => reply,
                 }
             }
+            (
+                OpOutcome::ReadReady,
+                OpKind::Allocation {
+                    addr,
+                    offset,
+                    length,
+                },
+            ) => self.allocation_reply(*addr, *offset, *length),
             (OpOutcome::Failed(e), _) => self.error_reply(pending.pg, e),
             (other, _) => Reply::error(
                 Status::Internal,

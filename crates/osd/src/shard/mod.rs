@@ -8,12 +8,14 @@
 //! - [`hosting`]: which PGs live here, from the cluster map.
 //! - [`requests`]: client and peer requests.
 //! - [`recovery`]: snapshot transfer of PGs to members that need one, rate-limited.
+//! - [`wal_fit`]: cutting log writes into WAL batches; mutations too large for one.
 
 pub mod core;
 pub mod hosting;
 pub mod net;
 pub mod recovery;
 pub mod requests;
+pub mod wal_fit;
 
 use crate::region::RegionDisk;
 use fastblock_pg::PgConfig;

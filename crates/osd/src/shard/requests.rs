@@ -4,7 +4,9 @@ use super::core::{OpKind, PendingOp, Shard, CONN_INFLIGHT_OPS_MAX};
 use super::net::{ConnId, Input};
 use fastblock_pg::{ClientOp, ObjectRef, Output};
 use fastblock_types::PgId;
-use fastblock_wire::{LeaderHint, ObjectAddr, ObjectDigest, Reply, Request, Status};
+use fastblock_wire::{
+    AllocatedRange, LeaderHint, ObjectAddr, ObjectDigest, Reply, Request, Status,
+};
 use protobuf::Message as _;
 use std::collections::BTreeMap;
 
@@ -194,6 +196,21 @@ impl Shard {
                 let reply = self.digest(pg);
                 self.reply(conn, request_id, &reply);
             }
+            Request::Allocation {
+                addr,
+                offset,
+                length,
+                ..
+            } => self.allocation(conn, request_id, addr, offset, length, outs),
+            Request::ShardSpace => {
+                let store = self.store.borrow();
+                let reply = Reply::Space {
+                    free_bytes: store.free_data_bytes(),
+                    pending_free_bytes: store.pending_free_bytes(),
+                };
+                drop(store);
+                self.reply(conn, request_id, &reply);
+            }
             Request::Hello { .. } => {}
             Request::RaftBatch { from, to, msgs } => {
                 if to != self.spec.osd {
@@ -282,6 +299,16 @@ impl Shard {
         if !self.admit(conn, request_id, pg, offset, length) {
             return;
         }
+        let batch_bytes_max = self.store.borrow().superblock().batch_bytes_max;
+        // Only a write carries its bytes in the log entry; discards carry a range.
+        let is_write = matches!(op, ClientOp::Write { .. });
+        if is_write && !super::wal_fit::mutation_fits(u64::from(length), batch_bytes_max) {
+            let m = format!(
+                "a mutation of {length} bytes does not fit one WAL batch of {batch_bytes_max}"
+            );
+            self.refuse(conn, request_id, Status::InvalidArgument, m);
+            return;
+        }
         let free = self.store.borrow().free_data_bytes();
         if matches!(op, ClientOp::Write { .. }) && free < DATA_RESERVE_BYTES + u64::from(length) {
             self.refuse(
@@ -328,6 +355,72 @@ impl Shard {
         });
         let hosted = self.pgs.get_mut(&addr.pg).expect("admitted");
         hosted.replica.read(id, outs.entry(addr.pg).or_default());
+    }
+
+    /// Admits a block-status query; it is answered (`allocation_reply`) once the PG's read
+    /// barrier passes, so it sees every write acknowledged before it was sent.
+    fn allocation(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        outs: &mut BTreeMap<PgId, Output>,
+    ) {
+        if !self.admit(conn, request_id, addr.pg, offset, length) {
+            return;
+        }
+        let id = self.new_op(PendingOp {
+            conn,
+            request_id,
+            pg: addr.pg,
+            kind: OpKind::Allocation {
+                addr,
+                offset,
+                length,
+            },
+        });
+        let hosted = self.pgs.get_mut(&addr.pg).expect("admitted");
+        hosted.replica.read(id, outs.entry(addr.pg).or_default());
+    }
+
+    /// The data-holding ranges of an object's range on this (leader) replica.
+    pub fn allocation_reply(&mut self, addr: ObjectAddr, offset: u32, length: u32) -> Reply {
+        let object = fastblock_store::ObjectId {
+            image: addr.image,
+            index: addr.object_index,
+        };
+        let result = self.store.borrow_mut().allocated_ranges(
+            addr.pg,
+            object,
+            u64::from(offset),
+            u64::from(length),
+        );
+        match result {
+            // The ranges lie inside offset..offset + length, which `admit` bounded by u32
+            // offsets and REQUEST_BYTES_MAX, so they fit their u32 fields.
+            Ok(ranges) => Reply::Allocated(
+                ranges
+                    .into_iter()
+                    .map(|(start, len)| AllocatedRange {
+                        offset: start as u32,
+                        length: len as u32,
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                if e.is_fatal() {
+                    self.fail(format!("allocation query: {e}"));
+                }
+                let status = if e.is_fatal() {
+                    Status::IoError
+                } else {
+                    Status::InvalidArgument
+                };
+                Reply::error(status, None, format!("pg {}: allocation: {e}", addr.pg))
+            }
+        }
     }
 
     /// This replica's applied index and a crc32c of the first `DIGEST_WINDOW_BYTES` of each

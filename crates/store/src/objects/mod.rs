@@ -3,6 +3,7 @@
 //!
 //! - [`alloc`]: the free-space bitmap (rebuilt from the block map at open).
 //! - [`meta`]: redb tables and their keys.
+//! - `allocation`: which ranges of an object hold data blocks (block status).
 //!
 //! Every applied write goes to newly allocated blocks, never over a block that the last
 //! flushed metadata references. So the data writes need no sync of their own and may be torn
@@ -14,6 +15,7 @@
 //! misdirected write or read is caught like a bit flip.
 
 pub mod alloc;
+mod allocation;
 pub mod meta;
 mod snapshot;
 

@@ -5,7 +5,7 @@
 
 use bytes::BytesMut;
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
-use fastblock_wire::{LeaderHint, ObjectAddr, Reply, Request, Status};
+use fastblock_wire::{AllocatedRange, LeaderHint, ObjectAddr, Reply, Request, Status};
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -92,6 +92,83 @@ fn not_leader_reply_bytes() {
         "0800",
         "31302e302e302e32",
         "6e6f74206c6561646572",
+    );
+    assert_eq!(hex(&out), expected);
+}
+
+#[test]
+fn allocation_request_bytes() {
+    let mut out = BytesMut::new();
+    Request::Allocation {
+        addr: ObjectAddr {
+            pg: PgId::new(PoolId(1), 2),
+            image: ImageId(3),
+            object_index: 4,
+        },
+        offset: 0,
+        length: 4 << 20,
+        epoch: Epoch(5),
+    }
+    .encode(9, &mut out);
+    let expected = concat!(
+        // header: kind 8 (Allocation), request id 9, payload_len 40
+        "4642424b",
+        "01",
+        "08",
+        "0000",
+        "0900000000000000",
+        "28000000",
+        "1824158c",
+        "00000000",
+        "4c3e974b",
+        // payload: the object op layout of Read: pool 1, seq 2, image 3, object 4, epoch 5,
+        // offset 0, length 4 MiB
+        "01000000",
+        "02000000",
+        "0300000000000000",
+        "0400000000000000",
+        "0500000000000000",
+        "00000000",
+        "00004000",
+    );
+    assert_eq!(hex(&out), expected);
+}
+
+#[test]
+fn allocated_reply_bytes() {
+    let mut out = BytesMut::new();
+    Reply::Allocated(vec![
+        AllocatedRange {
+            offset: 0,
+            length: 8192,
+        },
+        AllocatedRange {
+            offset: 16384,
+            length: 4096,
+        },
+    ])
+    .encode(7, &mut out);
+    let expected = concat!(
+        // header: kind 128 (Reply), request id 7, payload_len 24
+        "4642424b",
+        "01",
+        "80",
+        "0000",
+        "0700000000000000",
+        "18000000",
+        "e226e003",
+        "00000000",
+        "7191874c",
+        // tag 5 (Allocated), reserved, status 0, count 2
+        "05",
+        "00",
+        "0000",
+        "02000000",
+        // ranges: (0, 8192), (16384, 4096)
+        "00000000",
+        "00200000",
+        "00400000",
+        "00100000",
     );
     assert_eq!(hex(&out), expected);
 }

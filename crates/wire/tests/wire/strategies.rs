@@ -3,7 +3,8 @@
 use bytes::Bytes;
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
 use fastblock_wire::{
-    LeaderHint, ObjectAddr, ObjectDigest, RaftEnvelope, Reply, Request, SnapChunk, Status,
+    AllocatedRange, LeaderHint, ObjectAddr, ObjectDigest, RaftEnvelope, Reply, Request, SnapChunk,
+    Status,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -68,6 +69,13 @@ pub fn request() -> impl Strategy<Value = Request> {
             }
         }),
         pg().prop_map(|pg| Request::ReplicaDigest { pg }),
+        object_op().prop_map(|(addr, offset, length, epoch)| Request::Allocation {
+            addr,
+            offset,
+            length,
+            epoch
+        }),
+        Just(Request::ShardSpace),
         (any::<u32>(), epoch()).prop_map(|(osd, boot_epoch)| Request::Hello {
             osd: OsdId(osd),
             boot_epoch
@@ -188,6 +196,16 @@ pub fn reply() -> impl Strategy<Value = Reply> {
                 applied_index,
                 objects,
             }
+        }),
+        vec(
+            (any::<u32>(), any::<u32>())
+                .prop_map(|(offset, length)| AllocatedRange { offset, length }),
+            0..40
+        )
+        .prop_map(Reply::Allocated),
+        (any::<u64>(), any::<u64>()).prop_map(|(free_bytes, pending_free_bytes)| Reply::Space {
+            free_bytes,
+            pending_free_bytes
         }),
         (
             error_status(),

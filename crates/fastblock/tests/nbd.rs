@@ -1,0 +1,490 @@
+//! `fastblock-nbd`, the real binary, serving a real cluster (etcd, monitor, 3 OSDs) to real
+//! NBD clients from Debian: qemu-img, qemu-io, nbdinfo, nbdcopy (libnbd-bin) and fio's nbd
+//! engine. Also: discards give space back on the OSDs, several connections share an export
+//! (CAN_MULTI_CONN), a garbage-sending connection does not disturb the others, SIGTERM exits
+//! cleanly, and the kernel attach (skipped, with a message, without the nbd module).
+//!
+//! A test skips (printing why) only when a client tool is not installed;
+//! `scripts/install-deps.sh` installs them all.
+
+mod common;
+
+use common::{
+    bin, free_port, wait_all_active, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc,
+    Proc, TempDir, WireConn,
+};
+use fastblock_nbd::consts::*;
+use fastblock_nbd::testing::{accepts, pattern, RawClient};
+use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
+use fastblock_types::map::FailureDomain;
+use fastblock_wire::{Reply, Request};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+/// Whether every tool is on PATH; prints which one is missing otherwise.
+fn have_tools(tools: &[&str]) -> bool {
+    for tool in tools {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !found {
+            eprintln!("SKIPPED: {tool} is not installed (scripts/install-deps.sh installs it)");
+            return false;
+        }
+    }
+    true
+}
+
+/// A cluster of 3 OSDs with a 1-replica pool `fb1` and a 3-replica pool `fb3`, and an NBD
+/// server serving it on TCP and a Unix socket.
+struct Setup {
+    mons: MonCluster,
+    dir: TempDir,
+    osds: Vec<OsdProc>,
+    nbd: Proc,
+    addr: SocketAddr,
+}
+
+impl Setup {
+    async fn start() -> Setup {
+        let mons = MonCluster::start(1, MonOptions::default()).await;
+        let dir = TempDir::new("nbd");
+        let osds: Vec<OsdProc> = (0..3)
+            .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "512M", 1))
+            .collect();
+        let client = mons.client();
+        let ids: Vec<_> = osds.iter().map(|o| o.id).collect();
+        wait_osds_up(&client, &ids, Duration::from_secs(20)).await;
+        for (name, size) in [("fb1", 1), ("fb3", 3)] {
+            client
+                .create_pool(&CreatePoolRequest {
+                    name: name.into(),
+                    pg_count: 8,
+                    size,
+                    failure_domain: FailureDomain::Osd,
+                })
+                .await
+                .unwrap();
+        }
+        wait_all_active(&client, Duration::from_secs(30)).await;
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut cmd = Command::new(bin("fastblock-nbd"));
+        cmd.arg("serve")
+            .args(["--mon", &mons.endpoints().join(",")])
+            .args(["--bind", &addr.to_string()])
+            .arg("--socket")
+            .arg(dir.path().join("nbd.sock"))
+            .env("RUST_LOG", "info");
+        let nbd = Proc::spawn("fastblock-nbd", cmd, dir.path().join("nbd.log"));
+        wait_until(
+            Duration::from_secs(20),
+            "the NBD server listening",
+            || async { accepts(addr).await.then_some(()) },
+        )
+        .await;
+        Setup {
+            mons,
+            dir,
+            osds,
+            nbd,
+            addr,
+        }
+    }
+
+    async fn image(&self, pool: &str, name: &str, size: u64, object_size: u64) {
+        self.mons
+            .client()
+            .create_image(&CreateImageRequest {
+                pool: pool.into(),
+                name: name.into(),
+                size_bytes: size,
+                object_size_bytes: Some(object_size),
+            })
+            .await
+            .unwrap();
+    }
+
+    fn uri(&self, export: &str) -> String {
+        format!("nbd://{}/{export}", self.addr)
+    }
+
+    fn unix_uri(&self, export: &str) -> String {
+        format!(
+            "nbd+unix:///{export}?socket={}",
+            self.dir.path().join("nbd.sock").display()
+        )
+    }
+
+    /// Free data bytes of every OSD (one shard each), counting what their next flush gives
+    /// back (blocks replaced by overwrites are freed only at a flush).
+    async fn free_bytes(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for osd in &self.osds {
+            let mut conn = WireConn::connect(&format!("127.0.0.1:{}", osd.port)).await;
+            match conn.call(&Request::ShardSpace).await {
+                Reply::Space {
+                    free_bytes,
+                    pending_free_bytes,
+                } => out.push(free_bytes + pending_free_bytes),
+                other => panic!("ShardSpace answered {other:?}"),
+            }
+        }
+        out
+    }
+}
+
+/// Runs a tool; panics with its output unless it exits 0; returns stdout + stderr.
+fn run(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {tool}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{tool} {args:?} failed:\n{text}");
+    text
+}
+
+/// A raw file with data, zero stretches and unaligned edges.
+fn source_file(path: &Path, len: usize) -> Vec<u8> {
+    let mut data = pattern(len, 5);
+    data[MIB as usize..2 * MIB as usize].fill(0);
+    data[3 * MIB as usize + 100..3 * MIB as usize + 9000].fill(0);
+    std::fs::write(path, &data).unwrap();
+    data
+}
+
+fn qemu_io(uri: &str, commands: &[&str]) -> String {
+    let mut args = vec!["-f", "raw"];
+    for c in commands {
+        args.extend(["-c", c]);
+    }
+    args.push(uri);
+    let text = run("qemu-io", &args);
+    assert!(
+        !text.contains("Pattern verification failed") && !text.contains("failed:"),
+        "qemu-io {commands:?}:\n{text}"
+    );
+    text
+}
+
+/// qemu-img info/convert, qemu-io patterns, nbdinfo (size, list, map), nbdcopy, discards
+/// giving space back, multi-conn, a misbehaving connection, and SIGTERM, on one cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_clients_against_a_real_cluster() {
+    if !have_tools(&["qemu-img", "qemu-io", "nbdinfo", "nbdcopy"]) {
+        return;
+    }
+    let mut s = Setup::start().await;
+    // 1 MiB objects, so that a few MiB of IO crosses object boundaries.
+    s.image("fb3", "img", 16 * MIB, MIB).await;
+    let uri = s.uri("fb3/img");
+
+    // qemu-img info: the export's size.
+    let info = run("qemu-img", &["info", "-f", "raw", &uri]);
+    assert!(info.contains("16 MiB (16777216 bytes)"), "{info}");
+
+    // qemu-img convert a raw file into the export and back out: byte-identical.
+    let src = s.dir.path().join("src.raw");
+    let data = source_file(&src, 6 * MIB as usize);
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            src.to_str().unwrap(),
+            &uri,
+        ],
+    );
+    let back = s.dir.path().join("back.raw");
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &uri,
+            back.to_str().unwrap(),
+        ],
+    );
+    let back_data = std::fs::read(&back).unwrap();
+    assert_eq!(back_data.len(), 16 * MIB as usize);
+    assert!(
+        back_data[..data.len()] == data[..],
+        "qemu-img round trip differs"
+    );
+    assert!(back_data[data.len()..].iter().all(|b| *b == 0));
+
+    // qemu-io patterns: unaligned, aligned, across an object boundary (1 MiB objects: 9 MiB
+    // is one, 9434184 is 3000 bytes before it).
+    qemu_io(
+        &uri,
+        &[
+            "write -P 0x5a 1000 5000",
+            "write -P 0xa5 8M 64k",
+            "write -P 0x3c 9434184 7000",
+            "read -P 0x5a 1000 5000",
+            "read -P 0xa5 8M 64k",
+            "read -P 0x3c 9434184 7000",
+            "read -P 0 9441184 1000",
+        ],
+    );
+    // The same bytes over the Unix socket.
+    qemu_io(&s.unix_uri("fb3/img"), &["read -P 0xa5 8M 64k"]);
+
+    // nbdinfo: size, the export list, block status with a hole after a trim.
+    let size = run("nbdinfo", &["--size", &uri]);
+    assert_eq!(size.trim(), "16777216");
+    let list = run("nbdinfo", &["--list", &format!("nbd://{}", s.addr)]);
+    assert!(list.contains("fb3/img"), "{list}");
+    qemu_io(&uri, &["write -P 0x77 12M 2M", "discard 12M 1M"]);
+    let map = run("nbdinfo", &["--map", &uri]);
+    // The extent (lines "offset length type description") holding `offset`.
+    let line = |offset: u64| {
+        map.lines()
+            .find(|l| {
+                let f: Vec<u64> = l
+                    .split_whitespace()
+                    .take(2)
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                f.len() == 2 && f[0] <= offset && offset < f[0] + f[1]
+            })
+            .unwrap_or_else(|| panic!("no extent holds {offset}:\n{map}"))
+            .to_owned()
+    };
+    assert!(line(12 * MIB).contains("hole,zero"), "{map}");
+    assert!(line(13 * MIB).contains("data"), "{map}");
+    qemu_io(&uri, &["read -P 0 12M 1M", "read -P 0x77 13M 1M"]);
+
+    // nbdcopy round trip, into a 1-replica image (nbdcopy uses several connections when
+    // the server says CAN_MULTI_CONN).
+    s.image("fb1", "copy", 8 * MIB, 4 * MIB).await;
+    let copy = s.dir.path().join("copy.raw");
+    run("nbdcopy", &[src.to_str().unwrap(), &s.uri("fb1/copy")]);
+    run("nbdcopy", &[&s.uri("fb1/copy"), copy.to_str().unwrap()]);
+    let copied = std::fs::read(&copy).unwrap();
+    assert_eq!(copied.len(), 8 * MIB as usize);
+    assert!(
+        copied[..data.len()] == data[..],
+        "nbdcopy round trip differs"
+    );
+
+    multi_conn_write_flush_read(&s).await;
+    discards_give_space_back(&s).await;
+    misbehaving_connection_is_isolated(&s).await;
+
+    // SIGTERM: an idle connection in transmission is closed and the server exits 0.
+    let mut idle = RawClient::connect(s.addr).await;
+    idle.go("fb3/img").await.unwrap();
+    assert!(s.nbd.terminate(Duration::from_secs(20)), "exits on SIGTERM");
+    assert!(idle.closed().await);
+    let log = std::fs::read_to_string(s.dir.path().join("nbd.log")).unwrap();
+    assert!(log.contains("all connections closed"), "{log}");
+}
+
+/// Several connections to one export: a write completed on one, a flush on another, and a
+/// read on a third sees the data (what CAN_MULTI_CONN promises; `docs/nbd.md` says why it
+/// holds).
+async fn multi_conn_write_flush_read(s: &Setup) {
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        let mut c = RawClient::connect(s.addr).await;
+        let (_, flags) = c.go("fb3/img").await.unwrap();
+        assert_ne!(flags & TFLAG_CAN_MULTI_CONN, 0);
+        conns.push(c);
+    }
+    let data = pattern(12288, 42);
+    let offset = 5 * MIB - 4096;
+    conns[0]
+        .request(0, CMD_WRITE, 1, offset, data.len() as u32, &data)
+        .await;
+    assert_eq!(conns[0].simple_reply().await, (0, 1));
+    conns[1].request(0, CMD_FLUSH, 2, 0, 0, &[]).await;
+    assert_eq!(conns[1].simple_reply().await, (0, 2));
+    conns[2]
+        .request(0, CMD_READ, 3, offset, data.len() as u32, &[])
+        .await;
+    assert_eq!(conns[2].simple_reply().await, (0, 3));
+    assert_eq!(conns[2].read(data.len()).await, data);
+}
+
+/// TRIM and WRITE_ZEROES (may-unmap) make reads return zeros and give the blocks back on
+/// every replica: each OSD's free data space returns to what it was before the write.
+async fn discards_give_space_back(s: &Setup) {
+    s.image("fb3", "space", 8 * MIB, 4 * MIB).await;
+    let uri = s.uri("fb3/space");
+    let before = s.free_bytes().await;
+    qemu_io(&uri, &["write -P 0x11 0 4M"]);
+    wait_until(
+        Duration::from_secs(10),
+        "4 MiB used on every OSD",
+        || async {
+            let now = s.free_bytes().await;
+            let used: Vec<i64> = before
+                .iter()
+                .zip(&now)
+                .map(|(b, n)| *b as i64 - *n as i64)
+                .collect();
+            used.iter().all(|u| *u == 4 * MIB as i64).then_some(())
+        },
+    )
+    .await;
+    qemu_io(
+        &uri,
+        &["discard 0 2M", "write -z -u 2M 2M", "read -P 0 0 4M"],
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "space back on every OSD",
+        || async { (s.free_bytes().await == before).then_some(()) },
+    )
+    .await;
+    let map = run("nbdinfo", &["--map", &uri]);
+    assert!(
+        map.lines().count() == 1 && map.contains("hole,zero"),
+        "all holes:\n{map}"
+    );
+}
+
+/// A connection sending garbage is dropped; connections next to it keep working.
+async fn misbehaving_connection_is_isolated(s: &Setup) {
+    use tokio::io::AsyncWriteExt;
+    let mut good = RawClient::connect(s.addr).await;
+    good.go("fb3/img").await.unwrap();
+    let mut bad = RawClient::connect(s.addr).await;
+    bad.go("fb3/img").await.unwrap();
+    bad.stream.write_all(&[0xff; 64]).await.unwrap();
+    assert!(bad.closed().await);
+    good.request(0, CMD_READ, 1, 8 * MIB, 16, &[]).await;
+    assert_eq!(good.simple_reply().await, (0, 1));
+    assert_eq!(good.read(16).await, vec![0xa5; 16]);
+}
+
+/// fio's nbd engine, random 4 KiB writes verified with crc32c, at queue depth 1 and 32, on a
+/// 1-replica and a 3-replica pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fio_random_writes_verify_on_1_and_3_replicas() {
+    if !have_tools(&["fio"]) {
+        return;
+    }
+    let engines = run("fio", &["--enghelp"]);
+    if !engines.lines().any(|l| l.trim() == "nbd") {
+        eprintln!("SKIPPED: this fio has no nbd engine (fio --enghelp)");
+        return;
+    }
+    let s = Setup::start().await;
+    for pool in ["fb1", "fb3"] {
+        s.image(pool, "fio", 16 * MIB, 4 * MIB).await;
+        for (depth, size) in [("1", "4M"), ("32", "8M")] {
+            let uri = format!("--uri={}", s.uri(&format!("{pool}/fio")));
+            let text = run(
+                "fio",
+                &[
+                    "--name=nbd",
+                    "--ioengine=nbd",
+                    &uri,
+                    "--rw=randwrite",
+                    "--bs=4k",
+                    &format!("--size={size}"),
+                    &format!("--iodepth={depth}"),
+                    "--verify=crc32c",
+                    "--verify_fatal=1",
+                    // fio would leave a verify state file in the working directory.
+                    "--verify_state_save=0",
+                ],
+            );
+            // `run` already checked the exit status (verify_fatal makes a mismatch fail it).
+            assert!(text.contains("err= 0"), "{pool} QD{depth}:\n{text}");
+        }
+    }
+}
+
+/// `fastblock-nbd map` attaches an image as /dev/nbdX (written and read back through the
+/// kernel), `unmap` detaches it and the serving process exits. Needs the nbd module and
+/// root; without the module, `map` must fail at once with a message saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_map_and_unmap() {
+    if !Path::new("/sys/block/nbd0").exists() {
+        eprintln!("SKIPPED: the nbd kernel module is not loaded (no /sys/block/nbd0)");
+        let out = Command::new(bin("fastblock-nbd"))
+            .args(["map", "fb3/img", "--mon", "127.0.0.1:1"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains("modprobe nbd"), "{stderr}");
+        return;
+    }
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: attaching an nbd device needs root");
+        return;
+    }
+    let s = Setup::start().await;
+    s.image("fb3", "kern", 16 * MIB, 4 * MIB).await;
+    let out = Command::new(bin("fastblock-nbd"))
+        .args(["map", "fb3/kern", "--mon", &s.mons.endpoints().join(",")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let device = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(device.starts_with("/dev/nbd"), "{device}");
+    let data = pattern(1 << 20, 8);
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&device)
+            .unwrap();
+        dev.seek(SeekFrom::Start(3 * MIB)).unwrap();
+        dev.write_all(&data).unwrap();
+        dev.sync_all().unwrap();
+    }
+    // Read it back through the NBD server rather than the page cache.
+    qemu_io(&s.uri("fb3/kern"), &["read -P 0 0 3M"]);
+    run(
+        "nbdcopy",
+        &[
+            &s.uri("fb3/kern"),
+            s.dir.path().join("k.raw").to_str().unwrap(),
+        ],
+    );
+    let copied = std::fs::read(s.dir.path().join("k.raw")).unwrap();
+    assert!(copied[3 * MIB as usize..4 * MIB as usize] == data[..]);
+    let out = Command::new(bin("fastblock-nbd"))
+        .args(["unmap", &device])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sys = format!("/sys/block/{}/pid", device.trim_start_matches("/dev/"));
+    wait_until(Duration::from_secs(10), "the device detached", || async {
+        (!Path::new(&sys).exists()).then_some(())
+    })
+    .await;
+}

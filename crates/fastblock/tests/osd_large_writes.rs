@@ -1,0 +1,115 @@
+//! Large writes and the WAL batch (found through NBD: one 4 MiB write to an object stopped
+//! every replica of its PG, since its log entry overflowed the WAL batch and the store's
+//! refusal failed the shard). Now a raw write too large for one batch is refused with
+//! `InvalidArgument` and the OSDs keep serving; the client library sends writes in 1 MiB
+//! pieces; and many large entries in one Raft ready are cut into batches by bytes, on the
+//! leader and the followers (16 concurrent 4 MiB writes, 64 entries of 1 MiB, on 2 PGs).
+
+mod common;
+
+use bytes::Bytes;
+use common::{wait_all_active, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
+use fastblock_client::{ClientConfig, Cluster};
+use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
+use fastblock_types::map::FailureDomain;
+use fastblock_types::{ImageId, PgId};
+use fastblock_wire::{ObjectAddr, Reply, Request, Status};
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_writes_fit_the_wal_or_are_refused() {
+    let mons = MonCluster::start(1, MonOptions::default()).await;
+    let dir = TempDir::new("large");
+    // 256 MiB OSDs: 8 MiB WAL segments, so 2 MiB batches (the smallest mkfs makes).
+    let mut osds: Vec<OsdProc> = (0..3)
+        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1))
+        .collect();
+    let client = mons.client();
+    let ids: Vec<_> = osds.iter().map(|o| o.id).collect();
+    wait_osds_up(&client, &ids, Duration::from_secs(20)).await;
+    let pool = client
+        .create_pool(&CreatePoolRequest {
+            name: "fb".into(),
+            pg_count: 2,
+            size: 3,
+            failure_domain: FailureDomain::Osd,
+        })
+        .await
+        .unwrap();
+    client
+        .create_image(&CreateImageRequest {
+            pool: "fb".into(),
+            name: "big".into(),
+            size_bytes: 64 * MIB,
+            object_size_bytes: Some(4 * MIB),
+        })
+        .await
+        .unwrap();
+    wait_all_active(&client, Duration::from_secs(30)).await;
+
+    // A raw 4 MiB write cannot fit a 2 MiB batch: refused, nobody fails.
+    let map = client.map().await.unwrap().map.unwrap();
+    let pg = PgId::new(pool.id, 0);
+    let leader = map
+        .pg(pg)
+        .unwrap()
+        .leader
+        .expect("active PGs have a leader");
+    let osd = &map.osds[&leader];
+    let mut conn = WireConn::connect(&format!("{}:{}", osd.address, osd.port_for(pg))).await;
+    let addr = ObjectAddr {
+        pg,
+        image: ImageId(777),
+        object_index: 0,
+    };
+    let huge = Request::Write {
+        addr,
+        offset: 0,
+        epoch: map.epoch,
+        data: Bytes::from(vec![3u8; 4 * MIB as usize]),
+    };
+    match conn.call(&huge).await {
+        Reply::Error {
+            status: Status::InvalidArgument,
+            message,
+            ..
+        } => assert!(message.contains("WAL batch"), "{message}"),
+        other => panic!("a 4 MiB raw write answered {other:?}"),
+    }
+    let fits = Request::Write {
+        addr,
+        offset: 0,
+        epoch: map.epoch,
+        data: Bytes::from(vec![4u8; MIB as usize]),
+    };
+    assert_eq!(conn.call(&fits).await, Reply::Ok);
+
+    // Through the client library: 16 concurrent whole-object writes, then read back.
+    let cluster = Cluster::connect(ClientConfig::new(mons.endpoints()))
+        .await
+        .unwrap();
+    let image = cluster.open_image("fb", "big").await.unwrap();
+    let block = |i: u64| Bytes::from(vec![i as u8 + 1; 4 * MIB as usize]);
+    let writes: Vec<_> = (0..16u64)
+        .map(|i| {
+            let image = image.clone();
+            tokio::spawn(async move { image.write(i * 4 * MIB, block(i)).await })
+        })
+        .collect();
+    for w in writes {
+        w.await.unwrap().unwrap();
+    }
+    for i in 0..16u64 {
+        assert_eq!(image.read(i * 4 * MIB, 4 * MIB).await.unwrap(), block(i));
+    }
+    for osd in &mut osds {
+        assert!(
+            osd.is_running(),
+            "osd {} stopped:\n{}",
+            osd.id,
+            osd.log_tail()
+        );
+    }
+}

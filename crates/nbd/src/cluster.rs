@@ -1,0 +1,145 @@
+//! The cluster's images as NBD exports named `pool/image`, over the client library.
+//!
+//! Every connection opens its own [`Image`] handle (one monitor lookup), so a resized image is
+//! seen by the next connection. All handles share the process's one [`Cluster`]: its OSD
+//! connections, caches and in-flight limit.
+
+use crate::backend::{Export, ExportError, Exports, IoError};
+use bytes::Bytes;
+use fastblock_client::wire::Status;
+use fastblock_client::{ClientError, Cluster, Image};
+use std::sync::Arc;
+
+/// All images of the cluster.
+#[derive(Clone)]
+pub struct ClusterExports {
+    cluster: Arc<Cluster>,
+}
+
+impl ClusterExports {
+    pub fn new(cluster: Arc<Cluster>) -> Self {
+        ClusterExports { cluster }
+    }
+}
+
+/// `pool/image` → (pool, image). The image part may not be empty; a pool name has no `/`.
+pub fn split_export_name(name: &str) -> Result<(&str, &str), ExportError> {
+    match name.split_once('/') {
+        Some((pool, image)) if !pool.is_empty() && !image.is_empty() => Ok((pool, image)),
+        _ => Err(ExportError::BadName(format!(
+            "export name {name:?} is not pool/image"
+        ))),
+    }
+}
+
+impl Exports for ClusterExports {
+    type Export = ImageExport;
+
+    async fn list(&self) -> Result<Vec<String>, ExportError> {
+        let Some(mon) = self.cluster.monitor() else {
+            return Ok(Vec::new());
+        };
+        let images = mon
+            .images(None)
+            .await
+            .map_err(|e| ExportError::Unavailable(e.to_string()))?;
+        Ok(images
+            .into_iter()
+            .map(|i| format!("{}/{}", i.pool_name, i.name))
+            .collect())
+    }
+
+    async fn open(&self, name: &str) -> Result<ImageExport, ExportError> {
+        let (pool, image) = split_export_name(name)?;
+        match self.cluster.open_image(pool, image).await {
+            Ok(image) => Ok(ImageExport { image }),
+            Err(ClientError::ImageNotFound { .. } | ClientError::PoolNotFound(_)) => {
+                Err(ExportError::NotFound(name.to_owned()))
+            }
+            Err(e) => Err(ExportError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+/// One image as an export.
+#[derive(Clone, Debug)]
+pub struct ImageExport {
+    image: Image,
+}
+
+impl ImageExport {
+    pub fn new(image: Image) -> Self {
+        ImageExport { image }
+    }
+}
+
+/// Client errors in NBD's classes: a full OSD is `ENOSPC`, a range the client refused is
+/// `EINVAL`, everything else (timeouts included) `EIO`.
+fn io_error(e: ClientError) -> IoError {
+    match &e {
+        ClientError::OutOfRange { .. } => IoError::Invalid(e.to_string()),
+        ClientError::Io {
+            status: Status::NoSpace,
+            ..
+        } => IoError::NoSpace(e.to_string()),
+        _ => IoError::Io(e.to_string()),
+    }
+}
+
+impl Export for ImageExport {
+    fn size_bytes(&self) -> u64 {
+        self.image.size_bytes()
+    }
+
+    fn description(&self) -> String {
+        let info = self.image.info();
+        format!(
+            "fastblock image {}/{} (id {}, {} byte objects)",
+            info.pool_name, info.name, info.id, info.object_size_bytes
+        )
+    }
+
+    async fn read(&self, offset: u64, len: u32) -> Result<Bytes, IoError> {
+        self.image
+            .read(offset, u64::from(len))
+            .await
+            .map_err(io_error)
+    }
+
+    async fn write(&self, offset: u64, data: Bytes) -> Result<(), IoError> {
+        self.image.write(offset, data).await.map_err(io_error)
+    }
+
+    async fn discard(&self, offset: u64, len: u64) -> Result<(), IoError> {
+        self.image.discard(offset, len).await.map_err(io_error)
+    }
+
+    async fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), IoError> {
+        self.image.write_zeroes(offset, len).await.map_err(io_error)
+    }
+
+    async fn flush(&self) -> Result<(), IoError> {
+        self.image.flush().await.map_err(io_error)
+    }
+
+    async fn allocated_ranges(&self, offset: u64, len: u64) -> Result<Vec<(u64, u64)>, IoError> {
+        self.image
+            .allocated_ranges(offset, len)
+            .await
+            .map_err(io_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_names_are_pool_slash_image() {
+        assert_eq!(split_export_name("rbd/vm1"), Ok(("rbd", "vm1")));
+        assert_eq!(split_export_name("rbd/a/b"), Ok(("rbd", "a/b")));
+        for bad in ["", "rbd", "/vm1", "rbd/"] {
+            assert!(split_export_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! fastblock-nbd: an NBD server for the cluster's images (layer 5), written to the protocol
+//! specification (NetworkBlockDevice `doc/proto.md`). The Linux kernel driver, qemu, libnbd's
+//! tools and fio all speak NBD, so this is how users attach fastblock block devices.
+//!
+//! What is supported, the flags advertised, why `CAN_MULTI_CONN` holds, the limits and how to
+//! use it with each client are in `docs/nbd.md`.
+//!
+//! Module map. Sans IO (pure parsing and encoding; fuzzed, always built):
+//! - [`consts`]: protocol numbers and this server's limits.
+//! - `be`: the bounds-checked big-endian reader every parser uses.
+//! - [`option`]: handshake parsing: client flags, option header, each option's payload.
+//! - [`option_reply`]: handshake encoding: greeting, option replies, transmission flags.
+//! - [`request`]: request header parsing and validation into a [`request::Command`].
+//! - [`reply`]: simple replies and structured chunks (data, holes, block status, errors).
+//! - [`extents`]: zero-block runs of read data, `base:allocation` descriptors.
+//! - [`backend`]: the [`backend::Exports`] / [`backend::Export`] traits the server serves.
+//! - `fuzzing` (hidden): the parser properties shared by the fuzz target and a property test.
+//!
+//! With feature `server` (default; tokio and the client library):
+//! - [`handshake`]: option haggling on a connection.
+//! - [`transmission`]: the request loop: admission limits, one task per request, the reply
+//!   writer.
+//! - `execute`: one request against an export.
+//! - [`server`]: TCP and Unix listeners, connection tasks, shutdown with draining.
+//! - [`cluster`]: the cluster's images as exports `pool/image`.
+//! - [`memory`]: in-memory exports (tests).
+//! - `testing` (feature `test-util`): a raw NBD client and a server on in-memory exports.
+//! - [`kernel`], [`map`]: attaching an export to `/dev/nbdX` through the kernel driver.
+//!
+//! Invariants:
+//! - Nothing a client sends is unwrapped or trusted: every length is checked before use, and
+//!   a malformed request gets the protocol's error (or, when the stream's framing is lost, a
+//!   disconnect); other connections never notice.
+//! - Memory per connection is bounded: at most `inflight_requests_max` requests and
+//!   `inflight_bytes_max` payload bytes are admitted; the reader stops reading the socket
+//!   beyond that.
+//! - A reply is sent only after the export finished the request; write replies mean the data
+//!   is durable on a majority of the PG's replicas.
+//!
+//! Must not depend on: the OSD, the monitor or the wire protocol directly; the cluster is
+//! reached only through `fastblock-client`.
+
+mod be;
+pub mod consts;
+pub mod extents;
+pub mod option;
+pub mod option_reply;
+pub mod reply;
+pub mod request;
+
+pub mod backend;
+#[doc(hidden)]
+pub mod fuzzing;
+
+#[cfg(feature = "server")]
+pub mod cluster;
+#[cfg(feature = "server")]
+mod execute;
+#[cfg(feature = "server")]
+pub mod handshake;
+#[cfg(feature = "server")]
+pub mod kernel;
+#[cfg(feature = "server")]
+pub mod map;
+#[cfg(feature = "server")]
+pub mod memory;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(all(feature = "server", any(test, feature = "test-util")))]
+pub mod testing;
+#[cfg(feature = "server")]
+pub mod transmission;
+
+#[cfg(feature = "server")]
+pub use server::{Server, ServerConfig};
+#[cfg(feature = "server")]
+pub use transmission::Limits;
