@@ -1,0 +1,1296 @@
+//! The simulated world: virtual time, one event queue, one PRNG, the nodes, the network, the
+//! monitor's state, the clients, the faults and the checkers. Single-threaded and
+//! deterministic: the seed decides everything (no clock, no threads, no hash-ordered
+//! iteration).
+//!
+//! A run has two phases. In the **fault phase** clients write and read while the faults the
+//! seed enabled strike at random: message loss, delay, duplication and reordering,
+//! partitions, node crashes (with torn unsynced writes) and restarts, crash points at
+//! arbitrary I/Os, slow WAL commits. In the **liveness phase** the faults stop (partitions
+//! heal, crashed nodes restart, the network is clean), clients keep working a little, then
+//! every PG must become active with identical replicas, every client operation must
+//! complete, and every block must read back as the model allows, within a bounded virtual
+//! time.
+
+use crate::checker::Safety;
+use crate::model::{decode_block, stamp_block, Found, ImageModel, BLOCK_BYTES};
+use crate::node::{ClientReply, ClientReq, ClientTag, Effects, Input, Node};
+use crate::options::{RngExt, SimOptions, MS};
+use crate::probes::Probes;
+use bytes::{Bytes, BytesMut};
+use fastblock_mon_core::MonState;
+use fastblock_pg::{Event, ObjectRef};
+use fastblock_store::ObjectId;
+use fastblock_types::api::{BootRequest, CreatePoolRequest, LeaderElectedRequest};
+use fastblock_types::map::FailureDomain;
+use fastblock_types::rng::SplitMix64;
+use fastblock_types::route::object_pg;
+use fastblock_types::{ImageId, OsdId, PgId, PoolId};
+use std::collections::{BTreeMap, BTreeSet};
+
+const IMAGE: ImageId = ImageId(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FaultKind {
+    Crash,
+    Fuse,
+    Partition,
+    Slow,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Tick {
+        node: OsdId,
+        life: u64,
+    },
+    Flush {
+        node: OsdId,
+        life: u64,
+    },
+    CommitDone {
+        node: OsdId,
+        life: u64,
+    },
+    Packet {
+        from: OsdId,
+        to: OsdId,
+        pg: PgId,
+        msg: Bytes,
+        link_seq: u64,
+    },
+    ClientSend {
+        node: OsdId,
+        tag: ClientTag,
+        pg: PgId,
+        req: ClientReq,
+    },
+    ClientReply {
+        tag: ClientTag,
+        reply: ClientReply,
+    },
+    ClientTimeout {
+        tag: ClientTag,
+    },
+    /// Send the next attempt of the operation whose current attempt is `tag`.
+    ClientRetry {
+        tag: ClientTag,
+    },
+    ClientNext {
+        client: u32,
+    },
+    MonLeader {
+        pg: PgId,
+        req: LeaderElectedRequest,
+    },
+    Fault(FaultKind),
+    Restart {
+        node: OsdId,
+    },
+    Heal,
+    SlowEnd {
+        node: OsdId,
+    },
+    FaultsEnd,
+    LivenessCheck,
+}
+
+#[derive(Clone, Debug)]
+enum ClientOpKind {
+    Write { id: u64, data: Bytes },
+    Read,
+}
+
+#[derive(Clone, Debug)]
+struct ClientOp {
+    kind: ClientOpKind,
+    pg: PgId,
+    object: ObjectRef,
+    offset: u32,
+    first_block: u64,
+    blocks: u64,
+    started: u64,
+    attempt_started: u64,
+}
+
+#[derive(Debug, Default)]
+struct Client {
+    op: Option<ClientOp>,
+    attempt: u64,
+    hints: BTreeMap<PgId, OsdId>,
+    stopped: bool,
+}
+
+/// What a finished run reports.
+#[derive(Clone, Debug, Default)]
+pub struct RunSummary {
+    pub seed: u64,
+    pub virtual_us: u64,
+    pub events: u64,
+    pub writes: u64,
+    pub writes_acked: u64,
+    pub writes_unknown: u64,
+    pub reads_checked: u64,
+    pub entries_checked: u64,
+    pub crashes: u64,
+    pub probes: Probes,
+    /// A digest of the whole run, for the determinism check.
+    pub fingerprint: u64,
+    /// The run stopped early at a path the code does not implement yet (not a failure, not
+    /// clean either): see [`KNOWN_GAPS`].
+    pub known_gap: Option<String>,
+}
+
+/// Paths the simulator reaches that the code under test does not implement yet. A run that
+/// reaches one stops there and is counted apart from clean runs.
+///
+/// - Raft snapshots: a leader that compacted its log past a follower sends raft-rs's
+///   `MsgSnapshot`, which today carries only metadata (`PgStorage::snapshot`): no object data
+///   moves, and `PgReplica` never advances its applied index to the snapshot, so raft-rs
+///   panics on the follower's next campaign ("unexpected error getting unapplied entries ...
+///   Compacted", seed 16294208416658607535), and after a restart the replica silently lacks
+///   the objects written between its applied index and the snapshot. Snapshot transfer is
+///   being built on main; the simulator drives it once it lands.
+pub const KNOWN_GAPS: &[&str] = &["raft snapshot (no object transfer yet)"];
+
+pub struct Cluster {
+    pub o: SimOptions,
+    rng: SplitMix64,
+    pub now: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    seq: u64,
+    nodes: BTreeMap<OsdId, Node>,
+    mon: MonState,
+    pool: PoolId,
+    /// PG → members (static in phase 1).
+    pgs: BTreeMap<PgId, Vec<OsdId>>,
+    partition: Option<BTreeSet<OsdId>>,
+    faults_on: bool,
+    faults_end_us: u64,
+    clients: Vec<Client>,
+    model: ImageModel,
+    safety: Safety,
+    pub probes: Probes,
+    /// Link → highest link sequence number delivered (reordering probe).
+    link_sent: BTreeMap<(OsdId, OsdId), u64>,
+    link_delivered: BTreeMap<(OsdId, OsdId), u64>,
+    /// (node, PG) → term in which that replica leads.
+    leading: BTreeMap<(OsdId, PgId), u64>,
+    /// Node → durable WAL LSN and whether a commit was owed, at its last crash.
+    crash_state: BTreeMap<OsdId, (u64, bool)>,
+    events: u64,
+    crashes: u64,
+    fingerprint: u64,
+    failure: Option<String>,
+    known_gap: Option<String>,
+    done: bool,
+    trace: bool,
+}
+
+fn uuid_of(id: u32) -> String {
+    format!("00000000-0000-4000-8000-{id:012x}")
+}
+
+impl Cluster {
+    /// Builds the cluster of `o`: the monitor boots the nodes and creates the pool (real
+    /// placement), then every node formats its disk and hosts its PGs.
+    pub fn new(o: SimOptions, trace: bool) -> Result<Cluster, String> {
+        let mut rng = SplitMix64::new(o.seed);
+        let mut mon = MonState::default();
+        mon.counters.next_osd_id = mon.counters.next_osd_id.max(1);
+        mon.counters.next_pool_id = mon.counters.next_pool_id.max(1);
+        mon.counters.next_image_id = mon.counters.next_image_id.max(1);
+        for _ in 0..o.nodes {
+            let before = mon.clone();
+            let id = mon
+                .apply_id(&uuid_of(mon.counters.next_osd_id))
+                .map_err(|e| format!("apply id: {e:?}"))?;
+            mon.finish(&before);
+            boot(&mut mon, id)?;
+        }
+        let before = mon.clone();
+        let pool = mon
+            .create_pool(&CreatePoolRequest {
+                name: "sim".into(),
+                pg_count: o.pg_count,
+                size: o.replicas,
+                failure_domain: FailureDomain::Osd,
+            })
+            .map_err(|e| format!("create pool: {e:?}"))?;
+        mon.finish(&before);
+        let mut pgs = BTreeMap::new();
+        for (seq, info) in &mon.map.pgmaps[&pool.id].pgs {
+            pgs.insert(PgId::new(pool.id, *seq), info.osdlist.clone());
+        }
+        let mut nodes = BTreeMap::new();
+        let pg_seed = rng.next_u64();
+        for id in mon.map.osds.keys() {
+            let node = Node::format(&o, *id, &pgs, pg_seed ^ u64::from(id.0))?;
+            nodes.insert(*id, node);
+        }
+        let mut c = Cluster {
+            rng,
+            now: 0,
+            queue: BTreeMap::new(),
+            seq: 0,
+            nodes,
+            mon,
+            pool: pool.id,
+            pgs,
+            partition: None,
+            faults_on: true,
+            faults_end_us: o.fault_phase_us,
+            clients: (0..o.clients).map(|_| Client::default()).collect(),
+            model: ImageModel::new(IMAGE.0),
+            safety: Safety::default(),
+            probes: Probes::default(),
+            link_sent: BTreeMap::new(),
+            link_delivered: BTreeMap::new(),
+            leading: BTreeMap::new(),
+            crash_state: BTreeMap::new(),
+            events: 0,
+            crashes: 0,
+            fingerprint: 0xcbf2_9ce4_8422_2325,
+            failure: None,
+            known_gap: None,
+            done: false,
+            trace,
+            o,
+        };
+        let ids: Vec<OsdId> = c.nodes.keys().copied().collect();
+        for id in ids {
+            c.on_opened(id);
+            c.schedule_timers(id);
+        }
+        for client in 0..c.o.clients {
+            let at = c.rng.range(0, 10 * MS);
+            c.at(at, Ev::ClientNext { client });
+        }
+        for (kind, every) in [
+            (FaultKind::Crash, c.o.crash_every_us),
+            (FaultKind::Fuse, c.o.fuse_every_us),
+            (FaultKind::Partition, c.o.partition_every_us),
+            (FaultKind::Slow, c.o.slow_every_us),
+        ] {
+            if every > 0 {
+                let at = c.rng.range(0, 2 * every);
+                c.at(at, Ev::Fault(kind));
+            }
+        }
+        let end = c.faults_end_us;
+        c.at(end, Ev::FaultsEnd);
+        Ok(c)
+    }
+
+    fn at(&mut self, time: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((time.max(self.now), self.seq), ev);
+    }
+
+    fn after(&mut self, delay: u64, ev: Ev) {
+        self.at(self.now + delay, ev);
+    }
+
+    fn fail(&mut self, message: String) {
+        if self.failure.is_none() {
+            self.failure = Some(message);
+        }
+    }
+
+    fn mix(&mut self, v: u64) {
+        self.fingerprint = (self.fingerprint ^ v).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
+    /// Runs to the end: `Ok` with a summary, or the first failure.
+    pub fn run(mut self) -> Result<RunSummary, String> {
+        let limit = self.faults_end_us + self.o.liveness_bound_us;
+        while !self.done {
+            let Some(((time, _), ev)) = self.queue.pop_first() else {
+                return Err("the event queue ran dry".into());
+            };
+            if time > limit {
+                let why = self.not_converged_reason();
+                return Err(format!(
+                    "liveness: not converged {} s after the faults stopped: {why}",
+                    self.o.liveness_bound_us / crate::options::SEC
+                ));
+            }
+            self.now = time;
+            crate::set_virtual_time(time);
+            self.events += 1;
+            self.mix(time);
+            if self.trace {
+                eprintln!("[{:>12}] {}", time, trace_line(&ev));
+            }
+            self.handle(ev);
+            if let Some(f) = self.failure.take() {
+                return Err(f);
+            }
+        }
+        self.mix(self.model.write_count());
+        self.mix(self.safety.entries_checked);
+        Ok(RunSummary {
+            seed: self.o.seed,
+            virtual_us: self.now,
+            events: self.events,
+            writes: self.model.write_count(),
+            writes_acked: self.model.acked_count(),
+            writes_unknown: self.model.unknown_count(),
+            reads_checked: self.model.stats.reads_checked,
+            entries_checked: self.safety.entries_checked,
+            crashes: self.crashes,
+            probes: self.probes.clone(),
+            fingerprint: self.fingerprint,
+            known_gap: self.known_gap,
+        })
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Tick { node, life } => self.on_tick(node, life),
+            Ev::Flush { node, life } => self.on_flush(node, life),
+            Ev::CommitDone { node, life } => self.on_commit_done(node, life),
+            Ev::Packet {
+                from,
+                to,
+                pg,
+                msg,
+                link_seq,
+            } => self.on_packet(from, to, pg, msg, link_seq),
+            Ev::ClientSend { node, tag, pg, req } => {
+                self.deliver(node, Input::Client { tag, pg, req }, Some(tag))
+            }
+            Ev::ClientReply { tag, reply } => self.on_client_reply(tag, reply),
+            Ev::ClientTimeout { tag } => {
+                if self.current_attempt(tag) {
+                    self.probes.hit("client.timeout");
+                    let client = tag.client as usize;
+                    if let Some(op) = &self.clients[client].op {
+                        let pg = op.pg;
+                        self.clients[client].hints.remove(&pg);
+                    }
+                    self.retry(tag.client, 0);
+                }
+            }
+            Ev::ClientRetry { tag } => {
+                if self.current_attempt(tag) {
+                    self.send_attempt(tag.client);
+                }
+            }
+            Ev::ClientNext { client } => self.next_op(client),
+            Ev::MonLeader { pg, req } => {
+                let before = self.mon.clone();
+                if self.mon.leader_elected(pg, &req).is_ok() {
+                    self.mon.finish(&before);
+                } else {
+                    self.mon = before;
+                }
+            }
+            Ev::Fault(kind) => self.on_fault(kind),
+            Ev::Restart { node } => self.restart(node),
+            Ev::Heal => self.partition = None,
+            Ev::SlowEnd { node } => {
+                if let Some(n) = self.nodes.get_mut(&node) {
+                    n.slow_commit_us = None;
+                }
+            }
+            Ev::FaultsEnd => self.on_faults_end(),
+            Ev::LivenessCheck => self.on_liveness_check(),
+        }
+    }
+
+    // ---- nodes ----
+
+    fn schedule_timers(&mut self, id: OsdId) {
+        let life = self.nodes[&id].incarnation;
+        let t = self.rng.range(0, self.o.tick_us);
+        self.after(t, Ev::Tick { node: id, life });
+        let f = self.rng.range(0, self.o.flush_us);
+        self.after(f, Ev::Flush { node: id, life });
+    }
+
+    /// Bookkeeping after a node (re)opened its replicas.
+    fn on_opened(&mut self, id: OsdId) {
+        let opened: Vec<(PgId, u64)> = self.nodes[&id]
+            .run
+            .as_ref()
+            .map(|r| r.opened_applied.iter().map(|(p, a)| (*p, *a)).collect())
+            .unwrap_or_default();
+        for (pg, applied) in opened {
+            self.safety.on_open(id, pg, applied);
+        }
+    }
+
+    fn step(&mut self, id: OsdId, f: impl FnOnce(&mut Node, &mut Effects)) {
+        let mut eff = Effects {
+            tracing: self.trace,
+            ..Effects::default()
+        };
+        let node = self.nodes.get_mut(&id).expect("known node");
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(node, &mut eff)));
+        if let Err(payload) = stepped {
+            if node.fuse_blown_at().is_none() {
+                std::panic::resume_unwind(payload);
+            }
+            // An injected I/O error reached raft-rs through `PgStorage` and raft-rs panicked;
+            // the OSD aborts on any panic (fail-stop), so the node crashes here too. What the
+            // step produced before the panic is dropped, as an abort drops unflushed buffers.
+            crate::take_panic_message();
+            self.probes.hit("fuse.raft_panic");
+            self.crash(id);
+            let d = self.rng.range(10 * MS, self.o.down_us_max);
+            self.after(d, Ev::Restart { node: id });
+            return;
+        }
+        self.dispatch(id, eff);
+    }
+
+    fn on_tick(&mut self, id: OsdId, life: u64) {
+        let node = &self.nodes[&id];
+        if node.incarnation != life || !node.is_up() {
+            return;
+        }
+        let busy = node.is_busy();
+        let jitter = self.o.tick_us * self.o.tick_jitter_pct / 100;
+        let next = self.o.tick_us - jitter + self.rng.range(0, 2 * jitter);
+        self.after(next, Ev::Tick { node: id, life });
+        if busy {
+            let run = self.nodes.get_mut(&id).and_then(|n| n.run.as_mut());
+            run.expect("up").tick_missed = true;
+            return;
+        }
+        self.step(id, |n, eff| n.iterate(Vec::new(), true, eff));
+    }
+
+    fn on_flush(&mut self, id: OsdId, life: u64) {
+        let node = &self.nodes[&id];
+        if node.incarnation != life || !node.is_up() {
+            return;
+        }
+        let every = self.o.flush_us;
+        self.after(every, Ev::Flush { node: id, life });
+        self.step(id, |n, eff| n.flush(eff));
+    }
+
+    fn on_commit_done(&mut self, id: OsdId, life: u64) {
+        let node = &self.nodes[&id];
+        if node.incarnation != life || !node.is_busy() {
+            return;
+        }
+        let leading_before: Vec<PgId> = self.leaders_on(id);
+        self.step(id, |n, eff| n.resume(eff));
+        let leading_after = self.leaders_on(id);
+        if leading_before.iter().any(|pg| !leading_after.contains(pg)) {
+            self.probes.hit("slow.leader_deposed");
+        }
+    }
+
+    fn leaders_on(&self, id: OsdId) -> Vec<PgId> {
+        self.nodes[&id]
+            .run
+            .as_ref()
+            .map(|r| {
+                r.pgs
+                    .iter()
+                    .filter(|(_, rep)| rep.is_leader())
+                    .map(|(pg, _)| *pg)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Delivers one input to a node: queued while it is busy, dropped while it is down (a
+    /// client then hears "connection refused").
+    fn deliver(&mut self, id: OsdId, input: Input, client: Option<ClientTag>) {
+        let node = self.nodes.get_mut(&id).expect("known node");
+        let busy = node.is_busy();
+        let Some(run) = node.run.as_mut() else {
+            if let Some(tag) = client {
+                let d = self.client_delay();
+                self.after(
+                    d,
+                    Ev::ClientReply {
+                        tag,
+                        reply: ClientReply::Refused(format!("osd {id} is down")),
+                    },
+                );
+            }
+            return;
+        };
+        if busy {
+            run.inbox.push_back(input);
+            return;
+        }
+        self.step(id, |n, eff| n.iterate(vec![input], false, eff));
+    }
+
+    /// Performs what a node step produced.
+    fn dispatch(&mut self, id: OsdId, eff: Effects) {
+        for n in &eff.notes {
+            eprintln!("               osd {id}: {n}");
+        }
+        for (pg, index) in &eff.snapshots_installed {
+            self.safety.on_snapshot(id, *pg, *index);
+        }
+        for (pg, to, msg) in eff.messages {
+            self.send(id, to, pg, msg);
+        }
+        for (tag, reply) in eff.replies {
+            let d = self.client_delay();
+            self.after(d, Ev::ClientReply { tag, reply });
+        }
+        for (pg, event) in eff.events {
+            self.on_pg_event(id, pg, event);
+        }
+        for e in &eff.applied {
+            self.mix(e.index ^ u64::from(e.hash));
+            if let Err(m) = self.safety.on_applied(id, e) {
+                self.fail(m);
+            }
+        }
+        if eff.snapshots_sent > 0 {
+            self.probes.add("raft.snapshot_sent", eff.snapshots_sent);
+            self.known_gap = Some(format!("{} (sent by osd {id})", KNOWN_GAPS[0]));
+            self.done = true;
+        }
+        if eff.wal_full {
+            self.probes.hit("wal.full");
+        }
+        if eff.commit_started {
+            self.probes.hit("slow.commit");
+            let max = self.nodes[&id].slow_commit_us.unwrap_or(MS).max(MS);
+            let d = self.rng.range(MS / 2, max);
+            let life = self.nodes[&id].incarnation;
+            self.after(d, Ev::CommitDone { node: id, life });
+        }
+        if let Some(reason) = eff.failed {
+            match self.nodes[&id].fuse_blown_at() {
+                Some(at) => {
+                    self.probes.hit(match at {
+                        "disk write" => "fuse.disk_write",
+                        "disk sync" => "fuse.disk_sync",
+                        "disk read" => "fuse.disk_read",
+                        "meta write" => "fuse.meta_write",
+                        "meta sync" => "fuse.meta_sync",
+                        _ => "fuse.meta_other",
+                    });
+                    self.crash(id);
+                    let d = self.rng.range(10 * MS, self.o.down_us_max);
+                    self.after(d, Ev::Restart { node: id });
+                }
+                None => self.fail(format!(
+                    "osd {id}: store failed without an injected fault: {reason}"
+                )),
+            }
+        }
+    }
+
+    fn on_pg_event(&mut self, id: OsdId, pg: PgId, event: Event) {
+        match event {
+            Event::BecameLeader(report) => {
+                self.mix(u64::from(id.0) << 32 ^ report.term.0);
+                if let Err(m) = self.safety.on_leader(pg, report.term.0, id) {
+                    self.fail(m);
+                }
+                self.leading.insert((id, pg), report.term.0);
+                let req = LeaderElectedRequest {
+                    leader: id,
+                    term: report.term,
+                    conf_index: report.conf_index,
+                    voters: report.voters,
+                    voters_outgoing: report.voters_outgoing,
+                };
+                let d = self.rng.range(MS, 20 * MS);
+                self.after(d, Ev::MonLeader { pg, req });
+            }
+            Event::LeaderChanged { leader, term } => {
+                if let Some(led) = self.leading.remove(&(id, pg)) {
+                    if led == term.0 && leader != Some(id) {
+                        self.probes.hit("raft.check_quorum_stepdown");
+                    }
+                }
+            }
+            Event::Failed { index, reason } => self.fail(format!(
+                "pg {pg} osd {id}: replica failed at {index}: {reason}"
+            )),
+        }
+    }
+
+    // ---- network ----
+
+    fn partitioned(&self, a: OsdId, b: OsdId) -> bool {
+        self.partition
+            .as_ref()
+            .is_some_and(|side| side.contains(&a) != side.contains(&b))
+    }
+
+    fn send(&mut self, from: OsdId, to: OsdId, pg: PgId, msg: Bytes) {
+        if self.partitioned(from, to) {
+            self.probes.hit("net.partition_drop");
+            return;
+        }
+        if self.faults_on && self.rng.chance_ppm(self.o.loss_ppm) {
+            self.probes.hit("net.loss");
+            return;
+        }
+        let copies = if self.faults_on && self.rng.chance_ppm(self.o.dup_ppm) {
+            2
+        } else {
+            1
+        };
+        let seq = self.link_sent.entry((from, to)).or_default();
+        *seq += 1;
+        let link_seq = *seq;
+        for _ in 0..copies {
+            let mut d = self.rng.range(self.o.delay_us_min, self.o.delay_us_max);
+            if self.faults_on && self.rng.chance_ppm(self.o.spike_ppm) {
+                d += self.rng.range(0, self.o.spike_us_max);
+            }
+            self.after(
+                d,
+                Ev::Packet {
+                    from,
+                    to,
+                    pg,
+                    msg: msg.clone(),
+                    link_seq,
+                },
+            );
+        }
+    }
+
+    fn on_packet(&mut self, from: OsdId, to: OsdId, pg: PgId, msg: Bytes, link_seq: u64) {
+        if self.partitioned(from, to) {
+            self.probes.hit("net.partition_drop");
+            return;
+        }
+        let last = self.link_delivered.entry((from, to)).or_default();
+        if link_seq < *last {
+            self.probes.hit("net.reorder");
+        } else if link_seq == *last {
+            self.probes.hit("net.duplicate");
+        }
+        *last = (*last).max(link_seq);
+        self.deliver(to, Input::Raft { pg, msg }, None);
+    }
+
+    // ---- faults ----
+
+    fn on_fault(&mut self, kind: FaultKind) {
+        if !self.faults_on {
+            return;
+        }
+        let every = match kind {
+            FaultKind::Crash => self.o.crash_every_us,
+            FaultKind::Fuse => self.o.fuse_every_us,
+            FaultKind::Partition => self.o.partition_every_us,
+            FaultKind::Slow => self.o.slow_every_us,
+        };
+        let next = self.rng.range(every / 4, every * 2);
+        self.after(next, Ev::Fault(kind));
+        let ids: Vec<OsdId> = self.nodes.keys().copied().collect();
+        let up: Vec<OsdId> = ids
+            .iter()
+            .copied()
+            .filter(|i| self.nodes[i].is_up())
+            .collect();
+        let down = ids.len() - up.len();
+        match kind {
+            FaultKind::Crash => {
+                if up.is_empty() || down >= self.o.down_max as usize {
+                    return;
+                }
+                let id = self.rng.pick(&up);
+                self.crash(id);
+                let d = self.rng.range(10 * MS, self.o.down_us_max);
+                self.after(d, Ev::Restart { node: id });
+            }
+            FaultKind::Fuse => {
+                if up.is_empty() || down >= self.o.down_max as usize {
+                    return;
+                }
+                let id = self.rng.pick(&up);
+                let ios = self.rng.range(0, 300);
+                self.nodes[&id].arm_fuse(ios);
+            }
+            FaultKind::Partition => {
+                let mut side = BTreeSet::new();
+                for id in &ids {
+                    if self.rng.chance_pct(50) {
+                        side.insert(*id);
+                    }
+                }
+                if side.is_empty() || side.len() == ids.len() {
+                    side = BTreeSet::from([self.rng.pick(&ids)]);
+                }
+                self.partition = Some(side);
+                let d = self.rng.range(100 * MS, self.o.partition_us_max);
+                self.after(d, Ev::Heal);
+            }
+            FaultKind::Slow => {
+                let id = self.rng.pick(&ids);
+                let latency = self.rng.range(MS, self.o.slow_commit_us_max);
+                self.nodes.get_mut(&id).expect("known").slow_commit_us = Some(latency);
+                let d = self.rng.range(100 * MS, self.o.slow_for_us_max);
+                self.after(d, Ev::SlowEnd { node: id });
+            }
+        }
+    }
+
+    fn crash(&mut self, id: OsdId) {
+        let node = self.nodes.get_mut(&id).expect("known node");
+        if !node.is_up() {
+            return;
+        }
+        self.crashes += 1;
+        let lsn = node
+            .run
+            .as_ref()
+            .map(|r| r.store.borrow().wal().durable_lsn())
+            .unwrap_or(0);
+        let seed = self.rng.next_u64();
+        let node = self.nodes.get_mut(&id).expect("known node");
+        let (pending, owed) = node.crash(seed);
+        self.crash_state.insert(id, (lsn, owed));
+        self.probes.hit(if owed {
+            "crash.during_slow_commit"
+        } else if pending > 0 {
+            "crash.unsynced_writes"
+        } else {
+            "crash.clean"
+        });
+        self.leading.retain(|(n, _), _| *n != id);
+        let before = self.mon.clone();
+        if self.mon.mark_down(id).is_ok() {
+            self.mon.finish(&before);
+        }
+    }
+
+    fn restart(&mut self, id: OsdId) {
+        if self.nodes[&id].is_up() {
+            return;
+        }
+        let pgs = self.pgs.clone();
+        let o = self.o.clone();
+        if let Err(e) = self.nodes.get_mut(&id).expect("known").restart(&o, &pgs) {
+            self.fail(e);
+            return;
+        }
+        let node = &self.nodes[&id];
+        let run = node.run.as_ref().expect("just opened");
+        let lsn = run.store.borrow().wal().durable_lsn();
+        let reapplied = run.pgs.iter().any(|(pg, r)| {
+            let s = run.store.borrow();
+            r.commit_index().0 > s.applied_index(*pg) && s.applied_index(*pg) > 0
+        });
+        if let Some((before, owed)) = self.crash_state.remove(&id) {
+            if lsn < before && !owed {
+                self.fail(format!(
+                    "osd {id}: WAL lost synced records in a crash: durable LSN {before} before, \
+                     {lsn} after"
+                ));
+            } else if lsn < before {
+                self.probes.hit("restart.wal_tail_cut");
+            } else if owed && lsn > before {
+                self.probes.hit("restart.unsynced_commit_survived");
+            }
+        }
+        if reapplied {
+            self.probes.hit("restart.reapplied");
+        }
+        self.on_opened(id);
+        self.schedule_timers(id);
+        if let Err(e) = boot(&mut self.mon, id) {
+            self.fail(e);
+        }
+    }
+
+    fn on_faults_end(&mut self) {
+        self.faults_on = false;
+        self.partition = None;
+        let ids: Vec<OsdId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let node = self.nodes.get_mut(&id).expect("known");
+            node.slow_commit_us = None;
+            node.disarm_fuse();
+            if !node.is_up() {
+                self.restart(id);
+            }
+        }
+        self.after(250 * MS, Ev::LivenessCheck);
+    }
+
+    // ---- clients ----
+
+    fn client_delay(&mut self) -> u64 {
+        self.rng.range(20, 500)
+    }
+
+    fn current_attempt(&self, tag: ClientTag) -> bool {
+        let c = &self.clients[tag.client as usize];
+        c.op.is_some() && c.attempt == tag.attempt
+    }
+
+    fn next_op(&mut self, client: u32) {
+        let c = client as usize;
+        assert!(
+            self.clients[c].op.is_none(),
+            "client {client} has an operation"
+        );
+        if self.now >= self.faults_end_us + self.o.liveness_work_us {
+            self.clients[c].stopped = true;
+            return;
+        }
+        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
+        let object = self.rng.range(0, self.o.objects - 1);
+        let block = self.rng.range(0, blocks_per_object - 1);
+        let blocks = self
+            .rng
+            .range(1, self.o.write_blocks_max.min(blocks_per_object - block));
+        let first_block = object * blocks_per_object + block;
+        let pg = object_pg(self.pool, self.o.pg_count, IMAGE, object);
+        let kind = if self.rng.chance_pct(self.o.read_pct) {
+            ClientOpKind::Read
+        } else {
+            let id = self.model.begin_write(self.now, first_block, blocks);
+            let mut data = BytesMut::zeroed(blocks as usize * BLOCK_BYTES);
+            for (i, b) in data.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+                stamp_block(
+                    b,
+                    IMAGE.0,
+                    (first_block + i as u64) * BLOCK_BYTES as u64,
+                    id,
+                );
+            }
+            ClientOpKind::Write {
+                id,
+                data: data.freeze(),
+            }
+        };
+        self.clients[c].op = Some(ClientOp {
+            kind,
+            pg,
+            object: ObjectRef {
+                image: IMAGE,
+                index: object,
+            },
+            offset: (block * BLOCK_BYTES as u64) as u32,
+            first_block,
+            blocks,
+            started: self.now,
+            attempt_started: self.now,
+        });
+        self.send_attempt(client);
+    }
+
+    /// Where a client sends its next attempt: the last leader it heard of, else the
+    /// monitor's, else any member.
+    fn target(&mut self, client: u32, pg: PgId) -> OsdId {
+        if let Some(h) = self.clients[client as usize].hints.get(&pg) {
+            return *h;
+        }
+        let map_leader = self
+            .mon
+            .map
+            .pgmaps
+            .get(&pg.pool)
+            .and_then(|m| m.pgs.get(&pg.seq))
+            .and_then(|i| i.leader);
+        match map_leader {
+            Some(l) if self.rng.chance_pct(70) => l,
+            _ => {
+                let members = self.pgs[&pg].clone();
+                self.rng.pick(&members)
+            }
+        }
+    }
+
+    fn send_attempt(&mut self, client: u32) {
+        let c = client as usize;
+        self.clients[c].attempt += 1;
+        let attempt = self.clients[c].attempt;
+        let op = self.clients[c].op.as_mut().expect("an operation");
+        op.attempt_started = self.now;
+        let op = op.clone();
+        let node = self.target(client, op.pg);
+        let req = match &op.kind {
+            ClientOpKind::Write { data, .. } => ClientReq::Write {
+                object: op.object,
+                offset: op.offset,
+                data: data.clone(),
+            },
+            ClientOpKind::Read => ClientReq::Read {
+                object: op.object,
+                offset: op.offset,
+                length: (op.blocks as usize * BLOCK_BYTES) as u32,
+            },
+        };
+        let tag = ClientTag { client, attempt };
+        let d = self.client_delay();
+        self.after(
+            d,
+            Ev::ClientSend {
+                node,
+                tag,
+                pg: op.pg,
+                req,
+            },
+        );
+        let t = self.o.attempt_timeout_us;
+        self.after(t, Ev::ClientTimeout { tag });
+    }
+
+    /// Retries the current operation after `delay`, or gives up after its deadline.
+    fn retry(&mut self, client: u32, delay: u64) {
+        let c = client as usize;
+        let op = self.clients[c].op.clone().expect("an operation");
+        if self.now.saturating_sub(op.started) >= self.o.op_deadline_us {
+            if op.started >= self.faults_end_us {
+                self.fail(format!(
+                    "liveness: client {client} could not complete an operation on pg {} \
+                     issued at {} after the faults stopped",
+                    op.pg, op.started
+                ));
+            }
+            if let ClientOpKind::Write { id, .. } = op.kind {
+                self.probes.hit("client.gave_up");
+                self.model.give_up(id, self.now);
+            }
+            self.finish_op(client);
+            return;
+        }
+        // Invalidate the current attempt now; the new one is sent after the delay.
+        self.clients[c].attempt += 1;
+        let tag = ClientTag {
+            client,
+            attempt: self.clients[c].attempt,
+        };
+        self.after(delay, Ev::ClientRetry { tag });
+    }
+
+    fn finish_op(&mut self, client: u32) {
+        let c = client as usize;
+        self.clients[c].op = None;
+        self.clients[c].attempt += 1;
+        let think = self.rng.range(0, self.o.think_us_max);
+        self.after(think, Ev::ClientNext { client });
+    }
+
+    fn on_client_reply(&mut self, tag: ClientTag, reply: ClientReply) {
+        if !self.current_attempt(tag) {
+            return;
+        }
+        let c = tag.client as usize;
+        let op = self.clients[c]
+            .op
+            .clone()
+            .expect("current attempt has an op");
+        match (reply, &op.kind) {
+            (ClientReply::Ok, ClientOpKind::Write { id, .. }) => {
+                self.model.ack(*id, self.now);
+                self.finish_op(tag.client);
+            }
+            (ClientReply::Data(data), ClientOpKind::Read) => {
+                for i in 0..op.blocks {
+                    let block = &data[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES];
+                    let found = decode_block(block);
+                    let before = self.model.stats;
+                    let r = self.model.check_read(
+                        op.first_block + i,
+                        op.attempt_started,
+                        self.now,
+                        &found,
+                    );
+                    if let Err(m) = r {
+                        self.fail(format!(
+                            "read check (client {}, pg {}): {m}",
+                            tag.client, op.pg
+                        ));
+                        return;
+                    }
+                    let after = self.model.stats;
+                    self.probes.add(
+                        "model.unknown_write_seen",
+                        after.unknown_write_seen - before.unknown_write_seen,
+                    );
+                    self.probes.add(
+                        "model.inflight_write_seen",
+                        after.inflight_write_seen - before.inflight_write_seen,
+                    );
+                    if let Found::Write { write, .. } = found {
+                        self.mix(write);
+                    }
+                }
+                self.finish_op(tag.client);
+            }
+            (ClientReply::NotLeader(Some(l)), _) => {
+                self.clients[c].hints.insert(op.pg, l);
+                let d = self.rng.range(0, MS);
+                self.retry(tag.client, d);
+            }
+            (reply, _) => {
+                match reply {
+                    ClientReply::Dropped if matches!(op.kind, ClientOpKind::Write { .. }) => {
+                        self.probes.hit("client.dropped")
+                    }
+                    ClientReply::Busy => self.probes.hit("client.busy"),
+                    ClientReply::Ok | ClientReply::Data(_) => {
+                        self.fail(format!("client {}: reply {reply:?} to {op:?}", tag.client));
+                        return;
+                    }
+                    _ => {}
+                }
+                self.clients[c].hints.remove(&op.pg);
+                let d = self.rng.range(10 * MS, 200 * MS);
+                self.retry(tag.client, d);
+            }
+        }
+    }
+
+    // ---- liveness ----
+
+    fn on_liveness_check(&mut self) {
+        match self.converged() {
+            Ok(true) => self.done = true,
+            Ok(false) => self.after(250 * MS, Ev::LivenessCheck),
+            Err(m) => self.fail(m),
+        }
+    }
+
+    /// Why the cluster has not converged yet (`None`: it has, as far as indexes go).
+    fn not_converged_reason(&self) -> String {
+        if let Some((i, c)) = self
+            .clients
+            .iter()
+            .enumerate()
+            .find(|(_, c)| !c.stopped || c.op.is_some())
+        {
+            return format!("client {i} still busy: {:?}", c.op);
+        }
+        for (pg, members) in &self.pgs {
+            if let Err(why) = self.pg_settled(*pg, members) {
+                return why;
+            }
+        }
+        "converged indexes, content not compared yet".into()
+    }
+
+    /// Checks that a PG has one leader that every member follows, and every member applied
+    /// everything in the leader's log.
+    fn pg_settled(&self, pg: PgId, members: &[OsdId]) -> Result<(), String> {
+        let mut leader = None;
+        for m in members {
+            let node = &self.nodes[m];
+            let Some(run) = node.run.as_ref() else {
+                return Err(format!("pg {pg}: osd {m} is down"));
+            };
+            if node.is_busy() {
+                return Err(format!("pg {pg}: osd {m} is busy"));
+            }
+            let r = &run.pgs[&pg];
+            if r.is_leader() {
+                leader = Some((
+                    *m,
+                    r.term(),
+                    r.commit_index(),
+                    r.raw_node().raft.raft_log.last_index(),
+                ));
+            }
+        }
+        let Some((l, term, commit, last)) = leader else {
+            return Err(format!("pg {pg}: no leader among {members:?}"));
+        };
+        if commit.0 != last {
+            return Err(format!(
+                "pg {pg}: leader osd {l} committed {commit} of {last}"
+            ));
+        }
+        for m in members {
+            let r = &self.nodes[m].run.as_ref().expect("up").pgs[&pg];
+            if r.leader() != Some(l) || r.term() != term {
+                return Err(format!(
+                    "pg {pg}: osd {m} follows {:?} in term {}, the leader is osd {l} in term {term}",
+                    r.leader(),
+                    r.term()
+                ));
+            }
+            if r.applied() != commit {
+                return Err(format!(
+                    "pg {pg}: osd {m} applied {} of {commit}",
+                    r.applied()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The liveness condition: clients done, every PG settled, replicas identical, and every
+    /// block reads back as the model allows.
+    fn converged(&mut self) -> Result<bool, String> {
+        if self.clients.iter().any(|c| !c.stopped || c.op.is_some()) {
+            return Ok(false);
+        }
+        for (pg, members) in &self.pgs {
+            if self.pg_settled(*pg, members).is_err() {
+                return Ok(false);
+            }
+        }
+        let pgs = self.pgs.clone();
+        for (pg, members) in &pgs {
+            let mut first: Option<(OsdId, Vec<(ObjectId, Vec<u8>)>)> = None;
+            for m in members {
+                let content = self.replica_content(*m, *pg)?;
+                match &first {
+                    None => first = Some((*m, content)),
+                    Some((f, c)) if *c != content => {
+                        return Err(format!(
+                            "replicas differ: pg {pg} osd {f} and osd {m} hold different objects \
+                             at the same applied index ({})",
+                            describe_difference(c, &content)
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        // Every block as the model allows (a read at this instant, no write in flight).
+        let blocks: Vec<u64> = self.model.written_blocks().collect();
+        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
+        for block in blocks {
+            let object = block / blocks_per_object;
+            let pg = object_pg(self.pool, self.o.pg_count, IMAGE, object);
+            let member = self.pgs[&pg][0];
+            let mut buf = vec![0u8; BLOCK_BYTES];
+            let run = self.nodes[&member].run.as_ref().expect("up");
+            run.store
+                .borrow_mut()
+                .read_object(
+                    pg,
+                    ObjectId {
+                        image: IMAGE,
+                        index: object,
+                    },
+                    (block % blocks_per_object) * BLOCK_BYTES as u64,
+                    &mut buf,
+                )
+                .map_err(|e| format!("final read of block {block} on osd {member}: {e}"))?;
+            let found = decode_block(&buf);
+            let now = self.now;
+            self.model
+                .check_read(block, now, now, &found)
+                .map_err(|m| format!("final check: {m}"))?;
+        }
+        Ok(true)
+    }
+
+    fn replica_content(&self, id: OsdId, pg: PgId) -> Result<Vec<(ObjectId, Vec<u8>)>, String> {
+        let run = self.nodes[&id].run.as_ref().expect("up");
+        let mut store = run.store.borrow_mut();
+        let mut objects = store
+            .list_objects(pg)
+            .map_err(|e| format!("listing pg {pg} on osd {id}: {e}"))?;
+        objects.sort();
+        let mut out = Vec::new();
+        for object in objects {
+            let mut buf = vec![0u8; self.o.object_bytes as usize];
+            store
+                .read_object(pg, object, 0, &mut buf)
+                .map_err(|e| format!("reading pg {pg} {object:?} on osd {id}: {e}"))?;
+            out.push((object, buf));
+        }
+        Ok(out)
+    }
+}
+
+fn describe_difference(a: &[(ObjectId, Vec<u8>)], b: &[(ObjectId, Vec<u8>)]) -> String {
+    let names = |v: &[(ObjectId, Vec<u8>)]| v.iter().map(|(o, _)| o.index).collect::<Vec<_>>();
+    if names(a) != names(b) {
+        return format!("objects {:?} vs {:?}", names(a), names(b));
+    }
+    for ((o, x), (_, y)) in a.iter().zip(b) {
+        for (i, (bx, by)) in x.chunks(BLOCK_BYTES).zip(y.chunks(BLOCK_BYTES)).enumerate() {
+            if bx != by {
+                return format!(
+                    "object {} block {i}: {:?} vs {:?}",
+                    o.index,
+                    decode_block(bx),
+                    decode_block(by)
+                );
+            }
+        }
+    }
+    "same".into()
+}
+
+fn boot(mon: &mut MonState, id: OsdId) -> Result<(), String> {
+    let before = mon.clone();
+    mon.boot(
+        id,
+        &BootRequest {
+            uuid: uuid_of(id.0),
+            address: "10.0.0.1".into(),
+            port: 6800 + id.0 as u16,
+            shards: 1,
+            host: format!("sim-host-{id}"),
+            capacity_bytes: 1 << 30,
+            config: String::new(),
+        },
+    )
+    .map_err(|e| format!("boot osd {id}: {e:?}"))?;
+    mon.finish(&before);
+    Ok(())
+}
+
+fn trace_line(ev: &Ev) -> String {
+    match ev {
+        Ev::Packet {
+            from, to, pg, msg, ..
+        } => {
+            use protobuf::Message as _;
+            let m = raft::eraftpb::Message::parse_from_bytes(msg).unwrap_or_default();
+            format!(
+                "packet {from}->{to} pg {pg} {:?} term {} index {} logterm {} commit {} entries {} reject {}",
+                m.get_msg_type(),
+                m.term,
+                m.index,
+                m.log_term,
+                m.commit,
+                m.entries.len(),
+                m.reject
+            )
+        }
+        Ev::ClientSend { node, tag, pg, req } => {
+            let what = match req {
+                ClientReq::Write {
+                    object,
+                    offset,
+                    data,
+                } => {
+                    format!("write obj {} off {offset} len {}", object.index, data.len())
+                }
+                ClientReq::Read {
+                    object,
+                    offset,
+                    length,
+                } => {
+                    format!("read obj {} off {offset} len {length}", object.index)
+                }
+            };
+            format!(
+                "client {} attempt {} -> osd {node} pg {pg}: {what}",
+                tag.client, tag.attempt
+            )
+        }
+        Ev::ClientReply { tag, reply } => {
+            let r = match reply {
+                ClientReply::Data(d) => format!("Data({} bytes)", d.len()),
+                other => format!("{other:?}"),
+            };
+            format!(
+                "reply to client {} attempt {}: {r}",
+                tag.client, tag.attempt
+            )
+        }
+        other => format!("{other:?}"),
+    }
+}
