@@ -87,6 +87,11 @@ enum Ev {
     Restart {
         node: OsdId,
     },
+    /// Crash this incarnation of a node (a crash aimed at a moment, not at random).
+    CrashNode {
+        node: OsdId,
+        life: u64,
+    },
     Heal,
     SlowEnd {
         node: OsdId,
@@ -388,6 +393,12 @@ impl Cluster {
             }
             Ev::Fault(kind) => self.on_fault(kind),
             Ev::Restart { node } => self.restart(node),
+            Ev::CrashNode { node, life } => {
+                let n = &self.nodes[&node];
+                if self.faults_on && n.is_up() && n.incarnation == life {
+                    self.crash_and_restart_later(node);
+                }
+            }
             Ev::Heal => self.partition = None,
             Ev::SlowEnd { node } => {
                 if let Some(n) = self.nodes.get_mut(&node) {
@@ -437,9 +448,7 @@ impl Cluster {
             // step produced before the panic is dropped, as an abort drops unflushed buffers.
             crate::take_panic_message();
             self.probes.hit("fuse.raft_panic");
-            self.crash(id);
-            let d = self.rng.range(10 * MS, self.o.down_us_max);
-            self.after(d, Ev::Restart { node: id });
+            self.crash_and_restart_later(id);
             return;
         }
         self.dispatch(id, eff);
@@ -562,6 +571,15 @@ impl Cluster {
             let d = self.rng.range(MS / 2, max);
             let life = self.nodes[&id].incarnation;
             self.after(d, Ev::CommitDone { node: id, life });
+            let down = self.nodes.values().filter(|n| !n.is_up()).count();
+            if self.o.crash_every_us > 0
+                && down < self.o.down_max as usize
+                && self.rng.chance_pct(10)
+            {
+                // Power fails while the commit is in flight: the torn WAL tail.
+                let at = self.rng.range(0, d - 1);
+                self.after(at, Ev::CrashNode { node: id, life });
+            }
         }
         if let Some(reason) = eff.failed {
             match self.nodes[&id].fuse_blown_at() {
@@ -574,9 +592,7 @@ impl Cluster {
                         "meta sync" => "fuse.meta_sync",
                         _ => "fuse.meta_other",
                     });
-                    self.crash(id);
-                    let d = self.rng.range(10 * MS, self.o.down_us_max);
-                    self.after(d, Ev::Restart { node: id });
+                    self.crash_and_restart_later(id);
                 }
                 None => self.fail(format!(
                     "osd {id}: store failed without an injected fault: {reason}"
@@ -700,10 +716,8 @@ impl Cluster {
                 if up.is_empty() || down >= self.o.down_max as usize {
                     return;
                 }
-                let id = self.rng.pick(&up);
-                self.crash(id);
-                let d = self.rng.range(10 * MS, self.o.down_us_max);
-                self.after(d, Ev::Restart { node: id });
+                let id = self.pick_awkward(&up);
+                self.crash_and_restart_later(id);
             }
             FaultKind::Fuse => {
                 if up.is_empty() || down >= self.o.down_max as usize {
@@ -715,9 +729,19 @@ impl Cluster {
             }
             FaultKind::Partition => {
                 let mut side = BTreeSet::new();
-                for id in &ids {
-                    if self.rng.chance_pct(50) {
-                        side.insert(*id);
+                if self.rng.chance_pct(50) {
+                    // Isolate a leader, possibly with a minority of others.
+                    side.insert(self.pick_awkward(&ids));
+                    for id in &ids {
+                        if side.len() < (ids.len() - 1) / 2 && self.rng.chance_pct(30) {
+                            side.insert(*id);
+                        }
+                    }
+                } else {
+                    for id in &ids {
+                        if self.rng.chance_pct(50) {
+                            side.insert(*id);
+                        }
                     }
                 }
                 if side.is_empty() || side.len() == ids.len() {
@@ -728,13 +752,35 @@ impl Cluster {
                 self.after(d, Ev::Heal);
             }
             FaultKind::Slow => {
-                let id = self.rng.pick(&ids);
+                let id = self.pick_awkward(&ids);
                 let latency = self.rng.range(MS, self.o.slow_commit_us_max);
                 self.nodes.get_mut(&id).expect("known").slow_commit_us = Some(latency);
                 let d = self.rng.range(100 * MS, self.o.slow_for_us_max);
                 self.after(d, Ev::SlowEnd { node: id });
             }
         }
+    }
+
+    /// A node to hit: half the time one that leads some PG (leader changes at awkward
+    /// moments), else any of `candidates` (non-empty).
+    fn pick_awkward(&mut self, candidates: &[OsdId]) -> OsdId {
+        if self.rng.chance_pct(50) {
+            let leaders: Vec<OsdId> = candidates
+                .iter()
+                .copied()
+                .filter(|id| !self.leaders_on(*id).is_empty())
+                .collect();
+            if !leaders.is_empty() {
+                return self.rng.pick(&leaders);
+            }
+        }
+        self.rng.pick(candidates)
+    }
+
+    fn crash_and_restart_later(&mut self, id: OsdId) {
+        self.crash(id);
+        let d = self.rng.range(10 * MS, self.o.down_us_max);
+        self.after(d, Ev::Restart { node: id });
     }
 
     fn crash(&mut self, id: OsdId) {
@@ -791,7 +837,7 @@ impl Cluster {
                 ));
             } else if lsn < before {
                 self.probes.hit("restart.wal_tail_cut");
-            } else if owed && lsn > before {
+            } else if owed {
                 self.probes.hit("restart.unsynced_commit_survived");
             }
         }
@@ -1137,7 +1183,7 @@ impl Cluster {
         }
         let pgs = self.pgs.clone();
         for (pg, members) in &pgs {
-            let mut first: Option<(OsdId, Vec<(ObjectId, Vec<u8>)>)> = None;
+            let mut first: Option<(OsdId, Content)> = None;
             for m in members {
                 let content = self.replica_content(*m, *pg)?;
                 match &first {
@@ -1183,7 +1229,7 @@ impl Cluster {
         Ok(true)
     }
 
-    fn replica_content(&self, id: OsdId, pg: PgId) -> Result<Vec<(ObjectId, Vec<u8>)>, String> {
+    fn replica_content(&self, id: OsdId, pg: PgId) -> Result<Content, String> {
         let run = self.nodes[&id].run.as_ref().expect("up");
         let mut store = run.store.borrow_mut();
         let mut objects = store
@@ -1201,6 +1247,9 @@ impl Cluster {
         Ok(out)
     }
 }
+
+/// A replica's objects of one PG, with their whole contents, in object order.
+type Content = Vec<(ObjectId, Vec<u8>)>;
 
 fn describe_difference(a: &[(ObjectId, Vec<u8>)], b: &[(ObjectId, Vec<u8>)]) -> String {
     let names = |v: &[(ObjectId, Vec<u8>)]| v.iter().map(|(o, _)| o.index).collect::<Vec<_>>();

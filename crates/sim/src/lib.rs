@@ -62,7 +62,7 @@ pub struct SimFailure {
     pub seed: u64,
     pub virtual_us: u64,
     pub message: String,
-    pub options: SimOptions,
+    pub options: Box<SimOptions>,
 }
 
 impl SimFailure {
@@ -127,7 +127,7 @@ pub fn run_options(options: SimOptions, trace: bool) -> Result<RunSummary, SimFa
         seed: options.seed,
         virtual_us: VIRTUAL_TIME.with(Cell::get),
         message,
-        options: options.clone(),
+        options: Box::new(options.clone()),
     };
     match result {
         Ok(Ok(summary)) => Ok(summary),

@@ -25,7 +25,8 @@ const MAGIC: [u8; 8] = *b"FBSIMBK1";
 const CRC_AT: usize = 32;
 const FILL_AT: usize = 40;
 
-const _: () = assert!(FILL_AT.is_multiple_of(8) && (BLOCK_BYTES - FILL_AT).is_multiple_of(8));
+// The fill is written in whole u64 words.
+const _: () = assert!(FILL_AT % 8 == 0 && (BLOCK_BYTES - FILL_AT) % 8 == 0);
 
 fn block_crc(block: &[u8]) -> u32 {
     let crc = crc32c::crc32c(&block[..CRC_AT]);

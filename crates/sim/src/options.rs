@@ -101,7 +101,7 @@ pub struct SimOptions {
 impl SimOptions {
     /// The configuration of `seed`.
     pub fn from_seed(seed: u64) -> SimOptions {
-        let mut r = SplitMix64::new(seed ^ 0x5EED_0F_0F71_0A5);
+        let mut r = SplitMix64::new(seed ^ 0x0005_EED0_F0F7_10A5);
         let nodes = r.range(3, 6) as u32;
         let replicas = if nodes == 3 || r.chance_pct(80) {
             3
@@ -160,7 +160,7 @@ impl SimOptions {
             object_bytes: 64 << 10,
             write_blocks_max: r.pick(&[1, 1, 4]),
             read_pct: r.pick(&[10, 30, 50]),
-            think_us_max: r.pick(&[1 * MS, 20 * MS, 200 * MS]),
+            think_us_max: r.pick(&[MS, 20 * MS, 200 * MS]),
             attempt_timeout_us: 2 * SEC,
             op_deadline_us: 10 * SEC,
             delay_us_min: 50,
@@ -174,8 +174,8 @@ impl SimOptions {
             partition_every_us: on(&mut r, 50, 5 * SEC),
             slow_every_us: on(&mut r, 50, 5 * SEC),
             down_us_max: r.pick(&[500 * MS, 5 * SEC, 20 * SEC]),
-            partition_us_max: r.pick(&[1 * SEC, 10 * SEC]),
-            slow_for_us_max: r.pick(&[1 * SEC, 5 * SEC]),
+            partition_us_max: r.pick(&[SEC, 10 * SEC]),
+            slow_for_us_max: r.pick(&[SEC, 5 * SEC]),
             slow_commit_us_max: r.pick(&[5 * MS, 100 * MS, 3 * SEC]),
             down_max: r.range(1, u64::from(nodes)) as u32,
             fault_phase_us: r.range(10, 40) * SEC,
