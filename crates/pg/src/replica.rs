@@ -33,6 +33,9 @@ pub struct PgReplica<S: Storage> {
     proposals: VecDeque<(u64, u64, OpId)>,
     /// Operations whose outcome is known, released once `applied` reaches their index.
     completed: VecDeque<(u64, OpId, OpOutcome)>,
+    /// Reads that reached a leader before it committed an entry of its term: raft-rs drops
+    /// read-index requests until then, so they are held here and asked for afterwards.
+    reads_deferred: VecDeque<OpId>,
     /// Reads waiting for their read index from Raft.
     reads_waiting: VecDeque<OpId>,
     /// Reads with a read index, released once `applied` reaches it.
@@ -106,6 +109,7 @@ impl<S: Storage> PgReplica<S> {
             rng: SplitMix64::new(seed ^ mix.wrapping_mul(0x2545_F491_4F6C_DD1D)),
             proposals: VecDeque::new(),
             completed: VecDeque::new(),
+            reads_deferred: VecDeque::new(),
             reads_waiting: VecDeque::new(),
             reads_indexed: VecDeque::new(),
             held: VecDeque::new(),
@@ -179,7 +183,10 @@ impl<S: Storage> PgReplica<S> {
     }
 
     pub fn pending_ops(&self) -> usize {
-        self.proposals.len() + self.reads_waiting.len() + self.reads_indexed.len()
+        self.proposals.len()
+            + self.reads_deferred.len()
+            + self.reads_waiting.len()
+            + self.reads_indexed.len()
     }
 
     pub fn raw_node(&self) -> &RawNode<OverlayStorage<S>> {
@@ -285,9 +292,25 @@ impl<S: Storage> PgReplica<S> {
         if self.refuse(op, out) {
             return;
         }
-        self.node.read_index(op.0.to_le_bytes().to_vec());
-        self.reads_waiting.push_back(op);
+        self.reads_deferred.push_back(op);
         self.after_input(out);
+    }
+
+    /// Asks Raft for the read index of deferred reads once this leader has committed an entry
+    /// of its term (before that, raft-rs drops the request without an answer). Returns whether
+    /// it asked.
+    fn maybe_issue_reads(&mut self) -> bool {
+        if self.reads_deferred.is_empty()
+            || !self.is_leader()
+            || !self.node.raft.commit_to_current_term()
+        {
+            return false;
+        }
+        while let Some(op) = self.reads_deferred.pop_front() {
+            self.node.read_index(op.0.to_le_bytes().to_vec());
+            self.reads_waiting.push_back(op);
+        }
+        true
     }
 
     /// Log writes up to `ready_number` are durable.
@@ -340,8 +363,13 @@ impl<S: Storage> PgReplica<S> {
 
     /// Collects everything Raft wants done, and reacts to role changes.
     fn after_input(&mut self, out: &mut Output) {
-        while self.failed.is_none() && self.node.has_ready() {
-            self.handle_ready(out);
+        loop {
+            while self.failed.is_none() && self.node.has_ready() {
+                self.handle_ready(out);
+            }
+            if self.failed.is_some() || !self.maybe_issue_reads() {
+                break;
+            }
         }
         self.release_applied(out);
         self.observe(out);
@@ -490,7 +518,11 @@ impl<S: Storage> PgReplica<S> {
             for (_, _, op) in self.proposals.drain(..) {
                 out.replies.push((op, OpOutcome::Failed(PgError::Dropped)));
             }
-            for op in self.reads_waiting.drain(..) {
+            for op in self
+                .reads_deferred
+                .drain(..)
+                .chain(self.reads_waiting.drain(..))
+            {
                 out.replies
                     .push((op, OpOutcome::Failed(PgError::NotLeader { leader: hint })));
             }
