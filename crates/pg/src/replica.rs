@@ -82,7 +82,14 @@ impl<S: Storage> PgReplica<S> {
             max_inflight_msgs: config.inflight_appends_max,
             check_quorum: true,
             pre_vote: true,
-            read_only_option: ReadOnlyOption::LeaseBased,
+            // Every read index is confirmed by a quorum's heartbeat responses. raft-rs's
+            // LeaseBased option trusts check-quorum instead, which is no lease: a leader checks
+            // its quorum only every `election_ticks`, so after it is cut off it keeps serving
+            // for up to twice the election timeout, while the others may elect a new leader
+            // after one timeout and acknowledge writes the old one never sees (a stale read;
+            // found by the simulator, tests/scenarios.rs `isolated_leader_serves_no_stale_read`).
+            // A stalled loop (a slow fdatasync) stretches that window further.
+            read_only_option: ReadOnlyOption::Safe,
             ..Default::default()
         };
         raft_config.validate()?;
@@ -285,9 +292,9 @@ impl<S: Storage> PgReplica<S> {
         self.after_input(out);
     }
 
-    /// Asks to read. `OpOutcome::ReadReady` arrives when the leader's lease holds and
-    /// everything committed before this call is applied; the driver then reads the object
-    /// store directly.
+    /// Asks to read. `OpOutcome::ReadReady` arrives when a quorum has confirmed this replica
+    /// still leads (a heartbeat round) and everything committed before this call is applied;
+    /// the driver then reads the object store directly.
     pub fn read(&mut self, op: OpId, out: &mut Output) {
         if self.refuse(op, out) {
             return;

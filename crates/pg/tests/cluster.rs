@@ -1,7 +1,7 @@
 //! Three PG replicas driven in one thread with a seeded network, exactly as the OSD drives
 //! them (persist log writes, then `on_persisted`; apply, then `on_applied`), checking Raft's
 //! promises: one leader per term, acknowledged writes applied identically on every replica,
-//! reads only where the lease holds, deterministic runs for a seed.
+//! reads only at a leader a quorum confirms, deterministic runs for a seed.
 
 use bytes::Bytes;
 use fastblock_pg::rng::SplitMix64;
