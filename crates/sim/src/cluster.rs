@@ -13,7 +13,7 @@
 //! time.
 
 use crate::checker::Safety;
-use crate::model::{decode_block, stamp_block, Found, ImageModel, BLOCK_BYTES};
+use crate::model::{decode_block, stamp_block, At, Found, ImageModel, BLOCK_BYTES};
 use crate::node::{ClientReply, ClientReq, ClientTag, Effects, Input, Node};
 use crate::options::{RngExt, SimOptions, MS};
 use crate::probes::Probes;
@@ -115,7 +115,7 @@ struct ClientOp {
     first_block: u64,
     blocks: u64,
     started: u64,
-    attempt_started: u64,
+    attempt_started: At,
 }
 
 #[derive(Debug, Default)]
@@ -124,6 +124,10 @@ struct Client {
     attempt: u64,
     hints: BTreeMap<PgId, OsdId>,
     stopped: bool,
+    /// Driven by a scenario: one attempt per operation, no retries, the reply kept in
+    /// `result` (reads and acknowledgements still go through the model).
+    scripted: bool,
+    result: Option<ClientReply>,
 }
 
 /// What a finished run reports.
@@ -296,6 +300,14 @@ impl Cluster {
         self.at(self.now + delay, ev);
     }
 
+    /// The current instant, for the image model.
+    fn at_now(&self) -> At {
+        At {
+            us: self.now,
+            event: self.events,
+        }
+    }
+
     fn fail(&mut self, message: String) {
         if self.failure.is_none() {
             self.failure = Some(message);
@@ -310,28 +322,43 @@ impl Cluster {
     pub fn run(mut self) -> Result<RunSummary, String> {
         let limit = self.faults_end_us + self.o.liveness_bound_us;
         while !self.done {
-            let Some(((time, _), ev)) = self.queue.pop_first() else {
-                return Err("the event queue ran dry".into());
-            };
-            if time > limit {
+            if self.next_event_time().is_some_and(|t| t > limit) {
                 let why = self.not_converged_reason();
                 return Err(format!(
                     "liveness: not converged {} s after the faults stopped: {why}",
                     self.o.liveness_bound_us / crate::options::SEC
                 ));
             }
-            self.now = time;
-            crate::set_virtual_time(time);
-            self.events += 1;
-            self.mix(time);
-            if self.trace {
-                eprintln!("[{:>12}] {}", time, trace_line(&ev));
-            }
-            self.handle(ev);
-            if let Some(f) = self.failure.take() {
-                return Err(f);
-            }
+            self.step_event()?;
         }
+        self.summary()
+    }
+
+    /// When the next event happens (`None`: nothing is scheduled).
+    pub fn next_event_time(&self) -> Option<u64> {
+        self.queue.first_key_value().map(|((t, _), _)| *t)
+    }
+
+    /// Handles the next event; `Err` is the run's first failure.
+    pub fn step_event(&mut self) -> Result<(), String> {
+        let Some(((time, _), ev)) = self.queue.pop_first() else {
+            return Err("the event queue ran dry".into());
+        };
+        self.now = time;
+        crate::set_virtual_time(time);
+        self.events += 1;
+        self.mix(time);
+        if self.trace {
+            eprintln!("[{:>12}] {}", time, trace_line(&ev));
+        }
+        self.handle(ev);
+        match self.failure.take() {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
+    }
+
+    fn summary(mut self) -> Result<RunSummary, String> {
         self.mix(self.model.write_count());
         self.mix(self.safety.entries_checked);
         Ok(RunSummary {
@@ -367,7 +394,10 @@ impl Cluster {
             }
             Ev::ClientReply { tag, reply } => self.on_client_reply(tag, reply),
             Ev::ClientTimeout { tag } => {
-                if self.current_attempt(tag) {
+                if self.current_attempt(tag) && self.clients[tag.client as usize].scripted {
+                    let reply = ClientReply::Refused("timeout".into());
+                    self.on_client_reply(tag, reply);
+                } else if self.current_attempt(tag) {
                     self.probes.hit("client.timeout");
                     let client = tag.client as usize;
                     if let Some(op) = &self.clients[client].op {
@@ -898,7 +928,7 @@ impl Cluster {
         let kind = if self.rng.chance_pct(self.o.read_pct) {
             ClientOpKind::Read
         } else {
-            let id = self.model.begin_write(self.now, first_block, blocks);
+            let id = self.model.begin_write(self.at_now(), first_block, blocks);
             let mut data = BytesMut::zeroed(blocks as usize * BLOCK_BYTES);
             for (i, b) in data.chunks_exact_mut(BLOCK_BYTES).enumerate() {
                 stamp_block(
@@ -924,7 +954,7 @@ impl Cluster {
             first_block,
             blocks,
             started: self.now,
-            attempt_started: self.now,
+            attempt_started: self.at_now(),
         });
         self.send_attempt(client);
     }
@@ -955,8 +985,9 @@ impl Cluster {
         let c = client as usize;
         self.clients[c].attempt += 1;
         let attempt = self.clients[c].attempt;
+        let now = self.at_now();
         let op = self.clients[c].op.as_mut().expect("an operation");
-        op.attempt_started = self.now;
+        op.attempt_started = now;
         let op = op.clone();
         let node = self.target(client, op.pg);
         let req = match &op.kind {
@@ -1000,7 +1031,7 @@ impl Cluster {
             }
             if let ClientOpKind::Write { id, .. } = op.kind {
                 self.probes.hit("client.gave_up");
-                self.model.give_up(id, self.now);
+                self.model.give_up(id, self.at_now());
             }
             self.finish_op(client);
             return;
@@ -1018,6 +1049,9 @@ impl Cluster {
         let c = client as usize;
         self.clients[c].op = None;
         self.clients[c].attempt += 1;
+        if self.clients[c].scripted {
+            return;
+        }
         let think = self.rng.range(0, self.o.think_us_max);
         self.after(think, Ev::ClientNext { client });
     }
@@ -1031,9 +1065,19 @@ impl Cluster {
             .op
             .clone()
             .expect("current attempt has an op");
+        if self.clients[c].scripted {
+            self.clients[c].result = Some(reply.clone());
+            if !matches!(reply, ClientReply::Ok | ClientReply::Data(_)) {
+                if let ClientOpKind::Write { id, .. } = op.kind {
+                    self.model.give_up(id, self.at_now());
+                }
+                self.finish_op(tag.client);
+                return;
+            }
+        }
         match (reply, &op.kind) {
             (ClientReply::Ok, ClientOpKind::Write { id, .. }) => {
-                self.model.ack(*id, self.now);
+                self.model.ack(*id, self.at_now());
                 self.finish_op(tag.client);
             }
             (ClientReply::Data(data), ClientOpKind::Read) => {
@@ -1041,12 +1085,10 @@ impl Cluster {
                     let block = &data[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES];
                     let found = decode_block(block);
                     let before = self.model.stats;
-                    let r = self.model.check_read(
-                        op.first_block + i,
-                        op.attempt_started,
-                        self.now,
-                        &found,
-                    );
+                    let now = self.at_now();
+                    let r =
+                        self.model
+                            .check_read(op.first_block + i, op.attempt_started, now, &found);
                     if let Err(m) = r {
                         self.fail(format!(
                             "read check (client {}, pg {}): {m}",
@@ -1091,6 +1133,76 @@ impl Cluster {
                 self.retry(tag.client, d);
             }
         }
+    }
+
+    // ---- scenarios ----
+
+    /// Adds a client that only does what a scenario tells it (see [`crate::scenario`]).
+    pub fn add_scripted_client(&mut self) -> u32 {
+        self.clients.push(Client {
+            stopped: true,
+            scripted: true,
+            ..Client::default()
+        });
+        self.clients.len() as u32 - 1
+    }
+
+    /// Sends one operation of a scripted client to `node`: a write of a fresh stamp, or a
+    /// read, of block `block` of object `object`.
+    pub fn submit(&mut self, client: u32, node: OsdId, write: bool, object: u64, block: u64) {
+        let c = client as usize;
+        assert!(self.clients[c].scripted, "client {client} is not scripted");
+        // A scenario's action is an event of its own: it comes after everything handled so far.
+        self.events += 1;
+        assert!(self.clients[c].op.is_none(), "client {client} is busy");
+        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
+        let first_block = object * blocks_per_object + block;
+        let pg = object_pg(self.pool, self.o.pg_count, IMAGE, object);
+        let kind = if write {
+            let id = self.model.begin_write(self.at_now(), first_block, 1);
+            let mut data = BytesMut::zeroed(BLOCK_BYTES);
+            stamp_block(&mut data, IMAGE.0, first_block * BLOCK_BYTES as u64, id);
+            ClientOpKind::Write {
+                id,
+                data: data.freeze(),
+            }
+        } else {
+            ClientOpKind::Read
+        };
+        self.clients[c].result = None;
+        self.clients[c].hints.insert(pg, node);
+        self.clients[c].op = Some(ClientOp {
+            kind,
+            pg,
+            object: ObjectRef {
+                image: IMAGE,
+                index: object,
+            },
+            offset: (block * BLOCK_BYTES as u64) as u32,
+            first_block,
+            blocks: 1,
+            started: self.now,
+            attempt_started: self.at_now(),
+        });
+        self.send_attempt(client);
+    }
+
+    /// The reply a scripted client got for its last operation, once it has one.
+    pub fn result(&self, client: u32) -> Option<&ClientReply> {
+        let c = &self.clients[client as usize];
+        c.op.is_none().then_some(c.result.as_ref()).flatten()
+    }
+
+    pub fn pgs(&self) -> &BTreeMap<PgId, Vec<OsdId>> {
+        &self.pgs
+    }
+
+    pub fn node(&self, id: OsdId) -> &Node {
+        &self.nodes[&id]
+    }
+
+    pub fn set_partition(&mut self, side: Option<BTreeSet<OsdId>>) {
+        self.partition = side;
     }
 
     // ---- liveness ----
@@ -1221,7 +1333,7 @@ impl Cluster {
                 )
                 .map_err(|e| format!("final read of block {block} on osd {member}: {e}"))?;
             let found = decode_block(&buf);
-            let now = self.now;
+            let now = self.at_now();
             self.model
                 .check_read(block, now, now, &found)
                 .map_err(|m| format!("final check: {m}"))?;

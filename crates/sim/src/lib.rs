@@ -15,6 +15,7 @@
 //! - [`model`]: stamped blocks and the image model that checks every read.
 //! - [`checker`]: Raft safety asserted along the way.
 //! - [`probes`]: coverage counters of rare paths.
+//! - [`scenario`]: step-by-step scenario tests over the same cluster.
 //!
 //! Determinism: one [`fastblock_types::rng::SplitMix64`] seeded from the run's seed drives
 //! every choice; the PG replicas and the disk crashes get their seeds from it; collections
@@ -31,6 +32,7 @@ pub mod model;
 pub mod node;
 pub mod options;
 pub mod probes;
+pub mod scenario;
 
 pub use cluster::{Cluster, RunSummary};
 pub use options::SimOptions;

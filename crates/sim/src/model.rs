@@ -19,6 +19,22 @@
 //! leader's log, so it is ordered after that write if that write lands at all.
 
 use std::collections::BTreeMap;
+use std::fmt;
+
+/// An instant of a run: virtual time, then the number of the event within it, so that two
+/// things that happen in the same microsecond are still ordered (an acknowledgement handled
+/// before a read is issued is known to the read).
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct At {
+    pub us: u64,
+    pub event: u64,
+}
+
+impl fmt::Debug for At {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}us#{}", self.us, self.event)
+    }
+}
 
 pub const BLOCK_BYTES: usize = 4096;
 const MAGIC: [u8; 8] = *b"FBSIMBK1";
@@ -93,12 +109,12 @@ pub fn decode_block(block: &[u8]) -> Found {
 
 #[derive(Clone, Debug)]
 pub struct WriteRec {
-    pub start: u64,
+    pub start: At,
     /// Acknowledged or given up (outcome unknown); `None` while in flight.
-    pub end: Option<u64>,
+    pub end: Option<At>,
     pub acked: bool,
     /// Earliest time the write is known to have taken effect.
-    pub done_at: Option<u64>,
+    pub done_at: Option<At>,
     /// First block (image byte offset / 4 KiB) and block count.
     pub first_block: u64,
     pub blocks: u64,
@@ -141,7 +157,7 @@ impl ImageModel {
     }
 
     /// A client issues a write of `blocks` blocks from block `first_block`; returns its id.
-    pub fn begin_write(&mut self, now: u64, first_block: u64, blocks: u64) -> u64 {
+    pub fn begin_write(&mut self, now: At, first_block: u64, blocks: u64) -> u64 {
         self.writes.push(WriteRec {
             start: now,
             end: None,
@@ -157,7 +173,7 @@ impl ImageModel {
         id
     }
 
-    pub fn ack(&mut self, id: u64, now: u64) {
+    pub fn ack(&mut self, id: u64, now: At) {
         let w = self.write_mut(id);
         assert!(w.end.is_none(), "write {id} ended twice");
         w.end = Some(now);
@@ -165,7 +181,7 @@ impl ImageModel {
         w.done_at = Some(w.done_at.map_or(now, |d| d.min(now)));
     }
 
-    pub fn give_up(&mut self, id: u64, now: u64) {
+    pub fn give_up(&mut self, id: u64, now: At) {
         let w = self.write_mut(id);
         assert!(w.end.is_none(), "write {id} ended twice");
         w.end = Some(now);
@@ -176,8 +192,8 @@ impl ImageModel {
     pub fn check_read(
         &mut self,
         block: u64,
-        start: u64,
-        end: u64,
+        start: At,
+        end: At,
         found: &Found,
     ) -> Result<(), String> {
         self.stats.reads_checked += 1;
@@ -187,7 +203,7 @@ impl ImageModel {
             Found::Garbage(why) => Err(format!("block {block}: {why}")),
             Found::Zeros => match ids.iter().find(|id| known_before(self.write(**id))) {
                 Some(id) => Err(format!(
-                    "block {block}: read over [{start}, {end}] found zeros, but write {id} {:?} \
+                    "block {block}: read over [{start:?}, {end:?}] found zeros, but write {id} {:?} \
                      had taken effect before",
                     self.write(*id)
                 )),
@@ -213,7 +229,7 @@ impl ImageModel {
                 let w = self.write(*write).clone();
                 if w.start >= end {
                     return Err(format!(
-                        "block {block}: read over [{start}, {end}] found write {write} {w:?} \
+                        "block {block}: read over [{start:?}, {end:?}] found write {write} {w:?} \
                          issued after the read ended"
                     ));
                 }
@@ -222,7 +238,7 @@ impl ImageModel {
                         let v = self.write(*id);
                         if *id != *write && w_end < v.start && known_before(v) {
                             return Err(format!(
-                                "block {block}: stale read over [{start}, {end}]: found write \
+                                "block {block}: stale read over [{start:?}, {end:?}]: found write \
                                  {write} {w:?}, but write {id} {v:?} overwrote it before the \
                                  read started"
                             ));
@@ -266,6 +282,10 @@ impl ImageModel {
 mod tests {
     use super::*;
 
+    fn t(us: u64) -> At {
+        At { us, event: 0 }
+    }
+
     fn found(m: &ImageModel, block: u64, write: u64) -> Found {
         Found::Write {
             image: m.image,
@@ -295,27 +315,33 @@ mod tests {
     #[test]
     fn reads_are_checked_against_intervals() {
         let mut m = ImageModel::new(1);
-        let w1 = m.begin_write(10, 0, 1);
-        assert!(m.check_read(0, 5, 6, &Found::Zeros).is_ok());
+        let w1 = m.begin_write(t(10), 0, 1);
+        assert!(m.check_read(0, t(5), t(6), &Found::Zeros).is_ok());
         // In flight: old or new value.
-        assert!(m.check_read(0, 11, 12, &Found::Zeros).is_ok());
-        m.ack(w1, 20);
-        assert!(m.check_read(0, 25, 26, &Found::Zeros).is_err(), "lost ack");
-        assert!(m.check_read(0, 25, 26, &found(&m, 0, w1)).is_ok());
-        let w2 = m.begin_write(30, 0, 1);
-        m.give_up(w2, 40);
-        // Unknown outcome: either value, until something later is known to have landed.
-        assert!(m.check_read(0, 50, 51, &found(&m, 0, w1)).is_ok());
-        assert!(m.check_read(0, 52, 53, &found(&m, 0, w2)).is_ok());
-        // w2 was seen at 53: w1 can no longer be read afterwards (w1 ended before w2 began).
-        assert!(m.check_read(0, 60, 61, &found(&m, 0, w1)).is_err(), "stale");
-        let w3 = m.begin_write(70, 0, 1);
+        assert!(m.check_read(0, t(11), t(12), &Found::Zeros).is_ok());
+        m.ack(w1, t(20));
         assert!(
-            m.check_read(0, 65, 69, &found(&m, 0, w3)).is_err(),
+            m.check_read(0, t(25), t(26), &Found::Zeros).is_err(),
+            "lost ack"
+        );
+        assert!(m.check_read(0, t(25), t(26), &found(&m, 0, w1)).is_ok());
+        let w2 = m.begin_write(t(30), 0, 1);
+        m.give_up(w2, t(40));
+        // Unknown outcome: either value, until something later is known to have landed.
+        assert!(m.check_read(0, t(50), t(51), &found(&m, 0, w1)).is_ok());
+        assert!(m.check_read(0, t(52), t(53), &found(&m, 0, w2)).is_ok());
+        // w2 was seen at 53: w1 can no longer be read afterwards (w1 ended before w2 began).
+        assert!(
+            m.check_read(0, t(60), t(61), &found(&m, 0, w1)).is_err(),
+            "stale"
+        );
+        let w3 = m.begin_write(t(70), 0, 1);
+        assert!(
+            m.check_read(0, t(65), t(69), &found(&m, 0, w3)).is_err(),
             "future"
         );
         assert!(
-            m.check_read(0, 65, 69, &found(&m, 1, w3)).is_err(),
+            m.check_read(0, t(65), t(69), &found(&m, 1, w3)).is_err(),
             "misplaced"
         );
     }
