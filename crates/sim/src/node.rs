@@ -129,7 +129,9 @@ impl Effects {
 }
 
 enum OpKind {
-    Mutation,
+    Mutation {
+        bytes: u64,
+    },
     Read {
         object: ObjectRef,
         offset: u32,
@@ -154,6 +156,8 @@ pub struct Running {
     pub store: Rc<RefCell<NodeStore>>,
     pub pgs: BTreeMap<PgId, Replica>,
     ops: BTreeMap<u64, PendingOp>,
+    /// Bytes of the writes in `ops` (proposed here, not yet answered).
+    pending_mutation_bytes: u64,
     next_op: u64,
     applied_since_flush: bool,
     busy: Option<Continuation>,
@@ -309,6 +313,7 @@ impl Node {
             store,
             pgs: replicas,
             ops: BTreeMap::new(),
+            pending_mutation_bytes: 0,
             next_op: 1,
             applied_since_flush: false,
             busy: None,
@@ -520,12 +525,30 @@ impl Running {
                     ));
                     return;
                 }
+                // Differs from `requests.rs` `propose`, which has no such bound: a leader cut
+                // off from its followers keeps taking writes it cannot commit until it steps
+                // down, and when they fill its WAL (only applied entries can be compacted) the
+                // commit fails with NoSpace and the shard stops. Found by the simulator
+                // (scenario `isolated_leader_with_a_full_wal_refuses_instead_of_failing`).
+                // The OSD needs an admission bound like this one: uncommitted bytes proposed
+                // here stay below a quarter of the WAL.
+                let bytes = data.len() as u64;
+                let budget = {
+                    let store = self.store.borrow();
+                    let sb = store.superblock();
+                    sb.segment_size_bytes * u64::from(sb.segment_count) / 4
+                };
+                if self.pending_mutation_bytes + bytes > budget {
+                    eff.replies.push((tag, ClientReply::Busy));
+                    return;
+                }
+                self.pending_mutation_bytes += bytes;
                 self.ops.insert(
                     id,
                     PendingOp {
                         tag,
                         pg,
-                        kind: OpKind::Mutation,
+                        kind: OpKind::Mutation { bytes },
                     },
                 );
                 let op = ClientOp::Write {
@@ -818,8 +841,11 @@ impl Running {
         let Some(pending) = self.ops.remove(&op.0) else {
             return;
         };
+        if let OpKind::Mutation { bytes } = pending.kind {
+            self.pending_mutation_bytes -= bytes;
+        }
         let reply = match (outcome, &pending.kind) {
-            (OpOutcome::Applied, OpKind::Mutation) => ClientReply::Ok,
+            (OpOutcome::Applied, OpKind::Mutation { .. }) => ClientReply::Ok,
             (
                 OpOutcome::ReadReady,
                 OpKind::Read {

@@ -25,6 +25,16 @@ impl Scenario {
     /// A cluster of `nodes` nodes with one PG of `replicas` replicas and the PG timing and
     /// store geometry of `seed`, without faults or workload; two scripted clients (0 and 1).
     pub fn new(seed: u64, nodes: u32, replicas: u32) -> Result<Scenario, String> {
+        Self::with_options(seed, nodes, replicas, |_| {})
+    }
+
+    /// [`Scenario::new`], with the options adjusted by `adjust` before the cluster starts.
+    pub fn with_options(
+        seed: u64,
+        nodes: u32,
+        replicas: u32,
+        adjust: impl FnOnce(&mut SimOptions),
+    ) -> Result<Scenario, String> {
         let mut o = SimOptions::from_seed(seed);
         o.nodes = nodes;
         o.replicas = replicas;
@@ -42,6 +52,7 @@ impl Scenario {
         o.partition_every_us = 0;
         o.slow_every_us = 0;
         o.fault_phase_us = u64::MAX / 4;
+        adjust(&mut o);
         let trace = std::env::var_os("SIM_TRACE").is_some();
         let mut c = Cluster::new(o, trace)?;
         let mut clients = 0;

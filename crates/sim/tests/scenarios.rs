@@ -54,3 +54,30 @@ fn describe(reply: &ClientReply) -> String {
         other => format!("{other:?}"),
     }
 }
+
+/// Goal: a leader cut off from its followers keeps taking writes it cannot commit until it
+/// steps down; when they fill its WAL it must refuse more, not stop (the design: bad load
+/// gives a clear error, never a fail-stop of the OSD). Method: a small WAL (4 x 256 KiB),
+/// the leader isolated, then 400 clients each send it a 4 KiB write at once.
+#[test]
+fn isolated_leader_with_a_full_wal_refuses_instead_of_failing() {
+    let mut t = Scenario::with_options(5, 3, 3, |o| {
+        o.wal_segment_bytes = 256 << 10;
+        o.wal_segments = 4;
+        o.wal_batch_bytes_max = 64 << 10;
+        o.pg.pending_ops_max = 1024;
+        o.pg.election_ticks = 20;
+        o.log_retain_entries = 1;
+    })
+    .unwrap();
+    let old = t.wait_leader().unwrap();
+    t.isolate(&[old]);
+    let clients: Vec<u32> = (0..400).map(|_| t.c.add_scripted_client()).collect();
+    for (i, c) in clients.iter().enumerate() {
+        t.c.submit(*c, old, true, 0, i as u64 % 16);
+    }
+    t.run_for(2 * SEC).unwrap();
+    t.heal();
+    let new = t.wait_leader().unwrap();
+    assert!(matches!(t.write(0, new, 0).unwrap(), ClientReply::Ok));
+}
