@@ -918,14 +918,27 @@ impl Cluster {
             return;
         }
         let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
-        let object = self.rng.range(0, self.o.objects - 1);
-        let block = self.rng.range(0, blocks_per_object - 1);
+        let hot = self.o.hot_blocks > 0 && self.rng.chance_pct(80);
+        let (object, block) = if hot {
+            // Contention: most operations hit a few blocks of the first objects, so reads
+            // often follow writes of the same block from other clients.
+            let object = self.rng.range(0, self.o.objects.min(2) - 1);
+            (object, self.rng.range(0, self.o.hot_blocks - 1))
+        } else {
+            let object = self.rng.range(0, self.o.objects - 1);
+            (object, self.rng.range(0, blocks_per_object - 1))
+        };
         let blocks = self
             .rng
             .range(1, self.o.write_blocks_max.min(blocks_per_object - block));
         let first_block = object * blocks_per_object + block;
         let pg = object_pg(self.pool, self.o.pg_count, IMAGE, object);
-        let kind = if self.rng.chance_pct(self.o.read_pct) {
+        let read_pct = if client == 0 && self.o.reader_client {
+            100
+        } else {
+            self.o.read_pct
+        };
+        let kind = if self.rng.chance_pct(read_pct) {
             ClientOpKind::Read
         } else {
             let id = self.model.begin_write(self.at_now(), first_block, blocks);

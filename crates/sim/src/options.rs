@@ -64,7 +64,12 @@ pub struct SimOptions {
     pub objects: u64,
     pub object_bytes: u64,
     pub write_blocks_max: u64,
+    /// When non-zero, most operations go to this many blocks of the first two objects.
+    pub hot_blocks: u64,
     pub read_pct: u64,
+    /// Client 0 only reads (it keeps reading at a leader it believes in while the writers
+    /// move on, which is how stale reads show).
+    pub reader_client: bool,
     pub think_us_max: u64,
     /// A client gives up on an attempt without a reply after this long and retries elsewhere.
     pub attempt_timeout_us: u64,
@@ -159,9 +164,11 @@ impl SimOptions {
             objects: r.range(2, 12),
             object_bytes: 64 << 10,
             write_blocks_max: r.pick(&[1, 1, 4]),
+            hot_blocks: r.pick(&[0, 1, 4]),
             read_pct: r.pick(&[10, 30, 50]),
+            reader_client: r.chance_pct(50),
             think_us_max: r.pick(&[MS, 20 * MS, 200 * MS]),
-            attempt_timeout_us: 2 * SEC,
+            attempt_timeout_us: r.pick(&[300 * MS, 2 * SEC]),
             op_deadline_us: 10 * SEC,
             delay_us_min: 50,
             delay_us_max: r.pick(&[500, 5 * MS, 50 * MS]),
