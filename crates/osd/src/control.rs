@@ -27,7 +27,11 @@ pub struct OsdConfig {
     pub heartbeat_interval: Duration,
     pub flush_interval: Duration,
     pub log_retain_entries: u64,
+    pub log_lag_max_entries: u64,
     pub pg_config: PgConfig,
+    /// Snapshot transfers sent at once by the whole OSD, and their bandwidth.
+    pub recovery_max_active: usize,
+    pub recovery_bytes_per_sec: u64,
 }
 
 fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -62,7 +66,12 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             tick: config.tick,
             flush_interval: config.flush_interval,
             log_retain_entries: config.log_retain_entries,
+            log_lag_max_entries: config.log_lag_max_entries,
             seed: seed.wrapping_add(u64::from(index)),
+            recovery: crate::shard::recovery::RecoveryLimits {
+                max_active: (config.recovery_max_active / identity.shards as usize).max(1),
+                bytes_per_sec: (config.recovery_bytes_per_sec / u64::from(identity.shards)).max(1),
+            },
         };
         shards.push(shard::spawn(spec, listener, events_tx.clone())?);
     }
@@ -121,6 +130,16 @@ pub async fn run(config: OsdConfig) -> Result<()> {
                             Ok(_) => tracing::info!(%pg, term = req.term.0, "leader reported"),
                             Err(e) if e.code() == Some(ErrorCode::StaleReport) => {}
                             Err(e) => tracing::warn!(%pg, "leader report failed: {e}"),
+                        }
+                    });
+                }
+                Some(ShardEvent::MembershipFinished { pg, req }) => {
+                    let mon = mon.clone();
+                    tokio::spawn(async move {
+                        match mon.membership_finished(pg, &req).await {
+                            Ok(_) => tracing::info!(%pg, voters = ?req.voters, "membership change reported"),
+                            Err(e) if e.code() == Some(ErrorCode::StaleReport) => {}
+                            Err(e) => tracing::warn!(%pg, "membership report failed: {e}"),
                         }
                     });
                 }

@@ -16,6 +16,9 @@
 //! - [`overlay`]: serves entries handed to the driver but not yet persisted (raft-rs's async
 //!   ready reads them through storage at once).
 //! - [`rng`]: the seeded generator behind election-timeout jitter.
+//! - [`membership`]: the next step of a membership change (learners, joint consensus), a pure
+//!   decision any leader can take from the current configuration.
+//! - [`transfer`]: snapshot transfer of a PG's objects in chunks (sender and receiver state).
 //!
 //! Ordering contract (raft-rs "async ready", style practice 3): messages in
 //! `Output::messages` may be sent at once; the entries and hard state of a [`LogWrite`] must be
@@ -30,11 +33,13 @@
 //! Must not depend on: tokio, the network, the clock, the store's disk, threads.
 
 pub mod config;
+pub mod membership;
 pub mod op;
 pub mod output;
 pub mod overlay;
 pub mod replica;
 pub mod rng;
+pub mod transfer;
 
 pub use config::PgConfig;
 pub use op::{ClientOp, ObjectRef};

@@ -87,12 +87,21 @@ pub enum Event {
     LeaderChanged { leader: Option<OsdId>, term: Term },
     /// An undecodable committed entry: the replica stopped.
     Failed { index: LogIndex, reason: String },
+    /// This leader's configuration reached the target the driver set: tell the monitor.
+    /// Repeated every few ticks until the driver clears the target.
+    MembershipFinished(LeaderReport),
+    /// A committed configuration change Raft refused to apply (the same on every replica, so
+    /// the configuration stays consistent); logged, not fatal.
+    ConfChangeRefused { index: LogIndex, reason: String },
 }
 
 /// Everything one input produced.
 #[derive(Debug, Default)]
 pub struct Output {
     pub messages: Vec<Message>,
+    /// `MsgSnapshot`s for the driver: it streams the PG's objects to `msg.to` first and sends
+    /// the message once they are staged there, or calls `report_snapshot(to, false)`.
+    pub snapshots: Vec<Message>,
     pub log_writes: Vec<LogWrite>,
     pub apply: Vec<Apply>,
     pub replies: Vec<(OpId, OpOutcome)>,
@@ -102,6 +111,7 @@ pub struct Output {
 impl Output {
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
+            && self.snapshots.is_empty()
             && self.log_writes.is_empty()
             && self.apply.is_empty()
             && self.replies.is_empty()

@@ -1,16 +1,24 @@
 //! [`PgReplica`]: the input handlers and the Ready → Output translation.
 
 use crate::config::PgConfig;
+use crate::membership::{self, ConfView, MemberProgress, Step};
 use crate::op::ClientOp;
 use crate::output::{Apply, Event, LeaderReport, LogWrite, OpId, OpOutcome, Output, PgError};
 use crate::overlay::{Overlay, OverlayStorage};
 use crate::rng::SplitMix64;
 use fastblock_types::{LogIndex, OsdId, PgId, Term};
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
-use raft::{RawNode, ReadOnlyOption, StateRole, Storage};
+use raft::eraftpb::{
+    ConfChange, ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, Entry,
+    EntryType, Message, MessageType,
+};
+use raft::{ProgressState, RawNode, ReadOnlyOption, SnapshotStatus, StateRole, Storage};
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
+
+/// A leader whose configuration reached the target repeats its report this often (in ticks)
+/// until the driver clears the target, so a lost report is not fatal.
+const FINISHED_REPORT_TICKS: u32 = 20;
 use std::rc::Rc;
 
 /// What an outside observer last saw of the Raft state; a change triggers events and a fresh
@@ -46,10 +54,36 @@ pub struct PgReplica<S: Storage> {
     conf_index: u64,
     observed: Observed,
     failed: Option<String>,
+    /// The voter set the monitor wants (its `newosdlist`), if a change is pending.
+    target: Option<BTreeSet<OsdId>>,
+    /// Ticks until a finished change is reported again (0: report at the next chance).
+    finished_report_in: u32,
+    /// A received snapshot handed to the driver in ready `.0`, at index `.1`: the applied
+    /// index jumps there once that ready is persisted (the store installed the objects).
+    snapshot_pending: Option<(u64, u64)>,
+    /// The configuration is joint (kept up to date as configurations are applied, so the
+    /// tick need not rebuild the configuration to know).
+    joint: bool,
 }
 
 fn to_osd(id: u64) -> Option<OsdId> {
     (id != 0).then(|| OsdId(u32::try_from(id).expect("raft ids are OSD ids")))
+}
+
+enum ConfChangeError {
+    Undecodable(String),
+    Refused(String),
+}
+
+/// Sends messages on, except `MsgSnapshot`s, which wait for the driver's object transfer.
+fn route_messages(msgs: Vec<Message>, out: &mut Output) {
+    for m in msgs {
+        if m.get_msg_type() == MessageType::MsgSnapshot {
+            out.snapshots.push(m);
+        } else {
+            out.messages.push(m);
+        }
+    }
 }
 
 fn sorted_osds(ids: &[u64]) -> Vec<OsdId> {
@@ -124,7 +158,12 @@ impl<S: Storage> PgReplica<S> {
             conf_index: 0,
             observed,
             failed: None,
+            target: None,
+            finished_report_in: 0,
+            snapshot_pending: None,
+            joint: false,
         };
+        replica.refresh_joint();
         replica.rejitter();
         Ok(replica)
     }
@@ -232,8 +271,163 @@ impl<S: Storage> PgReplica<S> {
     pub fn tick(&mut self, out: &mut Output) {
         if self.failed.is_none() {
             self.node.tick();
+            if self.is_leader() {
+                self.drive_membership(out);
+            }
         }
         self.after_input(out);
+    }
+
+    /// Sets the voter set the monitor wants (`None`: no change pending). A leader walks the
+    /// configuration there on its ticks (see [`membership`]).
+    pub fn set_target(&mut self, target: Option<Vec<OsdId>>) {
+        let target = target.map(|t| t.into_iter().collect::<BTreeSet<_>>());
+        if target != self.target {
+            self.finished_report_in = 0;
+        }
+        self.target = target;
+    }
+
+    pub fn target(&self) -> Option<&BTreeSet<OsdId>> {
+        self.target.as_ref()
+    }
+
+    /// The configuration and replication progress, as the membership decision reads it.
+    pub fn conf_view(&self) -> ConfView {
+        let cs = self.node.raft.prs().conf().to_conf_state();
+        let ids = |v: &[u64]| {
+            v.iter()
+                .copied()
+                .filter_map(to_osd)
+                .collect::<BTreeSet<_>>()
+        };
+        let progress = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter_map(|(id, p)| {
+                let osd = to_osd(*id)?;
+                // The leader's own progress is its log.
+                let me = *id == u64::from(self.me.0);
+                Some((
+                    osd,
+                    MemberProgress {
+                        matched: if me {
+                            self.node.raft.raft_log.last_index()
+                        } else {
+                            p.matched
+                        },
+                        replicating: me || p.state == ProgressState::Replicate,
+                    },
+                ))
+            })
+            .collect();
+        ConfView {
+            voters: ids(&cs.voters),
+            voters_outgoing: ids(&cs.voters_outgoing),
+            learners: ids(&cs.learners),
+            progress,
+            last_index: self.node.raft.raft_log.last_index(),
+        }
+    }
+
+    fn refresh_joint(&mut self) {
+        self.joint = !self
+            .node
+            .raft
+            .prs()
+            .conf()
+            .to_conf_state()
+            .voters_outgoing
+            .is_empty();
+    }
+
+    /// One step of a pending membership change, if Raft can take one now.
+    fn drive_membership(&mut self, out: &mut Output) {
+        // Raft accepts one configuration change at a time (a new leader also waits until it
+        // has applied its whole log).
+        if self.node.raft.has_pending_conf() {
+            return;
+        }
+        if self.target.is_none() && !self.joint {
+            return; // the common case, without building the view
+        }
+        let view = self.conf_view();
+        let step = membership::next_step(self.me, &view, self.target.as_ref());
+        let single = |change_type: ConfChangeType, osd: OsdId| {
+            let mut c = ConfChangeSingle::default();
+            c.set_change_type(change_type);
+            c.node_id = u64::from(osd.0);
+            c
+        };
+        let cc = match step {
+            Step::Wait => return,
+            Step::Done => {
+                if self.finished_report_in == 0 {
+                    if let Some(report) = self.leader_report() {
+                        out.events.push(Event::MembershipFinished(report));
+                    }
+                    self.finished_report_in = FINISHED_REPORT_TICKS;
+                } else {
+                    self.finished_report_in -= 1;
+                }
+                return;
+            }
+            Step::TransferLeader(to) => {
+                self.node.transfer_leader(u64::from(to.0));
+                return;
+            }
+            Step::AddLearner(osd) => {
+                let mut cc = ConfChangeV2::default();
+                cc.mut_changes()
+                    .push(single(ConfChangeType::AddLearnerNode, osd));
+                cc
+            }
+            Step::RemoveLearner(osd) => {
+                let mut cc = ConfChangeV2::default();
+                cc.mut_changes()
+                    .push(single(ConfChangeType::RemoveNode, osd));
+                cc
+            }
+            Step::EnterJoint { voters } => {
+                let mut cc = ConfChangeV2::default();
+                cc.set_transition(ConfChangeTransition::Explicit);
+                for osd in &voters {
+                    if !view.voters.contains(osd) {
+                        cc.mut_changes().push(single(ConfChangeType::AddNode, *osd));
+                    }
+                }
+                for osd in &view.voters {
+                    if !voters.contains(osd) {
+                        cc.mut_changes()
+                            .push(single(ConfChangeType::RemoveNode, *osd));
+                    }
+                }
+                cc
+            }
+            Step::LeaveJoint => ConfChangeV2::default(),
+        };
+        // Refused only when leadership was lost meanwhile; the next leader retries.
+        let _ = self.node.propose_conf_change(Vec::new(), cc);
+    }
+
+    /// The driver's answer to a `MsgSnapshot` it took from [`Output::snapshots`]: the objects
+    /// were staged at `to` and the message sent (`ok`), or the transfer failed and Raft
+    /// should ask again later.
+    pub fn report_snapshot(&mut self, to: OsdId, ok: bool, out: &mut Output) {
+        let status = if ok {
+            SnapshotStatus::Finish
+        } else {
+            SnapshotStatus::Failure
+        };
+        self.node.report_snapshot(u64::from(to.0), status);
+        self.after_input(out);
+    }
+
+    /// Whether `osd` is a member (voter or learner) of the current configuration.
+    pub fn has_member(&self, osd: OsdId) -> bool {
+        self.node.raft.prs().get(u64::from(osd.0)).is_some()
     }
 
     /// A Raft message from a peer. Messages for another PG or from unknown peers are dropped
@@ -324,12 +518,24 @@ impl<S: Storage> PgReplica<S> {
     pub fn on_persisted(&mut self, ready_number: u64, out: &mut Output) {
         self.overlay.borrow_mut().persisted(ready_number);
         self.node.on_persist_ready(ready_number);
+        if let Some((n, index)) = self.snapshot_pending {
+            if n <= ready_number {
+                // The store installed the snapshot's objects with this ready.
+                self.snapshot_pending = None;
+                if index > self.applied {
+                    self.applied = index;
+                    self.conf_index = self.conf_index.max(index);
+                    self.node.advance_apply_to(index);
+                    self.refresh_joint();
+                }
+            }
+        }
         while let Some((n, _)) = self.held.front() {
             if *n > ready_number {
                 break;
             }
             let (_, msgs) = self.held.pop_front().expect("front exists");
-            out.messages.extend(msgs);
+            route_messages(msgs, out);
         }
         self.after_input(out);
     }
@@ -385,7 +591,7 @@ impl<S: Storage> PgReplica<S> {
     fn handle_ready(&mut self, out: &mut Output) {
         let mut rd = self.node.ready();
         let number = rd.number();
-        out.messages.extend(rd.take_messages());
+        route_messages(rd.take_messages(), out);
         for rs in rd.read_states() {
             let op = match <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
                 Ok(b) => OpId(u64::from_le_bytes(b)),
@@ -399,6 +605,9 @@ impl<S: Storage> PgReplica<S> {
         let committed = rd.take_committed_entries();
         self.handle_committed(committed, out);
         let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
+        if let Some(snap) = &snapshot {
+            self.snapshot_pending = Some((number, snap.get_metadata().index));
+        }
         let write = LogWrite {
             ready_number: number,
             hard_state: rd.hs().cloned(),
@@ -454,12 +663,26 @@ impl<S: Storage> PgReplica<S> {
                     match self.apply_conf_change(&entry) {
                         Ok(cs) => {
                             self.conf_index = index;
+                            self.joint = !cs.voters_outgoing.is_empty();
                             Apply::Noop {
                                 index: LogIndex(index),
                                 conf_state: Some(cs),
                             }
                         }
-                        Err(reason) => {
+                        Err(ConfChangeError::Refused(reason)) => {
+                            // Raft checks a change against the configuration it applies to,
+                            // which every replica has identically at this index: all refuse
+                            // alike and the configuration stays the same everywhere.
+                            out.events.push(Event::ConfChangeRefused {
+                                index: LogIndex(index),
+                                reason,
+                            });
+                            Apply::Noop {
+                                index: LogIndex(index),
+                                conf_state: None,
+                            }
+                        }
+                        Err(ConfChangeError::Undecodable(reason)) => {
                             self.fail(LogIndex(index), reason, out);
                             return;
                         }
@@ -470,15 +693,19 @@ impl<S: Storage> PgReplica<S> {
         }
     }
 
-    fn apply_conf_change(&mut self, entry: &Entry) -> Result<raft::eraftpb::ConfState, String> {
+    fn apply_conf_change(
+        &mut self,
+        entry: &Entry,
+    ) -> Result<raft::eraftpb::ConfState, ConfChangeError> {
+        let undecodable = |e: protobuf::ProtobufError| ConfChangeError::Undecodable(e.to_string());
         let result = if entry.get_entry_type() == EntryType::EntryConfChange {
-            let cc = ConfChange::parse_from_bytes(&entry.data).map_err(|e| e.to_string())?;
+            let cc = ConfChange::parse_from_bytes(&entry.data).map_err(undecodable)?;
             self.node.apply_conf_change(&cc)
         } else {
-            let cc = ConfChangeV2::parse_from_bytes(&entry.data).map_err(|e| e.to_string())?;
+            let cc = ConfChangeV2::parse_from_bytes(&entry.data).map_err(undecodable)?;
             self.node.apply_conf_change(&cc)
         };
-        result.map_err(|e| e.to_string())
+        result.map_err(|e| ConfChangeError::Refused(e.to_string()))
     }
 
     fn fail(&mut self, index: LogIndex, reason: String, out: &mut Output) {

@@ -25,6 +25,8 @@ struct Node {
 
 struct Cluster {
     nodes: BTreeMap<u64, Node>,
+    /// Objects copied for a snapshot, installed when the receiver persists it.
+    snapshot_objects: BTreeMap<u64, BTreeMap<(u64, u64), Vec<u8>>>,
     network: VecDeque<Message>,
     rng: SplitMix64,
     /// Directed links that drop everything.
@@ -60,6 +62,7 @@ impl Cluster {
         }
         Cluster {
             nodes,
+            snapshot_objects: BTreeMap::new(),
             network: VecDeque::new(),
             rng: SplitMix64::new(seed),
             cut: BTreeSet::new(),
@@ -72,6 +75,21 @@ impl Cluster {
     /// Performs an output the way the OSD does, feeding completions back until quiet.
     fn drive(&mut self, id: u64, mut out: Output) {
         loop {
+            // A snapshot's objects are copied at once (this driver has no chunks to stream)
+            // and the message follows, as the OSD does after the last chunk is staged.
+            for m in out.snapshots.drain(..) {
+                let objects = self.nodes[&id].objects.clone();
+                self.snapshot_objects.insert(m.to, objects);
+                let to = m.to;
+                self.network.push_back(m);
+                let mut o = Output::default();
+                self.nodes.get_mut(&id).unwrap().replica.report_snapshot(
+                    OsdId(to as u32),
+                    true,
+                    &mut o,
+                );
+                out.messages.extend(o.messages);
+            }
             let node = self.nodes.get_mut(&id).unwrap();
             self.network.extend(out.messages.drain(..));
             for (op, outcome) in out.replies.drain(..) {
@@ -95,6 +113,7 @@ impl Cluster {
                 let mut store = node.storage.wl();
                 if let Some(s) = &w.snapshot {
                     store.apply_snapshot(s.clone()).unwrap();
+                    node.objects = self.snapshot_objects.remove(&id).expect("objects sent");
                 }
                 store.append(&w.entries).unwrap();
                 if let Some(hs) = &w.hard_state {
@@ -105,8 +124,13 @@ impl Cluster {
             let applies: Vec<Apply> = out.apply.drain(..).collect();
             let mut applied = None;
             for a in applies {
-                if let Apply::Op { op, .. } = &a {
-                    apply_op(&mut node.objects, op);
+                match &a {
+                    Apply::Op { op, .. } => apply_op(&mut node.objects, op),
+                    Apply::Noop {
+                        conf_state: Some(cs),
+                        ..
+                    } => node.storage.wl().set_conf_state(cs.clone()),
+                    Apply::Noop { .. } => {}
                 }
                 applied = Some(a.index());
             }
@@ -455,4 +479,89 @@ fn read_right_after_election_is_answered() {
     );
     c.run_ticks(2);
     assert_eq!(c.outcome(OpId(1)), Some(&OpOutcome::ReadReady));
+}
+
+/// Adds an empty node that knows no configuration yet (a new member).
+fn add_empty_node(c: &mut Cluster, id: u64, seed: u64) {
+    let storage = MemStorage::new();
+    let replica = PgReplica::new(
+        PG,
+        OsdId(id as u32),
+        storage.clone(),
+        0,
+        PgConfig::default(),
+        seed,
+    )
+    .expect("replica");
+    c.nodes.insert(
+        id,
+        Node {
+            replica,
+            storage,
+            objects: BTreeMap::new(),
+            up: true,
+        },
+    );
+}
+
+#[test]
+fn membership_change_replaces_a_member_through_a_snapshot_and_joint_consensus() {
+    for seed in 0..8 {
+        let mut c = Cluster::new(seed);
+        let leader = c.wait_leader(200);
+        for i in 0..20 {
+            c.propose(leader, OpId(i), write(i % 4, 0, i as u8 + 1));
+            c.run_ticks(1);
+        }
+        // The log no longer reaches back: the new member needs a snapshot.
+        let applied = c.nodes[&leader].replica.applied().0;
+        for n in c.nodes.values() {
+            n.storage
+                .wl()
+                .compact(applied.min(n.replica.applied().0))
+                .unwrap();
+        }
+        add_empty_node(&mut c, 4, seed);
+        // Odd seeds replace the leader itself (it must hand over first), even ones member 3
+        // (which may be the leader too).
+        let leaving = if seed % 2 == 1 { leader } else { 3 };
+        let target: Vec<OsdId> = (1..=4)
+            .filter(|i| *i != leaving)
+            .map(|i| OsdId(i as u32))
+            .collect();
+        for n in c.nodes.values_mut() {
+            n.replica.set_target(Some(target.clone()));
+        }
+        let mut finished = false;
+        for _ in 0..400 {
+            c.run_ticks(1);
+            finished = c
+                .events
+                .iter()
+                .any(|(_, e)| matches!(e, Event::MembershipFinished(r) if r.voters == target));
+            if finished {
+                break;
+            }
+        }
+        assert!(finished, "seed {seed}: the change never finished");
+        let leader = c.leader().expect("a leader");
+        assert_ne!(
+            leader, leaving,
+            "seed {seed}: the removed member still leads"
+        );
+        assert_eq!(c.nodes[&leader].replica.voters(), target);
+        assert!(!c.nodes[&leader].replica.has_member(OsdId(leaving as u32)));
+        // Writes after the change reach the new member, whose copy matches the leader's.
+        c.propose(leader, OpId(100), write(7, 0, 0xEE));
+        c.run_ticks(5);
+        assert_eq!(
+            c.outcome(OpId(100)),
+            Some(&OpOutcome::Applied),
+            "seed {seed}"
+        );
+        let want = c.nodes[&leader].objects.clone();
+        for id in target.iter().map(|o| u64::from(o.0)) {
+            assert_eq!(c.nodes[&id].objects, want, "seed {seed}: node {id} differs");
+        }
+    }
 }

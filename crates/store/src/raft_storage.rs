@@ -144,8 +144,11 @@ impl<D: Disk> raft::Storage for PgStorage<D> {
         Ok(self.store.borrow().log_bounds(self.pg).1)
     }
 
-    /// The store keeps no snapshot data (the PG layer streams objects); the metadata is the
-    /// compaction point, which is where a snapshot of the object store must start from.
+    /// The store keeps no snapshot data: the OSD streams the live objects after this
+    /// metadata, and the receiver replays the log after it (see `fastblock_pg::transfer` for
+    /// why that copy is exact). So the metadata is the current applied index, whose
+    /// configuration is the store's (recorded as entries are applied), and the log after it
+    /// is still here (compaction stays behind applied).
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         let s = self.store.borrow();
         let Some(log) = s.wal().pg(self.pg) else {
@@ -153,7 +156,7 @@ impl<D: Disk> raft::Storage for PgStorage<D> {
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
         };
-        let applied = s.flushed_applied_index(self.pg);
+        let applied = s.applied_index(self.pg);
         if applied < request_index || applied < log.snap_index {
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,

@@ -176,14 +176,36 @@ impl<D: Disk> Store<D> {
             options.stage_bytes_max,
             options.background_data_writes,
         )?;
-        Ok(Store {
+        let mut store = Store {
             disk,
             sb,
             wal,
             objects,
             failed: false,
             data_with_commit: options.data_with_commit,
-        })
+        };
+        store.finish_snapshot_installs()?;
+        Ok(store)
+    }
+
+    /// A snapshot install commits its objects first and its WAL record second; a crash in
+    /// between leaves a snapshot record newer than the PG's log, which is finished here.
+    fn finish_snapshot_installs(&mut self) -> Result<()> {
+        let mut finished = false;
+        for r in self.objects.snapshot_records()? {
+            let behind = self.wal.pg(r.pg).is_none_or(|l| l.snap_index < r.index)
+                && self.objects.applied_index(r.pg) == r.index;
+            if behind {
+                tracing::warn!(pg = %r.pg, index = r.index, "finishing an interrupted snapshot install");
+                self.wal
+                    .apply_snapshot(&mut self.disk, r.pg, r.index, r.term, &r.conf_state)?;
+                finished = true;
+            }
+        }
+        if finished {
+            self.wal.commit(&mut self.disk, &[])?;
+        }
+        Ok(())
     }
 
     /// Runs `f` unless the engine has failed; a fatal error from `f` fails the engine.
@@ -243,6 +265,59 @@ impl<D: Disk> Store<D> {
         cs: &ConfState,
     ) -> Result<()> {
         self.guard(|s| s.wal.apply_snapshot(&mut s.disk, pg, index, term, cs))
+    }
+
+    /// Stages one chunk of a snapshot being received (see `objects/snapshot.rs`).
+    pub fn snapshot_write(
+        &mut self,
+        pg: PgId,
+        transfer: u64,
+        object: ObjectId,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        self.guard(|s| {
+            s.objects
+                .snapshot_write(&mut s.disk, pg, transfer, object, offset_bytes, data)
+        })
+    }
+
+    /// The transfer whose chunks are staged for `pg`, if any.
+    pub fn snapshot_receiving(&self, pg: PgId) -> Option<u64> {
+        self.objects.snapshot_receiving(pg)
+    }
+
+    pub fn snapshot_abort(&mut self, pg: PgId) {
+        self.objects.snapshot_abort(pg);
+    }
+
+    /// Installs the staged snapshot of `pg` at `index`/`term` with configuration `cs`,
+    /// replacing the PG's objects and log. The objects, applied index and a snapshot record
+    /// become durable in one metadata commit (flush) before the WAL record is queued; the
+    /// caller commits the WAL. A crash between the two is finished at open.
+    pub fn install_snapshot(
+        &mut self,
+        pg: PgId,
+        index: u64,
+        term: u64,
+        cs: &ConfState,
+    ) -> Result<()> {
+        self.guard(|s| {
+            let record = crate::objects::SnapshotRecord {
+                pg,
+                index,
+                term,
+                conf_state: cs.clone(),
+            };
+            s.objects.snapshot_install(pg, &record)?;
+            s.flush_inner()?;
+            s.wal.apply_snapshot(&mut s.disk, pg, index, term, cs)
+        })
+    }
+
+    /// PGs with a log in this store.
+    pub fn pg_ids(&self) -> Vec<PgId> {
+        self.wal.pg_ids().collect()
     }
 
     /// Drops log entries up to `index`, which must be applied and flushed.
@@ -372,6 +447,11 @@ impl<D: Disk> Store<D> {
 
     pub fn list_objects(&mut self, pg: PgId) -> Result<Vec<ObjectId>> {
         self.guard(|s| s.objects.list(pg))
+    }
+
+    /// Objects of a PG with their sizes (highest byte ever written).
+    pub fn object_sizes(&self, pg: PgId) -> Vec<(ObjectId, u64)> {
+        self.objects.sizes(pg)
     }
 
     /// Records that every entry up to `index` of the PG has been applied.

@@ -66,12 +66,14 @@ pub enum Kind {
     ReplicaDigest = 7,
     Hello = 32,
     RaftBatch = 33,
+    SnapChunk = 34,
+    SnapAck = 35,
     Reply = 128,
 }
 
 impl Kind {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Write,
         Kind::Read,
         Kind::Discard,
@@ -81,6 +83,8 @@ impl Kind {
         Kind::ReplicaDigest,
         Kind::Hello,
         Kind::RaftBatch,
+        Kind::SnapChunk,
+        Kind::SnapAck,
         Kind::Reply,
     ];
 
@@ -91,7 +95,10 @@ impl Kind {
 
     /// Whether frames of this kind are sent only between OSDs.
     pub fn is_osd_to_osd(self) -> bool {
-        matches!(self, Kind::Hello | Kind::RaftBatch)
+        matches!(
+            self,
+            Kind::Hello | Kind::RaftBatch | Kind::SnapChunk | Kind::SnapAck
+        )
     }
 }
 

@@ -48,4 +48,4 @@ pub use reply::{
     LeaderHint, ObjectDigest, Reply, Status, ADDRESS_BYTES_MAX, DIGEST_OBJECTS_MAX,
     MESSAGE_BYTES_MAX,
 };
-pub use request::{ObjectAddr, RaftEnvelope, Request, RAFT_BATCH_ENVELOPES_MAX};
+pub use request::{ObjectAddr, RaftEnvelope, Request, SnapChunk, RAFT_BATCH_ENVELOPES_MAX};

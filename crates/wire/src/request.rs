@@ -101,7 +101,45 @@ pub enum Request {
         to: OsdId,
         msgs: Vec<RaftEnvelope>,
     },
+    /// One chunk of a PG snapshot transfer, leader → learner (see `docs/wire-protocol.md`,
+    /// "Snapshot transfer"). Chunks of one transfer carry consecutive `seq` from 0; the one
+    /// with `last` set ends the transfer. `data` is a zero-copy slice of the payload.
+    SnapChunk(SnapChunk),
+    /// The receiver's answer to chunks: every chunk up to `seq` is staged (`ok`), or the
+    /// transfer was refused and must restart (`!ok`).
+    SnapAck {
+        from: OsdId,
+        to: OsdId,
+        pg: PgId,
+        transfer: u64,
+        seq: u32,
+        ok: bool,
+    },
 }
+
+/// See [`Request::SnapChunk`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapChunk {
+    pub from: OsdId,
+    pub to: OsdId,
+    pub pg: PgId,
+    /// Identifies the transfer: a new one (new leader, retry) has a new id.
+    pub transfer: u64,
+    /// The snapshot's Raft index and term.
+    pub index: u64,
+    pub term: u64,
+    pub seq: u32,
+    pub last: bool,
+    pub image: ImageId,
+    pub object_index: u64,
+    pub offset: u64,
+    pub data: Bytes,
+}
+
+/// Bytes of the fixed part of `SnapChunk` before its data.
+const SNAP_CHUNK_FIXED_BYTES: usize = 72;
+/// Bytes of `SnapAck`.
+const SNAP_ACK_BYTES: usize = 32;
 
 impl Request {
     /// The frame kind this request is sent as.
@@ -116,6 +154,8 @@ impl Request {
             Request::ReplicaDigest { .. } => Kind::ReplicaDigest,
             Request::Hello { .. } => Kind::Hello,
             Request::RaftBatch { .. } => Kind::RaftBatch,
+            Request::SnapChunk(_) => Kind::SnapChunk,
+            Request::SnapAck { .. } => Kind::SnapAck,
         }
     }
 
@@ -177,6 +217,35 @@ impl Request {
                 writer.put_u64(boot_epoch.get());
             }
             Request::RaftBatch { from, to, msgs } => put_raft_batch(&mut writer, *from, *to, msgs),
+            Request::SnapChunk(c) => {
+                writer.put_u32(c.from.get());
+                writer.put_u32(c.to.get());
+                writer.put_pg(c.pg);
+                writer.put_u64(c.transfer);
+                writer.put_u64(c.index);
+                writer.put_u64(c.term);
+                writer.put_u32(c.seq);
+                writer.put_u32(u32::from(c.last));
+                writer.put_u64(c.image.get());
+                writer.put_u64(c.object_index);
+                writer.put_u64(c.offset);
+                writer.put_slice(&c.data);
+            }
+            Request::SnapAck {
+                from,
+                to,
+                pg,
+                transfer,
+                seq,
+                ok,
+            } => {
+                writer.put_u32(from.get());
+                writer.put_u32(to.get());
+                writer.put_pg(*pg);
+                writer.put_u64(*transfer);
+                writer.put_u32(*seq);
+                writer.put_u32(u32::from(*ok));
+            }
         }
         writer.finish(self.kind(), request_id);
     }
@@ -267,6 +336,54 @@ impl Request {
                 Request::Hello { osd, boot_epoch }
             }
             Kind::RaftBatch => read_raft_batch(payload)?,
+            Kind::SnapChunk => {
+                let mut reader = Reader::new(payload, "SnapChunk");
+                let from = reader.osd("from osd")?;
+                let to = reader.osd("to osd")?;
+                let pg = reader.pg()?;
+                let transfer = reader.u64("transfer")?;
+                let index = reader.u64("index")?;
+                let term = reader.u64("term")?;
+                let seq = reader.u32("seq")?;
+                let last = read_flag(&mut reader, "last")?;
+                let image = reader.image()?;
+                let object_index = reader.u64("object index")?;
+                let offset = reader.u64("offset")?;
+                let data = reader.bytes(reader.remaining(), "data")?;
+                reader.finish()?;
+                Request::SnapChunk(SnapChunk {
+                    from,
+                    to,
+                    pg,
+                    transfer,
+                    index,
+                    term,
+                    seq,
+                    last,
+                    image,
+                    object_index,
+                    offset,
+                    data,
+                })
+            }
+            Kind::SnapAck => {
+                let mut reader = Reader::new(payload, "SnapAck");
+                let from = reader.osd("from osd")?;
+                let to = reader.osd("to osd")?;
+                let pg = reader.pg()?;
+                let transfer = reader.u64("transfer")?;
+                let seq = reader.u32("seq")?;
+                let ok = read_flag(&mut reader, "ok")?;
+                reader.finish()?;
+                Request::SnapAck {
+                    from,
+                    to,
+                    pg,
+                    transfer,
+                    seq,
+                    ok,
+                }
+            }
             Kind::Reply => {
                 return Err(WireError::Invalid(format!(
                     "a Reply frame (request id {}) where a request was expected",
@@ -287,12 +404,25 @@ impl Request {
             Request::GetLeader { .. } | Request::Hello { .. } => 16,
             Request::ReplicaRead { .. } => OBJECT_ADDR_BYTES + 8,
             Request::ReplicaDigest { .. } => 8,
+            Request::SnapChunk(c) => SNAP_CHUNK_FIXED_BYTES.saturating_add(c.data.len()),
+            Request::SnapAck { .. } => SNAP_ACK_BYTES,
             Request::RaftBatch { msgs, .. } => {
                 msgs.iter().fold(RAFT_BATCH_FIXED_BYTES, |sum, envelope| {
                     sum.saturating_add(RAFT_ENVELOPE_ENTRY_BYTES + envelope.msg.len())
                 })
             }
         }
+    }
+}
+
+/// A u32 that must be 0 or 1.
+fn read_flag(reader: &mut Reader<'_>, what: &'static str) -> Result<bool, WireError> {
+    match reader.u32(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(WireError::Invalid(format!(
+            "{what} flag is {v}, not 0 or 1"
+        ))),
     }
 }
 

@@ -76,6 +76,18 @@ struct Args {
     /// Log entries kept behind the flushed applied index for lagging followers.
     #[arg(long, default_value_t = 1024)]
     log_retain_entries: u64,
+    /// A member further behind than this many entries is caught up by snapshot: the log is
+    /// not kept for it beyond that (bounds the WAL a dead member pins).
+    #[arg(long, default_value_t = 65536)]
+    log_lag_max_entries: u64,
+    /// PG snapshot transfers this OSD sends at once (split across its shards, at least one
+    /// each); further members wait their turn.
+    #[arg(long, default_value_t = 4)]
+    recovery_max_active: usize,
+    /// Bytes per second this OSD spends sending PG snapshots (split across its shards), so
+    /// recovery does not starve client IO (e.g. 64M).
+    #[arg(long, default_value = "64M", value_parser = size)]
+    recovery_max_bytes_per_sec: u64,
 }
 
 fn host_name() -> String {
@@ -130,6 +142,13 @@ async fn main() {
             eprintln!("fastblock-osd: {e}");
             std::process::exit(2);
         }
+        if args.recovery_max_active == 0 || args.recovery_max_bytes_per_sec == 0 {
+            eprintln!(
+                "fastblock-osd: --recovery-max-active and --recovery-max-bytes-per-sec must be \
+                 positive (recovery could never finish)"
+            );
+            std::process::exit(2);
+        }
         run(OsdConfig {
             data: args.data,
             monitors: args.mon,
@@ -140,7 +159,10 @@ async fn main() {
             heartbeat_interval: args.heartbeat_interval,
             flush_interval: args.flush_interval,
             log_retain_entries: args.log_retain_entries,
+            log_lag_max_entries: args.log_lag_max_entries,
             pg_config,
+            recovery_max_active: args.recovery_max_active,
+            recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
         })
         .await
     };

@@ -490,6 +490,8 @@ pub struct OsdProc {
     endpoints: Vec<String>,
     log_dir: PathBuf,
     restarts: u32,
+    /// Arguments added to every start (after `OSD_TEST_ARGS`, so they override them).
+    pub extra_args: Vec<String>,
 }
 
 /// Options of OSDs under test: fast Raft timers so elections take well under a second.
@@ -507,6 +509,28 @@ pub const OSD_TEST_ARGS: &[&str] = &[
 impl OsdProc {
     /// Formats a new OSD (`shards` data-path threads) on a fresh file in `dir` and starts it.
     pub fn create(mons: &MonCluster, dir: &Path, host: &str, size: &str, shards: u32) -> OsdProc {
+        OsdProc::create_opts(mons, dir, host, size, shards, &[])
+    }
+
+    /// Like [`OsdProc::create`], with extra arguments on every start.
+    pub fn create_with(
+        mons: &MonCluster,
+        dir: &Path,
+        host: &str,
+        size: &str,
+        extra: &[&str],
+    ) -> OsdProc {
+        OsdProc::create_opts(mons, dir, host, size, 1, extra)
+    }
+
+    fn create_opts(
+        mons: &MonCluster,
+        dir: &Path,
+        host: &str,
+        size: &str,
+        shards: u32,
+        extra: &[&str],
+    ) -> OsdProc {
         let n = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
         let data = dir.join(format!("osd-{host}-{n}.img"));
         let out = Command::new(bin("fastblock-osd"))
@@ -542,9 +566,20 @@ impl OsdProc {
             endpoints: mons.endpoints(),
             log_dir: dir.to_path_buf(),
             restarts: 0,
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
         };
         osd.start();
         osd
+    }
+
+    /// Everything this OSD logged in all its runs (for checks on what it did).
+    pub fn all_logs(&self) -> String {
+        let mut all = String::new();
+        for run in 1..=self.restarts {
+            let path = self.log_dir.join(format!("osd{}-{}.log", self.id, run));
+            all.push_str(&std::fs::read_to_string(path).unwrap_or_default());
+        }
+        all
     }
 
     pub fn start(&mut self) {
@@ -554,6 +589,7 @@ impl OsdProc {
             .arg(&self.data)
             .args(["--port", &self.port.to_string(), "--host", &self.host])
             .args(OSD_TEST_ARGS)
+            .args(&self.extra_args)
             .env("FASTBLOCK_MON", self.endpoints.join(","))
             .env("RUST_LOG", "info");
         self.restarts += 1;

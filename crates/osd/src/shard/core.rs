@@ -74,6 +74,7 @@ pub struct Shard {
     pub events: mpsc::UnboundedSender<ShardEvent>,
     pub failed: Option<String>,
     pub applied_since_flush: bool,
+    pub recovery: super::recovery::Recovery,
     listener: Option<std::net::TcpListener>,
 }
 
@@ -94,7 +95,9 @@ impl Shard {
             .map_err(|e| anyhow::anyhow!("opening {}: {e}", meta.display()))?;
         let backend = redb_backend(file)?;
         let store = ShardStore::open(disk, backend, super::store_options())?;
+        let recovery = super::recovery::Recovery::new(spec.osd, spec.index, spec.recovery);
         Ok(Shard {
+            recovery,
             spec,
             store: Rc::new(RefCell::new(store)),
             pgs: BTreeMap::new(),
@@ -199,8 +202,11 @@ impl Shard {
             for (pg, hosted) in self.pgs.iter_mut() {
                 hosted.replica.tick(outs.entry(*pg).or_default());
             }
+            self.tick_recovery(&mut outs);
         }
         self.process(outs);
+        // Recovery goes after client work, within its rate limit.
+        self.pump_recovery();
         self.flush_conns();
     }
 
@@ -218,7 +224,9 @@ impl Shard {
             let mut raft_out: BTreeMap<OsdId, Vec<RaftEnvelope>> = BTreeMap::new();
             let mut writes = Vec::new();
             let mut applies = Vec::new();
+            let mut snapshots = Vec::new();
             for (pg, out) in outs.iter_mut() {
+                snapshots.extend(out.snapshots.drain(..).map(|m| (*pg, m)));
                 for msg in out.messages.drain(..) {
                     let to = OsdId(msg.to as u32);
                     match msg.write_to_bytes() {
@@ -246,6 +254,9 @@ impl Shard {
             let persisted = self.persist(writes);
             let applied = self.apply(applies);
             let mut next: BTreeMap<PgId, Output> = BTreeMap::new();
+            for (pg, msg) in snapshots {
+                self.on_snapshot_request(pg, msg, &mut next);
+            }
             for (pg, number) in persisted {
                 if let Some(h) = self.pgs.get_mut(&pg) {
                     h.replica.on_persisted(number, next.entry(pg).or_default());
@@ -292,16 +303,20 @@ impl Shard {
         writes: &[(PgId, Vec<fastblock_pg::LogWrite>)],
     ) -> fastblock_store::Result<Vec<(PgId, u64)>> {
         let mut persisted = Vec::new();
+        let mut installed = Vec::new();
         let mut store = self.store.borrow_mut();
         let mut needs_commit = false;
         for (pg, list) in writes {
             let mut last = 0;
             for w in list {
                 if let Some(snap) = &w.snapshot {
+                    // Replaces the PG's objects with the staged ones (made durable here, in
+                    // one metadata commit) and restarts its log after the snapshot.
                     let md = snap.get_metadata();
                     with_room(&mut store, |s| {
-                        s.apply_snapshot(*pg, md.index, md.term, md.get_conf_state())
+                        s.install_snapshot(*pg, md.index, md.term, md.get_conf_state())
                     })?;
+                    installed.push(*pg);
                     needs_commit = true;
                 }
                 // Entries go in chunks so that a follower catching up on many large entries
@@ -320,6 +335,11 @@ impl Shard {
         }
         if needs_commit {
             store.commit()?;
+        }
+        drop(store);
+        for pg in installed {
+            tracing::info!(%pg, "snapshot installed");
+            self.snapshot_installed(pg);
         }
         Ok(persisted)
     }
@@ -397,10 +417,18 @@ impl Shard {
             let mut target = flushed.saturating_sub(retain);
             if retain > 0 {
                 // A leader keeps what some member still lacks, so a member that was down
-                // catches up from the log; only a full WAL (retain 0) overrides this.
+                // catches up from the log; but not without bound: a member further behind
+                // than `log_lag_max_entries` gets a snapshot instead. Only a full WAL (retain
+                // 0) overrides this.
                 if let Some(matched) = hosted.replica.min_match_index() {
-                    target = target.min(matched.0);
+                    let floor = flushed.saturating_sub(self.spec.log_lag_max_entries);
+                    target = target.min(matched.0.max(floor));
                 }
+            }
+            // A snapshot being sent is exact only with the log after its index (see
+            // `fastblock_pg::transfer`): keep it, even when the WAL is full.
+            if let Some(index) = self.recovery.sending_index(*pg) {
+                target = target.min(index);
             }
             if target >= first {
                 store.compact(*pg, target)?;
@@ -573,6 +601,19 @@ impl Shard {
             Event::Failed { index, reason } => {
                 tracing::error!(%pg, index = index.0, "pg replica failed: {reason}");
             }
+            Event::MembershipFinished(r) => {
+                tracing::info!(%pg, term = r.term.0, voters = ?r.voters, "membership change finished");
+                let req = fastblock_types::api::MembershipFinishedRequest {
+                    leader: self.spec.osd,
+                    term: r.term,
+                    conf_index: r.conf_index,
+                    voters: r.voters,
+                };
+                let _ = self.events.send(ShardEvent::MembershipFinished { pg, req });
+            }
+            Event::ConfChangeRefused { index, reason } => {
+                tracing::warn!(%pg, index = index.0, "configuration change refused by raft: {reason}");
+            }
         }
     }
 
@@ -615,7 +656,7 @@ impl Shard {
         }
     }
 
-    fn peer_link(
+    pub(super) fn peer_link(
         &mut self,
         osd: OsdId,
         address: &str,
@@ -718,9 +759,15 @@ impl Shard {
         self.pgs
             .iter()
             .filter(|(_, h)| h.replica.is_leader())
-            .map(|(pg, h)| PgIoCounters {
-                pg: Some(*pg),
-                ..h.io
+            .map(|(pg, h)| {
+                let (bytes, objects) = self.recovery.remaining(*pg);
+                PgIoCounters {
+                    pg: Some(*pg),
+                    recovery_remaining_bytes: bytes,
+                    recovery_remaining_objects: objects,
+                    recovery_done_bytes: self.recovery.done_bytes.get(pg).copied().unwrap_or(0),
+                    ..h.io
+                }
             })
             .collect()
     }

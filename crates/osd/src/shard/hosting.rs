@@ -38,12 +38,23 @@ impl Shard {
                 }
             }
         }
-        let gone: Vec<PgId> = self
+        // PGs this OSD no longer belongs to: the monitor drops an OSD from `osdlist` only
+        // once the leader reported a committed configuration without it, so the replica may
+        // go. Logs left in the store by PGs that went while this OSD was down go too.
+        let mut gone: Vec<PgId> = self
             .pgs
             .keys()
             .filter(|pg| !desired.contains_key(pg))
             .copied()
             .collect();
+        let orphans: Vec<PgId> = self
+            .store
+            .borrow()
+            .pg_ids()
+            .into_iter()
+            .filter(|pg| !desired.contains_key(pg) && !self.pgs.contains_key(pg))
+            .collect();
+        gone.extend(orphans);
         for pg in gone {
             self.remove_pg(pg);
         }
@@ -53,6 +64,10 @@ impl Shard {
                     self.fail(format!("opening pg {pg}: {e}"));
                     return;
                 }
+            }
+            if let Some(h) = self.pgs.get_mut(pg) {
+                let target = (!info.newosdlist.is_empty()).then(|| info.newosdlist.clone());
+                h.replica.set_target(target);
             }
             self.maybe_report_leader(*pg, info);
         }
@@ -99,6 +114,7 @@ impl Shard {
     fn remove_pg(&mut self, pg: PgId) {
         tracing::info!(%pg, "removing pg");
         self.pgs.remove(&pg);
+        self.forget_recovery(pg);
         let ops: Vec<u64> = self
             .ops
             .iter()
@@ -111,9 +127,14 @@ impl Shard {
                 OpOutcome::Failed(PgError::NotLeader { leader: None }),
             );
         }
+        // Flushed at once, so that the removal of its snapshot record is durable with the
+        // log's (a crash in between could otherwise bring the log back at open).
         let result = {
             let mut store = self.store.borrow_mut();
-            store.remove_pg(pg).and_then(|_| store.commit().map(|_| ()))
+            store
+                .remove_pg(pg)
+                .and_then(|_| store.commit().map(|_| ()))
+                .and_then(|_| store.flush())
         };
         if let Err(e) = result {
             self.fail(format!("removing pg {pg}: {e}"));

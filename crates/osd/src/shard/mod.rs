@@ -7,16 +7,18 @@
 //! - [`core`]: the loop: inputs → PG replicas → one WAL commit → apply → replies.
 //! - [`hosting`]: which PGs live here, from the cluster map.
 //! - [`requests`]: client and peer requests.
+//! - [`recovery`]: snapshot transfer of PGs to members that need one, rate-limited.
 
 pub mod core;
 pub mod hosting;
 pub mod net;
+pub mod recovery;
 pub mod requests;
 
 use crate::region::RegionDisk;
 use fastblock_pg::PgConfig;
 use fastblock_store::{Store, StoreOptions, UringDisk};
-use fastblock_types::api::{LeaderElectedRequest, PgIoCounters};
+use fastblock_types::api::{LeaderElectedRequest, MembershipFinishedRequest, PgIoCounters};
 use fastblock_types::map::ClusterMap;
 use fastblock_types::{OsdId, PgId};
 use std::path::PathBuf;
@@ -38,7 +40,10 @@ pub struct ShardSpec {
     pub flush_interval: Duration,
     /// Log entries kept behind the flushed applied index, for followers that fall behind.
     pub log_retain_entries: u64,
+    /// A member further behind than this is caught up by snapshot, not from the log.
+    pub log_lag_max_entries: u64,
     pub seed: u64,
+    pub recovery: recovery::RecoveryLimits,
 }
 
 pub enum ShardCommand {
@@ -52,6 +57,11 @@ pub enum ShardEvent {
     LeaderElected {
         pg: PgId,
         req: LeaderElectedRequest,
+    },
+    /// This OSD leads `pg` and its configuration reached the monitor's target.
+    MembershipFinished {
+        pg: PgId,
+        req: MembershipFinishedRequest,
     },
     /// The shard stopped serving (an I/O error or a corrupt log): the OSD must stop.
     Fatal {

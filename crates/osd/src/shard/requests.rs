@@ -130,7 +130,7 @@ impl Shard {
         outs: &mut BTreeMap<PgId, Output>,
     ) {
         if let Some(reason) = self.failed.clone() {
-            if !matches!(req, Request::RaftBatch { .. } | Request::Hello { .. }) {
+            if !req.kind().is_osd_to_osd() {
                 self.refuse(
                     conn,
                     request_id,
@@ -201,15 +201,38 @@ impl Shard {
                     return;
                 }
                 for env in msgs {
-                    let Some(hosted) = self.pgs.get_mut(&env.pg) else {
+                    let Some(hosted) = self.pgs.get(&env.pg) else {
                         continue;
                     };
+                    let _ = hosted;
                     match raft::eraftpb::Message::parse_from_carllerche_bytes(&env.msg) {
-                        Ok(msg) => hosted.replica.step(msg, outs.entry(env.pg).or_default()),
+                        // Persisting a snapshot installs its objects, so one is stepped only
+                        // once they are all staged here.
+                        Ok(msg) if !self.snapshot_ready(env.pg, &msg) => {
+                            tracing::warn!(pg = %env.pg, %from, "snapshot without staged objects; dropped")
+                        }
+                        Ok(msg) => {
+                            if let Some(h) = self.pgs.get_mut(&env.pg) {
+                                h.replica.step(msg, outs.entry(env.pg).or_default());
+                            }
+                        }
                         Err(e) => {
                             tracing::warn!(pg = %env.pg, %from, "undecodable raft message: {e}")
                         }
                     }
+                }
+            }
+            Request::SnapChunk(chunk) => self.on_snap_chunk(chunk),
+            Request::SnapAck {
+                from,
+                to,
+                pg,
+                transfer,
+                seq,
+                ok,
+            } => {
+                if to == self.spec.osd {
+                    self.on_snap_ack(from, pg, transfer, seq, ok, outs);
                 }
             }
         }

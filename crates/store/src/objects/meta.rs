@@ -17,6 +17,11 @@ pub const BLOCKS: TableDefinition<(u64, u64, u64, u32), (u64, u32)> =
 pub const OBJECTS: TableDefinition<(u64, u64, u64), u64> = TableDefinition::new("objects");
 /// pg -> applied index flushed with the objects.
 pub const APPLIED: TableDefinition<u64, u64> = TableDefinition::new("applied");
+/// pg -> installed snapshot: index u64 LE, term u64 LE, then the ConfState as in a WAL
+/// snapshot record.
+/// Written in the same commit as the snapshot's objects, so that opening the store can finish
+/// an install whose WAL record did not become durable (see `Store::install_snapshot`).
+pub const SNAPSHOTS: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshots");
 /// Store-wide values.
 pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
@@ -29,6 +34,7 @@ pub fn create(db: &Database, osd_uuid: &[u8; 16]) -> Result<()> {
         tx.open_table(BLOCKS)?;
         tx.open_table(OBJECTS)?;
         tx.open_table(APPLIED)?;
+        tx.open_table(SNAPSHOTS)?;
         let mut meta = tx.open_table(META)?;
         meta.insert(KEY_UUID, &osd_uuid[..])?;
         meta.insert(KEY_FLUSHED_LSN, &0u64.to_le_bytes()[..])?;

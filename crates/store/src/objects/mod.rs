@@ -15,6 +15,9 @@
 
 pub mod alloc;
 pub mod meta;
+mod snapshot;
+
+pub use snapshot::SnapshotRecord;
 
 use crate::disk::{AlignedBuf, BackgroundRun, Disk, ReadOp, WriteOp};
 use crate::error::{Error, ObjectId, Result, SpaceArea};
@@ -72,6 +75,11 @@ pub struct Objects {
     stage: Stage,
     /// Write a full stage in the background (see `Disk::write_background`).
     background_writes: bool,
+    /// Snapshots being received, per PG: blocks written but referenced by nothing durable
+    /// until `snapshot_install` (see `snapshot.rs`).
+    receiving: BTreeMap<PgId, snapshot::Receiving>,
+    /// Snapshot records to write (Some) or delete (None) at the next flush.
+    dirty_snapshots: BTreeMap<u64, Option<Vec<u8>>>,
 }
 
 fn obj_key(pg: PgId, o: ObjectId) -> ObjKey {
@@ -151,6 +159,8 @@ impl Objects {
                 runs: Vec::new(),
             },
             background_writes,
+            receiving: BTreeMap::new(),
+            dirty_snapshots: BTreeMap::new(),
         })
     }
 
@@ -473,6 +483,24 @@ impl Objects {
             .collect())
     }
 
+    /// Objects of a PG with their sizes (highest byte ever written), in (image, index) order.
+    pub fn sizes(&self, pg: PgId) -> Vec<(ObjectId, u64)> {
+        let p = pg_to_u64(pg);
+        let (lo, hi) = ((p, 0u64, 0u64), (p, u64::MAX, u64::MAX));
+        self.objects
+            .range(lo..=hi)
+            .map(|(k, end)| {
+                (
+                    ObjectId {
+                        image: ImageId(k.1),
+                        index: k.2,
+                    },
+                    *end,
+                )
+            })
+            .collect()
+    }
+
     /// Deletes every object of the PG and forgets its applied index.
     pub fn delete_pg(&mut self, pg: PgId) -> Result<()> {
         for o in self.list(pg)? {
@@ -480,6 +508,8 @@ impl Objects {
         }
         self.applied.remove(&pg);
         self.dirty_applied.insert(pg_to_u64(pg), None);
+        self.dirty_snapshots.insert(pg_to_u64(pg), None);
+        self.snapshot_abort(pg);
         Ok(())
     }
 
@@ -582,6 +612,13 @@ impl Objects {
                     None => applied.remove(k)?,
                 };
             }
+            let mut snaps = tx.open_table(meta::SNAPSHOTS)?;
+            for (k, v) in &self.dirty_snapshots {
+                match v {
+                    Some(v) => snaps.insert(k, v.as_slice())?,
+                    None => snaps.remove(k)?,
+                };
+            }
             let mut m = tx.open_table(meta::META)?;
             m.insert(meta::KEY_FLUSHED_LSN, &wal_durable_lsn.to_le_bytes()[..])?;
         }
@@ -592,6 +629,7 @@ impl Objects {
         self.dirty_blocks.clear();
         self.dirty_objects.clear();
         self.dirty_applied.clear();
+        self.dirty_snapshots.clear();
         self.flushed_applied = self.applied.clone();
         Ok(())
     }

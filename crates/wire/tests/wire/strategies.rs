@@ -2,7 +2,9 @@
 
 use bytes::Bytes;
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
-use fastblock_wire::{LeaderHint, ObjectAddr, ObjectDigest, RaftEnvelope, Reply, Request, Status};
+use fastblock_wire::{
+    LeaderHint, ObjectAddr, ObjectDigest, RaftEnvelope, Reply, Request, SnapChunk, Status,
+};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -85,6 +87,54 @@ pub fn request() -> impl Strategy<Value = Request> {
                 from: OsdId(from),
                 to: OsdId(to),
                 msgs
+            }),
+        (
+            (any::<u32>(), any::<u32>(), pg(), any::<u64>()),
+            (any::<u64>(), any::<u64>(), any::<u32>(), any::<bool>()),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                vec(any::<u8>(), 0..300)
+            ),
+        )
+            .prop_map(
+                |(
+                    (from, to, pg, transfer),
+                    (index, term, seq, last),
+                    (image, object_index, offset, data),
+                )| {
+                    Request::SnapChunk(SnapChunk {
+                        from: OsdId(from),
+                        to: OsdId(to),
+                        pg,
+                        transfer,
+                        index,
+                        term,
+                        seq,
+                        last,
+                        image: ImageId(image),
+                        object_index,
+                        offset,
+                        data: Bytes::from(data),
+                    })
+                }
+            ),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            pg(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<bool>()
+        )
+            .prop_map(|(from, to, pg, transfer, seq, ok)| Request::SnapAck {
+                from: OsdId(from),
+                to: OsdId(to),
+                pg,
+                transfer,
+                seq,
+                ok
             }),
     ]
 }

@@ -1,0 +1,187 @@
+//! Receiving a PG snapshot: staged blocks, then an atomic install.
+//!
+//! A snapshot arrives in chunks while the PG's current objects keep serving (a follower's are
+//! stale but consistent). Each chunk's blocks are allocated and written like applied data, but
+//! their block-map entries are held here, referenced by nothing durable. The install swaps
+//! them in: the PG's old objects are deleted, the staged map entries become dirty, the applied
+//! index jumps to the snapshot's, and a snapshot record is added; the next flush commits all
+//! of it in one redb transaction. So a crash leaves the old state (the staged blocks are free
+//! again when the allocator is rebuilt from the durable map) or the new one, never a mix.
+
+use super::{block_crc, check_range, meta, obj_key, BlockKey, BlockVal, ObjKey, Objects, BS};
+use crate::disk::Disk;
+use crate::error::{Error, ObjectId, Result, SpaceArea};
+use crate::wal::record::{pg_from_u64, pg_to_u64};
+use fastblock_types::PgId;
+use raft::eraftpb::ConfState;
+use redb::ReadableTable;
+use std::collections::BTreeMap;
+
+/// A snapshot being received for one PG.
+pub(super) struct Receiving {
+    /// Identifies the transfer; chunks of another transfer restart the staging.
+    transfer: u64,
+    blocks: BTreeMap<BlockKey, BlockVal>,
+    objects: BTreeMap<ObjKey, u64>,
+}
+
+/// A durable record of an installed snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotRecord {
+    pub pg: PgId,
+    pub index: u64,
+    pub term: u64,
+    pub conf_state: ConfState,
+}
+
+impl SnapshotRecord {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(64);
+        v.extend_from_slice(&self.index.to_le_bytes());
+        v.extend_from_slice(&self.term.to_le_bytes());
+        crate::wal::record::put_conf_state(&mut v, &self.conf_state);
+        v
+    }
+
+    fn decode(pg: PgId, bytes: &[u8]) -> Result<Self> {
+        if bytes.len() < 16 {
+            return Err(Error::Meta(format!(
+                "snapshot record of pg {pg} is {} bytes",
+                bytes.len()
+            )));
+        }
+        let index = u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes"));
+        let term = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+        let mut r = crate::codec::Reader::new(&bytes[16..]);
+        let conf_state = crate::wal::record::read_conf_state(&mut r)
+            .ok_or_else(|| Error::Meta(format!("snapshot record of pg {pg}: bad ConfState")))?;
+        Ok(SnapshotRecord {
+            pg,
+            index,
+            term,
+            conf_state,
+        })
+    }
+}
+
+impl Objects {
+    /// Stages one chunk of transfer `transfer` for `pg`: `data` at `offset_bytes` of `object`,
+    /// both multiples of 4 KiB. A chunk of a different transfer than the one staged discards
+    /// the staged one first.
+    pub fn snapshot_write(
+        &mut self,
+        disk: &mut dyn Disk,
+        pg: PgId,
+        transfer: u64,
+        object: ObjectId,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let len = data.len() as u64;
+        check_range(offset_bytes, len)?;
+        if !offset_bytes.is_multiple_of(BS) || !len.is_multiple_of(BS) {
+            return Err(Error::InvalidArgument(format!(
+                "snapshot chunk {offset_bytes}+{len} is not 4 KiB aligned"
+            )));
+        }
+        if self
+            .receiving
+            .get(&pg)
+            .is_some_and(|r| r.transfer != transfer)
+        {
+            self.snapshot_abort(pg);
+        }
+        let ok = obj_key(pg, object);
+        let first_block = offset_bytes / BS;
+        let count = len / BS;
+        let extents = self.alloc.allocate(count).ok_or(Error::NoSpace {
+            area: SpaceArea::Data,
+            needed_bytes: len,
+            free_bytes: self.alloc.free_blocks() * BS,
+        })?;
+        let physs: Vec<u64> = extents
+            .iter()
+            .flat_map(|e| e.start_block..e.start_block + e.block_count)
+            .collect();
+        let mut staged = Vec::with_capacity(physs.len());
+        for (i, phys) in physs.into_iter().enumerate() {
+            let key: BlockKey = (ok.0, ok.1, ok.2, (first_block + i as u64) as u32);
+            let at = self.stage_block(disk, phys)?;
+            let src = &data[i * BS as usize..(i + 1) * BS as usize];
+            self.stage.buf[at..at + BS as usize].copy_from_slice(src);
+            staged.push((key, (phys, block_crc(&key, src))));
+        }
+        let r = self.receiving.entry(pg).or_insert_with(|| Receiving {
+            transfer,
+            blocks: BTreeMap::new(),
+            objects: BTreeMap::new(),
+        });
+        for (key, val) in staged {
+            if let Some((old, _)) = r.blocks.insert(key, val) {
+                // A resent chunk: the earlier copy is garbage (freed after the next flush,
+                // when its staged write has surely been submitted).
+                self.pending_free.push(old);
+            }
+        }
+        let end = r.objects.entry(ok).or_insert(0);
+        *end = (*end).max(offset_bytes + len);
+        Ok(())
+    }
+
+    /// The transfer staged for `pg`, if any.
+    pub fn snapshot_receiving(&self, pg: PgId) -> Option<u64> {
+        self.receiving.get(&pg).map(|r| r.transfer)
+    }
+
+    /// Drops what was staged for `pg` (a transfer that will not complete).
+    pub fn snapshot_abort(&mut self, pg: PgId) {
+        if let Some(r) = self.receiving.remove(&pg) {
+            // Not freed at once: a staged write of these blocks may still be queued.
+            self.pending_free.extend(r.blocks.values().map(|v| v.0));
+        }
+    }
+
+    /// Replaces the PG's objects with the staged snapshot and sets its applied index; durable
+    /// (atomically) at the next flush, which the caller does at once.
+    pub fn snapshot_install(&mut self, pg: PgId, record: &SnapshotRecord) -> Result<()> {
+        assert_eq!(record.pg, pg);
+        let staged = self.receiving.remove(&pg).unwrap_or_else(|| Receiving {
+            transfer: 0,
+            blocks: BTreeMap::new(),
+            objects: BTreeMap::new(),
+        });
+        for o in self.list(pg)? {
+            self.delete(pg, o)?;
+        }
+        for (k, v) in staged.blocks {
+            self.dirty_blocks.insert(k, Some(v));
+        }
+        for (k, end) in staged.objects {
+            self.objects.insert(k, end);
+            self.dirty_objects.insert(k, Some(end));
+        }
+        self.applied.insert(pg, record.index);
+        self.dirty_applied.insert(pg_to_u64(pg), Some(record.index));
+        self.dirty_snapshots
+            .insert(pg_to_u64(pg), Some(record.encode()));
+        Ok(())
+    }
+
+    /// Every durable snapshot record (read at open to finish interrupted installs).
+    pub fn snapshot_records(&self) -> Result<Vec<SnapshotRecord>> {
+        let tx = self.db.begin_read()?;
+        let table = match tx.open_table(meta::SNAPSHOTS) {
+            Ok(t) => t,
+            // A store formatted before snapshots existed has no such table yet.
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for row in table.iter()? {
+            let (k, v) = row?;
+            let pg = pg_from_u64(k.value());
+            out.push(SnapshotRecord::decode(pg, v.value())?);
+        }
+        Ok(out)
+    }
+}
