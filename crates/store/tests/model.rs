@@ -239,7 +239,11 @@ fn step(s: &mut Store<SimDisk>, m: &mut Model, op: &Op) -> Result<(), Error> {
             m.obj.applied.insert(p, to);
         }
         Op::Flush => {
+            // A flush commits pending WAL records first (they may describe applied state).
+            m.wal_maybe = Some(m.wal.clone());
             s.flush()?;
+            m.wal_maybe = None;
+            m.wal_durable = m.wal.clone();
             m.obj_flushed = m.obj.clone();
         }
         Op::RemovePg { pg: p } => {
