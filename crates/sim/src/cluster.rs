@@ -14,18 +14,20 @@
 
 use crate::checker::Safety;
 use crate::model::{decode_block, stamp_block, At, Found, ImageModel, BLOCK_BYTES};
-use crate::node::{ClientReply, ClientReq, ClientTag, Effects, Input, Node};
+use crate::node::{ClientReply, ClientReq, ClientTag, Effects, Input, Node, PeerMsg};
 use crate::options::{RngExt, SimOptions, MS};
 use crate::probes::Probes;
 use bytes::{Bytes, BytesMut};
 use fastblock_mon_core::MonState;
-use fastblock_pg::{Event, ObjectRef};
+use fastblock_pg::{Event, LeaderReport, ObjectRef};
 use fastblock_store::ObjectId;
-use fastblock_types::api::{BootRequest, CreatePoolRequest, LeaderElectedRequest};
-use fastblock_types::map::FailureDomain;
+use fastblock_types::api::{
+    BootRequest, CreatePoolRequest, LeaderElectedRequest, MembershipFinishedRequest,
+};
+use fastblock_types::map::{FailureDomain, PgInfo};
 use fastblock_types::rng::SplitMix64;
 use fastblock_types::route::object_pg;
-use fastblock_types::{ImageId, OsdId, PgId, PoolId};
+use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
 use std::collections::{BTreeMap, BTreeSet};
 
 const IMAGE: ImageId = ImageId(1);
@@ -36,6 +38,8 @@ enum FaultKind {
     Fuse,
     Partition,
     Slow,
+    /// An OSD goes out (its PGs are remapped) or comes back in (rebalance).
+    OutIn,
 }
 
 #[derive(Debug)]
@@ -56,7 +60,7 @@ enum Ev {
         from: OsdId,
         to: OsdId,
         pg: PgId,
-        msg: Bytes,
+        msg: PeerMsg,
         link_seq: u64,
     },
     ClientSend {
@@ -82,6 +86,15 @@ enum Ev {
     MonLeader {
         pg: PgId,
         req: LeaderElectedRequest,
+    },
+    MonFinished {
+        pg: PgId,
+        req: MembershipFinishedRequest,
+    },
+    /// The current map reaches a node.
+    MapTo {
+        node: OsdId,
+        life: u64,
     },
     Fault(FaultKind),
     Restart {
@@ -145,22 +158,7 @@ pub struct RunSummary {
     pub probes: Probes,
     /// A digest of the whole run, for the determinism check.
     pub fingerprint: u64,
-    /// The run stopped early at a path the code does not implement yet (not a failure, not
-    /// clean either): see [`KNOWN_GAPS`].
-    pub known_gap: Option<String>,
 }
-
-/// Paths the simulator reaches that the code under test does not implement yet. A run that
-/// reaches one stops there and is counted apart from clean runs.
-///
-/// - Raft snapshots: a leader that compacted its log past a follower sends raft-rs's
-///   `MsgSnapshot`, which today carries only metadata (`PgStorage::snapshot`): no object data
-///   moves, and `PgReplica` never advances its applied index to the snapshot, so raft-rs
-///   panics on the follower's next campaign ("unexpected error getting unapplied entries ...
-///   Compacted", seed 16294208416658607535), and after a restart the replica silently lacks
-///   the objects written between its applied index and the snapshot. Snapshot transfer is
-///   being built on main; the simulator drives it once it lands.
-pub const KNOWN_GAPS: &[&str] = &["raft snapshot (no object transfer yet)"];
 
 pub struct Cluster {
     pub o: SimOptions,
@@ -171,8 +169,8 @@ pub struct Cluster {
     nodes: BTreeMap<OsdId, Node>,
     mon: MonState,
     pool: PoolId,
-    /// PG → members (static in phase 1).
-    pgs: BTreeMap<PgId, Vec<OsdId>>,
+    /// The map epoch last sent to the nodes.
+    published: Epoch,
     partition: Option<BTreeSet<OsdId>>,
     faults_on: bool,
     faults_end_us: u64,
@@ -191,7 +189,6 @@ pub struct Cluster {
     crashes: u64,
     fingerprint: u64,
     failure: Option<String>,
-    known_gap: Option<String>,
     done: bool,
     trace: bool,
 }
@@ -215,7 +212,9 @@ impl Cluster {
                 .apply_id(&uuid_of(mon.counters.next_osd_id))
                 .map_err(|e| format!("apply id: {e:?}"))?;
             mon.finish(&before);
+            let before = mon.clone();
             boot(&mut mon, id)?;
+            mon.finish(&before);
         }
         let before = mon.clone();
         let pool = mon
@@ -227,16 +226,16 @@ impl Cluster {
             })
             .map_err(|e| format!("create pool: {e:?}"))?;
         mon.finish(&before);
-        let mut pgs = BTreeMap::new();
-        for (seq, info) in &mon.map.pgmaps[&pool.id].pgs {
-            pgs.insert(PgId::new(pool.id, *seq), info.osdlist.clone());
-        }
         let mut nodes = BTreeMap::new();
+        let mut formatted = Vec::new();
         let pg_seed = rng.next_u64();
         for id in mon.map.osds.keys() {
-            let node = Node::format(&o, *id, &pgs, pg_seed ^ u64::from(id.0))?;
+            let mut eff = Effects::default();
+            let node = Node::format(&o, *id, &mon.map, pg_seed ^ u64::from(id.0), &mut eff)?;
             nodes.insert(*id, node);
+            formatted.push((*id, eff));
         }
+        let published = mon.map.epoch;
         let mut c = Cluster {
             rng,
             now: 0,
@@ -245,7 +244,7 @@ impl Cluster {
             nodes,
             mon,
             pool: pool.id,
-            pgs,
+            published,
             partition: None,
             faults_on: true,
             faults_end_us: o.fault_phase_us,
@@ -261,14 +260,12 @@ impl Cluster {
             crashes: 0,
             fingerprint: 0xcbf2_9ce4_8422_2325,
             failure: None,
-            known_gap: None,
             done: false,
             trace,
             o,
         };
-        let ids: Vec<OsdId> = c.nodes.keys().copied().collect();
-        for id in ids {
-            c.on_opened(id);
+        for (id, eff) in formatted {
+            c.dispatch(id, eff);
             c.schedule_timers(id);
         }
         for client in 0..c.o.clients {
@@ -280,6 +277,7 @@ impl Cluster {
             (FaultKind::Fuse, c.o.fuse_every_us),
             (FaultKind::Partition, c.o.partition_every_us),
             (FaultKind::Slow, c.o.slow_every_us),
+            (FaultKind::OutIn, c.o.outin_every_us),
         ] {
             if every > 0 {
                 let at = c.rng.range(0, 2 * every);
@@ -373,7 +371,6 @@ impl Cluster {
             crashes: self.crashes,
             probes: self.probes.clone(),
             fingerprint: self.fingerprint,
-            known_gap: self.known_gap,
         })
     }
 
@@ -414,13 +411,29 @@ impl Cluster {
             }
             Ev::ClientNext { client } => self.next_op(client),
             Ev::MonLeader { pg, req } => {
-                let before = self.mon.clone();
-                if self.mon.leader_elected(pg, &req).is_ok() {
-                    self.mon.finish(&before);
-                } else {
-                    self.mon = before;
+                self.mon_op(|m| {
+                    m.leader_elected(pg, &req)
+                        .map(|_| ())
+                        .map_err(|e| e.message)
+                });
+            }
+            Ev::MonFinished { pg, req } => {
+                let had_target = !self.mon.map.pgmaps[&pg.pool].pgs[&pg.seq]
+                    .newosdlist
+                    .is_empty();
+                let accepted = self.mon_op(|m| {
+                    m.membership_finished(pg, &req)
+                        .map(|_| ())
+                        .map_err(|e| e.message)
+                });
+                let cleared = self.mon.map.pgmaps[&pg.pool].pgs[&pg.seq]
+                    .newosdlist
+                    .is_empty();
+                if accepted && had_target && cleared {
+                    self.probes.hit("member.finished");
                 }
             }
+            Ev::MapTo { node, life } => self.on_map_to(node, life),
             Ev::Fault(kind) => self.on_fault(kind),
             Ev::Restart { node } => self.restart(node),
             Ev::CrashNode { node, life } => {
@@ -448,18 +461,6 @@ impl Cluster {
         self.after(t, Ev::Tick { node: id, life });
         let f = self.rng.range(0, self.o.flush_us);
         self.after(f, Ev::Flush { node: id, life });
-    }
-
-    /// Bookkeeping after a node (re)opened its replicas.
-    fn on_opened(&mut self, id: OsdId) {
-        let opened: Vec<(PgId, u64)> = self.nodes[&id]
-            .run
-            .as_ref()
-            .map(|r| r.opened_applied.iter().map(|(p, a)| (*p, *a)).collect())
-            .unwrap_or_default();
-        for (pg, applied) in opened {
-            self.safety.on_open(id, pg, applied);
-        }
     }
 
     fn step(&mut self, id: OsdId, f: impl FnOnce(&mut Node, &mut Effects)) {
@@ -498,7 +499,8 @@ impl Cluster {
             run.expect("up").tick_missed = true;
             return;
         }
-        self.step(id, |n, eff| n.iterate(Vec::new(), true, eff));
+        let now = self.now;
+        self.step(id, |n, eff| n.iterate(now, Vec::new(), true, eff));
     }
 
     fn on_flush(&mut self, id: OsdId, life: u64) {
@@ -517,7 +519,8 @@ impl Cluster {
             return;
         }
         let leading_before: Vec<PgId> = self.leaders_on(id);
-        self.step(id, |n, eff| n.resume(eff));
+        let now = self.now;
+        self.step(id, |n, eff| n.resume(now, eff));
         let leading_after = self.leaders_on(id);
         if leading_before.iter().any(|pg| !leading_after.contains(pg)) {
             self.probes.hit("slow.leader_deposed");
@@ -560,20 +563,36 @@ impl Cluster {
             run.inbox.push_back(input);
             return;
         }
-        self.step(id, |n, eff| n.iterate(vec![input], false, eff));
+        let now = self.now;
+        self.step(id, |n, eff| n.iterate(now, vec![input], false, eff));
     }
 
     /// Performs what a node step produced.
-    fn dispatch(&mut self, id: OsdId, eff: Effects) {
+    fn dispatch(&mut self, id: OsdId, mut eff: Effects) {
         for n in &eff.notes {
             eprintln!("               osd {id}: {n}");
         }
         for (pg, index) in &eff.snapshots_installed {
             self.safety.on_snapshot(id, *pg, *index);
         }
+        for (pg, applied) in &eff.opened {
+            self.safety.on_open(id, *pg, *applied);
+        }
         for (pg, to, msg) in eff.messages {
             self.send(id, to, pg, msg);
         }
+        for (pg, report) in eff.leader_reports.drain(..) {
+            self.report_leader(id, pg, report);
+        }
+        self.probes.add("snapshot.started", eff.transfers_started);
+        self.probes
+            .add("snapshot.interrupted", eff.transfers_abandoned);
+        self.probes
+            .add("snapshot.dropped_unstaged", eff.snapshots_unstaged);
+        self.probes
+            .add("snapshot.installed", eff.snapshots_installed.len() as u64);
+        self.probes
+            .add("member.pg_removed", eff.removed.len() as u64);
         for (tag, reply) in eff.replies {
             let d = self.client_delay();
             self.after(d, Ev::ClientReply { tag, reply });
@@ -586,11 +605,6 @@ impl Cluster {
             if let Err(m) = self.safety.on_applied(id, e) {
                 self.fail(m);
             }
-        }
-        if eff.snapshots_sent > 0 {
-            self.probes.add("raft.snapshot_sent", eff.snapshots_sent);
-            self.known_gap = Some(format!("{} (sent by osd {id})", KNOWN_GAPS[0]));
-            self.done = true;
         }
         if eff.wal_full {
             self.probes.hit("wal.full");
@@ -638,17 +652,23 @@ impl Cluster {
                 if let Err(m) = self.safety.on_leader(pg, report.term.0, id) {
                     self.fail(m);
                 }
+                if !report.voters_outgoing.is_empty() {
+                    self.probes.hit("member.joint_leader_change");
+                }
                 self.leading.insert((id, pg), report.term.0);
-                let req = LeaderElectedRequest {
+                self.report_leader(id, pg, report);
+            }
+            Event::MembershipFinished(report) => {
+                let req = MembershipFinishedRequest {
                     leader: id,
                     term: report.term,
                     conf_index: report.conf_index,
                     voters: report.voters,
-                    voters_outgoing: report.voters_outgoing,
                 };
                 let d = self.rng.range(MS, 20 * MS);
-                self.after(d, Ev::MonLeader { pg, req });
+                self.after(d, Ev::MonFinished { pg, req });
             }
+            Event::ConfChangeRefused { .. } => self.probes.hit("member.conf_change_refused"),
             Event::LeaderChanged { leader, term } => {
                 if let Some(led) = self.leading.remove(&(id, pg)) {
                     if led == term.0 && leader != Some(id) {
@@ -662,6 +682,76 @@ impl Cluster {
         }
     }
 
+    /// The OSD's leader report to the monitor (after a network delay).
+    fn report_leader(&mut self, id: OsdId, pg: PgId, report: LeaderReport) {
+        let req = LeaderElectedRequest {
+            leader: id,
+            term: report.term,
+            conf_index: report.conf_index,
+            voters: report.voters,
+            voters_outgoing: report.voters_outgoing,
+        };
+        let d = self.rng.range(MS, 20 * MS);
+        self.after(d, Ev::MonLeader { pg, req });
+    }
+
+    // ---- monitor ----
+
+    /// Applies a monitor operation to a copy and keeps it if it succeeded (the monitor
+    /// service persists the copy in one etcd transaction); then publishes a new map.
+    fn mon_op(&mut self, op: impl FnOnce(&mut MonState) -> Result<(), String>) -> bool {
+        let before = self.mon.clone();
+        match op(&mut self.mon) {
+            Ok(()) => {
+                let changed = self.mon.finish(&before);
+                self.publish();
+                changed
+            }
+            Err(_) => {
+                self.mon = before;
+                false
+            }
+        }
+    }
+
+    /// Sends a new map to every running node (each gets it after its own delay; a node that
+    /// is down gets the current map when it restarts).
+    fn publish(&mut self) {
+        if self.mon.map.epoch <= self.published {
+            return;
+        }
+        self.published = self.mon.map.epoch;
+        let ids: Vec<OsdId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let life = self.nodes[&id].incarnation;
+            let d = self.rng.range(MS, 50 * MS);
+            self.after(d, Ev::MapTo { node: id, life });
+        }
+    }
+
+    fn on_map_to(&mut self, id: OsdId, life: u64) {
+        let node = &self.nodes[&id];
+        if node.incarnation != life || !node.is_up() {
+            return;
+        }
+        let map = self.mon.map.clone();
+        self.step(id, |n, eff| n.on_map(&map, eff));
+    }
+
+    /// The PGs of the pool, as the monitor has them.
+    pub fn pg_infos(&self) -> BTreeMap<PgId, PgInfo> {
+        self.mon.map.pgmaps[&self.pool]
+            .pgs
+            .iter()
+            .map(|(seq, info)| (PgId::new(self.pool, *seq), info.clone()))
+            .collect()
+    }
+
+    /// Current members of a PG (the monitor's `osdlist`).
+    pub fn members(&self, pg: PgId) -> Vec<OsdId> {
+        self.mon.map.pgmaps[&pg.pool].pgs[&pg.seq].osdlist.clone()
+    }
+
     // ---- network ----
 
     fn partitioned(&self, a: OsdId, b: OsdId) -> bool {
@@ -670,7 +760,7 @@ impl Cluster {
             .is_some_and(|side| side.contains(&a) != side.contains(&b))
     }
 
-    fn send(&mut self, from: OsdId, to: OsdId, pg: PgId, msg: Bytes) {
+    fn send(&mut self, from: OsdId, to: OsdId, pg: PgId, msg: PeerMsg) {
         if self.partitioned(from, to) {
             self.probes.hit("net.partition_drop");
             return;
@@ -705,7 +795,7 @@ impl Cluster {
         }
     }
 
-    fn on_packet(&mut self, from: OsdId, to: OsdId, pg: PgId, msg: Bytes, link_seq: u64) {
+    fn on_packet(&mut self, from: OsdId, to: OsdId, pg: PgId, msg: PeerMsg, link_seq: u64) {
         if self.partitioned(from, to) {
             self.probes.hit("net.partition_drop");
             return;
@@ -717,7 +807,7 @@ impl Cluster {
             self.probes.hit("net.duplicate");
         }
         *last = (*last).max(link_seq);
-        self.deliver(to, Input::Raft { pg, msg }, None);
+        self.deliver(to, Input::Peer { from, pg, msg }, None);
     }
 
     // ---- faults ----
@@ -731,6 +821,7 @@ impl Cluster {
             FaultKind::Fuse => self.o.fuse_every_us,
             FaultKind::Partition => self.o.partition_every_us,
             FaultKind::Slow => self.o.slow_every_us,
+            FaultKind::OutIn => self.o.outin_every_us,
         };
         let next = self.rng.range(every / 4, every * 2);
         self.after(next, Ev::Fault(kind));
@@ -781,6 +872,7 @@ impl Cluster {
                 let d = self.rng.range(100 * MS, self.o.partition_us_max);
                 self.after(d, Ev::Heal);
             }
+            FaultKind::OutIn => self.out_or_in(&ids),
             FaultKind::Slow => {
                 let id = self.pick_awkward(&ids);
                 let latency = self.rng.range(MS, self.o.slow_commit_us_max);
@@ -805,6 +897,34 @@ impl Cluster {
             }
         }
         self.rng.pick(candidates)
+    }
+
+    /// Marks an out OSD in again (if it is up), or an in OSD out, keeping enough OSDs in for
+    /// placement to find every PG its full size.
+    fn out_or_in(&mut self, ids: &[OsdId]) {
+        let out: Vec<OsdId> = ids
+            .iter()
+            .copied()
+            .filter(|id| !self.mon.map.osds[id].is_in)
+            .collect();
+        let out_max = (self.o.nodes - self.o.replicas) as usize;
+        let bring_in = !out.is_empty() && (out.len() >= out_max || self.rng.chance_pct(50));
+        if bring_in {
+            let id = self.rng.pick(&out);
+            if self.mon_op(|m| m.mark_in(id).map_err(|e| e.message)) {
+                self.probes.hit("member.in_rebalance");
+            }
+        } else if out.len() < out_max {
+            let candidates: Vec<OsdId> = ids
+                .iter()
+                .copied()
+                .filter(|id| self.mon.map.osds[id].is_in)
+                .collect();
+            let id = self.pick_awkward(&candidates);
+            if self.mon_op(|m| m.mark_out(id).map_err(|e| e.message)) {
+                self.probes.hit("member.out_remap");
+            }
+        }
     }
 
     fn crash_and_restart_later(&mut self, id: OsdId) {
@@ -836,19 +956,24 @@ impl Cluster {
             "crash.clean"
         });
         self.leading.retain(|(n, _), _| *n != id);
-        let before = self.mon.clone();
-        if self.mon.mark_down(id).is_ok() {
-            self.mon.finish(&before);
-        }
+        self.mon_op(|m| m.mark_down(id).map_err(|e| e.message));
     }
 
     fn restart(&mut self, id: OsdId) {
         if self.nodes[&id].is_up() {
             return;
         }
-        let pgs = self.pgs.clone();
-        let o = self.o.clone();
-        if let Err(e) = self.nodes.get_mut(&id).expect("known").restart(&o, &pgs) {
+        let map = self.mon.map.clone();
+        let mut eff = Effects {
+            tracing: self.trace,
+            ..Effects::default()
+        };
+        if let Err(e) = self
+            .nodes
+            .get_mut(&id)
+            .expect("known")
+            .restart(&map, &mut eff)
+        {
             self.fail(e);
             return;
         }
@@ -874,11 +999,9 @@ impl Cluster {
         if reapplied {
             self.probes.hit("restart.reapplied");
         }
-        self.on_opened(id);
+        self.dispatch(id, eff);
         self.schedule_timers(id);
-        if let Err(e) = boot(&mut self.mon, id) {
-            self.fail(e);
-        }
+        self.mon_op(|m| boot(m, id));
     }
 
     fn on_faults_end(&mut self) {
@@ -891,6 +1014,20 @@ impl Cluster {
             node.disarm_fuse();
             if !node.is_up() {
                 self.restart(id);
+            }
+        }
+        // Everything back in: remaps are cancelled or rebalanced, and must converge too.
+        let out: Vec<OsdId> = self
+            .mon
+            .map
+            .osds
+            .values()
+            .filter(|o| !o.is_in)
+            .map(|o| o.id)
+            .collect();
+        for id in out {
+            if self.mon_op(|m| m.mark_in(id).map_err(|e| e.message)) {
+                self.probes.hit("member.in_rebalance");
             }
         }
         self.after(250 * MS, Ev::LivenessCheck);
@@ -988,7 +1125,9 @@ impl Cluster {
         match map_leader {
             Some(l) if self.rng.chance_pct(70) => l,
             _ => {
-                let members = self.pgs[&pg].clone();
+                let info = &self.mon.map.pgmaps[&pg.pool].pgs[&pg.seq];
+                let mut members = info.osdlist.clone();
+                members.extend(info.newosdlist.iter().filter(|o| !info.osdlist.contains(o)));
                 self.rng.pick(&members)
             }
         }
@@ -1206,10 +1345,6 @@ impl Cluster {
         c.op.is_none().then_some(c.result.as_ref()).flatten()
     }
 
-    pub fn pgs(&self) -> &BTreeMap<PgId, Vec<OsdId>> {
-        &self.pgs
-    }
-
     pub fn node(&self, id: OsdId) -> &Node {
         &self.nodes[&id]
     }
@@ -1228,7 +1363,7 @@ impl Cluster {
         }
     }
 
-    /// Why the cluster has not converged yet (`None`: it has, as far as indexes go).
+    /// Why the cluster has not converged yet.
     fn not_converged_reason(&self) -> String {
         if let Some((i, c)) = self
             .clients
@@ -1238,17 +1373,26 @@ impl Cluster {
         {
             return format!("client {i} still busy: {:?}", c.op);
         }
-        for (pg, members) in &self.pgs {
-            if let Err(why) = self.pg_settled(*pg, members) {
+        for (pg, info) in self.pg_infos() {
+            if let Err(why) = self.pg_settled(pg, &info) {
                 return why;
             }
         }
         "converged indexes, content not compared yet".into()
     }
 
-    /// Checks that a PG has one leader that every member follows, and every member applied
-    /// everything in the leader's log.
-    fn pg_settled(&self, pg: PgId, members: &[OsdId]) -> Result<(), String> {
+    /// Checks that a PG is active in the monitor's map (a leader reported, no target pending,
+    /// every member up), that its members are exactly the Raft voters, that one leader is
+    /// followed by every member, every member applied everything in the leader's log, and no
+    /// other node still hosts it.
+    fn pg_settled(&self, pg: PgId, info: &PgInfo) -> Result<(), String> {
+        if !info.state.is_active() {
+            return Err(format!(
+                "pg {pg}: state {} in the monitor's map",
+                info.state
+            ));
+        }
+        let members = &info.osdlist;
         let mut leader = None;
         for m in members {
             let node = &self.nodes[m];
@@ -1258,19 +1402,32 @@ impl Cluster {
             if node.is_busy() {
                 return Err(format!("pg {pg}: osd {m} is busy"));
             }
-            let r = &run.pgs[&pg];
+            if run.map_epoch != self.mon.map.epoch {
+                return Err(format!("pg {pg}: osd {m} has not seen the current map"));
+            }
+            let Some(r) = run.pgs.get(&pg) else {
+                return Err(format!("pg {pg}: member osd {m} does not host it"));
+            };
             if r.is_leader() {
                 leader = Some((
                     *m,
                     r.term(),
                     r.commit_index(),
                     r.raw_node().raft.raft_log.last_index(),
+                    r.voters(),
                 ));
             }
         }
-        let Some((l, term, commit, last)) = leader else {
+        let Some((l, term, commit, last, voters)) = leader else {
             return Err(format!("pg {pg}: no leader among {members:?}"));
         };
+        let mut sorted = members.clone();
+        sorted.sort();
+        if voters != sorted {
+            return Err(format!(
+                "pg {pg}: voters {voters:?} of leader osd {l} differ from the map's members {members:?}"
+            ));
+        }
         if commit.0 != last {
             return Err(format!(
                 "pg {pg}: leader osd {l} committed {commit} of {last}"
@@ -1292,6 +1449,16 @@ impl Cluster {
                 ));
             }
         }
+        for (id, node) in &self.nodes {
+            if members.contains(id) {
+                continue;
+            }
+            if let Some(run) = node.run.as_ref() {
+                if run.pgs.contains_key(&pg) || run.store.borrow().pg_log(pg).is_some() {
+                    return Err(format!("pg {pg}: osd {id} is no member but still holds it"));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1301,15 +1468,15 @@ impl Cluster {
         if self.clients.iter().any(|c| !c.stopped || c.op.is_some()) {
             return Ok(false);
         }
-        for (pg, members) in &self.pgs {
-            if self.pg_settled(*pg, members).is_err() {
+        let infos = self.pg_infos();
+        for (pg, info) in &infos {
+            if self.pg_settled(*pg, info).is_err() {
                 return Ok(false);
             }
         }
-        let pgs = self.pgs.clone();
-        for (pg, members) in &pgs {
+        for (pg, info) in &infos {
             let mut first: Option<(OsdId, Content)> = None;
-            for m in members {
+            for m in &info.osdlist {
                 let content = self.replica_content(*m, *pg)?;
                 match &first {
                     None => first = Some((*m, content)),
@@ -1330,7 +1497,7 @@ impl Cluster {
         for block in blocks {
             let object = block / blocks_per_object;
             let pg = object_pg(self.pool, self.o.pg_count, IMAGE, object);
-            let member = self.pgs[&pg][0];
+            let member = infos[&pg].osdlist[0];
             let mut buf = vec![0u8; BLOCK_BYTES];
             let run = self.nodes[&member].run.as_ref().expect("up");
             run.store
@@ -1396,8 +1563,8 @@ fn describe_difference(a: &[(ObjectId, Vec<u8>)], b: &[(ObjectId, Vec<u8>)]) -> 
     "same".into()
 }
 
+/// The monitor's `boot` of a node (the caller finishes the operation).
 fn boot(mon: &mut MonState, id: OsdId) -> Result<(), String> {
-    let before = mon.clone();
     mon.boot(
         id,
         &BootRequest {
@@ -1410,29 +1577,41 @@ fn boot(mon: &mut MonState, id: OsdId) -> Result<(), String> {
             config: String::new(),
         },
     )
-    .map_err(|e| format!("boot osd {id}: {e:?}"))?;
-    mon.finish(&before);
-    Ok(())
+    .map_err(|e| format!("boot osd {id}: {e:?}"))
 }
 
 fn trace_line(ev: &Ev) -> String {
     match ev {
         Ev::Packet {
             from, to, pg, msg, ..
-        } => {
-            use protobuf::Message as _;
-            let m = raft::eraftpb::Message::parse_from_bytes(msg).unwrap_or_default();
-            format!(
-                "packet {from}->{to} pg {pg} {:?} term {} index {} logterm {} commit {} entries {} reject {}",
-                m.get_msg_type(),
-                m.term,
-                m.index,
-                m.log_term,
-                m.commit,
-                m.entries.len(),
-                m.reject
-            )
-        }
+        } => match msg {
+            PeerMsg::Raft(bytes) => {
+                use protobuf::Message as _;
+                let m = raft::eraftpb::Message::parse_from_bytes(bytes).unwrap_or_default();
+                format!(
+                    "packet {from}->{to} pg {pg} {:?} term {} index {} logterm {} commit {} entries {} reject {}",
+                    m.get_msg_type(),
+                    m.term,
+                    m.index,
+                    m.log_term,
+                    m.commit,
+                    m.entries.len(),
+                    m.reject
+                )
+            }
+            PeerMsg::Chunk(c) => format!(
+                "packet {from}->{to} pg {pg} SnapChunk transfer {:#x} seq {} last {} object {} offset {} bytes {}",
+                c.transfer,
+                c.seq,
+                c.last,
+                c.object_index,
+                c.offset,
+                c.data.len()
+            ),
+            PeerMsg::Ack { transfer, seq, ok } => {
+                format!("packet {from}->{to} pg {pg} SnapAck transfer {transfer:#x} seq {seq} ok {ok}")
+            }
+        },
         Ev::ClientSend { node, tag, pg, req } => {
             let what = match req {
                 ClientReq::Write {

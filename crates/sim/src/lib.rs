@@ -11,6 +11,8 @@
 //! - [`options`]: a run's configuration, drawn from its seed (swarm testing).
 //! - [`cluster`]: the world: event queue, network, faults, clients, phases.
 //! - [`node`]: one OSD: replicas + store + the shard loop's driver logic.
+//! - [`hosting`]: which PGs a node hosts, from the cluster map (the OSD's `hosting.rs`).
+//! - [`recovery`]: snapshot transfer between nodes (the OSD's `recovery.rs`).
 //! - [`disk`]: crash points and slow commits on top of the simulated disk.
 //! - [`model`]: stamped blocks and the image model that checks every read.
 //! - [`checker`]: Raft safety asserted along the way.
@@ -28,10 +30,12 @@
 pub mod checker;
 pub mod cluster;
 pub mod disk;
+pub mod hosting;
 pub mod model;
 pub mod node;
 pub mod options;
 pub mod probes;
+pub mod recovery;
 pub mod scenario;
 
 pub use cluster::{Cluster, RunSummary};

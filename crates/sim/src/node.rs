@@ -18,14 +18,15 @@ use crate::disk::{NodeDisk, NodeFile, SharedFaults};
 use crate::options::SimOptions;
 use bytes::Bytes;
 use fastblock_pg::{
-    Apply, ClientOp, Event, ObjectRef, OpId, OpOutcome, Output, PgError, PgReplica,
+    Apply, ClientOp, Event, LeaderReport, ObjectRef, OpId, OpOutcome, Output, PgError, PgReplica,
 };
 use fastblock_store::{
     MkfsOptions, ObjectId, PgStorage, SimDisk, SimFile, SpaceArea, Store, StoreOptions,
 };
-use fastblock_types::{LogIndex, OsdId, PgId};
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{Epoch, ImageId, LogIndex, OsdId, PgId};
 use protobuf::Message as _;
-use raft::eraftpb::{ConfState, Message};
+use raft::eraftpb::Message;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
@@ -74,12 +75,44 @@ pub enum ClientReply {
     Refused(String),
 }
 
+/// One chunk of a snapshot transfer (the wire's `SnapChunk`).
+#[derive(Clone, Debug)]
+pub struct SnapChunk {
+    pub from: OsdId,
+    pub to: OsdId,
+    pub pg: PgId,
+    pub transfer: u64,
+    pub index: u64,
+    pub term: u64,
+    pub seq: u32,
+    pub last: bool,
+    pub image: ImageId,
+    pub object_index: u64,
+    pub offset: u64,
+    pub data: Bytes,
+}
+
+/// What one node sends another.
+#[derive(Clone, Debug)]
+pub enum PeerMsg {
+    /// An encoded Raft message.
+    Raft(Bytes),
+    Chunk(SnapChunk),
+    /// The wire's `SnapAck`.
+    Ack {
+        transfer: u64,
+        seq: u32,
+        ok: bool,
+    },
+}
+
 /// An input to a node's loop.
 #[derive(Clone, Debug)]
 pub enum Input {
-    Raft {
+    Peer {
+        from: OsdId,
         pg: PgId,
-        msg: Bytes,
+        msg: PeerMsg,
     },
     Client {
         tag: ClientTag,
@@ -100,8 +133,8 @@ pub struct AppliedEntry {
 /// What one step of a node produced for the rest of the world.
 #[derive(Debug, Default)]
 pub struct Effects {
-    /// Encoded Raft messages: (pg, to, bytes).
-    pub messages: Vec<(PgId, OsdId, Bytes)>,
+    /// Messages to other nodes: (pg, to, message).
+    pub messages: Vec<(PgId, OsdId, PeerMsg)>,
     pub replies: Vec<(ClientTag, ClientReply)>,
     pub events: Vec<(PgId, Event)>,
     pub applied: Vec<AppliedEntry>,
@@ -111,10 +144,20 @@ pub struct Effects {
     pub failed: Option<String>,
     /// WAL full: everything applied was compacted (probe).
     pub wal_full: bool,
-    /// Raft snapshot messages sent (probe).
-    pub snapshots_sent: u64,
     /// Snapshots persisted by a follower: (pg, index).
     pub snapshots_installed: Vec<(PgId, u64)>,
+    /// Snapshot transfers abandoned (refused, stalled, leadership lost) (probe).
+    pub transfers_abandoned: u64,
+    /// Snapshot transfers started (probe).
+    pub transfers_started: u64,
+    /// `MsgSnapshot`s dropped because their objects were not staged (probe).
+    pub snapshots_unstaged: u64,
+    /// Leader reports for the monitor (the OSD's `report_leader`): elections and re-reports.
+    pub leader_reports: Vec<(PgId, LeaderReport)>,
+    /// Replicas opened, with their applied index (the checker's gapless-apply baseline).
+    pub opened: Vec<(PgId, u64)>,
+    /// PGs whose replica and data this node removed (probe).
+    pub removed: Vec<PgId>,
     /// Trace notes of the step (only collected when `tracing` is set).
     pub tracing: bool,
     pub notes: Vec<String>,
@@ -149,12 +192,19 @@ struct PendingOp {
 struct Continuation {
     persisted: Vec<(PgId, u64)>,
     applies: Vec<(PgId, Vec<Apply>)>,
+    /// `MsgSnapshot`s the replicas handed over (`Output::snapshots`).
+    snapshots: Vec<(PgId, Message)>,
 }
 
 /// The in-memory state of a running node; dropped by a crash.
 pub struct Running {
+    pub me: OsdId,
+    pub cfg: NodeConfig,
     pub store: Rc<RefCell<NodeStore>>,
     pub pgs: BTreeMap<PgId, Replica>,
+    /// The map this node last acted on (`Shard::map`).
+    pub map_epoch: Epoch,
+    pub(crate) recovery: crate::recovery::Recovery,
     ops: BTreeMap<u64, PendingOp>,
     /// Bytes of the writes in `ops` (proposed here, not yet answered).
     pending_mutation_bytes: u64,
@@ -166,9 +216,39 @@ pub struct Running {
     pub inbox: VecDeque<Input>,
     pub tick_missed: bool,
     pub flush_missed: bool,
-    failed: Option<String>,
-    /// Applied index of each replica at open, for the checker's gapless-apply assertion.
-    pub opened_applied: BTreeMap<PgId, u64>,
+    /// A map that arrived while busy: acted on when resuming.
+    pub pending_map: Option<ClusterMap>,
+    pub(crate) failed: Option<String>,
+}
+
+/// A node's settings (the OSD's `ShardSpec` and recovery limits, at simulator scale).
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub pg: fastblock_pg::PgConfig,
+    pub pg_seed: u64,
+    pub log_retain_entries: u64,
+    pub log_lag_max_entries: u64,
+    pub snap_chunk_bytes: u64,
+    pub snap_window_chunks: u32,
+    pub snap_idle_ticks_max: u32,
+    pub recovery_max_active: usize,
+    pub recovery_bytes_per_sec: u64,
+}
+
+impl NodeConfig {
+    pub fn of(o: &SimOptions, pg_seed: u64) -> NodeConfig {
+        NodeConfig {
+            pg: o.pg,
+            pg_seed,
+            log_retain_entries: o.log_retain_entries,
+            log_lag_max_entries: o.log_lag_max_entries,
+            snap_chunk_bytes: o.snap_chunk_bytes,
+            snap_window_chunks: o.snap_window_chunks,
+            snap_idle_ticks_max: o.snap_idle_ticks_max,
+            recovery_max_active: o.recovery_max_active,
+            recovery_bytes_per_sec: o.recovery_bytes_per_sec,
+        }
+    }
 }
 
 /// One simulated OSD, running or crashed; the disk outlives crashes.
@@ -182,8 +262,8 @@ pub struct Node {
     pub run: Option<Running>,
     /// Slow disk: a WAL commit takes this long (None: instant).
     pub slow_commit_us: Option<u64>,
-    pg_seed: u64,
-    log_retain_entries: u64,
+    cfg: NodeConfig,
+    store_options: StoreOptions,
 }
 
 pub fn store_options(o: &SimOptions) -> StoreOptions {
@@ -219,7 +299,25 @@ fn apply_hash(a: &Apply) -> u32 {
         Apply::Noop {
             conf_state: Some(cs),
             ..
-        } => crc32c::crc32c(&cs.write_to_bytes().unwrap_or_default()) | 1,
+        } => {
+            // raft-rs lists members in hash-set order, which differs between replicas with
+            // different histories: compare the sets.
+            let mut crc = 1u32;
+            for list in [
+                &cs.voters,
+                &cs.learners,
+                &cs.voters_outgoing,
+                &cs.learners_next,
+            ] {
+                let mut ids = list.clone();
+                ids.sort_unstable();
+                for id in ids {
+                    crc = crc32c::crc32c_append(crc, &id.to_le_bytes());
+                }
+                crc = crc32c::crc32c_append(crc, &[0xFF]);
+            }
+            crc32c::crc32c_append(crc, &[u8::from(cs.auto_leave)]) | 1
+        }
     }
 }
 
@@ -229,8 +327,9 @@ impl Node {
     pub fn format(
         o: &SimOptions,
         id: OsdId,
-        pgs: &BTreeMap<PgId, Vec<OsdId>>,
+        map: &ClusterMap,
         pg_seed: u64,
+        eff: &mut Effects,
     ) -> Result<Node, String> {
         let disk = SimDisk::new(o.device_bytes);
         let meta = SimFile::new();
@@ -243,17 +342,18 @@ impl Node {
             incarnation: 0,
             run: None,
             slow_commit_us: None,
-            pg_seed,
-            log_retain_entries: o.log_retain_entries,
+            cfg: NodeConfig::of(o, pg_seed),
+            store_options: store_options(o),
         };
         let store = Store::mkfs(
             node.node_disk(),
             node.node_file(),
             &mkfs_options(o, id),
-            store_options(o),
+            node.store_options.clone(),
         )
         .map_err(|e| format!("osd {id}: mkfs: {e}"))?;
-        node.start(o, store, pgs, true)?;
+        node.start(store);
+        node.on_map(map, eff);
         Ok(node)
     }
 
@@ -271,47 +371,15 @@ impl Node {
         }
     }
 
-    /// Hosts the PGs whose members include this node (`hosting.rs` `host_pg`).
-    fn start(
-        &mut self,
-        o: &SimOptions,
-        store: NodeStore,
-        pgs: &BTreeMap<PgId, Vec<OsdId>>,
-        fresh_pgs_may_bootstrap: bool,
-    ) -> Result<(), String> {
-        let me = self.id;
-        let store = Rc::new(RefCell::new(store));
-        let mut replicas = BTreeMap::new();
-        let mut opened_applied = BTreeMap::new();
-        for (pg, members) in pgs {
-            if !members.contains(&me) {
-                continue;
-            }
-            {
-                let mut s = store.borrow_mut();
-                let fresh = s.pg_log(*pg).is_none();
-                if fresh && fresh_pgs_may_bootstrap {
-                    let voters: Vec<u64> = members.iter().map(|m| u64::from(m.0)).collect();
-                    let cs = ConfState::from((voters, vec![]));
-                    s.apply_snapshot(*pg, PG_INIT_INDEX, PG_INIT_TERM, &cs)
-                        .and_then(|_| s.commit().map(|_| ()))
-                        .map_err(|e| format!("osd {me}: bootstrapping pg {pg}: {e}"))?;
-                }
-            }
-            let (first, applied) = {
-                let s = store.borrow();
-                (s.log_bounds(*pg).0, s.applied_index(*pg))
-            };
-            let applied = applied.max(first.saturating_sub(1));
-            let storage = PgStorage::new(store.clone(), *pg);
-            let replica = PgReplica::new(*pg, me, storage, applied, o.pg, self.pg_seed)
-                .map_err(|e| format!("osd {me}: opening pg {pg}: {e}"))?;
-            opened_applied.insert(*pg, applied);
-            replicas.insert(*pg, replica);
-        }
+    /// The OSD's `Shard::open`: the store is open, no PG is hosted until the map arrives.
+    fn start(&mut self, store: NodeStore) {
         self.run = Some(Running {
-            store,
-            pgs: replicas,
+            me: self.id,
+            recovery: crate::recovery::Recovery::new(self.id, self.incarnation, &self.cfg),
+            cfg: self.cfg.clone(),
+            store: Rc::new(RefCell::new(store)),
+            pgs: BTreeMap::new(),
+            map_epoch: Epoch(0),
             ops: BTreeMap::new(),
             pending_mutation_bytes: 0,
             next_op: 1,
@@ -320,10 +388,22 @@ impl Node {
             inbox: VecDeque::new(),
             tick_missed: false,
             flush_missed: false,
+            pending_map: None,
             failed: None,
-            opened_applied,
         });
-        Ok(())
+    }
+
+    /// A new cluster map (`hosting.rs` `Shard::on_map`). Ignored while the loop is stalled
+    /// (the OSD's shard gets it as a command after the stall).
+    pub fn on_map(&mut self, map: &ClusterMap, eff: &mut Effects) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        if run.busy.is_some() {
+            run.pending_map = Some(map.clone());
+            return;
+        }
+        run.on_map(map, eff);
     }
 
     /// Power loss: the in-memory state is gone, the disk keeps what was synced plus a seeded
@@ -344,20 +424,26 @@ impl Node {
         (pending, owed)
     }
 
-    /// Restart after a crash: reopen the store (WAL replay) and the replicas.
-    pub fn restart(
-        &mut self,
-        o: &SimOptions,
-        pgs: &BTreeMap<PgId, Vec<OsdId>>,
-    ) -> Result<(), String> {
+    /// Restart after a crash: reopen the store (WAL replay, interrupted snapshot installs
+    /// finished), then host PGs from the current map.
+    pub fn restart(&mut self, map: &ClusterMap, eff: &mut Effects) -> Result<(), String> {
         assert!(
             self.run.is_none(),
             "osd {} restarted while running",
             self.id
         );
-        let store = Store::open(self.node_disk(), self.node_file(), store_options(o))
-            .map_err(|e| format!("osd {}: reopening the store after a crash: {e}", self.id))?;
-        self.start(o, store, pgs, false)
+        let store = Store::open(
+            self.node_disk(),
+            self.node_file(),
+            self.store_options.clone(),
+        )
+        .map_err(|e| format!("osd {}: reopening the store after a crash: {e}", self.id))?;
+        self.start(store);
+        self.on_map(map, eff);
+        match eff.failed.take() {
+            Some(e) => Err(format!("osd {}: hosting PGs after a restart: {e}", self.id)),
+            None => Ok(()),
+        }
     }
 
     pub fn is_up(&self) -> bool {
@@ -384,7 +470,9 @@ impl Node {
     }
 
     /// One loop iteration with `inputs` (and a tick if due).
-    pub fn iterate(&mut self, inputs: Vec<Input>, tick: bool, eff: &mut Effects) {
+    /// `Shard::iterate` at virtual time `now_us`: inputs, a tick if due, the rounds, then
+    /// snapshot chunks within the recovery limits.
+    pub fn iterate(&mut self, now_us: u64, inputs: Vec<Input>, tick: bool, eff: &mut Effects) {
         let Some(run) = self.run.as_mut() else {
             return;
         };
@@ -397,6 +485,7 @@ impl Node {
             for (pg, replica) in run.pgs.iter_mut() {
                 replica.tick(outs.entry(*pg).or_default());
             }
+            run.tick_recovery(&mut outs, eff);
         }
         run.process(
             self.id,
@@ -405,10 +494,13 @@ impl Node {
             outs,
             eff,
         );
+        if run.busy.is_none() {
+            run.pump_recovery(now_us, eff);
+        }
     }
 
     /// The slow WAL commit completed: finish the suspended round, then drain what queued up.
-    pub fn resume(&mut self, eff: &mut Effects) {
+    pub fn resume(&mut self, now_us: u64, eff: &mut Effects) {
         let slow = self.slow_commit_us.is_some();
         let Some(run) = self.run.as_mut() else {
             return;
@@ -428,12 +520,13 @@ impl Node {
         if run.busy.is_some() || run.failed.is_some() {
             return;
         }
+        if let Some(map) = run.pending_map.take() {
+            run.on_map(&map, eff);
+        }
         let inputs: Vec<Input> = run.inbox.drain(..).collect();
         let tick = std::mem::take(&mut run.tick_missed);
         let flush = std::mem::take(&mut run.flush_missed);
-        if !inputs.is_empty() || tick {
-            self.iterate(inputs, tick, eff);
-        }
+        self.iterate(now_us, inputs, tick, eff);
         if flush {
             self.flush(eff);
         }
@@ -452,7 +545,8 @@ impl Node {
             return;
         }
         run.applied_since_flush = false;
-        if let Err(e) = run.flush_and_compact(self.log_retain_entries, eff) {
+        let retain = run.cfg.log_retain_entries;
+        if let Err(e) = run.flush_and_compact(retain, eff) {
             run.fail(format!("flush: {e}"), eff);
         }
     }
@@ -467,22 +561,42 @@ impl Running {
         eff: &mut Effects,
     ) {
         match input {
-            Input::Raft { pg, msg } => {
-                if self.failed.is_some() {
+            // `requests.rs` `RaftBatch`, `SnapChunk`, `SnapAck` (a failed shard still takes
+            // OSD-to-OSD requests, and drops them).
+            Input::Peer { .. } if self.failed.is_some() => {}
+            Input::Peer {
+                pg,
+                msg: PeerMsg::Raft(msg),
+                ..
+            } => {
+                if !self.pgs.contains_key(&pg) {
                     return;
                 }
-                let Some(replica) = self.pgs.get_mut(&pg) else {
-                    return;
-                };
                 // The OSD's wire path: `parse_from_carllerche_bytes` of the envelope.
                 match Message::parse_from_carllerche_bytes(&msg) {
+                    // Persisting a snapshot installs its objects, so one is stepped only once
+                    // they are all staged here.
+                    Ok(m) if !self.snapshot_ready(pg, &m) => {
+                        eff.snapshots_unstaged += 1;
+                        eff.note(|| format!("pg {pg}: snapshot without staged objects; dropped"));
+                    }
                     Ok(m) => {
                         assert_eq!(m.to, u64::from(me.0), "pg {pg}: message for another osd");
+                        let replica = self.pgs.get_mut(&pg).expect("checked");
                         replica.step(m, outs.entry(pg).or_default());
                     }
                     Err(e) => panic!("pg {pg} osd {me}: undecodable raft message: {e}"),
                 }
             }
+            Input::Peer {
+                msg: PeerMsg::Chunk(chunk),
+                ..
+            } => self.on_snap_chunk(chunk, eff),
+            Input::Peer {
+                from,
+                pg,
+                msg: PeerMsg::Ack { transfer, seq, ok },
+            } => self.on_snap_ack(from, pg, transfer, seq, ok, outs, eff),
             Input::Client { tag, pg, req } => self.handle_client(me, tag, pg, req, outs, eff),
         }
     }
@@ -598,16 +712,21 @@ impl Running {
             assert!(rounds < 10_000, "osd {me}: PG outputs never settle");
             let mut writes = Vec::new();
             let mut applies = Vec::new();
+            let mut snapshots = Vec::new();
             for (pg, out) in outs.iter_mut() {
+                snapshots.extend(out.snapshots.drain(..).map(|m| (*pg, m)));
                 for msg in out.messages.drain(..) {
-                    if msg.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
-                        eff.snapshots_sent += 1;
-                    }
+                    assert_ne!(
+                        msg.get_msg_type(),
+                        raft::eraftpb::MessageType::MsgSnapshot,
+                        "pg {pg}: snapshots go through the driver"
+                    );
                     let to = OsdId(u32::try_from(msg.to).expect("raft ids are osd ids"));
                     let bytes = msg
                         .write_to_bytes()
                         .unwrap_or_else(|e| panic!("pg {pg}: encoding a raft message: {e}"));
-                    eff.messages.push((*pg, to, Bytes::from(bytes)));
+                    eff.messages
+                        .push((*pg, to, PeerMsg::Raft(Bytes::from(bytes))));
                 }
                 for (op, outcome) in out.replies.drain(..) {
                     self.complete(op, outcome, eff);
@@ -632,7 +751,11 @@ impl Running {
             if self.failed.is_some() {
                 return;
             }
-            let cont = Continuation { persisted, applies };
+            let cont = Continuation {
+                persisted,
+                applies,
+                snapshots,
+            };
             if owed {
                 self.busy = Some(cont);
                 eff.commit_started = true;
@@ -649,6 +772,9 @@ impl Running {
         if self.failed.is_some() {
             return next;
         }
+        for (pg, msg) in cont.snapshots {
+            self.on_snapshot_request(pg, msg, &mut next, eff);
+        }
         for (pg, number) in cont.persisted {
             if let Some(r) = self.pgs.get_mut(&pg) {
                 r.on_persisted(number, next.entry(pg).or_default());
@@ -660,6 +786,15 @@ impl Running {
             }
         }
         next
+    }
+
+    /// Pending client operations of `pg`.
+    pub(crate) fn ops_of(&self, pg: PgId) -> Vec<u64> {
+        self.ops
+            .iter()
+            .filter(|(_, p)| p.pg == pg)
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// `Shard::persist`.
@@ -697,6 +832,7 @@ impl Running {
         eff: &mut Effects,
     ) -> fastblock_store::Result<Vec<(PgId, u64)>> {
         let mut persisted = Vec::new();
+        let mut installed = Vec::new();
         let mut store = self.store.borrow_mut();
         let batch_bytes_max = store.superblock().batch_bytes_max;
         let mut needs_commit = false;
@@ -704,17 +840,19 @@ impl Running {
             let mut last = 0;
             for w in list {
                 if let Some(snap) = &w.snapshot {
+                    // Replaces the PG's objects with the staged ones (made durable here, in
+                    // one metadata commit) and restarts its log after the snapshot.
                     let md = snap.get_metadata();
-                    eff.snapshots_installed.push((*pg, md.index));
                     eff.note(|| {
                         format!(
-                            "pg {pg}: persist snapshot index {} term {}",
+                            "pg {pg}: install snapshot index {} term {}",
                             md.index, md.term
                         )
                     });
                     with_room(&mut store, |s| {
-                        s.apply_snapshot(*pg, md.index, md.term, md.get_conf_state())
+                        s.install_snapshot(*pg, md.index, md.term, md.get_conf_state())
                     })?;
+                    installed.push((*pg, md.index));
                     needs_commit = true;
                 }
                 if let (Some(f), Some(l)) = (w.entries.first(), w.entries.last()) {
@@ -734,6 +872,11 @@ impl Running {
         }
         if needs_commit {
             store.commit()?;
+        }
+        drop(store);
+        for (pg, index) in installed {
+            self.snapshot_installed(pg);
+            eff.snapshots_installed.push((pg, index));
         }
         Ok(persisted)
     }
@@ -816,9 +959,17 @@ impl Running {
             let (first, _) = store.log_bounds(*pg);
             let mut target = flushed.saturating_sub(retain);
             if retain > 0 {
+                // A leader keeps what some member still lacks, but at most
+                // `log_lag_max_entries` behind: a member further behind gets a snapshot.
                 if let Some(matched) = replica.min_match_index() {
-                    target = target.min(matched.0);
+                    let floor = flushed.saturating_sub(self.cfg.log_lag_max_entries);
+                    target = target.min(matched.0.max(floor));
                 }
+            }
+            // A snapshot being sent is exact only with the log after its index: keep it,
+            // even when the WAL is full.
+            if let Some(index) = self.recovery.sending_index(*pg) {
+                target = target.min(index);
             }
             if target >= first {
                 eff.note(|| format!("pg {pg}: compact to {target} (flushed applied {flushed})"));
@@ -828,7 +979,7 @@ impl Running {
         Ok(())
     }
 
-    fn fail(&mut self, reason: String, eff: &mut Effects) {
+    pub(crate) fn fail(&mut self, reason: String, eff: &mut Effects) {
         if self.failed.is_some() {
             return;
         }
@@ -837,7 +988,7 @@ impl Running {
     }
 
     /// `Shard::complete`: answer the client.
-    fn complete(&mut self, op: OpId, outcome: OpOutcome, eff: &mut Effects) {
+    pub(crate) fn complete(&mut self, op: OpId, outcome: OpOutcome, eff: &mut Effects) {
         let Some(pending) = self.ops.remove(&op.0) else {
             return;
         };

@@ -52,6 +52,14 @@ pub struct SimOptions {
     pub tick_jitter_pct: u64,
     pub flush_us: u64,
     pub log_retain_entries: u64,
+    /// A member further behind than this is caught up by snapshot (`--log-lag-max-entries`).
+    pub log_lag_max_entries: u64,
+    // ---- snapshot transfer (the OSD's recovery limits, at simulator scale) ----
+    pub snap_chunk_bytes: u64,
+    pub snap_window_chunks: u32,
+    pub snap_idle_ticks_max: u32,
+    pub recovery_max_active: usize,
+    pub recovery_bytes_per_sec: u64,
     // ---- store geometry and tunables ----
     pub device_bytes: u64,
     pub wal_segment_bytes: u64,
@@ -89,6 +97,8 @@ pub struct SimOptions {
     pub fuse_every_us: u64,
     pub partition_every_us: u64,
     pub slow_every_us: u64,
+    /// OSDs going out (PGs remapped, new members caught up by snapshot) and back in.
+    pub outin_every_us: u64,
     pub down_us_max: u64,
     pub partition_us_max: u64,
     pub slow_for_us_max: u64,
@@ -130,19 +140,9 @@ impl SimOptions {
                 0
             }
         };
-        // Log compaction past a lagging follower makes raft-rs send a snapshot, which the code
-        // does not transfer yet (`cluster::KNOWN_GAPS`): until it does, three seeds in four
-        // keep their whole log (a large WAL, no retention limit) and avoid that path.
-        let compaction_pressure = r.chance_pct(25);
-        let (wal_segment_bytes, wal_segments, log_retain_entries) = if compaction_pressure {
-            (
-                r.pick(&[256 << 10, 1 << 20]),
-                r.range(4, 12) as u32,
-                r.pick(&[1, 8, 64, 1024]),
-            )
-        } else {
-            (1 << 20, 12, u64::MAX / 2)
-        };
+        let wal_segment_bytes = r.pick(&[256 << 10, 1 << 20]);
+        let wal_segments = r.range(4, 12) as u32;
+        let log_retain_entries = r.pick(&[1, 8, 64, 1024]);
         let loss_ppm = r.pick(&[0, 0, 1_000, 20_000, 100_000]);
         SimOptions {
             seed,
@@ -154,6 +154,12 @@ impl SimOptions {
             tick_jitter_pct: r.pick(&[0, 5, 10]),
             flush_us: r.pick(&[50 * MS, 200 * MS, 1000 * MS]),
             log_retain_entries,
+            log_lag_max_entries: r.pick(&[16, 256, 65536]),
+            snap_chunk_bytes: r.pick(&[4 << 10, 16 << 10, 128 << 10]),
+            snap_window_chunks: r.pick(&[1, 2, 8]) as u32,
+            snap_idle_ticks_max: r.pick(&[20, 200]) as u32,
+            recovery_max_active: r.pick(&[1, 4]) as usize,
+            recovery_bytes_per_sec: r.pick(&[256 << 10, 64 << 20]),
             device_bytes: 24 << 20,
             wal_segment_bytes,
             wal_segments,
@@ -180,6 +186,11 @@ impl SimOptions {
             fuse_every_us: on(&mut r, 50, 6 * SEC),
             partition_every_us: on(&mut r, 50, 5 * SEC),
             slow_every_us: on(&mut r, 50, 5 * SEC),
+            outin_every_us: if nodes > replicas {
+                on(&mut r, 60, 6 * SEC)
+            } else {
+                0
+            },
             down_us_max: r.pick(&[500 * MS, 5 * SEC, 20 * SEC]),
             partition_us_max: r.pick(&[SEC, 10 * SEC]),
             slow_for_us_max: r.pick(&[SEC, 5 * SEC]),

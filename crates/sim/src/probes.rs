@@ -67,10 +67,6 @@ pub const PROBES: &[(&str, &str)] = &[
         "a leader stepped down without seeing a newer term (check-quorum)",
     ),
     (
-        "raft.snapshot_sent",
-        "a leader sent a Raft snapshot (the log was compacted past a follower)",
-    ),
-    (
         "wal.full",
         "the WAL filled: every applied entry was compacted",
     ),
@@ -98,27 +94,46 @@ pub const PROBES: &[(&str, &str)] = &[
         "model.inflight_write_seen",
         "a read returned a write still in flight",
     ),
-    // Phase 2: membership changes and snapshot transfer (not simulated yet).
+    // Membership changes and snapshot transfer.
     (
         "member.out_remap",
         "an OSD went out and its PGs were remapped",
     ),
     (
         "member.in_rebalance",
-        "an OSD came back in and PGs moved back",
+        "an OSD came back in and PGs moved back or were rebalanced",
     ),
     (
         "member.joint_leader_change",
-        "the leader changed while a PG was in a joint configuration",
+        "a leader was elected while its PG was in a joint configuration",
     ),
-    ("member.finished", "a membership change finished"),
+    (
+        "member.finished",
+        "a membership change finished and the monitor took it",
+    ),
+    (
+        "member.pg_removed",
+        "a node that left a PG removed its replica and data",
+    ),
+    (
+        "member.conf_change_refused",
+        "a committed configuration change was refused by Raft on apply (a stale step)",
+    ),
+    (
+        "snapshot.started",
+        "a leader started streaming a snapshot's objects",
+    ),
     (
         "snapshot.installed",
         "a replica installed a snapshot with object data",
     ),
     (
         "snapshot.interrupted",
-        "a snapshot transfer was interrupted (crash, leader change, partition)",
+        "a snapshot transfer was abandoned (refused, stalled, leadership lost)",
+    ),
+    (
+        "snapshot.dropped_unstaged",
+        "a MsgSnapshot arrived without its objects staged and was dropped",
     ),
 ];
 

@@ -51,6 +51,7 @@ impl Scenario {
         o.fuse_every_us = 0;
         o.partition_every_us = 0;
         o.slow_every_us = 0;
+        o.outin_every_us = 0;
         o.fault_phase_us = u64::MAX / 4;
         adjust(&mut o);
         let trace = std::env::var_os("SIM_TRACE").is_some();
@@ -64,11 +65,11 @@ impl Scenario {
     }
 
     pub fn pg(&self) -> PgId {
-        *self.c.pgs().keys().next().expect("one PG")
+        *self.c.pg_infos().keys().next().expect("one PG")
     }
 
     pub fn members(&self) -> Vec<OsdId> {
-        self.c.pgs()[&self.pg()].clone()
+        self.c.members(self.pg())
     }
 
     /// Runs the simulation for `us` of virtual time.
