@@ -13,8 +13,11 @@ use std::collections::BTreeMap;
 #[derive(Debug, Default)]
 pub struct Safety {
     leaders: BTreeMap<(PgId, u64), OsdId>,
-    /// PG → index → (term, content hash) of the committed entry.
-    committed: BTreeMap<PgId, BTreeMap<u64, (u64, u32)>>,
+    /// PG → index → (term, content hash, result hash) of the committed entry.
+    committed: BTreeMap<PgId, BTreeMap<u64, (u64, u32, u32)>>,
+    /// Entries applied with the same content but another result than elsewhere (a
+    /// configuration change refused on one replica, taken on another).
+    pub results_differ: u64,
     /// (node, PG) → last index applied by the current incarnation.
     last_applied: BTreeMap<(OsdId, PgId), u64>,
     pub entries_checked: u64,
@@ -35,14 +38,23 @@ impl Safety {
         self.last_applied.insert((node, pg), applied);
     }
 
-    /// A replica persisted a snapshot: it applies from the snapshot's index on.
-    pub fn on_snapshot(&mut self, node: OsdId, pg: PgId, index: u64) {
-        self.last_applied.insert((node, pg), index);
-    }
-
     pub fn on_applied(&mut self, node: OsdId, e: &AppliedEntry) -> Result<(), String> {
-        self.entries_checked += 1;
         let pg = e.pg;
+        if e.snapshot {
+            // An installed snapshot: the replica continues after its index, which is beyond
+            // anything it applied (raft-rs restores only snapshots past its commit index).
+            if let Some(last) = self.last_applied.get(&(node, pg)) {
+                if e.index <= *last {
+                    return Err(format!(
+                        "pg {pg} osd {node}: installed a snapshot at {} after applying {last}",
+                        e.index
+                    ));
+                }
+            }
+            self.last_applied.insert((node, pg), e.index);
+            return Ok(());
+        }
+        self.entries_checked += 1;
         if let Some(last) = self.last_applied.get(&(node, pg)) {
             if e.index != last + 1 {
                 return Err(format!(
@@ -61,11 +73,16 @@ impl Safety {
         let log = self.committed.entry(pg).or_default();
         match log.get(&e.index) {
             None => {
-                log.insert(e.index, (e.term, e.hash));
+                log.insert(e.index, (e.term, e.hash, e.result));
                 Ok(())
             }
-            Some(&(term, hash)) if term == e.term && hash == e.hash => Ok(()),
-            Some(&(term, hash)) => Err(format!(
+            Some(&(term, hash, result)) if term == e.term && hash == e.hash => {
+                if result != e.result {
+                    self.results_differ += 1;
+                }
+                Ok(())
+            }
+            Some(&(term, hash, _)) => Err(format!(
                 "state-machine safety: pg {pg} index {}: osd {node} applied term {} hash {:#010x}, \
                  but term {term} hash {hash:#010x} was applied there before",
                 e.index, e.term, e.hash

@@ -124,11 +124,22 @@ impl Running {
 
     /// `hosting.rs` `maybe_report_leader`: a leader whose report the monitor has not recorded
     /// reports again.
+    ///
+    /// Differs from `hosting.rs`, which counts a report as recorded when the map names this
+    /// leader at this term, whatever configuration it recorded: when the monitor cleared or
+    /// changed a PG's target while the leader was already walking the configuration there
+    /// (an OSD came back in and the remap was cancelled), the leader finished the change
+    /// without a target, reported nothing, and the map kept the old members for good: the
+    /// new voter deleted its replica (not a member in the map) while the removed member kept
+    /// its copy. Found by the simulator (seeds 168834178531793517, 11252641923367751158,
+    /// 18423794656484641458). Comparing the configuration index too makes the leader report
+    /// its newer configuration, and the monitor follows it.
     fn maybe_report_leader(&mut self, pg: PgId, info: &PgInfo, eff: &mut Effects) {
         let Some(report) = self.pgs.get(&pg).and_then(|r| r.leader_report()) else {
             return;
         };
-        let recorded = info.leader == Some(self.me) && info.leader_term >= report.term;
+        let recorded = info.leader == Some(self.me)
+            && (info.leader_term, info.conf_index) >= (report.term, report.conf_index);
         if !recorded {
             eff.leader_reports.push((pg, report));
         }

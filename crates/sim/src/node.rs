@@ -27,6 +27,7 @@ use fastblock_types::map::ClusterMap;
 use fastblock_types::{Epoch, ImageId, LogIndex, OsdId, PgId};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
+use raft::GetEntriesContext;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
@@ -121,13 +122,19 @@ pub enum Input {
     },
 }
 
-/// A committed entry a replica applied, for the safety checker.
+/// A committed entry a replica applied, or a snapshot it installed (`snapshot`: the replica
+/// continues after `index`), in the order they happened, for the safety checker.
 #[derive(Clone, Copy, Debug)]
 pub struct AppliedEntry {
     pub pg: PgId,
     pub index: u64,
     pub term: u64,
+    /// The entry's content.
     pub hash: u32,
+    /// What applying it did: the operation, or the configuration it produced (0: none, the
+    /// change was refused).
+    pub result: u32,
+    pub snapshot: bool,
 }
 
 /// What one step of a node produced for the rest of the world.
@@ -205,6 +212,8 @@ pub struct Running {
     /// The map this node last acted on (`Shard::map`).
     pub map_epoch: Epoch,
     pub(crate) recovery: crate::recovery::Recovery,
+    /// Transfers abandoned because the WAL filled, to report to Raft after the round.
+    abandoned_sends: Vec<(PgId, OsdId)>,
     ops: BTreeMap<u64, PendingOp>,
     /// Bytes of the writes in `ops` (proposed here, not yet answered).
     pending_mutation_bytes: u64,
@@ -377,6 +386,7 @@ impl Node {
             me: self.id,
             recovery: crate::recovery::Recovery::new(self.id, self.incarnation, &self.cfg),
             cfg: self.cfg.clone(),
+            abandoned_sends: Vec::new(),
             store: Rc::new(RefCell::new(store)),
             pgs: BTreeMap::new(),
             map_epoch: Epoch(0),
@@ -772,6 +782,11 @@ impl Running {
         if self.failed.is_some() {
             return next;
         }
+        for (pg, to) in std::mem::take(&mut self.abandoned_sends) {
+            if let Some(r) = self.pgs.get_mut(&pg) {
+                r.report_snapshot(to, false, next.entry(pg).or_default());
+            }
+        }
         for (pg, msg) in cont.snapshots {
             self.on_snapshot_request(pg, msg, &mut next, eff);
         }
@@ -813,6 +828,15 @@ impl Running {
         }) = &result
         {
             eff.wal_full = true;
+            // Differs from `core.rs` `persist`: the OSD keeps the log behind a snapshot being
+            // sent even when the WAL is full, so a long transfer (a lost chunk waits for the
+            // idle timeout; a big PG at the rate limit takes minutes) plus writes to the
+            // shard's other PGs fill the WAL and the commit fails: the shard stops. Found by
+            // the simulator (seed 7164261484067460021). Here a full WAL abandons the
+            // transfers first (Raft asks again later, from a newer index).
+            let abandoned = self.recovery.abandon_all();
+            eff.transfers_abandoned += abandoned.len() as u64;
+            self.abandoned_sends.extend(abandoned);
             let compacted = self.flush_and_compact(0, eff);
             result = compacted.and_then(|_| self.persist_once(&writes, eff));
         }
@@ -877,6 +901,14 @@ impl Running {
         for (pg, index) in installed {
             self.snapshot_installed(pg);
             eff.snapshots_installed.push((pg, index));
+            eff.applied.push(AppliedEntry {
+                pg,
+                index,
+                term: 0,
+                hash: 0,
+                result: 0,
+                snapshot: true,
+            });
         }
         Ok(persisted)
     }
@@ -894,17 +926,34 @@ impl Running {
         // `PgStorage`, which borrows it too).
         for (pg, list) in &applies {
             for a in list {
-                let term = self
-                    .pgs
-                    .get(pg)
-                    .map(|r| r.raw_node().raft.raft_log.term(a.index().0))
-                    .and_then(Result::ok)
-                    .unwrap_or(0);
+                let log = self.pgs.get(pg).map(|r| &r.raw_node().raft.raft_log);
+                let index = a.index().0;
+                let term = log.and_then(|l| l.term(index).ok()).unwrap_or(0);
+                // The entry's content: a client operation as decoded, or the raw entry
+                // (empty, or a configuration change: what the leader proposed, whatever
+                // applying it did here).
+                let hash = match a {
+                    Apply::Op { .. } => apply_hash(a),
+                    Apply::Noop { .. } => log
+                        .and_then(|l| {
+                            l.slice(index, index + 1, None, GetEntriesContext::empty(false))
+                                .ok()
+                        })
+                        .and_then(|es| es.into_iter().next())
+                        .map_or(0, |e| {
+                            crc32c::crc32c_append(
+                                crc32c::crc32c(&[e.get_entry_type() as u8]),
+                                &e.data,
+                            )
+                        }),
+                };
                 eff.applied.push(AppliedEntry {
                     pg: *pg,
-                    index: a.index().0,
+                    index,
                     term,
-                    hash: apply_hash(a),
+                    hash,
+                    result: apply_hash(a),
+                    snapshot: false,
                 });
             }
         }
@@ -919,8 +968,16 @@ impl Running {
                         Apply::Op { op, .. } => apply_op(&mut store, *pg, op),
                         Apply::Noop {
                             conf_state: Some(cs),
-                            ..
-                        } => store.set_conf_state(*pg, cs),
+                            index,
+                        } => {
+                            eff.note(|| {
+                                format!(
+                                    "pg {pg}: configuration at {index}: voters {:?} outgoing {:?} learners {:?}",
+                                    cs.voters, cs.voters_outgoing, cs.learners
+                                )
+                            });
+                            store.set_conf_state(*pg, cs)
+                        }
                         Apply::Noop { .. } => Ok(()),
                     };
                     if let Err(e) = r {

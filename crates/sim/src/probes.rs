@@ -32,6 +32,11 @@ pub const PROBES: &[(&str, &str)] = &[
         "a restart re-applied committed entries (the flushed applied index was behind)",
     ),
     (
+        "restart.conf_change_reapplied",
+        "a replica re-applied a configuration change over the newer configuration it had \
+         persisted, with another result than the other replicas (see the design page)",
+    ),
+    (
         "fuse.disk_write",
         "crash point at an unsynced device write (applied data)",
     ),

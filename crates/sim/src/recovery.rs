@@ -60,6 +60,11 @@ impl Recovery {
             .min()
     }
 
+    /// Drops every transfer being sent; returns them so that Raft can be told.
+    pub fn abandon_all(&mut self) -> Vec<(PgId, OsdId)> {
+        std::mem::take(&mut self.sending).into_keys().collect()
+    }
+
     fn refill(&mut self, now_us: u64) {
         let dt_us = now_us.saturating_sub(self.refilled_at_us);
         self.refilled_at_us = now_us;
