@@ -4,6 +4,7 @@
 #   scripts/sim.sh --seed S [--trace]      replay one seed exactly (--trace: every event)
 #   scripts/sim.sh --seeds N [--base B]    N seeds derived from B (default 0): reproducible
 #   scripts/sim.sh --seeds N --random      N fresh seeds (overnight runs); SIM_BASE=B to repeat
+#   add --membership                       OSDs also go out and in (membership changes)
 #
 # Failing seeds are printed first as "SIM FAILED seed=<seed>" with the replay command; the
 # exit status is 1 if any seed failed. Built with the dev profile (debug assertions on; the

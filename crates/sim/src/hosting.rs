@@ -44,6 +44,24 @@ impl Running {
             .collect();
         gone.extend(orphans);
         for pg in gone {
+            if let (Some(r), Some(info)) = (
+                self.pgs.get(&pg),
+                map.pgmaps.get(&pg.pool).and_then(|m| m.pgs.get(&pg.seq)),
+            ) {
+                eff.note(|| {
+                    format!(
+                        "pg {pg}: not in the map's members {:?} / target {:?} (recorded term {} conf {}); replica term {} last {} voters {:?} member {}",
+                        info.osdlist,
+                        info.newosdlist,
+                        info.leader_term,
+                        info.conf_index,
+                        r.term(),
+                        r.raw_node().raft.raft_log.last_index(),
+                        r.voters(),
+                        r.has_member(me)
+                    )
+                });
+            }
             self.remove_pg(pg, eff);
             if self.failed.is_some() {
                 return;

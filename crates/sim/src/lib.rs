@@ -69,14 +69,17 @@ pub struct SimFailure {
     pub virtual_us: u64,
     pub message: String,
     pub options: Box<SimOptions>,
+    /// Run with OSDs going out and in (replay with `--membership`).
+    pub membership: bool,
 }
 
 impl SimFailure {
     /// The report, seed and replay command first.
     pub fn report(&self) -> String {
+        let flag = if self.membership { " --membership" } else { "" };
         format!(
             "SIM FAILED seed={seed}\n\
-             replay: scripts/sim.sh --seed {seed}   (or: cargo run -p fastblock-sim --bin vopr -- --seed {seed} --trace)\n\
+             replay: scripts/sim.sh --seed {seed}{flag}   (or: cargo run -p fastblock-sim --bin vopr -- --seed {seed}{flag} --trace)\n\
              at virtual time {t:.6} s: {msg}\n\
              options: {opts:#?}",
             seed = self.seed,
@@ -119,6 +122,15 @@ pub fn run_seed(seed: u64, trace: bool) -> Result<RunSummary, SimFailure> {
     run_options(SimOptions::from_seed(seed), trace)
 }
 
+/// [`run_seed`] with OSDs going out and in ([`SimOptions::with_membership`]).
+pub fn run_seed_membership(seed: u64, trace: bool) -> Result<RunSummary, SimFailure> {
+    let mut failure = run_options(SimOptions::with_membership(seed), trace);
+    if let Err(f) = &mut failure {
+        f.membership = true;
+    }
+    failure
+}
+
 /// Runs one configuration (tests adjust the options of a seed).
 pub fn run_options(options: SimOptions, trace: bool) -> Result<RunSummary, SimFailure> {
     install_panic_hook();
@@ -134,6 +146,7 @@ pub fn run_options(options: SimOptions, trace: bool) -> Result<RunSummary, SimFa
         virtual_us: VIRTUAL_TIME.with(Cell::get),
         message,
         options: Box::new(options.clone()),
+        membership: false,
     };
     match result {
         Ok(Ok(summary)) => Ok(summary),

@@ -843,7 +843,25 @@ impl Running {
         match result {
             Ok(p) => p,
             Err(e) => {
-                self.fail(format!("WAL commit: {e}"), eff);
+                let logs: Vec<String> = {
+                    let store = self.store.borrow();
+                    store
+                        .pg_ids()
+                        .into_iter()
+                        .map(|pg| {
+                            let (first, last) = store.log_bounds(pg);
+                            let r = self.pgs.get(&pg);
+                            format!(
+                                "pg {pg} log {first}..={last} applied {} flushed {} commit {:?} leader {:?}",
+                                store.applied_index(pg),
+                                store.flushed_applied_index(pg),
+                                r.map(|r| r.commit_index().0),
+                                r.map(|r| r.is_leader())
+                            )
+                        })
+                        .collect()
+                };
+                self.fail(format!("WAL commit: {e} (logs: {})", logs.join("; ")), eff);
                 Vec::new()
             }
         }

@@ -2,15 +2,16 @@
 //!
 //! ```text
 //! vopr --seed S [--trace]        replay one seed (exactly the same run every time)
-//! vopr --seeds N [--base B]      run N seeds derived from B (default: from the clock... no:
-//!                                from B = 0, so two runs of the same command agree)
-//! vopr --random --seeds N        run N seeds derived from a base taken from the environment
-//!                                (SIM_BASE) or the process id, printed first
+//! vopr --seeds N [--base B]      run N seeds derived from B (default 0, so two runs of the
+//!                                same command agree)
+//! vopr --random --seeds N        run N seeds from a fresh base (SIM_BASE, else the clock and
+//!                                the process id), printed first
+//! --membership                   also let OSDs go out and in (membership changes)
 //! ```
 //! Failing seeds are printed first, as `SIM FAILED seed=<seed>` with the replay command; the
 //! exit status is 1 if any seed failed.
 
-use fastblock_sim::{run_seed, seeds_from, Probes};
+use fastblock_sim::{run_seed, run_seed_membership, seeds_from, Probes};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -20,6 +21,7 @@ struct Args {
     base: u64,
     trace: bool,
     stop_on_failure: bool,
+    membership: bool,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -38,6 +40,7 @@ fn parse() -> Result<Args, String> {
         base: 0,
         trace: false,
         stop_on_failure: false,
+        membership: false,
     };
     let mut random = false;
     let mut it = std::env::args().skip(1);
@@ -49,11 +52,12 @@ fn parse() -> Result<Args, String> {
             "--base" => a.base = parse_u64(&value("--base")?)?,
             "--random" => random = true,
             "--trace" => a.trace = true,
+            "--membership" => a.membership = true,
             "--stop-on-failure" => a.stop_on_failure = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: vopr [--seed S [--trace]] [--seeds N] [--base B | --random] \
-                            [--stop-on-failure]"
+                            [--membership] [--stop-on-failure]"
                         .into(),
                 )
             }
@@ -84,8 +88,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let run = |seed: u64, trace: bool| {
+        if args.membership {
+            run_seed_membership(seed, trace)
+        } else {
+            run_seed(seed, trace)
+        }
+    };
     if let Some(seed) = args.seed {
-        return match run_seed(seed, args.trace) {
+        return match run(seed, args.trace) {
             Ok(s) => {
                 println!(
                     "seed {seed}: ok ({} events, {:.1} s virtual, {} writes ({} acked, {} unknown), \
@@ -115,7 +126,7 @@ fn main() -> ExitCode {
     let mut clean = 0u64;
     let mut probes = Probes::default();
     for (i, seed) in seeds_from(args.base, args.seeds).enumerate() {
-        match run_seed(seed, false) {
+        match run(seed, false) {
             Ok(s) => {
                 probes.merge(&s.probes);
                 clean += 1;
@@ -138,7 +149,8 @@ fn main() -> ExitCode {
         }
     }
     for seed in &failed {
-        println!("SIM FAILED seed={seed}  (replay: scripts/sim.sh --seed {seed})");
+        let flag = if args.membership { " --membership" } else { "" };
+        println!("SIM FAILED seed={seed}  (replay: scripts/sim.sh --seed {seed}{flag})");
     }
     println!(
         "vopr: {clean} seeds clean, {} failed, {:.0} s",
