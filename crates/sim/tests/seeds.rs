@@ -6,7 +6,9 @@
 //! Environment: `SIM_SEED=<seed>` runs that one seed; `SIM_SEEDS=<n>` changes the budget
 //! (each of the two tests runs half). Overnight runs use `scripts/sim.sh --seeds N --random`.
 
-use fastblock_sim::{run_seed, seeds_from, Probes, RunSummary, SimFailure};
+use fastblock_sim::{
+    known_open, run_seed, run_seed_membership, seeds_from, Probes, RunSummary, SimFailure,
+};
 
 /// The base every CI run derives its seeds from.
 const CI_BASE: u64 = 0xFA57_B10C_51A0_0001;
@@ -16,7 +18,7 @@ const CI_BASE: u64 = 0xFA57_B10C_51A0_0001;
 /// CPU in all, 320 s of wall time on two cores busy with other builds).
 const CI_SEEDS: u64 = 400;
 
-fn budget() -> Vec<u64> {
+fn budget(default: u64) -> Vec<u64> {
     if let Ok(seed) = std::env::var("SIM_SEED") {
         let seed = seed.trim().parse().expect("SIM_SEED is a u64");
         return vec![seed];
@@ -24,13 +26,15 @@ fn budget() -> Vec<u64> {
     let n = std::env::var("SIM_SEEDS")
         .ok()
         .map(|v| v.trim().parse().expect("SIM_SEEDS is a number"))
-        .unwrap_or(CI_SEEDS);
+        .unwrap_or(default);
     seeds_from(CI_BASE, n).collect()
 }
 
+type Runner = fn(u64, bool) -> Result<RunSummary, SimFailure>;
+
 /// Runs every `part`-th seed of the budget (of `parts`); fails with the failing seeds first.
-fn run_part(part: usize, parts: usize) {
-    let seeds: Vec<u64> = budget()
+fn run_part(run: Runner, default_seeds: u64, part: usize, parts: usize) {
+    let seeds: Vec<u64> = budget(default_seeds)
         .into_iter()
         .enumerate()
         .filter(|(i, _)| i % parts == part)
@@ -40,7 +44,7 @@ fn run_part(part: usize, parts: usize) {
     let mut clean: Vec<RunSummary> = Vec::new();
     let mut probes = Probes::default();
     for seed in &seeds {
-        match run_seed(*seed, false) {
+        match run(*seed, false) {
             Ok(s) => {
                 probes.merge(&s.probes);
                 clean.push(s);
@@ -48,34 +52,53 @@ fn run_part(part: usize, parts: usize) {
             Err(f) => failures.push(f),
         }
     }
-    for f in &failures {
+    let (known, new): (Vec<&SimFailure>, Vec<&SimFailure>) = failures
+        .iter()
+        .partition(|f| known_open(&f.message).is_some());
+    for f in &new {
         eprintln!("SIM FAILED seed={}", f.seed);
+    }
+    for f in &known {
+        eprintln!(
+            "SIM FAILED seed={} (known open bug, not failing CI)",
+            f.seed
+        );
     }
     for f in &failures {
         eprintln!("\n{}", f.report());
     }
     println!(
-        "part {part}/{parts}: {} seeds: {} clean, {} failed",
+        "part {part}/{parts}: {} seeds: {} clean, {} failed on known open bugs, {} failed",
         seeds.len(),
         clean.len(),
-        failures.len()
+        known.len(),
+        new.len()
     );
     println!("probes:\n{probes}");
     assert!(
-        failures.is_empty(),
+        new.is_empty(),
         "simulator seeds failed: {:?} (replay one with scripts/sim.sh --seed <seed>)",
-        failures.iter().map(|f| f.seed).collect::<Vec<_>>()
+        new.iter().map(|f| f.seed).collect::<Vec<_>>()
     );
 }
 
 #[test]
 fn seed_budget_first_half() {
-    run_part(0, 2);
+    run_part(run_seed, CI_SEEDS, 0, 2);
 }
 
 #[test]
 fn seed_budget_second_half() {
-    run_part(1, 2);
+    run_part(run_seed, CI_SEEDS, 1, 2);
+}
+
+/// OSDs going out and coming back in as well (membership changes, snapshot catch-up of new
+/// members). Not in the CI budget while the failures it finds are open (the "Open" table of
+/// `docs/design/simulator.md`): `cargo test -p fastblock-sim -- --ignored`.
+#[test]
+#[ignore = "finds open membership bugs (docs/design/simulator.md)"]
+fn membership_seed_budget() {
+    run_part(run_seed_membership, 100, 0, 1);
 }
 
 /// Goal: the same seed reproduces the same run exactly. Method: run two seeds twice each

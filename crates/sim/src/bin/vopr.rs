@@ -11,7 +11,7 @@
 //! Failing seeds are printed first, as `SIM FAILED seed=<seed>` with the replay command; the
 //! exit status is 1 if any seed failed.
 
-use fastblock_sim::{run_seed, run_seed_membership, seeds_from, Probes};
+use fastblock_sim::{known_open, run_seed, run_seed_membership, seeds_from, Probes};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -133,7 +133,7 @@ fn main() -> ExitCode {
             }
             Err(f) => {
                 eprintln!("{}\n", f.report());
-                failed.push(seed);
+                failed.push((seed, known_open(&f.message).is_some()));
                 if args.stop_on_failure {
                     break;
                 }
@@ -148,9 +148,10 @@ fn main() -> ExitCode {
             );
         }
     }
-    for seed in &failed {
-        let flag = if args.membership { " --membership" } else { "" };
-        println!("SIM FAILED seed={seed}  (replay: scripts/sim.sh --seed {seed}{flag})");
+    let flag = if args.membership { " --membership" } else { "" };
+    for (seed, known) in &failed {
+        let known = if *known { "  [known open bug]" } else { "" };
+        println!("SIM FAILED seed={seed}  (replay: scripts/sim.sh --seed {seed}{flag}){known}");
     }
     println!(
         "vopr: {clean} seeds clean, {} failed, {:.0} s",
