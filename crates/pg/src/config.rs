@@ -6,8 +6,8 @@ pub struct PgConfig {
     /// A leader sends heartbeats every this many ticks.
     pub heartbeat_ticks: usize,
     /// Followers campaign after a random timeout in `[election_ticks, 2 * election_ticks)`;
-    /// leaders step down after `election_ticks` without hearing from a quorum (check-quorum),
-    /// which is also what bounds the read lease.
+    /// leaders step down after `election_ticks` without hearing from a quorum (check-quorum).
+    /// Reads do not rely on it: each read index is confirmed by a heartbeat round.
     pub election_ticks: usize,
     /// Bytes of entries per append message.
     pub append_bytes_max: u64,

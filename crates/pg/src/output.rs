@@ -29,8 +29,8 @@ pub enum PgError {
 pub enum OpOutcome {
     /// The write is committed on a majority and applied here.
     Applied,
-    /// The read may now be served from the applied state (the lease held and everything
-    /// committed before the read started is applied).
+    /// The read may now be served from the applied state (a quorum confirmed the leadership
+    /// after the read started, and everything committed before it started is applied).
     ReadReady,
     Failed(PgError),
 }

@@ -41,6 +41,9 @@ pub struct PgReplica<S: Storage> {
     proposals: VecDeque<(u64, u64, OpId)>,
     /// Operations whose outcome is known, released once `applied` reaches their index.
     completed: VecDeque<(u64, OpId, OpOutcome)>,
+    /// Reads that reached a leader before it committed an entry of its term: raft-rs drops
+    /// read-index requests until then, so they are held here and asked for afterwards.
+    reads_deferred: VecDeque<OpId>,
     /// Reads waiting for their read index from Raft.
     reads_waiting: VecDeque<OpId>,
     /// Reads with a read index, released once `applied` reaches it.
@@ -113,7 +116,14 @@ impl<S: Storage> PgReplica<S> {
             max_inflight_msgs: config.inflight_appends_max,
             check_quorum: true,
             pre_vote: true,
-            read_only_option: ReadOnlyOption::LeaseBased,
+            // Every read index is confirmed by a quorum's heartbeat responses. raft-rs's
+            // LeaseBased option trusts check-quorum instead, which is no lease: a leader checks
+            // its quorum only every `election_ticks`, so after it is cut off it keeps serving
+            // for up to twice the election timeout, while the others may elect a new leader
+            // after one timeout and acknowledge writes the old one never sees (a stale read;
+            // found by the simulator, tests/scenarios.rs `isolated_leader_serves_no_stale_read`).
+            // A stalled loop (a slow fdatasync) stretches that window further.
+            read_only_option: ReadOnlyOption::Safe,
             ..Default::default()
         };
         raft_config.validate()?;
@@ -140,6 +150,7 @@ impl<S: Storage> PgReplica<S> {
             rng: SplitMix64::new(seed ^ mix.wrapping_mul(0x2545_F491_4F6C_DD1D)),
             proposals: VecDeque::new(),
             completed: VecDeque::new(),
+            reads_deferred: VecDeque::new(),
             reads_waiting: VecDeque::new(),
             reads_indexed: VecDeque::new(),
             held: VecDeque::new(),
@@ -218,7 +229,10 @@ impl<S: Storage> PgReplica<S> {
     }
 
     pub fn pending_ops(&self) -> usize {
-        self.proposals.len() + self.reads_waiting.len() + self.reads_indexed.len()
+        self.proposals.len()
+            + self.reads_deferred.len()
+            + self.reads_waiting.len()
+            + self.reads_indexed.len()
     }
 
     pub fn raw_node(&self) -> &RawNode<OverlayStorage<S>> {
@@ -472,16 +486,32 @@ impl<S: Storage> PgReplica<S> {
         self.after_input(out);
     }
 
-    /// Asks to read. `OpOutcome::ReadReady` arrives when the leader's lease holds and
-    /// everything committed before this call is applied; the driver then reads the object
-    /// store directly.
+    /// Asks to read. `OpOutcome::ReadReady` arrives when a quorum has confirmed this replica
+    /// still leads (a heartbeat round) and everything committed before this call is applied;
+    /// the driver then reads the object store directly.
     pub fn read(&mut self, op: OpId, out: &mut Output) {
         if self.refuse(op, out) {
             return;
         }
-        self.node.read_index(op.0.to_le_bytes().to_vec());
-        self.reads_waiting.push_back(op);
+        self.reads_deferred.push_back(op);
         self.after_input(out);
+    }
+
+    /// Asks Raft for the read index of deferred reads once this leader has committed an entry
+    /// of its term (before that, raft-rs drops the request without an answer). Returns whether
+    /// it asked.
+    fn maybe_issue_reads(&mut self) -> bool {
+        if self.reads_deferred.is_empty()
+            || !self.is_leader()
+            || !self.node.raft.commit_to_current_term()
+        {
+            return false;
+        }
+        while let Some(op) = self.reads_deferred.pop_front() {
+            self.node.read_index(op.0.to_le_bytes().to_vec());
+            self.reads_waiting.push_back(op);
+        }
+        true
     }
 
     /// Log writes up to `ready_number` are durable.
@@ -546,8 +576,13 @@ impl<S: Storage> PgReplica<S> {
 
     /// Collects everything Raft wants done, and reacts to role changes.
     fn after_input(&mut self, out: &mut Output) {
-        while self.failed.is_none() && self.node.has_ready() {
-            self.handle_ready(out);
+        loop {
+            while self.failed.is_none() && self.node.has_ready() {
+                self.handle_ready(out);
+            }
+            if self.failed.is_some() || !self.maybe_issue_reads() {
+                break;
+            }
         }
         self.release_applied(out);
         self.observe(out);
@@ -571,7 +606,14 @@ impl<S: Storage> PgReplica<S> {
         self.handle_committed(committed, out);
         let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
         if let Some(snap) = &snapshot {
-            self.snapshot_pending = Some((number, snap.get_metadata().index));
+            let index = snap.get_metadata().index;
+            self.snapshot_pending = Some((number, index));
+            // Committed entries handed out earlier in this output, not applied yet, are
+            // covered by the snapshot, whose objects replace the PG's when the driver
+            // persists this ready, which it does before it applies: applied afterwards they
+            // would roll those blocks back to older values (found by the simulator, seed
+            // 3575269817622548287).
+            out.apply.retain(|a| a.index().0 > index);
         }
         let write = LogWrite {
             ready_number: number,
@@ -717,7 +759,11 @@ impl<S: Storage> PgReplica<S> {
             for (_, _, op) in self.proposals.drain(..) {
                 out.replies.push((op, OpOutcome::Failed(PgError::Dropped)));
             }
-            for op in self.reads_waiting.drain(..) {
+            for op in self
+                .reads_deferred
+                .drain(..)
+                .chain(self.reads_waiting.drain(..))
+            {
                 out.replies
                     .push((op, OpOutcome::Failed(PgError::NotLeader { leader: hint })));
             }

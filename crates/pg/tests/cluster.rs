@@ -1,7 +1,7 @@
 //! Three PG replicas driven in one thread with a seeded network, exactly as the OSD drives
 //! them (persist log writes, then `on_persisted`; apply, then `on_applied`), checking Raft's
 //! promises: one leader per term, acknowledged writes applied identically on every replica,
-//! reads only where the lease holds, deterministic runs for a seed.
+//! reads only at a leader a quorum confirms, deterministic runs for a seed.
 
 use bytes::Bytes;
 use fastblock_pg::rng::SplitMix64;
@@ -179,6 +179,20 @@ impl Cluster {
             self.nodes.get_mut(&to).unwrap().replica.step(msg, &mut out);
             self.drive(to, out);
         }
+    }
+
+    /// Delivers the oldest queued message (if its link is up).
+    fn deliver_one(&mut self) {
+        let Some(msg) = self.network.pop_front() else {
+            return;
+        };
+        if self.cut.contains(&(msg.from, msg.to)) || !self.nodes[&msg.to].up {
+            return;
+        }
+        let to = msg.to;
+        let mut out = Output::default();
+        self.nodes.get_mut(&to).unwrap().replica.step(msg, &mut out);
+        self.drive(to, out);
     }
 
     fn run_ticks(&mut self, n: usize) {
@@ -434,6 +448,37 @@ fn many_proposals_before_persisting_like_an_osd_iteration() {
             "op {i}"
         );
     }
+}
+
+/// Goal: a read that reaches a new leader before it has committed an entry of its term is
+/// answered. raft-rs drops such read-index requests without a reply; the replica used to wait
+/// for them forever, and with `pending_ops_max` of them every later operation got `Busy`
+/// (found by the simulator: seed 6076044120937412545). Method: elect node 1, stop delivering
+/// the moment it leads, read, then let the cluster run.
+#[test]
+fn read_right_after_election_is_answered() {
+    let mut c = Cluster::new(13);
+    let mut out = Output::default();
+    c.nodes.get_mut(&1).unwrap().replica.campaign(&mut out);
+    c.drive(1, out);
+    let mut steps = 0;
+    while !c.nodes[&1].replica.is_leader() {
+        steps += 1;
+        assert!(steps < 100, "node 1 never became leader");
+        c.deliver_one();
+    }
+    assert!(
+        !c.nodes[&1].replica.raw_node().raft.commit_to_current_term(),
+        "the new leader has not committed in its term yet"
+    );
+    c.read(1, OpId(1));
+    assert_eq!(
+        c.outcome(OpId(1)),
+        None,
+        "held until the term's first commit"
+    );
+    c.run_ticks(2);
+    assert_eq!(c.outcome(OpId(1)), Some(&OpOutcome::ReadReady));
 }
 
 /// Adds an empty node that knows no configuration yet (a new member).

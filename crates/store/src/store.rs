@@ -185,6 +185,7 @@ impl<D: Disk> Store<D> {
             data_with_commit: options.data_with_commit,
         };
         store.finish_snapshot_installs()?;
+        store.finish_pg_removals()?;
         Ok(store)
     }
 
@@ -206,6 +207,28 @@ impl<D: Disk> Store<D> {
             self.wal.commit(&mut self.disk, &[])?;
         }
         Ok(())
+    }
+
+    /// A PG removal commits its WAL record first and the metadata (objects, applied index) at
+    /// the flush after it; a crash in between leaves metadata of a PG the log no longer knows,
+    /// which is removed here. Otherwise a PG hosted here again later starts with an empty log
+    /// and that stale applied index, and raft-rs panics (found by the simulator, seed
+    /// 13976630064239420130).
+    fn finish_pg_removals(&mut self) -> Result<()> {
+        let stale: Vec<PgId> = self
+            .objects
+            .pgs_with_state()
+            .into_iter()
+            .filter(|pg| self.wal.pg(*pg).is_none())
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        for pg in stale {
+            tracing::warn!(%pg, "finishing an interrupted PG removal");
+            self.objects.delete_pg(pg)?;
+        }
+        self.flush_inner()
     }
 
     /// Runs `f` unless the engine has failed; a fatal error from `f` fails the engine.
@@ -500,6 +523,13 @@ impl<D: Disk> Store<D> {
     }
 
     fn flush_inner(&mut self) -> Result<()> {
+        // Applying queues WAL records too (the configuration of an applied membership
+        // change): they must be durable before the applied index that covers them is, or a
+        // crash leaves the entry applied with the old configuration (found by the simulator,
+        // seed 16774686455695070254: a replica refused a later change the others accepted).
+        if self.wal.pending_bytes() > 0 {
+            self.wal.commit(&mut self.disk, &[])?;
+        }
         let lsn = self.wal.durable_lsn();
         self.objects.flush(&mut self.disk, lsn)
     }

@@ -112,6 +112,10 @@ fn log_shorter_than_the_flushed_point_is_reported() {
 #[test]
 fn flipped_bit_in_an_object_block_is_a_checksum_error() {
     let (disk, meta, mut s) = new_sim(DEVICE_BYTES);
+    // A PG with objects has a log (objects of a PG the log does not know are the remains of
+    // an interrupted removal, cleaned up at open).
+    s.append_entries(pg(0), &[entry(1, 1, 10)]).unwrap();
+    s.commit().unwrap();
     s.write_object(pg(0), obj(0), 0, &pattern(1, 8192)).unwrap();
     s.flush().unwrap();
     let data_offset = s.superblock().data_offset_bytes;

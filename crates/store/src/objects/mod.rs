@@ -503,6 +503,17 @@ impl Objects {
             .collect()
     }
 
+    /// PGs with an applied index or objects here.
+    pub fn pgs_with_state(&self) -> Vec<PgId> {
+        let mut pgs: std::collections::BTreeSet<PgId> = self.applied.keys().copied().collect();
+        pgs.extend(
+            self.objects
+                .keys()
+                .map(|k| crate::wal::record::pg_from_u64(k.0)),
+        );
+        pgs.into_iter().collect()
+    }
+
     /// Deletes every object of the PG and forgets its applied index.
     pub fn delete_pg(&mut self, pg: PgId) -> Result<()> {
         for o in self.list(pg)? {

@@ -1,0 +1,194 @@
+//! A node's device and metadata file: the store's [`SimDisk`] and [`SimFile`] (which keep a
+//! "written" and a "durable" image and crash by dropping or tearing unsynced writes) behind
+//! thin wrappers that add the simulator's two disk faults.
+//!
+//! - **Crash fuse**: armed with a count of I/O calls; the call that blows it performs its
+//!   writes unsynced and fails, and every later call fails. The store fail-stops, and the
+//!   simulator crashes the node at once, so a crash can land between any two I/Os of a WAL
+//!   commit, a flush or a redb transaction.
+//! - **Slow commit**: while `defer_syncs` is set (the driver sets it around its WAL commits
+//!   on a slow node), a sync request writes its data unsynced and leaves the sync owed; the
+//!   driver keeps the node busy until the simulated fdatasync completes, then calls
+//!   [`NodeDisk::complete_sync`]. A crash in between tears the commit at sector granularity:
+//!   the torn WAL tail the store's recovery must cut. A second sync request while one is owed
+//!   first completes the owed one, so writes are never reordered across a sync barrier (a real
+//!   disk cannot do that either).
+//!
+//! Both wrappers share one [`DiskFaults`]; redb requires its backend to be `Send + Sync`, hence
+//! the `Arc<Mutex<_>>` (there are no threads).
+
+use fastblock_store::disk::{ReadOp, WriteOp};
+use fastblock_store::{Disk, SimDisk, SimFile};
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fuse {
+    Intact,
+    /// This call is the crash point.
+    BlowsNow,
+    /// An earlier call was.
+    Blown,
+}
+
+#[derive(Debug, Default)]
+pub struct DiskFaults {
+    /// I/O calls left before the crash point; `Some(0)` blows on the next call.
+    pub fuse: Option<u64>,
+    /// The fuse blew: every call fails until the node is crashed and reopened.
+    pub blown: bool,
+    /// Where the fuse blew (for probes): "disk read", "disk write", "meta write", ...
+    pub blown_at: Option<&'static str>,
+    pub defer_syncs: bool,
+    pub sync_owed: bool,
+}
+
+pub type SharedFaults = Arc<Mutex<DiskFaults>>;
+
+fn lock(f: &SharedFaults) -> MutexGuard<'_, DiskFaults> {
+    f.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn crash_point() -> io::Error {
+    io::Error::other("simulated crash point")
+}
+
+impl DiskFaults {
+    /// Counts one I/O call; true if this call is the crash point (or after it).
+    fn fuse_blows(&mut self, what: &'static str) -> bool {
+        self.fuse_state(what) != Fuse::Intact
+    }
+
+    fn fuse_state(&mut self, what: &'static str) -> Fuse {
+        if self.blown {
+            return Fuse::Blown;
+        }
+        match self.fuse.as_mut() {
+            Some(0) => {
+                self.blown = true;
+                self.blown_at = Some(what);
+                self.fuse = None;
+                Fuse::BlowsNow
+            }
+            Some(n) => {
+                *n -= 1;
+                Fuse::Intact
+            }
+            None => Fuse::Intact,
+        }
+    }
+}
+
+/// The device of a node.
+#[derive(Clone, Debug)]
+pub struct NodeDisk {
+    pub inner: SimDisk,
+    pub faults: SharedFaults,
+}
+
+impl NodeDisk {
+    /// The simulated fdatasync of a slow commit completed: the owed sync happens now.
+    pub fn complete_sync(&mut self) -> io::Result<()> {
+        let owed = std::mem::take(&mut lock(&self.faults).sync_owed);
+        if owed {
+            self.inner.sync()?;
+        }
+        Ok(())
+    }
+}
+
+impl Disk for NodeDisk {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+
+    fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {
+        if lock(&self.faults).fuse_blows("disk read") {
+            return Err(crash_point());
+        }
+        self.inner.read_many(reads)
+    }
+
+    fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> io::Result<()> {
+        let mut f = lock(&self.faults);
+        match f.fuse_state(if sync { "disk sync" } else { "disk write" }) {
+            Fuse::Intact => {}
+            Fuse::Blown => return Err(crash_point()),
+            Fuse::BlowsNow => {
+                // The crash lands while these writes are in flight: they reach the device
+                // unsynced, so the crash keeps, drops or tears each of them.
+                drop(f);
+                self.inner.write_many(writes, false)?;
+                return Err(crash_point());
+            }
+        }
+        if sync && f.defer_syncs {
+            let owed = f.sync_owed;
+            f.sync_owed = true;
+            drop(f);
+            if owed {
+                self.inner.sync()?;
+            }
+            return self.inner.write_many(writes, false);
+        }
+        if sync {
+            f.sync_owed = false;
+        }
+        drop(f);
+        self.inner.write_many(writes, sync)
+    }
+
+    fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        if lock(&self.faults).fuse_blows("disk discard") {
+            return Err(crash_point());
+        }
+        self.inner.discard(offset_bytes, len_bytes)
+    }
+}
+
+/// The metadata file (redb's backend) of a node.
+#[derive(Clone, Debug)]
+pub struct NodeFile {
+    pub inner: SimFile,
+    pub faults: SharedFaults,
+}
+
+impl redb::StorageBackend for NodeFile {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+
+    fn read(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        if lock(&self.faults).fuse_blows("meta read") {
+            return Err(crash_point());
+        }
+        self.inner.read(offset, len)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        if lock(&self.faults).fuse_blows("meta set_len") {
+            return Err(crash_point());
+        }
+        self.inner.set_len(len)
+    }
+
+    fn sync_data(&self, eventual: bool) -> io::Result<()> {
+        if lock(&self.faults).fuse_blows("meta sync") {
+            return Err(crash_point());
+        }
+        self.inner.sync_data(eventual)
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        match lock(&self.faults).fuse_state("meta write") {
+            Fuse::Intact => {}
+            Fuse::Blown => return Err(crash_point()),
+            Fuse::BlowsNow => {
+                // In flight at the crash: unsynced, kept, dropped or torn by the crash.
+                self.inner.write(offset, data)?;
+                return Err(crash_point());
+            }
+        }
+        self.inner.write(offset, data)
+    }
+}

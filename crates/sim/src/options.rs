@@ -1,0 +1,215 @@
+//! Everything a run is made of, drawn from its seed ("swarm testing": each seed turns faults
+//! on or off and picks their rates, and picks extreme but legal knob values), printed in full
+//! when a run fails so that the failing configuration can be read, not just replayed.
+
+use fastblock_pg::PgConfig;
+use fastblock_types::rng::SplitMix64;
+
+/// Small helpers over the one PRNG.
+pub trait RngExt {
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64;
+    /// True with probability `ppm` / 1,000,000.
+    fn chance_ppm(&mut self, ppm: u64) -> bool;
+    /// True with probability `pct` / 100.
+    fn chance_pct(&mut self, pct: u64) -> bool {
+        self.chance_ppm(pct * 10_000)
+    }
+    /// One of `items` (non-empty).
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T;
+}
+
+impl RngExt for SplitMix64 {
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        assert!(lo <= hi, "range {lo}..={hi}");
+        lo + self.below(hi - lo + 1)
+    }
+
+    fn chance_ppm(&mut self, ppm: u64) -> bool {
+        ppm > 0 && self.below(1_000_000) < ppm
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+pub const MS: u64 = 1_000;
+pub const SEC: u64 = 1_000_000;
+
+/// One run's configuration. Times are virtual microseconds (`_us`).
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    pub seed: u64,
+    // ---- cluster ----
+    pub nodes: u32,
+    pub replicas: u32,
+    pub pg_count: u32,
+    pub pg: PgConfig,
+    pub tick_us: u64,
+    /// Each tick of each node lands up to this many percent early or late (clock jitter, not
+    /// drift: the mean rate is the same on every node, as raft-rs's lease assumes).
+    pub tick_jitter_pct: u64,
+    pub flush_us: u64,
+    pub log_retain_entries: u64,
+    /// A member further behind than this is caught up by snapshot (`--log-lag-max-entries`).
+    pub log_lag_max_entries: u64,
+    // ---- snapshot transfer (the OSD's recovery limits, at simulator scale) ----
+    pub snap_chunk_bytes: u64,
+    pub snap_window_chunks: u32,
+    pub snap_idle_ticks_max: u32,
+    pub recovery_max_active: usize,
+    pub recovery_bytes_per_sec: u64,
+    // ---- store geometry and tunables ----
+    pub device_bytes: u64,
+    pub wal_segment_bytes: u64,
+    pub wal_segments: u32,
+    pub wal_batch_bytes_max: u64,
+    pub entry_cache_bytes_per_pg: u64,
+    pub stage_bytes_max: usize,
+    // ---- workload ----
+    pub clients: u32,
+    pub objects: u64,
+    pub object_bytes: u64,
+    pub write_blocks_max: u64,
+    /// When non-zero, most operations go to this many blocks of the first two objects.
+    pub hot_blocks: u64,
+    pub read_pct: u64,
+    /// Client 0 only reads (it keeps reading at a leader it believes in while the writers
+    /// move on, which is how stale reads show).
+    pub reader_client: bool,
+    pub think_us_max: u64,
+    /// A client gives up on an attempt without a reply after this long and retries elsewhere.
+    pub attempt_timeout_us: u64,
+    /// A client gives up on an operation after this long (the outcome of a write is then
+    /// unknown); in the liveness phase giving up is a failure.
+    pub op_deadline_us: u64,
+    // ---- network ----
+    pub delay_us_min: u64,
+    pub delay_us_max: u64,
+    pub loss_ppm: u64,
+    pub dup_ppm: u64,
+    /// Chance that a message is held back much longer than usual (reordering).
+    pub spike_ppm: u64,
+    pub spike_us_max: u64,
+    // ---- faults: mean time between faults of each kind, 0 = off ----
+    pub crash_every_us: u64,
+    pub fuse_every_us: u64,
+    pub partition_every_us: u64,
+    pub slow_every_us: u64,
+    /// OSDs going out (PGs remapped, new members caught up by snapshot) and back in.
+    pub outin_every_us: u64,
+    pub down_us_max: u64,
+    pub partition_us_max: u64,
+    pub slow_for_us_max: u64,
+    pub slow_commit_us_max: u64,
+    /// Most nodes down at once (crashes only; disks are kept, so any number is survivable).
+    pub down_max: u32,
+    // ---- phases ----
+    pub fault_phase_us: u64,
+    /// After the faults stop, clients keep working this long, then stop.
+    pub liveness_work_us: u64,
+    /// Every PG must be active with identical replicas within this long after the faults stop.
+    pub liveness_bound_us: u64,
+}
+
+impl SimOptions {
+    /// The configuration of `seed`, without OSDs going out and in (see
+    /// [`SimOptions::with_membership`]).
+    pub fn from_seed(seed: u64) -> SimOptions {
+        let mut o = Self::with_membership(seed);
+        o.outin_every_us = 0;
+        o
+    }
+
+    /// The configuration of `seed` with OSDs going out and in when the seed enables it
+    /// (membership changes; `vopr --membership`). Kept out of the CI budget while the
+    /// failures it finds are open (see `docs/design/simulator.md`); the same seed draws the
+    /// same configuration either way, apart from this fault.
+    pub fn with_membership(seed: u64) -> SimOptions {
+        let mut r = SplitMix64::new(seed ^ 0x0005_EED0_F0F7_10A5);
+        let nodes = r.range(3, 6) as u32;
+        let replicas = if nodes == 3 || r.chance_pct(80) {
+            3
+        } else {
+            r.pick(&[1, 2, 5.min(nodes)])
+        };
+        let election_ticks = r.pick(&[5, 10, 10, 20]) as usize;
+        let heartbeat_ticks = r.range(1, ((election_ticks - 1) / 2).min(3) as u64) as usize;
+        let pg = PgConfig {
+            heartbeat_ticks,
+            election_ticks,
+            append_bytes_max: r.pick(&[4 << 10, 64 << 10, 1 << 20]),
+            inflight_appends_max: r.pick(&[1, 4, 256]) as usize,
+            pending_ops_max: r.pick(&[2, 64, 1024]) as usize,
+        };
+        pg.validate().expect("sim picks a valid PG config");
+        let on = |r: &mut SplitMix64, pct: u64, every: u64| {
+            if r.chance_pct(pct) {
+                r.range(every / 2, every * 2)
+            } else {
+                0
+            }
+        };
+        let wal_segment_bytes = r.pick(&[256 << 10, 1 << 20]);
+        let wal_segments = r.range(4, 12) as u32;
+        let log_retain_entries = r.pick(&[1, 8, 64, 1024]);
+        let loss_ppm = r.pick(&[0, 0, 1_000, 20_000, 100_000]);
+        SimOptions {
+            seed,
+            nodes,
+            replicas,
+            pg_count: r.range(1, 8) as u32,
+            pg,
+            tick_us: 100 * MS,
+            tick_jitter_pct: r.pick(&[0, 5, 10]),
+            flush_us: r.pick(&[50 * MS, 200 * MS, 1000 * MS]),
+            log_retain_entries,
+            log_lag_max_entries: r.pick(&[16, 256, 65536]),
+            snap_chunk_bytes: r.pick(&[4 << 10, 16 << 10, 128 << 10]),
+            snap_window_chunks: r.pick(&[1, 2, 8]) as u32,
+            snap_idle_ticks_max: r.pick(&[20, 200]) as u32,
+            recovery_max_active: r.pick(&[1, 4]) as usize,
+            recovery_bytes_per_sec: r.pick(&[256 << 10, 64 << 20]),
+            device_bytes: 24 << 20,
+            wal_segment_bytes,
+            wal_segments,
+            wal_batch_bytes_max: r.pick(&[32 << 10, wal_segment_bytes / 4]),
+            entry_cache_bytes_per_pg: r.pick(&[4 << 10, 1 << 20]),
+            stage_bytes_max: r.pick(&[16 << 10, 1 << 20]) as usize,
+            clients: r.range(1, 4) as u32,
+            objects: r.range(2, 12),
+            object_bytes: 64 << 10,
+            write_blocks_max: r.pick(&[1, 1, 4]),
+            hot_blocks: r.pick(&[0, 1, 4]),
+            read_pct: r.pick(&[10, 30, 50]),
+            reader_client: r.chance_pct(50),
+            think_us_max: r.pick(&[MS, 20 * MS, 200 * MS]),
+            attempt_timeout_us: r.pick(&[300 * MS, 2 * SEC]),
+            op_deadline_us: 10 * SEC,
+            delay_us_min: 50,
+            delay_us_max: r.pick(&[500, 5 * MS, 50 * MS]),
+            loss_ppm,
+            dup_ppm: r.pick(&[0, 0, 10_000, 50_000]),
+            spike_ppm: r.pick(&[0, 5_000, 50_000]),
+            spike_us_max: r.pick(&[100 * MS, 2 * SEC]),
+            crash_every_us: on(&mut r, 60, 4 * SEC),
+            fuse_every_us: on(&mut r, 50, 6 * SEC),
+            partition_every_us: on(&mut r, 50, 5 * SEC),
+            slow_every_us: on(&mut r, 50, 5 * SEC),
+            outin_every_us: if nodes > replicas {
+                on(&mut r, 60, 6 * SEC)
+            } else {
+                0
+            },
+            down_us_max: r.pick(&[500 * MS, 5 * SEC, 20 * SEC]),
+            partition_us_max: r.pick(&[SEC, 10 * SEC]),
+            slow_for_us_max: r.pick(&[SEC, 5 * SEC]),
+            slow_commit_us_max: r.pick(&[5 * MS, 100 * MS, 3 * SEC]),
+            down_max: r.range(1, u64::from(nodes)) as u32,
+            fault_phase_us: r.range(10, 40) * SEC,
+            liveness_work_us: 3 * SEC,
+            liveness_bound_us: 60 * SEC,
+        }
+    }
+}

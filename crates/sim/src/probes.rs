@@ -1,0 +1,192 @@
+//! Coverage probes: how often a run reached each rare path (FoundationDB's `CODE_PROBE`,
+//! observed from the driver's side since the cores carry no hooks). A multi-seed run prints
+//! the probes no seed reached: a fault the simulator never produces finds no bugs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Every probe: (name, what reaching it means). Names are stable: scripts grep for them.
+pub const PROBES: &[(&str, &str)] = &[
+    (
+        "crash.clean",
+        "a node crashed with nothing unsynced on its device",
+    ),
+    (
+        "crash.unsynced_writes",
+        "a node crashed with unsynced device writes (staged applied data, a WAL commit in flight)",
+    ),
+    (
+        "crash.during_slow_commit",
+        "a node crashed while a slow WAL commit was in flight (torn log tail)",
+    ),
+    (
+        "restart.wal_tail_cut",
+        "a restart found the last WAL commit torn or lost and cut it",
+    ),
+    (
+        "restart.unsynced_commit_survived",
+        "an unsynced WAL commit survived a crash whole",
+    ),
+    (
+        "restart.reapplied",
+        "a restart re-applied committed entries (the flushed applied index was behind)",
+    ),
+    (
+        "restart.conf_change_reapplied",
+        "a replica re-applied a configuration change over the newer configuration it had \
+         persisted, with another result than the other replicas (see the design page)",
+    ),
+    (
+        "fuse.disk_write",
+        "crash point at an unsynced device write (applied data)",
+    ),
+    (
+        "fuse.disk_sync",
+        "crash point at a synced device write (WAL commit, flush)",
+    ),
+    ("fuse.disk_read", "crash point at a device read"),
+    ("fuse.meta_write", "crash point at a metadata (redb) write"),
+    ("fuse.meta_sync", "crash point at a metadata (redb) sync"),
+    (
+        "fuse.meta_other",
+        "crash point at another metadata operation",
+    ),
+    (
+        "fuse.raft_panic",
+        "an injected I/O error reached raft-rs through PgStorage and it panicked (fail-stop)",
+    ),
+    ("net.loss", "a message was lost"),
+    ("net.duplicate", "a message was delivered twice"),
+    (
+        "net.reorder",
+        "a message overtook an earlier one on the same link",
+    ),
+    ("net.partition_drop", "a partition dropped a message"),
+    ("slow.commit", "a WAL commit was slow (the node stalled)"),
+    (
+        "slow.leader_deposed",
+        "a leader stalled by a slow commit found itself deposed when it resumed",
+    ),
+    (
+        "raft.check_quorum_stepdown",
+        "a leader stepped down without seeing a newer term (check-quorum)",
+    ),
+    (
+        "wal.full",
+        "the WAL filled: every applied entry was compacted",
+    ),
+    (
+        "client.dropped",
+        "a pending write was dropped by a leader change (outcome unknown)",
+    ),
+    (
+        "client.busy",
+        "a PG refused an operation with Busy (backpressure)",
+    ),
+    (
+        "client.timeout",
+        "a client attempt got no reply and was retried elsewhere",
+    ),
+    (
+        "client.gave_up",
+        "a client gave up on a write (outcome unknown)",
+    ),
+    (
+        "model.unknown_write_seen",
+        "a read returned a write whose client never learned its outcome",
+    ),
+    (
+        "model.inflight_write_seen",
+        "a read returned a write still in flight",
+    ),
+    // Membership changes and snapshot transfer.
+    (
+        "member.out_remap",
+        "an OSD went out and its PGs were remapped",
+    ),
+    (
+        "member.in_rebalance",
+        "an OSD came back in and PGs moved back or were rebalanced",
+    ),
+    (
+        "member.joint_leader_change",
+        "a leader was elected while its PG was in a joint configuration",
+    ),
+    (
+        "member.finished",
+        "a membership change finished and the monitor took it",
+    ),
+    (
+        "member.pg_removed",
+        "a node that left a PG removed its replica and data",
+    ),
+    (
+        "member.conf_change_refused",
+        "a committed configuration change was refused by Raft on apply (a stale step)",
+    ),
+    (
+        "snapshot.started",
+        "a leader started streaming a snapshot's objects",
+    ),
+    (
+        "snapshot.installed",
+        "a replica installed a snapshot with object data",
+    ),
+    (
+        "snapshot.interrupted",
+        "a snapshot transfer was abandoned (refused, stalled, leadership lost)",
+    ),
+    (
+        "snapshot.dropped_unstaged",
+        "a MsgSnapshot arrived without its objects staged and was dropped",
+    ),
+];
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Probes {
+    hits: BTreeMap<&'static str, u64>,
+}
+
+impl Probes {
+    pub fn hit(&mut self, name: &'static str) {
+        self.add(name, 1);
+    }
+
+    pub fn add(&mut self, name: &'static str, n: u64) {
+        assert!(
+            PROBES.iter().any(|(p, _)| *p == name),
+            "unknown probe {name}"
+        );
+        if n > 0 {
+            *self.hits.entry(name).or_default() += n;
+        }
+    }
+
+    pub fn count(&self, name: &str) -> u64 {
+        self.hits.get(name).copied().unwrap_or(0)
+    }
+
+    pub fn merge(&mut self, other: &Probes) {
+        for (name, n) in &other.hits {
+            *self.hits.entry(name).or_default() += n;
+        }
+    }
+
+    /// Probes never reached, with their descriptions.
+    pub fn unreached(&self) -> Vec<(&'static str, &'static str)> {
+        PROBES
+            .iter()
+            .filter(|(name, _)| self.count(name) == 0)
+            .copied()
+            .collect()
+    }
+}
+
+impl fmt::Display for Probes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, what) in PROBES {
+            writeln!(f, "  {:>9}  {name:<34} {what}", self.count(name))?;
+        }
+        Ok(())
+    }
+}
