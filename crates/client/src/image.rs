@@ -5,7 +5,7 @@
 
 use crate::cluster::Cluster;
 use crate::leader::reply_name;
-use crate::split::{check_range, split, Extent, PIECE_BYTES_MAX};
+use crate::split::{check_range, split, Extent, PIECE_BYTES_MAX, WRITE_PIECE_BYTES_MAX};
 use crate::ClientError;
 use bytes::{Bytes, BytesMut};
 use fastblock_types::map::ImageInfo;
@@ -136,11 +136,15 @@ impl Image {
         data: Option<Bytes>,
     ) -> Result<Vec<Option<Bytes>>, ClientError> {
         check_range(offset, len, self.size_bytes())?;
+        let piece_bytes_max = match op {
+            Op::Write => WRITE_PIECE_BYTES_MAX,
+            Op::Read | Op::Discard | Op::WriteZeroes => PIECE_BYTES_MAX,
+        };
         let extents = split(
             offset,
             len,
             self.inner.info.object_size_bytes,
-            PIECE_BYTES_MAX,
+            piece_bytes_max,
         );
         let piece_data = |e: &Extent| {
             data.as_ref().map(|d| {

@@ -11,7 +11,15 @@ use crate::ClientError;
 /// request header far below the wire's default 16 MiB payload limit.
 pub const PIECE_BYTES_MAX: u64 = 4 << 20;
 
+/// Most bytes of one write request. A write travels in one Raft log entry, and an OSD logs an
+/// entry in one WAL batch, which `fastblock-osd --mkfs` makes 2 MiB at the smallest (a
+/// quarter of an 8 MiB segment); the OSD refuses a write that cannot fit. 1 MiB fits with room
+/// for the entry's headers. Reads, discards and write-zeroes carry no data in the log and use
+/// [`PIECE_BYTES_MAX`].
+pub const WRITE_PIECE_BYTES_MAX: u64 = 1 << 20;
+
 const _: () = assert!(PIECE_BYTES_MAX + 64 <= fastblock_wire::PAYLOAD_BYTES_MAX_DEFAULT as u64);
+const _: () = assert!(WRITE_PIECE_BYTES_MAX <= PIECE_BYTES_MAX);
 const _: () = assert!(PIECE_BYTES_MAX <= u32::MAX as u64);
 
 /// One object request's part of an IO.

@@ -293,6 +293,7 @@ impl Shard {
     ) -> fastblock_store::Result<Vec<(PgId, u64)>> {
         let mut persisted = Vec::new();
         let mut store = self.store.borrow_mut();
+        let batch_bytes_max = store.superblock().batch_bytes_max;
         let mut needs_commit = false;
         for (pg, list) in writes {
             let mut last = 0;
@@ -304,9 +305,9 @@ impl Shard {
                     })?;
                     needs_commit = true;
                 }
-                // Entries go in chunks so that a follower catching up on many large entries
-                // fills several WAL batches instead of overflowing one.
-                for chunk in w.entries.chunks(16) {
+                // Entries go in runs that fit one WAL batch (by bytes), so that many large
+                // entries fill several batches instead of overflowing one.
+                for chunk in super::wal_fit::batches(&w.entries, batch_bytes_max) {
                     with_room(&mut store, |s| s.append_entries(*pg, chunk))?;
                     needs_commit = true;
                 }

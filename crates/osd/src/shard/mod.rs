@@ -7,11 +7,13 @@
 //! - [`core`]: the loop: inputs → PG replicas → one WAL commit → apply → replies.
 //! - [`hosting`]: which PGs live here, from the cluster map.
 //! - [`requests`]: client and peer requests.
+//! - [`wal_fit`]: cutting log writes into WAL batches; mutations too large for one.
 
 pub mod core;
 pub mod hosting;
 pub mod net;
 pub mod requests;
+pub mod wal_fit;
 
 use crate::region::RegionDisk;
 use fastblock_pg::PgConfig;

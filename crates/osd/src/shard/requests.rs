@@ -260,6 +260,16 @@ impl Shard {
         if !self.admit(conn, request_id, pg, offset, length) {
             return;
         }
+        let batch_bytes_max = self.store.borrow().superblock().batch_bytes_max;
+        // Only a write carries its bytes in the log entry; discards carry a range.
+        let is_write = matches!(op, ClientOp::Write { .. });
+        if is_write && !super::wal_fit::mutation_fits(u64::from(length), batch_bytes_max) {
+            let m = format!(
+                "a mutation of {length} bytes does not fit one WAL batch of {batch_bytes_max}"
+            );
+            self.refuse(conn, request_id, Status::InvalidArgument, m);
+            return;
+        }
         let free = self.store.borrow().free_data_bytes();
         if matches!(op, ClientOp::Write { .. }) && free < DATA_RESERVE_BYTES + u64::from(length) {
             self.refuse(

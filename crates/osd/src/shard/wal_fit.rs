@@ -1,0 +1,89 @@
+//! What fits one WAL batch. The store refuses (as an invalid argument, which fails the shard)
+//! records larger than its batch limit, and `with_room` can only start a new batch, not
+//! split a record. So log writes are cut into runs of entries that each fit an empty batch
+//! (by bytes: a count of entries says nothing when one entry holds a 1 MiB write), and a
+//! client mutation whose entry could never fit is refused at admission instead of taking
+//! every replica of its PG down.
+
+use fastblock_store::wal::record::{entry_payload_bytes, RECORD_HEADER_BYTES};
+use fastblock_store::wal::segment::BATCH_HEADER_BYTES;
+use raft::eraftpb::Entry;
+
+/// Bytes a client mutation's log entry adds to its data: the record and entry headers and
+/// the encoded operation (object, offset, length), with a wide margin.
+pub const MUTATION_OVERHEAD_BYTES: u64 = 4096;
+
+/// Whether a mutation carrying `data_bytes` of data can be logged in a batch of
+/// `batch_bytes_max`.
+pub fn mutation_fits(data_bytes: u64, batch_bytes_max: u64) -> bool {
+    BATCH_HEADER_BYTES as u64 + MUTATION_OVERHEAD_BYTES + data_bytes <= batch_bytes_max
+}
+
+/// Bytes of an entry's WAL record.
+fn record_bytes(entry: &Entry) -> usize {
+    RECORD_HEADER_BYTES + entry_payload_bytes(entry)
+}
+
+/// Cuts `entries` into consecutive runs whose records fit an empty batch of
+/// `batch_bytes_max`. An entry too large even alone gets a run of its own (the store then
+/// refuses it; admission keeps client entries below the limit).
+pub fn batches(entries: &[Entry], batch_bytes_max: u64) -> Vec<&[Entry]> {
+    let budget = (batch_bytes_max as usize).saturating_sub(BATCH_HEADER_BYTES);
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0, 0usize);
+    for (i, entry) in entries.iter().enumerate() {
+        let bytes = record_bytes(entry);
+        if i > start && used + bytes > budget {
+            out.push(&entries[start..i]);
+            (start, used) = (i, 0);
+        }
+        used += bytes;
+    }
+    if start < entries.len() {
+        out.push(&entries[start..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(data_bytes: usize) -> Entry {
+        Entry {
+            data: vec![0u8; data_bytes].into(),
+            ..Entry::default()
+        }
+    }
+
+    #[test]
+    fn runs_fit_the_batch_and_keep_order() {
+        let limit = 2u64 << 20;
+        let entries: Vec<Entry> = (0..20).map(|_| entry(300 << 10)).collect();
+        let runs = batches(&entries, limit);
+        assert_eq!(runs.iter().map(|r| r.len()).sum::<usize>(), 20);
+        for run in &runs {
+            let bytes: usize = run.iter().map(record_bytes).sum();
+            assert!(BATCH_HEADER_BYTES + bytes <= limit as usize);
+        }
+        // Six 300 KiB entries fit 2 MiB, a seventh does not.
+        assert_eq!(runs[0].len(), 6);
+        assert!(batches(&[], limit).is_empty());
+        // A single oversized entry stands alone.
+        let big = [entry(1), entry(3 << 20), entry(1)];
+        assert_eq!(
+            batches(&big, limit)
+                .iter()
+                .map(|r| r.len())
+                .collect::<Vec<_>>(),
+            [1, 1, 1]
+        );
+    }
+
+    #[test]
+    fn a_one_mib_write_fits_the_smallest_batch_mkfs_makes() {
+        // mkfs makes batches of a quarter of an 8 MiB segment at least.
+        assert!(mutation_fits(1 << 20, 2 << 20));
+        assert!(!mutation_fits(4 << 20, 4 << 20));
+    }
+}
