@@ -3,6 +3,7 @@
 //! leaders, and stops the OSD when a shard fails (fail-stop) or on SIGTERM.
 
 use crate::identity::Identity;
+use crate::metrics::Metrics;
 use crate::shard::{self, ShardCommand, ShardEvent, ShardHandle, ShardSpec};
 use anyhow::{bail, Context, Result};
 use fastblock_monclient::MonClient;
@@ -28,6 +29,8 @@ pub struct OsdConfig {
     pub flush_interval: Duration,
     pub log_retain_entries: u64,
     pub pg_config: PgConfig,
+    /// Serve Prometheus `/metrics` here; `None`: no metrics server.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -46,6 +49,10 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
+    let metrics = Arc::new(Metrics::new());
+    if let Some(addr) = config.metrics_addr {
+        crate::metrics::serve(addr, metrics.clone()).await?;
+    }
     let mut shards: Vec<ShardHandle> = Vec::new();
     for index in 0..identity.shards {
         let port = config
@@ -63,6 +70,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             flush_interval: config.flush_interval,
             log_retain_entries: config.log_retain_entries,
             seed: seed.wrapping_add(u64::from(index)),
+            stages: metrics.osd.shard(index),
         };
         shards.push(shard::spawn(spec, listener, events_tx.clone())?);
     }

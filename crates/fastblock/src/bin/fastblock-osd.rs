@@ -76,6 +76,10 @@ struct Args {
     /// Log entries kept behind the flushed applied index for lagging followers.
     #[arg(long, default_value_t = 1024)]
     log_retain_entries: u64,
+    /// Serve Prometheus `/metrics` (per-stage IO latency, see docs/metrics.md) on this
+    /// address, e.g. 127.0.0.1:9100 [default: no metrics server].
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn host_name() -> String {
@@ -141,6 +145,7 @@ async fn main() {
             flush_interval: args.flush_interval,
             log_retain_entries: args.log_retain_entries,
             pg_config,
+            metrics_addr: args.metrics_addr,
         })
         .await
     };

@@ -16,6 +16,7 @@
 use super::net::{self, ConnId, InputQueue, Outbox, PeerLink, SharedOutbox, OUT_BYTES_MAX};
 use super::{ShardCommand, ShardEvent, ShardSpec, ShardStore};
 use crate::region::RegionDisk;
+use crate::stages::Stage;
 use bytes::BytesMut;
 use fastblock_pg::{
     Apply, ClientOp, Event, LeaderReport, OpId, OpOutcome, Output, PgError, PgReplica,
@@ -30,6 +31,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::{mpsc, Notify};
 
 /// Client operations in flight per connection before `Busy`.
@@ -56,6 +58,9 @@ pub struct PendingOp {
     pub request_id: u64,
     pub pg: PgId,
     pub kind: OpKind,
+    /// When the request was read, and when it was proposed (or its read index asked).
+    pub arrived: Instant,
+    pub started: Instant,
 }
 
 pub struct Shard {
@@ -74,6 +79,8 @@ pub struct Shard {
     pub events: mpsc::UnboundedSender<ShardEvent>,
     pub failed: Option<String>,
     pub applied_since_flush: bool,
+    /// When the last apply batch started: the commit time of the writes it completes.
+    pub apply_started: Instant,
     listener: Option<std::net::TcpListener>,
 }
 
@@ -110,6 +117,7 @@ impl Shard {
             events,
             failed: None,
             applied_since_flush: false,
+            apply_started: Instant::now(),
             listener: Some(listener),
         })
     }
@@ -187,6 +195,7 @@ impl Shard {
 
     /// One loop iteration (see the module doc).
     pub fn iterate(&mut self, tick: bool) {
+        self.spec.stages.iteration();
         let mut outs: BTreeMap<PgId, Output> = BTreeMap::new();
         loop {
             let next = self.inputs.borrow_mut().pop_front();
@@ -295,6 +304,11 @@ impl Shard {
         let mut store = self.store.borrow_mut();
         let batch_bytes_max = store.superblock().batch_bytes_max;
         let mut needs_commit = false;
+        let entries: usize = writes
+            .iter()
+            .flat_map(|(_, l)| l)
+            .map(|w| w.entries.len())
+            .sum();
         for (pg, list) in writes {
             let mut last = 0;
             for w in list {
@@ -320,7 +334,9 @@ impl Shard {
             persisted.push((*pg, last));
         }
         if needs_commit {
+            let start = Instant::now();
             store.commit()?;
+            self.spec.stages.wal_commit(start.elapsed(), entries);
         }
         Ok(persisted)
     }
@@ -336,6 +352,7 @@ impl Shard {
         }
         let mut done = Vec::new();
         let mut failure = None;
+        self.apply_started = Instant::now();
         {
             let mut store = self.store.borrow_mut();
             for (pg, list) in &applies {
@@ -372,6 +389,9 @@ impl Shard {
             return Vec::new();
         }
         self.applied_since_flush = true;
+        self.spec
+            .stages
+            .since(Stage::Apply, self.apply_started, Instant::now());
         done
     }
 
@@ -445,6 +465,7 @@ impl Shard {
     pub fn reply(&mut self, conn: ConnId, request_id: u64, reply: &Reply) {
         if let Some(outbox) = self.conns.get(&conn) {
             let mut o = outbox.borrow_mut();
+            o.reply_since.get_or_insert_with(Instant::now);
             reply.encode(request_id, &mut o.buf);
             if o.buf.len() > OUT_BYTES_MAX {
                 // The client does not read its replies: stop serving it rather than buffer
@@ -470,6 +491,9 @@ impl Shard {
                     h.io.write_ops += 1;
                     h.io.write_bytes += bytes;
                 }
+                let stages = &self.spec.stages;
+                stages.since(Stage::Replication, pending.started, self.apply_started);
+                stages.since(Stage::OpWrite, pending.arrived, Instant::now());
                 Reply::Ok
             }
             (
@@ -480,7 +504,13 @@ impl Shard {
                     length,
                 },
             ) => {
+                let start = Instant::now();
                 let r = self.read_object(*addr, *offset, *length);
+                let end = Instant::now();
+                let stages = &self.spec.stages;
+                stages.since(Stage::ReadIndex, pending.started, start);
+                stages.since(Stage::Read, start, end);
+                stages.since(Stage::OpRead, pending.arrived, end);
                 if r.is_ok() {
                     if let Some(h) = self.pgs.get_mut(&pending.pg) {
                         h.io.read_ops += 1;
@@ -702,6 +732,11 @@ impl Shard {
         for (id, outbox) in &self.conns {
             let mut o = outbox.borrow_mut();
             o.flush_now();
+            if o.buf.is_empty() {
+                if let Some(since) = o.reply_since.take() {
+                    self.spec.stages.since(Stage::Reply, since, Instant::now());
+                }
+            }
             if o.closed {
                 closed.push(*id);
             }

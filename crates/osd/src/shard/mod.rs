@@ -41,6 +41,8 @@ pub struct ShardSpec {
     /// Log entries kept behind the flushed applied index, for followers that fall behind.
     pub log_retain_entries: u64,
     pub seed: u64,
+    /// Where the shard records its per-stage latencies.
+    pub stages: crate::stages::ShardStages,
 }
 
 pub enum ShardCommand {

@@ -2,11 +2,13 @@
 
 use super::core::{OpKind, PendingOp, Shard, CONN_INFLIGHT_OPS_MAX};
 use super::net::{ConnId, Input};
+use crate::stages::Stage;
 use fastblock_pg::{ClientOp, ObjectRef, Output};
 use fastblock_types::PgId;
 use fastblock_wire::{LeaderHint, ObjectAddr, ObjectDigest, Reply, Request, Status};
 use protobuf::Message as _;
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 /// Largest single read or mutation: clients split IO at object boundaries, and objects are at
 /// most 64 MiB; one request is further bounded to keep frames small.
@@ -94,7 +96,8 @@ impl Shard {
                 conn,
                 request_id,
                 req,
-            } => self.handle_request(conn, request_id, req, outs),
+                arrived,
+            } => self.handle_request(conn, request_id, req, arrived, outs),
             Input::BadRequest {
                 conn,
                 request_id,
@@ -127,6 +130,7 @@ impl Shard {
         conn: ConnId,
         request_id: u64,
         req: Request,
+        arrived: Instant,
         outs: &mut BTreeMap<PgId, Output>,
     ) {
         if let Some(reason) = self.failed.clone() {
@@ -145,14 +149,18 @@ impl Shard {
             | Request::Discard { .. }
             | Request::WriteZeroes { .. }) => {
                 let (pg, offset, length, op) = mutation(req).expect("matched a mutation");
-                self.propose(conn, request_id, pg, offset, length, op, outs);
+                let at = (arrived, Instant::now());
+                self.propose(conn, request_id, pg, offset, length, op, at, outs);
             }
             Request::Read {
                 addr,
                 offset,
                 length,
                 ..
-            } => self.read(conn, request_id, addr, offset, length, outs),
+            } => {
+                let at = (arrived, Instant::now());
+                self.read(conn, request_id, addr, offset, length, at, outs)
+            }
             Request::GetLeader { pg, .. } => {
                 let reply = match self.pgs.get(&pg) {
                     None => Reply::error(
@@ -200,6 +208,9 @@ impl Shard {
                     tracing::warn!(%from, %to, "raft batch for another osd; dropped");
                     return;
                 }
+                self.spec
+                    .stages
+                    .since(Stage::RaftQueue, arrived, Instant::now());
                 for env in msgs {
                     let Some(hosted) = self.pgs.get_mut(&env.pg) else {
                         continue;
@@ -255,6 +266,7 @@ impl Shard {
         offset: u32,
         length: u32,
         op: ClientOp,
+        (arrived, started): (Instant, Instant),
         outs: &mut BTreeMap<PgId, Output>,
     ) {
         if !self.admit(conn, request_id, pg, offset, length) {
@@ -287,11 +299,15 @@ impl Shard {
             kind: OpKind::Mutation {
                 bytes: u64::from(length),
             },
+            arrived,
+            started,
         });
+        self.spec.stages.since(Stage::Queue, arrived, started);
         let hosted = self.pgs.get_mut(&pg).expect("admitted");
         hosted.replica.propose(id, &op, outs.entry(pg).or_default());
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn read(
         &mut self,
         conn: ConnId,
@@ -299,6 +315,7 @@ impl Shard {
         addr: ObjectAddr,
         offset: u32,
         length: u32,
+        (arrived, started): (Instant, Instant),
         outs: &mut BTreeMap<PgId, Output>,
     ) {
         if !self.admit(conn, request_id, addr.pg, offset, length) {
@@ -313,7 +330,10 @@ impl Shard {
                 offset,
                 length,
             },
+            arrived,
+            started,
         });
+        self.spec.stages.since(Stage::Queue, arrived, started);
         let hosted = self.pgs.get_mut(&addr.pg).expect("admitted");
         hosted.replica.read(id, outs.entry(addr.pg).or_default());
     }
