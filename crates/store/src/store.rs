@@ -392,13 +392,19 @@ impl<D: Disk> Store<D> {
         self.objects.free_blocks() * fastblock_types::units::BLOCK_SIZE_BYTES
     }
 
-    /// Makes applied state durable: data write + fdatasync, then one metadata commit.
-    /// Afterwards `flushed_applied_index` has advanced and compaction may follow.
+    /// Makes applied state durable: the pending WAL batch (if any) is committed, then data
+    /// write + fdatasync, then one metadata commit. Afterwards `flushed_applied_index` has
+    /// advanced and compaction may follow.
     pub fn flush(&mut self) -> Result<()> {
         self.guard(|s| s.flush_inner())
     }
 
     fn flush_inner(&mut self) -> Result<()> {
+        // Records still pending (a hard state whose caller chose not to commit it yet) become
+        // durable first, so flushed state never runs ahead of the log records before it.
+        if self.wal.pending_bytes() > 0 {
+            self.wal.commit(&mut self.disk, &[])?;
+        }
         let lsn = self.wal.durable_lsn();
         self.objects.flush(&mut self.disk, lsn)
     }

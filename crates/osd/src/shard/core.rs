@@ -252,17 +252,28 @@ impl Shard {
                 }
             }
             self.send_raft(raft_out);
-            let persisted = self.persist(writes);
+            // Apply and answer before this round's log write: committed entries are durable
+            // on a majority already (raft-rs hands out only committed entries that are also
+            // persisted here), so their clients need not wait for the fdatasync of newer
+            // entries or of a hard state.
             let applied = self.apply(applies);
             let mut next: BTreeMap<PgId, Output> = BTreeMap::new();
+            for (pg, index) in applied {
+                if let Some(h) = self.pgs.get_mut(&pg) {
+                    let out = next.entry(pg).or_default();
+                    h.replica.on_applied(index, out);
+                    for (op, outcome) in std::mem::take(&mut out.replies) {
+                        self.complete(op, outcome);
+                    }
+                }
+            }
+            if !next.is_empty() {
+                self.flush_conns();
+            }
+            let persisted = self.persist(writes);
             for (pg, number) in persisted {
                 if let Some(h) = self.pgs.get_mut(&pg) {
                     h.replica.on_persisted(number, next.entry(pg).or_default());
-                }
-            }
-            for (pg, index) in applied {
-                if let Some(h) = self.pgs.get_mut(&pg) {
-                    h.replica.on_applied(index, next.entry(pg).or_default());
                 }
             }
             outs = next;
@@ -326,8 +337,17 @@ impl Shard {
                     needs_commit = true;
                 }
                 if let Some(hs) = &w.hard_state {
+                    // As etcd's raft `MustSync`: a hard state that moves only the commit index
+                    // needs no fdatasync of its own (a lost commit index is learnt again from
+                    // the leader; term and vote must be durable before any message that
+                    // depends on them leaves). It rides with the next commit, and the store
+                    // commits it before any flush, so a flushed applied index never runs
+                    // ahead of the durable commit index.
+                    let prev = store
+                        .pg_log(*pg)
+                        .map(|l| (l.hard_state.term, l.hard_state.vote));
                     with_room(&mut store, |s| s.set_hard_state(*pg, hs))?;
-                    needs_commit = true;
+                    needs_commit |= prev != Some((hs.term, hs.vote));
                 }
                 last = w.ready_number;
             }
