@@ -15,6 +15,7 @@
 //! | `reply` | a connection's first unsent reply was queued | all its queued bytes were handed to the socket | flush |
 //! | `op_write`, `op_read` | the request's bytes were read | its reply was queued | op |
 //! | `raft_queue` | a peer's Raft batch was read | it was stepped into its PGs | batch |
+//! | `flush` | the periodic flush starts | applied data and metadata are durable, logs compacted | flush |
 //!
 //! `replication` includes the leader's own WAL commit, which runs in parallel with the
 //! followers' (the appends leave before it), so for a 3-replica write it is
@@ -68,10 +69,11 @@ pub enum Stage {
     OpWrite,
     OpRead,
     RaftQueue,
+    Flush,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 10] = [
+    pub const ALL: [Stage; 11] = [
         Stage::Queue,
         Stage::WalCommit,
         Stage::Replication,
@@ -82,6 +84,7 @@ impl Stage {
         Stage::OpWrite,
         Stage::OpRead,
         Stage::RaftQueue,
+        Stage::Flush,
     ];
 
     pub fn name(self) -> &'static str {
@@ -96,6 +99,7 @@ impl Stage {
             Stage::OpWrite => "op_write",
             Stage::OpRead => "op_read",
             Stage::RaftQueue => "raft_queue",
+            Stage::Flush => "flush",
         }
     }
 }

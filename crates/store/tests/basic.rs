@@ -71,7 +71,11 @@ fn flush_commits_pending_log_records_first() {
     s.write_object(pg(0), obj(1), 0, &pattern(1, 4096)).unwrap();
     s.set_applied(pg(0), 1).unwrap();
     s.flush().unwrap();
-    assert_eq!(s.wal().pending_bytes(), 0, "flush committed the pending batch");
+    assert_eq!(
+        s.wal().pending_bytes(),
+        0,
+        "flush committed the pending batch"
+    );
     drop(s);
     crash(&disk, &meta, 11);
     let s = reopen(&disk, &meta).unwrap();

@@ -227,6 +227,7 @@ impl Shard {
             let mut raft_out: BTreeMap<OsdId, Vec<RaftEnvelope>> = BTreeMap::new();
             let mut writes = Vec::new();
             let mut applies = Vec::new();
+            let mut replied = false;
             for (pg, out) in outs.iter_mut() {
                 for msg in out.messages.drain(..) {
                     let to = OsdId(msg.to as u32);
@@ -240,6 +241,7 @@ impl Shard {
                 }
                 for (op, outcome) in out.replies.drain(..) {
                     self.complete(op, outcome);
+                    replied = true;
                 }
                 for event in out.events.drain(..) {
                     self.on_event(*pg, event);
@@ -255,7 +257,7 @@ impl Shard {
             // Apply and answer before this round's log write: committed entries are durable
             // on a majority already (raft-rs hands out only committed entries that are also
             // persisted here), so their clients need not wait for the fdatasync of newer
-            // entries or of a hard state.
+            // entries or of a hard state. Read replies and refusals leave before it too.
             let applied = self.apply(applies);
             let mut next: BTreeMap<PgId, Output> = BTreeMap::new();
             for (pg, index) in applied {
@@ -264,10 +266,11 @@ impl Shard {
                     h.replica.on_applied(index, out);
                     for (op, outcome) in std::mem::take(&mut out.replies) {
                         self.complete(op, outcome);
+                        replied = true;
                     }
                 }
             }
-            if !next.is_empty() {
+            if replied {
                 self.flush_conns();
             }
             let persisted = self.persist(writes);
@@ -422,9 +425,11 @@ impl Shard {
             return;
         }
         self.applied_since_flush = false;
+        let start = Instant::now();
         if let Err(e) = self.flush_and_compact(self.spec.log_retain_entries) {
             self.fail(format!("flush: {e}"));
         }
+        self.spec.stages.observe(Stage::Flush, start.elapsed());
     }
 
     /// Flushes applied state, then compacts each PG's log up to `retain` entries behind its
