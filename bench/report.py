@@ -21,7 +21,7 @@ import sys
 
 TARGETS_DOC = "docs/benchmarks.md"
 STAGES = ["queue", "wal_commit", "replication", "apply", "reply", "op_write",
-          "read_index", "read", "op_read", "raft_queue"]
+          "read_index", "read", "op_read", "raft_queue", "flush"]
 POOL_REPLICAS = {"bench1": 1, "fb": 3}
 RAMP_SEC = 1.0
 
@@ -116,7 +116,9 @@ def parse_fio(run, data, wall):
     # fio counts only IOs after its ramp; the CPU window covers the whole process.
     all_ios = measured + iops * RAMP_SEC
     client_cpu = (job.get("usr_cpu", 0.0) + job.get("sys_cpu", 0.0)) / 100.0 * (runtime + RAMP_SEC)
+    jobs = max(1, int(job.get("job options", {}).get("numjobs", 1) or 1))
     out = {
+        "jobs": jobs,
         "mean_us": sec.get("lat_ns", {}).get("mean", 0.0) / 1000.0,
         "p50_us": pct.get(50.0),
         "p99_us": pct.get(99.0),
@@ -130,8 +132,11 @@ def parse_fio(run, data, wall):
     if "sync" in job and job["sync"].get("lat_ns", {}).get("mean"):
         out["sync_mean_us"] = job["sync"]["lat_ns"]["mean"] / 1000.0
     if iops > 0:
-        # Time per operation, everything included (for fdatasync=1: the write and its sync).
-        out["op_us"] = 1e6 / iops if run["test"].endswith("qd1") else None
+        # Time per operation, everything included (for fdatasync=1: the write and its sync),
+        # per job when several run side by side.
+        out["op_us"] = jobs * 1e6 / iops if "qd1" in run["test"] else None
+    if all_ios > 0:
+        out["cpu_us_per_io"] = client_cpu * 1e6 / all_ios
     return out
 
 
@@ -296,17 +301,21 @@ def markdown(results):
                  f"{env.get('pgs', '?')} PGs per pool, 3 OSDs; load average at start "
                  f"{env.get('loadavg_start', '?')}, at end {env.get('loadavg_end', '?')}.")
     lines += ["", "### Baselines (the OSDs' file system, loopback)", "",
-              "| baseline | mean µs | p99 µs | p99.9 µs | IOPS |", "|---|---:|---:|---:|---:|"]
+              "| baseline | mean µs | p99 µs | p99.9 µs | IOPS | fio CPU µs/IO |",
+              "|---|---:|---:|---:|---:|---:|"]
     names = [("base-randwrite-qd1", "fio 4 KiB randwrite O_DIRECT QD1 fdatasync=1 (time per write+sync)"),
              ("base-randwrite-qd32", "fio 4 KiB randwrite O_DIRECT QD32"),
              ("base-randread-qd1", "fio 4 KiB randread O_DIRECT QD1 (time per read)"),
              ("base-randread-qd32", "fio 4 KiB randread O_DIRECT QD32"),
+             ("base-randwrite-qd1-x3", "3 × fio 4 KiB randwrite QD1 fdatasync=1, side by side "
+              "(what 3 OSDs on this disk see; not a target)"),
              ("base-rtt", "loopback TCP round trip, 4 KiB request / 16 B reply")]
     for key, label in names:
         r = b.get(key) or {}
         mean = r.get("op_us") or r.get("mean_us")
         lines.append(f"| {label} | {fmt(mean, 1)} | {fmt(r.get('p99_us'), 1)} | "
-                     f"{fmt(r.get('p999_us'), 1)} | {fmt(r.get('iops'))} |")
+                     f"{fmt(r.get('p999_us'), 1)} | {fmt(r.get('iops'))} | "
+                     f"{fmt(r.get('cpu_us_per_io'), 1)} |")
     lines += ["", f"Write floor = fio QD1 fdatasync write + 2 × RTT = **{fmt(fl['write_floor_us'], 1)} µs**; "
               f"read floor = fio QD1 read + 1 × RTT = **{fmt(fl['read_floor_us'], 1)} µs**."]
     lines += ["", "### fastblock", "",

@@ -90,7 +90,7 @@ cleanup() {
     log "cluster left running: ./vstart.sh --stop --state-dir $STATE"
   else
     ./vstart.sh --stop --state-dir "$STATE" >/dev/null 2>&1 || true
-    rm -f "$STATE"/*.img "$STATE"/*.meta "$STATE"/fio.img
+    rm -f "$STATE"/*.img "$STATE"/*.meta
     rm -rf "$STATE/mon.a"
   fi
   exit "$rc"
@@ -180,6 +180,16 @@ base base-randwrite-qd32 randwrite 32
 base base-randread-qd1 randread 1
 base base-randread-qd32 randread 32
 rm -f "$FIO_FILE"
+# What three OSDs on this one disk do at QD1: three writers, each with its own file and an
+# fdatasync after every write (not a target; it shows what sharing the device costs).
+for j in 0 1 2; do
+  fio --name=layout --filename="$STATE/fio.$j.img" --size=256M --bs=1M --rw=write --direct=1 \
+    --ioengine=io_uring --iodepth=4 >/dev/null 2>&1
+done
+measure base-randwrite-qd1-x3 fio-file - randwrite-qd1-x3 -- fio --name=fb --numjobs=3 \
+  --group_reporting --directory="$STATE" --filename_format='fio.$jobnum.img' --size=256M \
+  --bs=4k --rw=randwrite --direct=1 --ioengine=io_uring --iodepth=1 --fdatasync=1 "${fio_common[@]}"
+rm -f "$STATE"/fio.?.img
 measure base-rtt rtt - rtt -- "$BIN/rtt_bench" --json
 
 # --- fastblock -------------------------------------------------------------------------------
