@@ -11,7 +11,8 @@
 # or $FASTBLOCK_VSTART_AIO_FILE_SIZE), --shards N per OSD (1), --mon-port N (3333),
 # --osd-port N (6800; OSD i uses N + 10*i + shard for data, N + 10*i + 9 for /metrics),
 # --etcd-port N (2379; peer N+1),
-# --state-dir DIR (./.vstart or $FASTBLOCK_VSTART_STATE_ROOT), --no-build.
+# --state-dir DIR (./.vstart or $FASTBLOCK_VSTART_STATE_ROOT), --preallocate none|wal|full
+# (what of each OSD file mkfs writes first; wal), --no-build.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -29,6 +30,7 @@ IMAGE=dev-image
 IMAGE_SIZE=64M
 ACTION=start
 BUILD=1
+PREALLOCATE=wal
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
@@ -46,6 +48,7 @@ while (($#)); do
     --etcd-port) ETCD_PORT=${2:?--etcd-port needs a value}; shift ;;
     --state-dir) STATE=${2:?--state-dir needs a value}; shift ;;
     --no-build) BUILD=0 ;;
+    --preallocate) PREALLOCATE=${2:?--preallocate needs none, wal or full}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "vstart.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -146,7 +149,8 @@ export FASTBLOCK_MON=$MON
 for i in $(seq 1 "$COUNT"); do
   data=$STATE/osd.$i.img
   if [[ ! -e $data.osd.json ]]; then
-    "$BIN/fastblock-osd" --mkfs --data "$data" --size "$OSD_SIZE" --shards "$SHARDS" >/dev/null
+    "$BIN/fastblock-osd" --mkfs --data "$data" --size "$OSD_SIZE" --shards "$SHARDS" \
+      --preallocate "$PREALLOCATE" >/dev/null
   fi
   setsid "$BIN/fastblock-osd" --data "$data" --port $((OSD_PORT + 10 * i)) --host "vstart-host$i" \
     --metrics-addr "127.0.0.1:$((OSD_PORT + 10 * i + 9))" \

@@ -46,6 +46,11 @@ struct Args {
     /// With --mkfs: format even if the device holds data.
     #[arg(long)]
     force: bool,
+    /// With --mkfs on a data file: write zeros first over its WAL regions (`wal`), all of it
+    /// (`full`), or nothing (`none`), so that commits overwrite blocks instead of allocating
+    /// them (a journal commit per fdatasync on ext4/xfs). Block devices are never pre-written.
+    #[arg(long, default_value = "wal")]
+    preallocate: fastblock_osd::mkfs::Preallocate,
     /// With --mkfs: data-path shards (threads), fixed for the life of the OSD [default: cores].
     #[arg(long)]
     shards: Option<u32>,
@@ -118,6 +123,7 @@ async fn main() {
             data: args.data.clone(),
             size_bytes: args.size,
             uuid: args.uuid.clone(),
+            preallocate: args.preallocate,
             force: args.force,
             shards,
             monitors: args.mon.clone(),
