@@ -1,14 +1,18 @@
 //! The shard loop. One iteration:
 //!
 //! 1. drain inputs (requests, Raft batches, closed connections) and, when due, tick every PG;
-//! 2. for every PG output: send Raft messages now (a leader's appends go out before its own
-//!    log write, so the followers' fdatasync overlaps ours), queue replies, report events;
-//! 3. persist every PG's log write into the shard's WAL and commit them together: one write,
-//!    one fdatasync (group commit across PGs);
-//! 4. apply committed entries to the object store (no sync: the WAL holds them until the next
-//!    flush), then tell the replicas (`on_persisted`, `on_applied`), which releases held
-//!    messages and replies; repeat 2-4 until no PG has more to do;
-//! 5. flush connections.
+//! 2. for every PG output: queue replies, report events, collect Raft messages, log writes
+//!    and committed entries;
+//! 3. apply committed entries to the object store (no sync: the WAL holds them until the next
+//!    flush), tell the replicas (`on_applied`), and hand the replies this releases (and those
+//!    of step 2) to the sockets at once: they are durable on a majority already;
+//! 4. send the Raft messages (a leader's appends go out before its own log write, so the
+//!    followers' fdatasync overlaps ours);
+//! 5. persist every PG's log write into the shard's WAL and commit them together: one write,
+//!    one fdatasync (group commit across PGs), skipped when only commit indexes moved (etcd's
+//!    MustSync rule); then `on_persisted`, which releases held messages; repeat 2-5 until no
+//!    PG has more to do;
+//! 6. flush connections.
 //!
 //! An I/O error from the store stops the shard (fail-stop): every later request gets
 //! `IoError`, and the control task is told so the OSD exits.
@@ -253,11 +257,11 @@ impl Shard {
                     applies.push((*pg, std::mem::take(&mut out.apply)));
                 }
             }
-            self.send_raft(raft_out);
-            // Apply and answer before this round's log write: committed entries are durable
-            // on a majority already (raft-rs hands out only committed entries that are also
-            // persisted here), so their clients need not wait for the fdatasync of newer
-            // entries or of a hard state. Read replies and refusals leave before it too.
+            // Apply and answer first: committed entries are durable on a majority already
+            // (raft-rs hands out only committed entries that are also persisted here), so
+            // their clients wait neither for this round's Raft messages (on a leader, often
+            // just the commit index for the followers) nor for the fdatasync of newer entries
+            // or of a hard state. Read replies and refusals leave here too.
             let applied = self.apply(applies);
             let mut next: BTreeMap<PgId, Output> = BTreeMap::new();
             for (pg, index) in applied {
@@ -273,6 +277,9 @@ impl Shard {
             if replied {
                 self.flush_conns();
             }
+            // Raft messages before the log write: a leader's appends leave before its own
+            // fdatasync, so the followers' overlaps it.
+            self.send_raft(raft_out);
             let persisted = self.persist(writes);
             for (pg, number) in persisted {
                 if let Some(h) = self.pgs.get_mut(&pg) {
