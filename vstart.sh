@@ -12,7 +12,8 @@
 # --osd-port N (6800; OSD i uses N + 10*i + shard for data, N + 10*i + 9 for /metrics),
 # --etcd-port N (2379; peer N+1),
 # --state-dir DIR (./.vstart or $FASTBLOCK_VSTART_STATE_ROOT), --preallocate none|wal|full
-# (what of each OSD file mkfs writes first; wal), --no-build.
+# (what of each OSD file mkfs writes first; wal), --no-build. $FASTBLOCK_VSTART_OSD_ARGS is
+# added to every OSD's command line (e.g. "--flush-interval 1s").
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -153,7 +154,7 @@ for i in $(seq 1 "$COUNT"); do
       --preallocate "$PREALLOCATE" >/dev/null
   fi
   setsid "$BIN/fastblock-osd" --data "$data" --port $((OSD_PORT + 10 * i)) --host "vstart-host$i" \
-    --metrics-addr "127.0.0.1:$((OSD_PORT + 10 * i + 9))" \
+    --metrics-addr "127.0.0.1:$((OSD_PORT + 10 * i + 9))" ${FASTBLOCK_VSTART_OSD_ARGS:-} \
     >"$STATE/log/osd.$i.log" 2>&1 < /dev/null &
   echo $! > "$RUN/osd.$i.pid"
 done

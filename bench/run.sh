@@ -5,8 +5,8 @@
 #   bench/run.sh [--seconds N] [--out DIR] [--port-base N] [--no-build] [--keep]
 #
 # 1. builds release binaries and starts its own cluster with ./vstart.sh (3 OSDs, a 3-replica
-#    and a 1-replica pool) on ports from --port-base (17300) and under the results folder, so
-#    it does not clash with a ./vstart.sh cluster;
+#    and a 1-replica pool, OSD files of 1 GiB written in full) on ports from --port-base
+#    (17300) and under the results folder, so it does not clash with a ./vstart.sh cluster;
 # 2. baselines on the file system of the OSD data files: fio 4 KiB randwrite O_DIRECT at
 #    iodepth 1 with fdatasync=1 and at iodepth 32, randread at iodepth 1 and 32; the loopback
 #    TCP round trip of a 4 KiB request with a 16 B reply (rtt_bench);
@@ -31,8 +31,11 @@ PORT_BASE=17300
 BUILD=1
 KEEP=0
 OUT=""
-IMAGE_MIB=512
-OSD_SIZE=4G
+IMAGE_MIB=256
+# Every OSD file is written in full at mkfs (--preallocate full), as fio's file is: blocks
+# written for the first time cost a file-system journal commit on the next fdatasync, which a
+# block device does not have.
+OSD_SIZE=1G
 PGS=32
 SEQ_DEPTH=8
 
@@ -98,9 +101,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Three OSD files written in full, fio's files, logs.
+need_kib=$((4 << 20))
+free_kib=$(df --output=avail -k "$OUT" | tail -n 1 | tr -d ' ')
+if ((free_kib < need_kib)); then
+  echo "run.sh: $((free_kib >> 20)) GiB free under $OUT; the run needs about 4 GiB" >&2
+  exit 1
+fi
 log "starting a cluster under $STATE (monitor $MON)"
 ./vstart.sh --no-build --state-dir "$STATE" --mon-port "$MON_PORT" --etcd-port "$ETCD_PORT" \
-  --osd-port "$OSD_PORT" -c 3 -r 3 -p "$PGS" --osd-size "$OSD_SIZE" >"$RAW/vstart.log" 2>&1 ||
+  --osd-port "$OSD_PORT" -c 3 -r 3 -p "$PGS" --osd-size "$OSD_SIZE" --preallocate full \
+  >"$RAW/vstart.log" 2>&1 ||
   { tail -n 30 "$RAW/vstart.log" >&2; exit 1; }
 client() { "$BIN/fastblock-client" --mon "$MON" "$@"; }
 client pool create bench1 --pg-count "$PGS" --size 1 --failure-domain osd >/dev/null
