@@ -205,6 +205,9 @@ def collect(out_dir):
                 cpu["client_us_per_io"] = cpu["client_s"] * 1e6 / ios
                 cpu["nbd_us_per_io"] = nbd * 1e6 / ios
             entry["cpu"] = cpu
+            delay = run.get("osd_run_delay_ns")
+            if delay not in (None, "") and ios > 0:
+                entry["osd_run_delay_us_per_io"] = int(delay) / 1e3 / ios
             stages = stage_deltas(raw, name)
             if stages:
                 entry["stages"] = stages
@@ -336,13 +339,14 @@ def markdown(results):
               f"read floor = fio QD1 read + 1 × RTT = **{fmt(fl['read_floor_us'], 1)} µs**."]
     lines += ["", "### fastblock", "",
               "| frontend | replicas | test | mean µs | p99 µs | p99.9 µs | IOPS | MiB/s | "
-              "CPU µs/IO, fastblock | of it OSDs | client µs/IO | WAL commits/IO |",
-              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "CPU µs/IO, fastblock | of it OSDs | client µs/IO | WAL commits/IO | "
+              "OSDs waiting for a CPU, µs/IO |",
+              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results["runs"]:
         fe = "block_bench" if r["frontend"] == "block_bench" else "fio nbd"
         if r.get("error") and r.get("iops") is None:
             lines.append(f"| {fe} | {r.get('replicas', '?')} | {r['test']} | error: "
-                         f"{str(r['error'])[:80]} | | | | | | | | |")
+                         f"{str(r['error'])[:80]} | | | | | | | | | |")
             continue
         cpu = r.get("cpu", {})
         client = cpu.get("client_us_per_io")
@@ -352,7 +356,7 @@ def markdown(results):
             f"{fmt(r.get('mib_s'), 1)} | {fmt(cpu.get('fastblock_us_per_io'), 1)} | "
             f"{fmt(cpu.get('osds_us_per_io'), 1)} | {fmt(client, 1)}"
             f"{'' if r['frontend'] == 'block_bench' else ' (fio)'} | "
-            f"{fmt(r.get('wal_commits_per_io'), 2)} |")
+            f"{fmt(r.get('wal_commits_per_io'), 2)} | {fmt(r.get('osd_run_delay_us_per_io'), 1)} |")
     if results["nbd_skipped"]:
         lines += ["", "nbd: skipped (fastblock-nbd not built)"]
     lines += ["", "### Targets (ratios within this run)", "",

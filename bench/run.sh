@@ -15,7 +15,8 @@
 #    when it is not built): 1 MiB sequential write (a full pass, which also fills the image),
 #    4 KiB randwrite and randread at QD1 and QD32, 1 MiB sequential read;
 # 4. around every run: CPU time of every fastblock process from /proc (OSDs, monitor, NBD
-#    server; block_bench reports its own) and the OSDs' per-stage latency from /metrics;
+#    server; block_bench reports its own), the time the OSD threads waited for a CPU
+#    (schedstat run_delay: other load on the machine) and the OSDs' per-stage latency;
 # 5. writes bench/results/<date-time>/{results.json,results.md,*.png} (bench/report.py, plots
 #    with gnuplot), prints the Markdown table and stops the cluster.
 #
@@ -138,6 +139,13 @@ cpu_ticks() {
   echo $((${12} + ${13}))
 }
 sum_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
+# Nanoseconds the threads of these processes spent runnable but waiting for a CPU
+# (schedstat's run_delay): how much other load on the machine delayed them.
+run_delay_ns() {
+  local p
+  for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
+    awk '{ t += $2 } END { printf "%.0f\n", t }'
+}
 scrape() { # name suffix
   local i=0 p
   for p in "${METRICS_PORTS[@]}"; do
@@ -149,9 +157,10 @@ scrape() { # name suffix
 # the command's JSON output in raw/NAME.json, one line in raw/runs.tsv.
 measure() { # name frontend pool test -- command...
   local name=$1 frontend=$2 pool=$3 test=$4; shift 5
-  local osd0 mon0 nbd0=0 osd1 mon1 nbd1=0 t0 t1
+  local osd0 mon0 nbd0=0 osd1 mon1 nbd1=0 t0 t1 wait0 wait1
   scrape "$name" before
   osd0=$(sum_ticks "${OSD_PIDS[@]}"); mon0=$(cpu_ticks "$MON_PID")
+  wait0=$(run_delay_ns "${OSD_PIDS[@]}")
   [[ -n $NBD_PID ]] && nbd0=$(cpu_ticks "$NBD_PID")
   t0=$(date +%s.%N)
   if ! "$@" >"$RAW/$name.json" 2>"$RAW/$name.err"; then
@@ -159,10 +168,12 @@ measure() { # name frontend pool test -- command...
   fi
   t1=$(date +%s.%N)
   osd1=$(sum_ticks "${OSD_PIDS[@]}"); mon1=$(cpu_ticks "$MON_PID")
+  wait1=$(run_delay_ns "${OSD_PIDS[@]}")
   [[ -n $NBD_PID ]] && nbd1=$(cpu_ticks "$NBD_PID")
   scrape "$name" after
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$frontend" "$pool" "$test" \
-    "$((osd1 - osd0))" "$((mon1 - mon0))" "$((nbd1 - nbd0))" "$t0" "$t1" >>"$RAW/runs.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$frontend" "$pool" "$test" \
+    "$((osd1 - osd0))" "$((mon1 - mon0))" "$((nbd1 - nbd0))" "$t0" "$t1" \
+    "$((wait1 - wait0))" >>"$RAW/runs.tsv"
   local all_up=1 p
   for p in "${OSD_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || all_up=0; done
   ((all_up)) || { echo "run.sh: an OSD died during $name; see $STATE/log" >&2; exit 1; }
@@ -174,7 +185,8 @@ fio_common=(--output-format=json --lat_percentiles=1 --percentile_list="$PCTL" -
 
 # --- baselines ---------------------------------------------------------------------------------
 
-printf 'name\tfrontend\tpool\ttest\tosd_ticks\tmon_ticks\tnbd_ticks\tstart\tend\n' >"$RAW/runs.tsv"
+printf 'name\tfrontend\tpool\ttest\tosd_ticks\tmon_ticks\tnbd_ticks\tstart\tend\tosd_run_delay_ns\n' \
+  >"$RAW/runs.tsv"
 getconf CLK_TCK >"$RAW/clk_tck"
 FIO_FILE=$STATE/fio.img
 base() { # name rw iodepth extra...
