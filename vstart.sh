@@ -9,8 +9,11 @@
 #
 # Options: -c/--count N OSDs (3), -r/--replica N (3), -p/--pgcount N (8), --osd-size SIZE (4G,
 # or $FASTBLOCK_VSTART_AIO_FILE_SIZE), --shards N per OSD (1), --mon-port N (3333),
-# --osd-port N (6800; OSD i uses N + 10*i), --etcd-port N (2379; peer N+1),
-# --state-dir DIR (./.vstart or $FASTBLOCK_VSTART_STATE_ROOT), --no-build.
+# --osd-port N (6800; OSD i uses N + 10*i + shard for data, N + 10*i + 9 for /metrics),
+# --etcd-port N (2379; peer N+1),
+# --state-dir DIR (./.vstart or $FASTBLOCK_VSTART_STATE_ROOT), --preallocate none|wal|full
+# (what of each OSD file mkfs writes first; wal), --no-build. $FASTBLOCK_VSTART_OSD_ARGS is
+# added to every OSD's command line (e.g. "--flush-interval 1s").
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -28,6 +31,7 @@ IMAGE=dev-image
 IMAGE_SIZE=64M
 ACTION=start
 BUILD=1
+PREALLOCATE=wal
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
@@ -45,6 +49,7 @@ while (($#)); do
     --etcd-port) ETCD_PORT=${2:?--etcd-port needs a value}; shift ;;
     --state-dir) STATE=${2:?--state-dir needs a value}; shift ;;
     --no-build) BUILD=0 ;;
+    --preallocate) PREALLOCATE=${2:?--preallocate needs none, wal or full}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "vstart.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -54,13 +59,18 @@ done
 for v in COUNT REPLICA PGCOUNT SHARDS MON_PORT OSD_PORT ETCD_PORT; do
   [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || { echo "vstart.sh: $v must be a positive number" >&2; exit 2; }
 done
+if ((SHARDS > 9)); then
+  echo "vstart.sh: at most 9 shards per OSD (port N + 10*i + 9 serves its /metrics)" >&2
+  exit 2
+fi
 if ((REPLICA > COUNT)); then
   echo "vstart.sh: --replica $REPLICA needs at least that many OSDs (--count $COUNT)" >&2
   exit 2
 fi
 
 RUN=$STATE/run
-BIN=$PWD/target/release
+BIN=${CARGO_TARGET_DIR:-$PWD/target}/release
+[[ $BIN == /* ]] || BIN=$PWD/$BIN
 
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -106,6 +116,7 @@ port_busy() { (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
 osd_ports=()
 for i in $(seq 1 "$COUNT"); do
   for k in $(seq 0 $((SHARDS - 1))); do osd_ports+=($((OSD_PORT + 10 * i + k))); done
+  osd_ports+=($((OSD_PORT + 10 * i + 9)))
 done
 for p in "$MON_PORT" "$ETCD_PORT" "$((ETCD_PORT + 1))" "${osd_ports[@]}"; do
   if port_busy "$p"; then
@@ -139,9 +150,11 @@ export FASTBLOCK_MON=$MON
 for i in $(seq 1 "$COUNT"); do
   data=$STATE/osd.$i.img
   if [[ ! -e $data.osd.json ]]; then
-    "$BIN/fastblock-osd" --mkfs --data "$data" --size "$OSD_SIZE" --shards "$SHARDS" >/dev/null
+    "$BIN/fastblock-osd" --mkfs --data "$data" --size "$OSD_SIZE" --shards "$SHARDS" \
+      --preallocate "$PREALLOCATE" >/dev/null
   fi
   setsid "$BIN/fastblock-osd" --data "$data" --port $((OSD_PORT + 10 * i)) --host "vstart-host$i" \
+    --metrics-addr "127.0.0.1:$((OSD_PORT + 10 * i + 9))" ${FASTBLOCK_VSTART_OSD_ARGS:-} \
     >"$STATE/log/osd.$i.log" 2>&1 < /dev/null &
   echo $! > "$RUN/osd.$i.pid"
 done
@@ -182,6 +195,7 @@ fastblock is running from $STATE:
   etcd      http://127.0.0.1:$ETCD_PORT  (etcdctl --endpoints 127.0.0.1:$ETCD_PORT get --prefix /fastblock)
 
   osds      $COUNT x $OSD_SIZE under $STATE (logs: $STATE/log/osd.N.log)
+            metrics: curl http://127.0.0.1:$((OSD_PORT + 10 + 9))/metrics (osd N: port $OSD_PORT + 10*N + 9)
   pool      $POOL ($PGCOUNT PGs x $REPLICA replicas), image $POOL/$IMAGE ($IMAGE_SIZE)
 
 Use it:

@@ -14,6 +14,9 @@ declare -A PROVIDES=(
   [libnbd-bin]=nbdinfo       # nbdinfo and nbdcopy (NBD tests)
   [curl]=curl
   [uuid-runtime]=uuidgen
+  # bench/run.sh: its report (python3, standard library only) and plots (gnuplot).
+  [python3]=python3
+  [gnuplot-nox]=gnuplot
 )
 
 missing=()

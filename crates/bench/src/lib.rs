@@ -5,6 +5,7 @@
 //! - [`stamp`]: per-4-KiB-block stamps (image, offset, sequence, crc32c, PRNG fill) and their
 //!   verification.
 //! - [`stats`]: hdrhistogram latencies and the reference's report lines.
+//! - [`cpu`]: this process's CPU time, reported per phase.
 //! - [`workload`]: the IO phases (workers, offsets, warm-up, verify, periodic lines).
 //! - [`run`]: image setup and the whole run; `main.rs` only parses arguments, prints and
 //!   picks the exit code.
@@ -14,6 +15,7 @@
 //! that completed after the warm-up; the first IO error stops the run.
 
 pub mod config;
+pub mod cpu;
 pub mod run;
 pub mod stamp;
 pub mod stats;

@@ -81,6 +81,14 @@ impl Outcome {
                     "iops_dur_sec": s.iops_dur_sec,
                     "measured_io_count": s.measured_io_count,
                     "total_io_count": s.total_io_count,
+                    "elapsed_sec": p.elapsed.as_secs_f64(),
+                    "cpu_us": p.cpu.as_micros() as u64,
+                    "cpu_us_per_io": if s.total_io_count > 0 {
+                        p.cpu.as_secs_f64() * 1e6 / s.total_io_count as f64
+                    } else {
+                        0.0
+                    },
+                    "latency_cdf": p.latency_cdf,
                 })
             })
             .collect();
@@ -98,6 +106,7 @@ impl Outcome {
                 "map_updates": self.client.map_updates,
                 "timeouts": self.client.timeouts,
             },
+            "process_cpu_us": crate::cpu::process_cpu().map(|d| d.as_micros() as u64),
             "exit_code": self.exit_code(),
         })
     }

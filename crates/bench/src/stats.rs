@@ -66,6 +66,21 @@ impl Latencies {
         }
     }
 
+    /// Points of the cumulative distribution: the latency at every percent, then finer steps
+    /// through the tail (99.1 ... 99.9, 99.95, 99.99, max). Empty without IOs.
+    pub fn cdf(&self) -> Vec<(u64, f64)> {
+        if self.count() == 0 {
+            return Vec::new();
+        }
+        let mut quantiles: Vec<f64> = (1..=99).map(|p| f64::from(p) / 100.0).collect();
+        quantiles.extend((1..=9).map(|p| 0.99 + f64::from(p) / 1000.0));
+        quantiles.extend([0.9995, 0.9999, 1.0]);
+        quantiles
+            .into_iter()
+            .map(|q| (self.histogram.value_at_quantile(q), q))
+            .collect()
+    }
+
     pub fn reset(&mut self) {
         self.histogram.reset();
         self.sum_nanos = 0;
@@ -218,6 +233,16 @@ mean: 126.596us, p0.1: 90us, p0.5: 120us, p0.9: 150us, p0.95: 170us, p0.99: 250u
              mean: 126.596us, min: 50us, max: 3000us, biased stdv: 20.000, iops: 7895, \
              iops_dur_sec: 12.67s, total_io_count: 100000"
         );
+    }
+
+    #[test]
+    fn the_cdf_climbs_to_the_maximum() {
+        let l = latencies(1..=1000);
+        let cdf = l.cdf();
+        assert_eq!(cdf.first(), Some(&(10, 0.01)));
+        assert_eq!(cdf.last(), Some(&(1000, 1.0)));
+        assert!(cdf.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1));
+        assert!(Latencies::default().cdf().is_empty());
     }
 
     #[test]

@@ -111,6 +111,12 @@ pub struct PhaseResult {
     /// "write" or "read".
     pub name: &'static str,
     pub summary: Summary,
+    /// (latency µs, fraction of measured IOs at or below it), for plotting the distribution.
+    pub latency_cdf: Vec<(u64, f64)>,
+    /// CPU time of this process (all threads) during the whole phase, warm-up included.
+    pub cpu: Duration,
+    /// Wall time of the whole phase, warm-up included.
+    pub elapsed: Duration,
 }
 
 #[derive(Default)]
@@ -148,6 +154,7 @@ pub async fn run_phase(
     progress: &ProgressBar,
 ) -> Result<PhaseResult, String> {
     let start = Instant::now();
+    let cpu_start = crate::cpu::process_cpu();
     let shared = Arc::new(PhaseShared {
         image: image.clone(),
         options: options.clone(),
@@ -182,6 +189,10 @@ pub async fn run_phase(
         printer.abort();
     }
     let end = Instant::now();
+    let cpu = match (cpu_start, crate::cpu::process_cpu()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => Duration::ZERO,
+    };
     if let Some(error) = lock(&shared.error).take() {
         return Err(error);
     }
@@ -190,6 +201,9 @@ pub async fn run_phase(
     Ok(PhaseResult {
         name: if write { "write" } else { "read" },
         summary: recorder.all.summary(measured, recorder.total),
+        latency_cdf: recorder.all.cdf(),
+        cpu,
+        elapsed: end - start,
     })
 }
 

@@ -3,6 +3,7 @@
 //! leaders, and stops the OSD when a shard fails (fail-stop) or on SIGTERM.
 
 use crate::identity::Identity;
+use crate::metrics::Metrics;
 use crate::shard::{self, ShardCommand, ShardEvent, ShardHandle, ShardSpec};
 use anyhow::{bail, Context, Result};
 use fastblock_monclient::MonClient;
@@ -32,6 +33,8 @@ pub struct OsdConfig {
     /// Snapshot transfers sent at once by the whole OSD, and their bandwidth.
     pub recovery_max_active: usize,
     pub recovery_bytes_per_sec: u64,
+    /// Serve Prometheus `/metrics` here; `None`: no metrics server.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -50,6 +53,10 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
+    let metrics = Arc::new(Metrics::new());
+    if let Some(addr) = config.metrics_addr {
+        crate::metrics::serve(addr, metrics.clone()).await?;
+    }
     let mut shards: Vec<ShardHandle> = Vec::new();
     for index in 0..identity.shards {
         let port = config
@@ -72,6 +79,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
                 max_active: (config.recovery_max_active / identity.shards as usize).max(1),
                 bytes_per_sec: (config.recovery_bytes_per_sec / u64::from(identity.shards)).max(1),
             },
+            stages: metrics.osd.shard(index),
         };
         shards.push(shard::spawn(spec, listener, events_tx.clone())?);
     }

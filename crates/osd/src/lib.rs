@@ -8,6 +8,7 @@
 //! - [`shard`]: one data-path thread: store, PG replicas, connections, the group-commit loop.
 //! - [`control`]: boot, heartbeats (with IO counters), following the map by long-poll,
 //!   reporting new PG leaders, fail-stop.
+//! - [`stages`]: per-stage latency histograms of the IO path; [`metrics`]: `/metrics`.
 //!
 //! Threads: one per shard (each a single-threaded runtime owning its io_uring, PGs and
 //! sockets; a PG belongs to exactly one shard, chosen by `route::pg_shard`), plus the control
@@ -15,9 +16,11 @@
 
 pub mod control;
 pub mod identity;
+pub mod metrics;
 pub mod mkfs;
 pub mod region;
 pub mod shard;
+pub mod stages;
 
 use std::path::{Path, PathBuf};
 

@@ -516,17 +516,19 @@ impl<D: Disk> Store<D> {
         self.objects.pending_free_blocks() * fastblock_types::units::BLOCK_SIZE_BYTES
     }
 
-    /// Makes applied state durable: data write + fdatasync, then one metadata commit.
-    /// Afterwards `flushed_applied_index` has advanced and compaction may follow.
+    /// Makes applied state durable: the pending WAL batch (if any) is committed, then data
+    /// write + fdatasync, then one metadata commit. Afterwards `flushed_applied_index` has
+    /// advanced and compaction may follow.
     pub fn flush(&mut self) -> Result<()> {
         self.guard(|s| s.flush_inner())
     }
 
     fn flush_inner(&mut self) -> Result<()> {
-        // Applying queues WAL records too (the configuration of an applied membership
-        // change): they must be durable before the applied index that covers them is, or a
-        // crash leaves the entry applied with the old configuration (found by the simulator,
-        // seed 16774686455695070254: a replica refused a later change the others accepted).
+        // Records still pending (a hard state whose caller chose not to commit it yet) become
+        // durable first, so flushed state never runs ahead of the log records before it: applying
+        // queues WAL records too (the configuration of an applied membership change), and a
+        // crash must not leave such an entry applied with the old configuration (found by the
+        // simulator, seed 16774686455695070254).
         if self.wal.pending_bytes() > 0 {
             self.wal.commit(&mut self.disk, &[])?;
         }

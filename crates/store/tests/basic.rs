@@ -49,6 +49,40 @@ fn committed_log_and_flushed_objects_survive_crash() {
     assert_eq!(s.flushed_applied_index(pg(0)), 2);
 }
 
+/// Goal: a flush never makes applied state durable ahead of log records appended before it.
+/// Method: the OSD leaves a hard state that only moves the commit index uncommitted (no
+/// fdatasync of its own); apply and flush past it, crash, and expect the durable commit index
+/// to cover the flushed applied index (raft-rs refuses to start with applied > commit).
+#[test]
+fn flush_commits_pending_log_records_first() {
+    let (disk, meta, mut s) = new_sim(DEVICE_BYTES);
+    let mut cs = ConfState::default();
+    cs.voters = vec![1];
+    s.set_conf_state(pg(0), &cs).unwrap();
+    s.append_entries(pg(0), &[entry(1, 1, 100)]).unwrap();
+    let mut hs = HardState::default();
+    hs.term = 1;
+    s.set_hard_state(pg(0), &hs).unwrap();
+    s.commit().unwrap();
+    // Committed on a majority: the commit index moves, left pending; the entry is applied.
+    hs.commit = 1;
+    s.set_hard_state(pg(0), &hs).unwrap();
+    assert!(s.wal().pending_bytes() > 0);
+    s.write_object(pg(0), obj(1), 0, &pattern(1, 4096)).unwrap();
+    s.set_applied(pg(0), 1).unwrap();
+    s.flush().unwrap();
+    assert_eq!(
+        s.wal().pending_bytes(),
+        0,
+        "flush committed the pending batch"
+    );
+    drop(s);
+    crash(&disk, &meta, 11);
+    let s = reopen(&disk, &meta).unwrap();
+    assert_eq!(s.flushed_applied_index(pg(0)), 1);
+    assert_eq!(s.pg_log(pg(0)).unwrap().hard_state.commit, 1);
+}
+
 #[test]
 fn wal_segments_recycle_after_compaction() {
     let (disk, meta, mut s) = new_sim(DEVICE_BYTES);

@@ -2,7 +2,8 @@
 //!
 //! Goal: after a crash at a random point (optionally preceded by an injected I/O error),
 //! recovery yields exactly the state that was reported durable: the WAL as of the last
-//! successful `commit`, the objects and applied indexes as of the last successful `flush`.
+//! successful `commit` or `flush` (which commits pending records first), the objects and
+//! applied indexes as of the last successful `flush`.
 //! Method: random operations run against the engine and a plain in-memory model side by
 //! side; the model snapshots "durable" state on each successful commit/flush. An operation
 //! that failed with an I/O error may or may not have reached disk, so both outcomes are
@@ -239,7 +240,8 @@ fn step(s: &mut Store<SimDisk>, m: &mut Model, op: &Op) -> Result<(), Error> {
             m.obj.applied.insert(p, to);
         }
         Op::Flush => {
-            // A flush commits pending WAL records first (they may describe applied state).
+            // A flush commits the pending WAL batch first (flushed state never runs ahead of
+            // the log records appended before it).
             m.wal_maybe = Some(m.wal.clone());
             s.flush()?;
             m.wal_maybe = None;

@@ -46,6 +46,11 @@ struct Args {
     /// With --mkfs: format even if the device holds data.
     #[arg(long)]
     force: bool,
+    /// With --mkfs on a data file: write zeros first over its WAL regions (`wal`), all of it
+    /// (`full`), or nothing (`none`), so that commits overwrite blocks instead of allocating
+    /// them (a journal commit per fdatasync on ext4/xfs). Block devices are never pre-written.
+    #[arg(long, default_value = "wal")]
+    preallocate: fastblock_osd::mkfs::Preallocate,
     /// With --mkfs: data-path shards (threads), fixed for the life of the OSD [default: cores].
     #[arg(long)]
     shards: Option<u32>,
@@ -88,6 +93,10 @@ struct Args {
     /// recovery does not starve client IO (e.g. 64M).
     #[arg(long, default_value = "64M", value_parser = size)]
     recovery_max_bytes_per_sec: u64,
+    /// Serve Prometheus `/metrics` (per-stage IO latency, see docs/metrics.md) on this
+    /// address, e.g. 127.0.0.1:9100 [default: no metrics server].
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn host_name() -> String {
@@ -126,6 +135,7 @@ async fn main() {
             data: args.data.clone(),
             size_bytes: args.size,
             uuid: args.uuid.clone(),
+            preallocate: args.preallocate,
             force: args.force,
             shards,
             monitors: args.mon.clone(),
@@ -163,6 +173,7 @@ async fn main() {
             pg_config,
             recovery_max_active: args.recovery_max_active,
             recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
+            metrics_addr: args.metrics_addr,
         })
         .await
     };

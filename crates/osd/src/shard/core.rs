@@ -1,14 +1,18 @@
 //! The shard loop. One iteration:
 //!
 //! 1. drain inputs (requests, Raft batches, closed connections) and, when due, tick every PG;
-//! 2. for every PG output: send Raft messages now (a leader's appends go out before its own
-//!    log write, so the followers' fdatasync overlaps ours), queue replies, report events;
-//! 3. persist every PG's log write into the shard's WAL and commit them together: one write,
-//!    one fdatasync (group commit across PGs);
-//! 4. apply committed entries to the object store (no sync: the WAL holds them until the next
-//!    flush), then tell the replicas (`on_persisted`, `on_applied`), which releases held
-//!    messages and replies; repeat 2-4 until no PG has more to do;
-//! 5. flush connections.
+//! 2. for every PG output: queue replies, report events, collect Raft messages, log writes
+//!    and committed entries;
+//! 3. apply committed entries to the object store (no sync: the WAL holds them until the next
+//!    flush), tell the replicas (`on_applied`), and hand the replies this releases (and those
+//!    of step 2) to the sockets at once: they are durable on a majority already;
+//! 4. send the Raft messages (a leader's appends go out before its own log write, so the
+//!    followers' fdatasync overlaps ours);
+//! 5. persist every PG's log write into the shard's WAL and commit them together: one write,
+//!    one fdatasync (group commit across PGs), skipped when only commit indexes moved (etcd's
+//!    MustSync rule); then `on_persisted`, which releases held messages; repeat 2-5 until no
+//!    PG has more to do;
+//! 6. flush connections.
 //!
 //! An I/O error from the store stops the shard (fail-stop): every later request gets
 //! `IoError`, and the control task is told so the OSD exits.
@@ -16,6 +20,7 @@
 use super::net::{self, ConnId, InputQueue, Outbox, PeerLink, SharedOutbox, OUT_BYTES_MAX};
 use super::{ShardCommand, ShardEvent, ShardSpec, ShardStore};
 use crate::region::RegionDisk;
+use crate::stages::Stage;
 use bytes::BytesMut;
 use fastblock_pg::{
     Apply, ClientOp, Event, LeaderReport, OpId, OpOutcome, Output, PgError, PgReplica,
@@ -30,6 +35,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::{mpsc, Notify};
 
 /// Client operations in flight per connection before `Busy`.
@@ -62,6 +68,9 @@ pub struct PendingOp {
     pub request_id: u64,
     pub pg: PgId,
     pub kind: OpKind,
+    /// When the request was read, and when it was proposed (or its read index asked).
+    pub arrived: Instant,
+    pub started: Instant,
 }
 
 pub struct Shard {
@@ -81,6 +90,8 @@ pub struct Shard {
     pub failed: Option<String>,
     pub applied_since_flush: bool,
     pub recovery: super::recovery::Recovery,
+    /// When the last apply batch started: the commit time of the writes it completes.
+    pub apply_started: Instant,
     listener: Option<std::net::TcpListener>,
 }
 
@@ -119,6 +130,7 @@ impl Shard {
             events,
             failed: None,
             applied_since_flush: false,
+            apply_started: Instant::now(),
             listener: Some(listener),
         })
     }
@@ -196,6 +208,7 @@ impl Shard {
 
     /// One loop iteration (see the module doc).
     pub fn iterate(&mut self, tick: bool) {
+        self.spec.stages.iteration();
         let mut outs: BTreeMap<PgId, Output> = BTreeMap::new();
         loop {
             let next = self.inputs.borrow_mut().pop_front();
@@ -231,6 +244,7 @@ impl Shard {
             let mut writes = Vec::new();
             let mut applies = Vec::new();
             let mut snapshots = Vec::new();
+            let mut replied = false;
             for (pg, out) in outs.iter_mut() {
                 snapshots.extend(out.snapshots.drain(..).map(|m| (*pg, m)));
                 for msg in out.messages.drain(..) {
@@ -245,6 +259,7 @@ impl Shard {
                 }
                 for (op, outcome) in out.replies.drain(..) {
                     self.complete(op, outcome);
+                    replied = true;
                 }
                 for event in out.events.drain(..) {
                     self.on_event(*pg, event);
@@ -256,21 +271,36 @@ impl Shard {
                     applies.push((*pg, std::mem::take(&mut out.apply)));
                 }
             }
-            self.send_raft(raft_out);
-            let persisted = self.persist(writes);
+            // Apply and answer first: committed entries are durable on a majority already
+            // (raft-rs hands out only committed entries that are also persisted here), so
+            // their clients wait neither for this round's Raft messages (on a leader, often
+            // just the commit index for the followers) nor for the fdatasync of newer entries
+            // or of a hard state. Read replies and refusals leave here too.
             let applied = self.apply(applies);
             let mut next: BTreeMap<PgId, Output> = BTreeMap::new();
+            for (pg, index) in applied {
+                if let Some(h) = self.pgs.get_mut(&pg) {
+                    let out = next.entry(pg).or_default();
+                    h.replica.on_applied(index, out);
+                    for (op, outcome) in std::mem::take(&mut out.replies) {
+                        self.complete(op, outcome);
+                        replied = true;
+                    }
+                }
+            }
+            if replied {
+                self.flush_conns();
+            }
             for (pg, msg) in snapshots {
                 self.on_snapshot_request(pg, msg, &mut next);
             }
+            // Raft messages before the log write: a leader's appends leave before its own
+            // fdatasync, so the followers' overlaps it.
+            self.send_raft(raft_out);
+            let persisted = self.persist(writes);
             for (pg, number) in persisted {
                 if let Some(h) = self.pgs.get_mut(&pg) {
                     h.replica.on_persisted(number, next.entry(pg).or_default());
-                }
-            }
-            for (pg, index) in applied {
-                if let Some(h) = self.pgs.get_mut(&pg) {
-                    h.replica.on_applied(index, next.entry(pg).or_default());
                 }
             }
             outs = next;
@@ -313,6 +343,11 @@ impl Shard {
         let mut store = self.store.borrow_mut();
         let batch_bytes_max = store.superblock().batch_bytes_max;
         let mut needs_commit = false;
+        let entries: usize = writes
+            .iter()
+            .flat_map(|(_, l)| l)
+            .map(|w| w.entries.len())
+            .sum();
         for (pg, list) in writes {
             let mut last = 0;
             for w in list {
@@ -333,15 +368,26 @@ impl Shard {
                     needs_commit = true;
                 }
                 if let Some(hs) = &w.hard_state {
+                    // As etcd's raft `MustSync`: a hard state that moves only the commit index
+                    // needs no fdatasync of its own (a lost commit index is learnt again from
+                    // the leader; term and vote must be durable before any message that
+                    // depends on them leaves). It rides with the next commit, and the store
+                    // commits it before any flush, so a flushed applied index never runs
+                    // ahead of the durable commit index.
+                    let prev = store
+                        .pg_log(*pg)
+                        .map(|l| (l.hard_state.term, l.hard_state.vote));
                     with_room(&mut store, |s| s.set_hard_state(*pg, hs))?;
-                    needs_commit = true;
+                    needs_commit |= prev != Some((hs.term, hs.vote));
                 }
                 last = w.ready_number;
             }
             persisted.push((*pg, last));
         }
         if needs_commit {
+            let start = Instant::now();
             store.commit()?;
+            self.spec.stages.wal_commit(start.elapsed(), entries);
         }
         drop(store);
         for pg in installed {
@@ -362,6 +408,7 @@ impl Shard {
         }
         let mut done = Vec::new();
         let mut failure = None;
+        self.apply_started = Instant::now();
         {
             let mut store = self.store.borrow_mut();
             for (pg, list) in &applies {
@@ -398,6 +445,9 @@ impl Shard {
             return Vec::new();
         }
         self.applied_since_flush = true;
+        self.spec
+            .stages
+            .since(Stage::Apply, self.apply_started, Instant::now());
         done
     }
 
@@ -408,9 +458,11 @@ impl Shard {
             return;
         }
         self.applied_since_flush = false;
+        let start = Instant::now();
         if let Err(e) = self.flush_and_compact(self.spec.log_retain_entries) {
             self.fail(format!("flush: {e}"));
         }
+        self.spec.stages.observe(Stage::Flush, start.elapsed());
     }
 
     /// Flushes applied state, then compacts each PG's log up to `retain` entries behind its
@@ -479,6 +531,7 @@ impl Shard {
     pub fn reply(&mut self, conn: ConnId, request_id: u64, reply: &Reply) {
         if let Some(outbox) = self.conns.get(&conn) {
             let mut o = outbox.borrow_mut();
+            o.reply_since.get_or_insert_with(Instant::now);
             reply.encode(request_id, &mut o.buf);
             if o.buf.len() > OUT_BYTES_MAX {
                 // The client does not read its replies: stop serving it rather than buffer
@@ -504,6 +557,9 @@ impl Shard {
                     h.io.write_ops += 1;
                     h.io.write_bytes += bytes;
                 }
+                let stages = &self.spec.stages;
+                stages.since(Stage::Replication, pending.started, self.apply_started);
+                stages.since(Stage::OpWrite, pending.arrived, Instant::now());
                 Reply::Ok
             }
             (
@@ -514,7 +570,13 @@ impl Shard {
                     length,
                 },
             ) => {
+                let start = Instant::now();
                 let r = self.read_object(*addr, *offset, *length);
+                let end = Instant::now();
+                let stages = &self.spec.stages;
+                stages.since(Stage::ReadIndex, pending.started, start);
+                stages.since(Stage::Read, start, end);
+                stages.since(Stage::OpRead, pending.arrived, end);
                 if r.is_ok() {
                     if let Some(h) = self.pgs.get_mut(&pending.pg) {
                         h.io.read_ops += 1;
@@ -757,6 +819,11 @@ impl Shard {
         for (id, outbox) in &self.conns {
             let mut o = outbox.borrow_mut();
             o.flush_now();
+            if o.buf.is_empty() {
+                if let Some(since) = o.reply_since.take() {
+                    self.spec.stages.since(Stage::Reply, since, Instant::now());
+                }
+            }
             if o.closed {
                 closed.push(*id);
             }

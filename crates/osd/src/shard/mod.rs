@@ -46,6 +46,8 @@ pub struct ShardSpec {
     pub log_lag_max_entries: u64,
     pub seed: u64,
     pub recovery: recovery::RecoveryLimits,
+    /// Where the shard records its per-stage latencies.
+    pub stages: crate::stages::ShardStages,
 }
 
 pub enum ShardCommand {

@@ -16,6 +16,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
@@ -34,6 +35,8 @@ pub enum Input {
         conn: ConnId,
         request_id: u64,
         req: Request,
+        /// When its bytes were read (for the `queue` stage).
+        arrived: Instant,
     },
     /// A well-framed request the decoder could not parse: answered with an error.
     BadRequest {
@@ -56,6 +59,8 @@ pub struct Outbox {
     pub stream: Option<Rc<OwnedWriteHalf>>,
     pub wake_writer: Rc<Notify>,
     pub closed: bool,
+    /// When the oldest reply still in `buf` was queued (for the `reply` stage).
+    pub reply_since: Option<Instant>,
 }
 
 pub type SharedOutbox = Rc<RefCell<Outbox>>;
@@ -67,6 +72,7 @@ impl Outbox {
             stream: stream.map(Rc::new),
             wake_writer: Rc::new(Notify::new()),
             closed: false,
+            reply_since: None,
         }))
     }
 
@@ -134,10 +140,13 @@ pub async fn reader_task(
             Ok(_) => {}
             Err(e) => break format!("read error: {e}"),
         }
+        let arrived = Instant::now();
         let mut framing_error = None;
         loop {
             match decoder.decode(&mut buf) {
-                Ok(Some(frame)) => inputs.borrow_mut().push_back(decode_request(conn, &frame)),
+                Ok(Some(frame)) => inputs
+                    .borrow_mut()
+                    .push_back(decode_request(conn, &frame, arrived)),
                 Ok(None) => break,
                 Err(e) => {
                     framing_error = Some(format!("framing error: {e}"));
@@ -159,12 +168,13 @@ pub async fn reader_task(
     wake_loop.notify_one();
 }
 
-fn decode_request(conn: ConnId, frame: &Frame) -> Input {
+fn decode_request(conn: ConnId, frame: &Frame, arrived: Instant) -> Input {
     match Request::decode(frame) {
         Ok(req) => Input::Request {
             conn,
             request_id: frame.request_id,
             req,
+            arrived,
         },
         Err(e) => Input::BadRequest {
             conn,

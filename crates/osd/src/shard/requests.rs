@@ -2,6 +2,7 @@
 
 use super::core::{OpKind, PendingOp, Shard, CONN_INFLIGHT_OPS_MAX};
 use super::net::{ConnId, Input};
+use crate::stages::Stage;
 use fastblock_pg::{ClientOp, ObjectRef, Output};
 use fastblock_types::PgId;
 use fastblock_wire::{
@@ -9,6 +10,7 @@ use fastblock_wire::{
 };
 use protobuf::Message as _;
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 /// Largest single read or mutation: clients split IO at object boundaries, and objects are at
 /// most 64 MiB; one request is further bounded to keep frames small.
@@ -96,7 +98,8 @@ impl Shard {
                 conn,
                 request_id,
                 req,
-            } => self.handle_request(conn, request_id, req, outs),
+                arrived,
+            } => self.handle_request(conn, request_id, req, arrived, outs),
             Input::BadRequest {
                 conn,
                 request_id,
@@ -129,6 +132,7 @@ impl Shard {
         conn: ConnId,
         request_id: u64,
         req: Request,
+        arrived: Instant,
         outs: &mut BTreeMap<PgId, Output>,
     ) {
         if let Some(reason) = self.failed.clone() {
@@ -147,14 +151,18 @@ impl Shard {
             | Request::Discard { .. }
             | Request::WriteZeroes { .. }) => {
                 let (pg, offset, length, op) = mutation(req).expect("matched a mutation");
-                self.propose(conn, request_id, pg, offset, length, op, outs);
+                let at = (arrived, Instant::now());
+                self.propose(conn, request_id, pg, offset, length, op, at, outs);
             }
             Request::Read {
                 addr,
                 offset,
                 length,
                 ..
-            } => self.read(conn, request_id, addr, offset, length, outs),
+            } => {
+                let at = (arrived, Instant::now());
+                self.read(conn, request_id, addr, offset, length, at, outs)
+            }
             Request::GetLeader { pg, .. } => {
                 let reply = match self.pgs.get(&pg) {
                     None => Reply::error(
@@ -201,7 +209,10 @@ impl Shard {
                 offset,
                 length,
                 ..
-            } => self.allocation(conn, request_id, addr, offset, length, outs),
+            } => {
+                let at = (arrived, Instant::now());
+                self.allocation(conn, request_id, addr, offset, length, at, outs)
+            }
             Request::ShardSpace => {
                 let store = self.store.borrow();
                 let reply = Reply::Space {
@@ -217,6 +228,9 @@ impl Shard {
                     tracing::warn!(%from, %to, "raft batch for another osd; dropped");
                     return;
                 }
+                self.spec
+                    .stages
+                    .since(Stage::RaftQueue, arrived, Instant::now());
                 for env in msgs {
                     if !self.pgs.contains_key(&env.pg) {
                         continue;
@@ -294,6 +308,7 @@ impl Shard {
         offset: u32,
         length: u32,
         op: ClientOp,
+        (arrived, started): (Instant, Instant),
         outs: &mut BTreeMap<PgId, Output>,
     ) {
         if !self.admit(conn, request_id, pg, offset, length) {
@@ -326,11 +341,15 @@ impl Shard {
             kind: OpKind::Mutation {
                 bytes: u64::from(length),
             },
+            arrived,
+            started,
         });
+        self.spec.stages.since(Stage::Queue, arrived, started);
         let hosted = self.pgs.get_mut(&pg).expect("admitted");
         hosted.replica.propose(id, &op, outs.entry(pg).or_default());
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn read(
         &mut self,
         conn: ConnId,
@@ -338,6 +357,7 @@ impl Shard {
         addr: ObjectAddr,
         offset: u32,
         length: u32,
+        (arrived, started): (Instant, Instant),
         outs: &mut BTreeMap<PgId, Output>,
     ) {
         if !self.admit(conn, request_id, addr.pg, offset, length) {
@@ -352,13 +372,17 @@ impl Shard {
                 offset,
                 length,
             },
+            arrived,
+            started,
         });
+        self.spec.stages.since(Stage::Queue, arrived, started);
         let hosted = self.pgs.get_mut(&addr.pg).expect("admitted");
         hosted.replica.read(id, outs.entry(addr.pg).or_default());
     }
 
     /// Admits a block-status query; it is answered (`allocation_reply`) once the PG's read
     /// barrier passes, so it sees every write acknowledged before it was sent.
+    #[allow(clippy::too_many_arguments)]
     fn allocation(
         &mut self,
         conn: ConnId,
@@ -366,6 +390,7 @@ impl Shard {
         addr: ObjectAddr,
         offset: u32,
         length: u32,
+        (arrived, started): (Instant, Instant),
         outs: &mut BTreeMap<PgId, Output>,
     ) {
         if !self.admit(conn, request_id, addr.pg, offset, length) {
@@ -380,7 +405,10 @@ impl Shard {
                 offset,
                 length,
             },
+            arrived,
+            started,
         });
+        self.spec.stages.since(Stage::Queue, arrived, started);
         let hosted = self.pgs.get_mut(&addr.pg).expect("admitted");
         hosted.replica.read(id, outs.entry(addr.pg).or_default());
     }

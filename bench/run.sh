@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# The benchmark kit: in one run, what this machine can physically do and what fastblock does
+# on it, side by side, with the ratios of docs/benchmarks.md marked met or not met.
+#
+#   bench/run.sh [--seconds N] [--out DIR] [--port-base N] [--no-build] [--keep]
+#
+# 1. builds release binaries and starts its own cluster with ./vstart.sh (3 OSDs, a 3-replica
+#    and a 1-replica pool, OSD files of 1 GiB written in full) on ports from --port-base
+#    (17300) and under the results folder, so it does not clash with a ./vstart.sh cluster;
+# 2. baselines on the file system of the OSD data files: fio 4 KiB randwrite O_DIRECT at
+#    iodepth 1 with fdatasync=1 and at iodepth 32, randread at iodepth 1 and 32; the loopback
+#    TCP round trip of a 4 KiB request with a 16 B reply (rtt_bench); once before and once
+#    after fastblock, the targets use the better of the two;
+# 3. for each pool, through block_bench and through fio's nbd engine (fastblock-nbd; skipped
+#    when it is not built): 1 MiB sequential write (a full pass, which also fills the image),
+#    4 KiB randwrite and randread at QD1 and QD32, 1 MiB sequential read;
+# 4. around every run: CPU time of every fastblock process from /proc (OSDs, monitor, NBD
+#    server; block_bench reports its own), the time the OSD threads waited for a CPU
+#    (schedstat run_delay: other load on the machine) and the OSDs' per-stage latency;
+# 5. writes bench/results/<date-time>/{results.json,results.md,*.png} (bench/report.py, plots
+#    with gnuplot), prints the Markdown table and stops the cluster.
+#
+# --seconds N: length of each timed run (10; the first second is warm-up). --keep: leave the
+# cluster running and its data files in place. Takes about 7 minutes with the defaults, plus
+# the build.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+SECS=${FASTBLOCK_BENCH_SECONDS:-10}
+PORT_BASE=17300
+BUILD=1
+KEEP=0
+OUT=""
+IMAGE_MIB=256
+# Every OSD file is written in full at mkfs (--preallocate full), as fio's file is: blocks
+# written for the first time cost a file-system journal commit on the next fdatasync, which a
+# block device does not have.
+OSD_SIZE=1G
+PGS=32
+SEQ_DEPTH=8
+
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
+while (($#)); do
+  case $1 in
+    --seconds) SECS=${2:?--seconds needs a value}; shift ;;
+    --out) OUT=${2:?--out needs a value}; shift ;;
+    --port-base) PORT_BASE=${2:?--port-base needs a value}; shift ;;
+    --no-build) BUILD=0 ;;
+    --keep) KEEP=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $SECS =~ ^[0-9]+$ && $SECS -ge 3 ]] || { echo "run.sh: --seconds must be a number >= 3" >&2; exit 2; }
+
+STARTED=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+OUT=${OUT:-$ROOT/bench/results/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT/raw"
+OUT=$(cd "$OUT" && pwd)
+RAW=$OUT/raw
+STATE=$OUT/cluster
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+[[ $BIN == /* ]] || BIN=$ROOT/$BIN
+MON_PORT=$PORT_BASE
+ETCD_PORT=$((PORT_BASE + 10))
+NBD_PORT=$((PORT_BASE + 90))
+OSD_PORT=$((PORT_BASE + 100))
+MON=127.0.0.1:$MON_PORT
+POOLS=("bench1:1" "fb:3") # name:replicas; fb is the pool vstart.sh creates
+IMAGE=bench
+
+log() { printf '[%4ds] %s\n' $(($(date +%s) - STARTED)) "$*" >&2; }
+
+./scripts/install-deps.sh >&2
+if ((BUILD)); then
+  log "building release binaries"
+  cargo build --release --locked --bins -q
+fi
+for b in fastblock-mon fastblock-osd fastblock-client block_bench rtt_bench; do
+  [[ -x $BIN/$b ]] || { echo "run.sh: $BIN/$b missing; run without --no-build" >&2; exit 1; }
+done
+NBD_BIN=$BIN/fastblock-nbd
+HAVE_NBD=0
+[[ -x $NBD_BIN ]] && HAVE_NBD=1
+
+NBD_PID=""
+cleanup() {
+  local rc=$?
+  if [[ -n $NBD_PID ]]; then kill -TERM "$NBD_PID" 2>/dev/null || true; wait "$NBD_PID" 2>/dev/null || true; fi
+  if ((KEEP)); then
+    log "cluster left running: ./vstart.sh --stop --state-dir $STATE"
+  else
+    ./vstart.sh --stop --state-dir "$STATE" >/dev/null 2>&1 || true
+    rm -f "$STATE"/*.img "$STATE"/*.meta
+    rm -rf "$STATE/mon.a"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Three OSD files written in full, fio's files, logs.
+need_kib=$((4 << 20))
+free_kib=$(df --output=avail -k "$OUT" | tail -n 1 | tr -d ' ')
+if ((free_kib < need_kib)); then
+  echo "run.sh: $((free_kib >> 20)) GiB free under $OUT; the run needs about 4 GiB" >&2
+  exit 1
+fi
+log "starting a cluster under $STATE (monitor $MON)"
+./vstart.sh --no-build --state-dir "$STATE" --mon-port "$MON_PORT" --etcd-port "$ETCD_PORT" \
+  --osd-port "$OSD_PORT" -c 3 -r 3 -p "$PGS" --osd-size "$OSD_SIZE" --preallocate full \
+  >"$RAW/vstart.log" 2>&1 ||
+  { tail -n 30 "$RAW/vstart.log" >&2; exit 1; }
+client() { "$BIN/fastblock-client" --mon "$MON" "$@"; }
+client pool create bench1 --pg-count "$PGS" --size 1 --failure-domain osd >/dev/null
+for _ in $(seq 1 300); do client health | grep -q HEALTH_OK && break; sleep 0.2; done
+client health | grep -q HEALTH_OK || { echo "run.sh: the cluster did not become healthy" >&2; client pg ls >&2; exit 1; }
+OSD_PIDS=()
+METRICS_PORTS=()
+for i in 1 2 3; do
+  OSD_PIDS+=("$(cat "$STATE/run/osd.$i.pid")")
+  METRICS_PORTS+=($((OSD_PORT + 10 * i + 9)))
+done
+MON_PID=$(cat "$STATE/run/mon.a.pid")
+
+# --- helpers ---------------------------------------------------------------------------------
+
+# utime + stime of a process, in clock ticks (0 once it is gone).
+cpu_ticks() {
+  local s
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
+  s=${s##*) }
+  # shellcheck disable=SC2086
+  set -- $s
+  echo $((${12} + ${13}))
+}
+sum_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
+# Nanoseconds the threads of these processes spent runnable but waiting for a CPU
+# (schedstat's run_delay): how much other load on the machine delayed them.
+run_delay_ns() {
+  local p
+  for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
+    awk '{ t += $2 } END { printf "%.0f\n", t }'
+}
+scrape() { # name suffix
+  local i=0 p
+  for p in "${METRICS_PORTS[@]}"; do
+    i=$((i + 1))
+    curl -fsS "http://127.0.0.1:$p/metrics" >"$RAW/$1.metrics.$2.osd$i.txt" 2>/dev/null || true
+  done
+}
+# Runs a measured command: CPU of the fastblock processes and OSD metrics before and after,
+# the command's JSON output in raw/NAME.json, one line in raw/runs.tsv.
+measure() { # name frontend pool test -- command...
+  local name=$1 frontend=$2 pool=$3 test=$4; shift 5
+  local osd0 mon0 nbd0=0 osd1 mon1 nbd1=0 t0 t1 wait0 wait1
+  scrape "$name" before
+  osd0=$(sum_ticks "${OSD_PIDS[@]}"); mon0=$(cpu_ticks "$MON_PID")
+  wait0=$(run_delay_ns "${OSD_PIDS[@]}")
+  [[ -n $NBD_PID ]] && nbd0=$(cpu_ticks "$NBD_PID")
+  t0=$(date +%s.%N)
+  if ! "$@" >"$RAW/$name.json" 2>"$RAW/$name.err"; then
+    log "$name failed: $(tail -n 3 "$RAW/$name.err" | tr '\n' ' ')"
+  fi
+  t1=$(date +%s.%N)
+  osd1=$(sum_ticks "${OSD_PIDS[@]}"); mon1=$(cpu_ticks "$MON_PID")
+  wait1=$(run_delay_ns "${OSD_PIDS[@]}")
+  [[ -n $NBD_PID ]] && nbd1=$(cpu_ticks "$NBD_PID")
+  scrape "$name" after
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$frontend" "$pool" "$test" \
+    "$((osd1 - osd0))" "$((mon1 - mon0))" "$((nbd1 - nbd0))" "$t0" "$t1" \
+    "$((wait1 - wait0))" >>"$RAW/runs.tsv"
+  local all_up=1 p
+  for p in "${OSD_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || all_up=0; done
+  ((all_up)) || { echo "run.sh: an OSD died during $name; see $STATE/log" >&2; exit 1; }
+}
+
+# fio's 4 KiB and 1 MiB shapes. The tail percentiles go into the latency plots.
+PCTL=$(python3 -c 'print(":".join([str(p) for p in range(1,100)] + ["99.5","99.9","99.95","99.99"]))')
+fio_common=(--output-format=json --lat_percentiles=1 --percentile_list="$PCTL" --time_based --runtime="$SECS" --ramp_time=1)
+
+# --- baselines ---------------------------------------------------------------------------------
+
+printf 'name\tfrontend\tpool\ttest\tosd_ticks\tmon_ticks\tnbd_ticks\tstart\tend\tosd_run_delay_ns\n' \
+  >"$RAW/runs.tsv"
+getconf CLK_TCK >"$RAW/clk_tck"
+FIO_FILE=$STATE/fio.img
+base() { # name rw iodepth extra...
+  local name=$1 rw=$2 depth=$3; shift 3
+  measure "$name" fio-file - "$rw-qd$depth" -- fio --name=fb --filename="$FIO_FILE" \
+    --size="${IMAGE_MIB}M" --bs=4k --rw="$rw" --direct=1 --ioengine=io_uring --iodepth="$depth" \
+    "${fio_common[@]}" "$@"
+}
+# The baselines run twice, before and after fastblock (suffix -a and -b); the report judges
+# the targets against the better of the two, so a noisy minute never flatters fastblock.
+baselines() { # suffix
+  local x=$1
+  log "baselines ($x): fio on $(df --output=source,fstype,target "$STATE" | tail -n 1 | tr -s ' ')"
+  # Write the file in full first: otherwise fio measures ext4 converting unwritten extents.
+  fio --name=layout --filename="$FIO_FILE" --size="${IMAGE_MIB}M" --bs=1M --rw=write --direct=1 \
+    --ioengine=io_uring --iodepth=4 >/dev/null 2>&1
+  base "base-randwrite-qd1-$x" randwrite 1 --fdatasync=1
+  base "base-randwrite-qd32-$x" randwrite 32
+  base "base-randread-qd1-$x" randread 1
+  base "base-randread-qd32-$x" randread 32
+  rm -f "$FIO_FILE"
+  # What three OSDs on this one disk do at QD1: three writers, each with its own file and an
+  # fdatasync after every write (not a target; it shows what sharing the device costs).
+  local j
+  for j in 0 1 2; do
+    fio --name=layout --filename="$STATE/fio.$j.img" --size=256M --bs=1M --rw=write --direct=1 \
+      --ioengine=io_uring --iodepth=4 >/dev/null 2>&1
+  done
+  measure "base-randwrite-qd1-x3-$x" fio-file - randwrite-qd1-x3 -- fio --name=fb --numjobs=3 \
+    --group_reporting --directory="$STATE" --filename_format='fio.$jobnum.img' --size=256M \
+    --bs=4k --rw=randwrite --direct=1 --ioengine=io_uring --iodepth=1 --fdatasync=1 "${fio_common[@]}"
+  rm -f "$STATE"/fio.?.img
+  measure "base-rtt-$x" rtt - rtt -- "$BIN/rtt_bench" --json
+}
+baselines a
+
+# --- fastblock -------------------------------------------------------------------------------
+
+bb() { # name pool test block_bench-args...
+  local name=$1 pool=$2 test=$3; shift 3
+  measure "$name" block_bench "$pool" "$test" -- "$BIN/block_bench" --mon "$MON" --pool "$pool" \
+    --image "$IMAGE" --image-size "${IMAGE_MIB}M" --json "$@"
+}
+timed=(--infinity --runtime "$SECS" --deferred-time 1)
+for entry in "${POOLS[@]}"; do
+  pool=${entry%%:*}
+  log "block_bench on pool $pool (${entry##*:} replica(s))"
+  bb "bb-$pool-seqwrite" "$pool" seqwrite-1m --io-type write --io-size 1M --sequential \
+    --io-depth "$SEQ_DEPTH" --io-count "$IMAGE_MIB" --deferred-time 0
+  bb "bb-$pool-randwrite-qd1" "$pool" randwrite-qd1 --io-type write --io-depth 1 "${timed[@]}"
+  bb "bb-$pool-randwrite-qd32" "$pool" randwrite-qd32 --io-type write --io-depth 32 "${timed[@]}"
+  bb "bb-$pool-randread-qd1" "$pool" randread-qd1 --io-type read --io-depth 1 "${timed[@]}"
+  bb "bb-$pool-randread-qd32" "$pool" randread-qd32 --io-type read --io-depth 32 "${timed[@]}"
+  bb "bb-$pool-seqread" "$pool" seqread-1m --io-type read --io-size 1M --sequential \
+    --io-depth "$SEQ_DEPTH" "${timed[@]}"
+done
+
+if ((HAVE_NBD)); then
+  setsid "$NBD_BIN" serve --mon "$MON" --bind "127.0.0.1:$NBD_PORT" >"$RAW/nbd.log" 2>&1 </dev/null &
+  NBD_PID=$!
+  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$NBD_PORT") 2>/dev/null && break; sleep 0.1; done
+  nbd() { # name pool test fio-args...
+    local name=$1 pool=$2 test=$3; shift 3
+    measure "$name" nbd "$pool" "$test" -- fio --name=fb --ioengine=nbd \
+      --uri="nbd://127.0.0.1:$NBD_PORT/$pool/$IMAGE" --size="${IMAGE_MIB}M" "${fio_common[@]}" "$@"
+  }
+  for entry in "${POOLS[@]}"; do
+    pool=${entry%%:*}
+    log "fio nbd engine on pool $pool"
+    nbd "nbd-$pool-seqwrite" "$pool" seqwrite-1m --rw=write --bs=1M --iodepth="$SEQ_DEPTH"
+    nbd "nbd-$pool-randwrite-qd1" "$pool" randwrite-qd1 --rw=randwrite --bs=4k --iodepth=1
+    nbd "nbd-$pool-randwrite-qd32" "$pool" randwrite-qd32 --rw=randwrite --bs=4k --iodepth=32
+    nbd "nbd-$pool-randread-qd1" "$pool" randread-qd1 --rw=randread --bs=4k --iodepth=1
+    nbd "nbd-$pool-randread-qd32" "$pool" randread-qd32 --rw=randread --bs=4k --iodepth=32
+    nbd "nbd-$pool-seqread" "$pool" seqread-1m --rw=read --bs=1M --iodepth="$SEQ_DEPTH"
+  done
+else
+  echo "nbd: skipped (fastblock-nbd not built)" | tee "$RAW/nbd.skipped" >&2
+fi
+
+baselines b
+
+# --- report ----------------------------------------------------------------------------------
+
+log "writing the report"
+{
+  echo "date=$(date -Iseconds)"
+  echo "host=$(hostname)"
+  echo "kernel=$(uname -r)"
+  echo "cpus=$(nproc)"
+  echo "cpu_model=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
+  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo -dirty)"
+  echo "filesystem=$(df --output=source,fstype,target "$STATE" | tail -n 1 | tr -s ' ')"
+  echo "seconds=$SECS"
+  echo "image_mib=$IMAGE_MIB"
+  echo "seq_depth=$SEQ_DEPTH"
+  echo "pgs=$PGS"
+  echo "loadavg_start=$LOAD_START"
+  echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$RAW/env.txt"
+python3 "$ROOT/bench/report.py" "$OUT"
+log "done in $(($(date +%s) - STARTED)) s: $OUT"

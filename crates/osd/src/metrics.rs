@@ -1,0 +1,77 @@
+//! The OSD's Prometheus endpoint: `GET /metrics` on `--metrics-addr` (off unless given), in
+//! the OpenMetrics text format. What it exports is listed in `docs/metrics.md`; the per-stage
+//! histograms are in [`crate::stages`].
+//!
+//! The server runs on the control runtime, never on a shard thread: a scrape reads the
+//! shards' histograms (each behind an uncontended lock) and does not disturb their loops.
+
+use crate::stages::OsdMetrics;
+use anyhow::{Context, Result};
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The registry every OSD metric lives in, and the families the shards record into.
+pub struct Metrics {
+    registry: Registry,
+    pub osd: OsdMetrics,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("fastblock_osd");
+        let osd = OsdMetrics::register(&mut registry);
+        Metrics { registry, osd }
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        encode(&mut text, &self.registry).expect("encoding metrics into a String");
+        text
+    }
+}
+
+/// Binds `addr` and serves `/metrics` until the runtime stops. Returns the bound address
+/// (useful with port 0). A bind failure is an error at startup, not later.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics address {addr}"))?;
+    let bound = listener.local_addr()?;
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let metrics = metrics.clone();
+            async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.render(),
+                )
+                    .into_response()
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!("metrics server stopped: {e}");
+        }
+    });
+    tracing::info!(%bound, "serving /metrics");
+    Ok(bound)
+}
