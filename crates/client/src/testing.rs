@@ -331,6 +331,7 @@ impl MapBuilder {
                     state: PgState::ACTIVE,
                     osdlist: self.members.clone(),
                     newosdlist: Vec::new(),
+                    learners: Vec::new(),
                     leader: self.members.first().copied(),
                     leader_term: Default::default(),
                     conf_index: Default::default(),

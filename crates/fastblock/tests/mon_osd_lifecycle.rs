@@ -29,6 +29,7 @@ async fn elect_all(client: &MonClient, term: u64) {
             conf_index: info.conf_index,
             voters: info.osdlist.clone(),
             voters_outgoing: Vec::new(),
+            learners: Vec::new(),
         };
         client.leader_elected(pg, &req).await.unwrap();
     }
@@ -46,6 +47,7 @@ async fn finish_remaps(client: &MonClient, term: u64) -> usize {
             term: Term(term),
             conf_index: LogIndex(info.conf_index.0 + 2),
             voters: info.newosdlist.clone(),
+            learners: Vec::new(),
         };
         client.membership_finished(pg, &req).await.unwrap();
         n += 1;
@@ -277,6 +279,7 @@ async fn pg_reports_are_fenced_and_validated() {
         conf_index: LogIndex(conf),
         voters,
         voters_outgoing: Vec::new(),
+        learners: Vec::new(),
     };
     client
         .leader_elected(pg, &report(5, 3, info.osdlist.clone()))

@@ -67,9 +67,10 @@ impl MonState {
         Ok(())
     }
 
-    /// A PG replica became leader. `creating` ends; `osdlist` follows the reported voters (the
-    /// outgoing voters while the group is joint, until the change finishes); a target that the
-    /// group already reached is cleared.
+    /// A PG replica became leader, or a leader's configuration changed. `creating` ends;
+    /// `osdlist` follows the reported voters (the outgoing voters while the group is joint,
+    /// until the change finishes) and `learners` the other members; a target that the group
+    /// already reached is cleared.
     pub fn leader_elected(&mut self, pg_id: PgId, req: &LeaderElectedRequest) -> OpResult<PgInfo> {
         if req.voters.is_empty() {
             return err(
@@ -77,7 +78,11 @@ impl MonState {
                 format!("pg {pg_id}: empty voter list"),
             );
         }
-        self.check_members(pg_id, req.leader, &[&req.voters, &req.voters_outgoing])?;
+        self.check_members(
+            pg_id,
+            req.leader,
+            &[&req.voters, &req.voters_outgoing, &req.learners],
+        )?;
         let pg = self.pg_mut(pg_id)?;
         Self::check_fresh(pg_id, pg, req.term, req.conf_index)?;
         if !req.voters.contains(&req.leader) && !req.voters_outgoing.contains(&req.leader) {
@@ -94,6 +99,7 @@ impl MonState {
         } else {
             req.voters_outgoing.clone()
         };
+        pg.learners = others(&pg.osdlist, &[&req.voters, &req.learners]);
         if same_members(&pg.osdlist, &pg.newosdlist) {
             pg.newosdlist.clear();
         }
@@ -114,16 +120,28 @@ impl MonState {
                 format!("pg {pg_id}: empty voter list"),
             );
         }
-        self.check_members(pg_id, req.leader, &[&req.voters])?;
+        self.check_members(pg_id, req.leader, &[&req.voters, &req.learners])?;
         let pg = self.pg_mut(pg_id)?;
         Self::check_fresh(pg_id, pg, req.term, req.conf_index)?;
         pg.leader = Some(req.leader);
         pg.leader_term = req.term;
         pg.conf_index = req.conf_index;
         pg.osdlist = req.voters.clone();
+        pg.learners = others(&pg.osdlist, &[&req.learners]);
         if same_members(&pg.osdlist, &pg.newosdlist) {
             pg.newosdlist.clear();
         }
         Ok(pg.clone())
     }
+}
+
+/// The members in `lists` that `osdlist` does not name, sorted and distinct.
+fn others(osdlist: &[OsdId], lists: &[&[OsdId]]) -> Vec<OsdId> {
+    let named: BTreeSet<OsdId> = osdlist.iter().copied().collect();
+    let rest: BTreeSet<OsdId> = lists
+        .iter()
+        .flat_map(|l| l.iter().copied())
+        .filter(|o| !named.contains(o))
+        .collect();
+    rest.into_iter().collect()
 }

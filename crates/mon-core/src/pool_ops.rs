@@ -107,6 +107,7 @@ impl MonState {
                     state: PgState::CREATING,
                     osdlist: members,
                     newosdlist: Vec::new(),
+                    learners: Vec::new(),
                     leader: None,
                     leader_term: Term(0),
                     conf_index: LogIndex(0),

@@ -169,6 +169,7 @@ fn apply(s: &mut MonState, op: &Op, seq: usize) {
                         conf_index: info.conf_index,
                         voters: info.osdlist.clone(),
                         voters_outgoing: Vec::new(),
+                        learners: Vec::new(),
                     },
                 )
                 .map(|_| ())
@@ -188,6 +189,7 @@ fn apply(s: &mut MonState, op: &Op, seq: usize) {
                         term: Term(u64::from(*term)),
                         conf_index: LogIndex(info.conf_index.0 + 1),
                         voters: info.newosdlist.clone(),
+                        learners: Vec::new(),
                     },
                 )
                 .map(|_| ())

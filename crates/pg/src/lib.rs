@@ -19,6 +19,7 @@
 //! - [`membership`]: the next step of a membership change (learners, joint consensus), a pure
 //!   decision any leader can take from the current configuration.
 //! - [`transfer`]: snapshot transfer of a PG's objects in chunks (sender and receiver state).
+//! - [`retention`]: whether an OSD the map no longer lists may delete its replica.
 //!
 //! Ordering contract (raft-rs "async ready", style practice 3): messages in
 //! `Output::messages` may be sent at once; the entries and hard state of a [`LogWrite`] must be
@@ -38,6 +39,7 @@ pub mod op;
 pub mod output;
 pub mod overlay;
 pub mod replica;
+pub mod retention;
 pub mod rng;
 pub mod transfer;
 

@@ -11,6 +11,9 @@
 //! 4. leave the joint configuration (an empty ConfChangeV2);
 //! 5. remove learners the target does not name; then report the change finished.
 //!
+//! Without a target (none, or the monitor cancelled the change) a joint configuration is left
+//! and learners are removed.
+//!
 //! The decision depends only on the current configuration and the followers' progress, never
 //! on what this leader did before, so any leader (a new one after a crash, or one that missed
 //! a step) continues an interrupted change from wherever the log left it. A joint
@@ -92,7 +95,13 @@ pub fn next_step(me: OsdId, view: &ConfView, target: Option<&BTreeSet<OsdId>>) -
         return Step::LeaveJoint;
     }
     let Some(target) = target else {
-        return Step::Wait;
+        // No change wanted (none, or the monitor cancelled one, e.g. the OSD that went out
+        // came back in): learners left from a change go, so the configuration is the voters
+        // the monitor lists and no learner keeps a replica nobody accounts for.
+        return match view.learners.iter().next() {
+            Some(learner) => Step::RemoveLearner(*learner),
+            None => Step::Wait,
+        };
     };
     if target.is_empty() {
         return Step::Wait; // never remove every voter
@@ -206,6 +215,14 @@ mod tests {
         assert_eq!(next_step(OsdId(1), &v, None), Step::LeaveJoint);
         let v = view(&[1, 2, 3], &[], &[], &[1, 2, 3]);
         assert_eq!(next_step(OsdId(1), &v, None), Step::Wait);
+    }
+
+    /// A cancelled change (the target cleared while a learner was being caught up) removes
+    /// the learner rather than leaving it in the configuration for good.
+    #[test]
+    fn learners_go_when_the_target_is_cancelled() {
+        let v = view(&[1, 2, 3], &[], &[4], &[1, 2, 3]);
+        assert_eq!(next_step(OsdId(1), &v, None), Step::RemoveLearner(OsdId(4)));
     }
 
     #[test]

@@ -71,11 +71,14 @@ impl Apply {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaderReport {
     pub term: Term,
-    /// Index of the configuration entry `voters` comes from (0: the initial one).
+    /// An index at or after the configuration entry `voters` comes from and at or before the
+    /// leader's applied index (the configuration is the same all along that range; exact
+    /// unless the leader restarted since the change).
     pub conf_index: LogIndex,
     pub voters: Vec<OsdId>,
     /// Non-empty while the group is in a joint configuration.
     pub voters_outgoing: Vec<OsdId>,
+    pub learners: Vec<OsdId>,
 }
 
 /// Changes the monitor must hear about.
@@ -83,6 +86,9 @@ pub struct LeaderReport {
 pub enum Event {
     /// This replica became leader.
     BecameLeader(LeaderReport),
+    /// This leader applied a configuration change: the monitor must learn the new members
+    /// (a learner it does not know of would otherwise delete its replica).
+    ConfigurationChanged(LeaderReport),
     /// The leader this replica knows changed (possibly to none).
     LeaderChanged { leader: Option<OsdId>, term: Term },
     /// An undecodable committed entry: the replica stopped.

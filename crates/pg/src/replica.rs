@@ -51,6 +51,11 @@ pub struct PgReplica<S: Storage> {
     /// Messages that may leave only after the log write of their ready is durable.
     held: VecDeque<(u64, Vec<Message>)>,
     applied: u64,
+    /// At or after the index of the configuration entry in force, at or before `applied`
+    /// (the configuration does not change in between). Exact once a change is applied here;
+    /// after a restart it starts at the applied index, as the entry itself may be compacted.
+    /// The monitor fences reports by it and OSDs compare their logs with it
+    /// (`retention`), for which any index in that range is as good as the exact one.
     conf_index: u64,
     observed: Observed,
     failed: Option<String>,
@@ -155,7 +160,7 @@ impl<S: Storage> PgReplica<S> {
             reads_indexed: VecDeque::new(),
             held: VecDeque::new(),
             applied,
-            conf_index: 0,
+            conf_index: applied,
             observed,
             failed: None,
             target: None,
@@ -204,6 +209,7 @@ impl<S: Storage> PgReplica<S> {
             conf_index: LogIndex(self.conf_index),
             voters: sorted_osds(&cs.voters),
             voters_outgoing: sorted_osds(&cs.voters_outgoing),
+            learners: sorted_osds(&cs.learners),
         })
     }
 
@@ -350,7 +356,8 @@ impl<S: Storage> PgReplica<S> {
         if self.node.raft.has_pending_conf() {
             return;
         }
-        if self.target.is_none() && !self.joint {
+        if self.target.is_none() && !self.joint && self.node.raft.prs().conf().learners().is_empty()
+        {
             return; // the common case, without building the view
         }
         let view = self.conf_view();
@@ -434,6 +441,28 @@ impl<S: Storage> PgReplica<S> {
     /// by Raft itself.
     pub fn step(&mut self, msg: Message, out: &mut Output) {
         if self.failed.is_some() {
+            return;
+        }
+        // A replica outside its own configuration does not vote: it is either a new member
+        // still waiting for its snapshot (its empty log is behind everyone's, so it would
+        // grant any vote, in terms it may have voted in before it was removed and its hard
+        // state deleted: two leaders in one term, found by the simulator, seed
+        // 512441540235244796), or a removed member, whose vote no longer counts. raft-rs
+        // itself grants votes without looking at membership.
+        if matches!(
+            msg.get_msg_type(),
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+        ) && !self.has_member(self.me)
+        {
+            return;
+        }
+        // A heartbeat that commits past this replica's log means the leader counts entries
+        // this replica does not have: it deleted them while the leader still counted it (the
+        // window described in `retention`). raft-rs would stop the replica; ignoring the
+        // heartbeat is always safe, and the leader's next change removes the stalled member.
+        if msg.get_msg_type() == MessageType::MsgHeartbeat
+            && msg.commit > self.node.raft.raft_log.last_index()
+        {
             return;
         }
         // Errors here are stale or misdirected messages (for example from a removed peer);
@@ -671,6 +700,10 @@ impl<S: Storage> PgReplica<S> {
                         Ok(cs) => {
                             self.conf_index = index;
                             self.joint = !cs.voters_outgoing.is_empty();
+                            self.step_down_if_removed(&cs);
+                            if let Some(report) = self.leader_report() {
+                                out.events.push(Event::ConfigurationChanged(report));
+                            }
                             Apply::Noop {
                                 index: LogIndex(index),
                                 conf_state: Some(cs),
@@ -698,6 +731,33 @@ impl<S: Storage> PgReplica<S> {
             };
             out.apply.push(apply);
         }
+    }
+
+    /// A leader that applied a configuration without itself as a voter steps down, handing
+    /// over to the most advanced voter that is caught up. raft-rs leaves such a leader leading
+    /// (its own progress is gone, and it stops on the next commit: found by the simulator,
+    /// seed 14266428384146428012). The membership steps never remove their own leader, but a
+    /// new leader elected while joint may commit a leave-joint entry its predecessor proposed.
+    fn step_down_if_removed(&mut self, cs: &raft::eraftpb::ConfState) {
+        let me = u64::from(self.me.0);
+        if !self.is_leader() || cs.voters.contains(&me) || cs.voters_outgoing.contains(&me) {
+            return;
+        }
+        let last = self.node.raft.raft_log.last_index();
+        let successor = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(id, p)| **id != me && cs.voters.contains(id) && p.matched == last)
+            .map(|(id, _)| *id)
+            .min();
+        if let Some(to) = successor {
+            // Caught up: it may campaign at once instead of waiting out an election timeout.
+            self.node.raft.send_timeout_now(to);
+        }
+        let term = self.node.raft.term;
+        self.node.raft.become_follower(term, raft::INVALID_ID);
     }
 
     fn apply_conf_change(

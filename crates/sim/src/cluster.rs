@@ -668,10 +668,12 @@ impl Cluster {
                     term: report.term,
                     conf_index: report.conf_index,
                     voters: report.voters,
+                    learners: report.learners,
                 };
                 let d = self.rng.range(MS, 20 * MS);
                 self.after(d, Ev::MonFinished { pg, req });
             }
+            Event::ConfigurationChanged(report) => self.report_leader(id, pg, report),
             Event::ConfChangeRefused { .. } => self.probes.hit("member.conf_change_refused"),
             Event::LeaderChanged { leader, term } => {
                 if let Some(led) = self.leading.remove(&(id, pg)) {
@@ -694,6 +696,7 @@ impl Cluster {
             conf_index: report.conf_index,
             voters: report.voters,
             voters_outgoing: report.voters_outgoing,
+            learners: report.learners,
         };
         let d = self.rng.range(MS, 20 * MS);
         self.after(d, Ev::MonLeader { pg, req });

@@ -21,14 +21,17 @@ impl Running {
         let mut desired: BTreeMap<PgId, PgInfo> = BTreeMap::new();
         for (pool, pgmap) in &map.pgmaps {
             for (seq, info) in &pgmap.pgs {
-                if info.osdlist.contains(&me) || info.newosdlist.contains(&me) {
+                if info.osdlist.contains(&me)
+                    || info.newosdlist.contains(&me)
+                    || info.learners.contains(&me)
+                {
                     desired.insert(PgId::new(*pool, *seq), info.clone());
                 }
             }
         }
-        // PGs this node no longer belongs to (the monitor drops it from `osdlist` only once
-        // the leader reported a committed configuration without it), and logs left in the
-        // store by PGs that went while it was down.
+        // PGs the map does not list this node for, hosted or left in the store while it was
+        // down: the replica goes unless its own state says it is still a member
+        // (`fastblock_pg::retention`); such a replica is hosted.
         let mut gone: Vec<PgId> = self
             .pgs
             .keys()
@@ -62,6 +65,21 @@ impl Running {
                     )
                 });
             }
+            if let Some(info) = map
+                .pgmaps
+                .get(&pg.pool)
+                .and_then(|m| m.pgs.get(&pg.seq))
+                .filter(|info| self.keeps_replica(pg, info))
+            {
+                eff.note(|| format!("pg {pg}: not listed but still a member: kept"));
+                if !self.pgs.contains_key(&pg) {
+                    if let Err(e) = self.host_pg(pg, info, eff) {
+                        self.fail(format!("opening pg {pg}: {e}"), eff);
+                        return;
+                    }
+                }
+                continue;
+            }
             self.remove_pg(pg, eff);
             if self.failed.is_some() {
                 return;
@@ -80,6 +98,23 @@ impl Running {
             }
             self.maybe_report_leader(*pg, info, eff);
         }
+    }
+
+    /// `hosting.rs` `keeps_replica`.
+    fn keeps_replica(&self, pg: PgId, info: &PgInfo) -> bool {
+        let mut store = self.store.borrow_mut();
+        // An unreadable log keeps the replica: deleting is the step that cannot be undone.
+        let conf_change_after = store
+            .has_conf_change_after(pg, info.conf_index.0)
+            .unwrap_or(true);
+        let keep = fastblock_pg::retention::keeps_replica(
+            u64::from(self.me.0),
+            store.pg_log(pg).map(|l| &l.conf_state),
+            store.applied_index(pg),
+            conf_change_after,
+            info.conf_index.0,
+        );
+        keep
     }
 
     /// `hosting.rs` `host_pg`: a new PG's initial members start from the same configuration
@@ -140,18 +175,7 @@ impl Running {
         }
     }
 
-    /// `hosting.rs` `maybe_report_leader`: a leader whose report the monitor has not recorded
-    /// reports again.
-    ///
-    /// Differs from `hosting.rs`, which counts a report as recorded when the map names this
-    /// leader at this term, whatever configuration it recorded: when the monitor cleared or
-    /// changed a PG's target while the leader was already walking the configuration there
-    /// (an OSD came back in and the remap was cancelled), the leader finished the change
-    /// without a target, reported nothing, and the map kept the old members for good: the
-    /// new voter deleted its replica (not a member in the map) while the removed member kept
-    /// its copy. Found by the simulator (seeds 168834178531793517, 11252641923367751158,
-    /// 18423794656484641458). Comparing the configuration index too makes the leader report
-    /// its newer configuration, and the monitor follows it.
+    /// `hosting.rs` `maybe_report_leader`.
     fn maybe_report_leader(&mut self, pg: PgId, info: &PgInfo, eff: &mut Effects) {
         let Some(report) = self.pgs.get(&pg).and_then(|r| r.leader_report()) else {
             return;

@@ -393,6 +393,21 @@ impl<D: Disk> Store<D> {
             .map_or((1, 0), |l| (l.first_index(), l.last_index()))
     }
 
+    /// Whether the PG's log holds a configuration-change entry after `index` (reads the
+    /// entries from disk where they are no longer cached). Used when deciding whether a
+    /// replica the map no longer lists may be deleted (`fastblock_pg::retention`).
+    pub fn has_conf_change_after(&mut self, pg: PgId, index: u64) -> Result<bool> {
+        let (first, last) = self.log_bounds(pg);
+        let low = index.saturating_add(1).max(first);
+        if low > last {
+            return Ok(false);
+        }
+        let entries = self.entries(pg, low, last + 1, None)?;
+        Ok(entries
+            .iter()
+            .any(|e| e.get_entry_type() != raft::eraftpb::EntryType::EntryNormal))
+    }
+
     pub fn pg_log(&self, pg: PgId) -> Option<&PgLog> {
         self.wal.pg(pg)
     }

@@ -201,6 +201,9 @@ pub struct LeaderElectedRequest {
     /// Non-empty while the group is in a joint configuration: the outgoing voters.
     #[serde(default)]
     pub voters_outgoing: Vec<OsdId>,
+    /// Learners of the configuration (members being caught up before they become voters).
+    #[serde(default)]
+    pub learners: Vec<OsdId>,
 }
 
 /// Sent by the PG leader once a membership change has committed and left the joint state.
@@ -210,6 +213,9 @@ pub struct MembershipFinishedRequest {
     pub term: Term,
     pub conf_index: LogIndex,
     pub voters: Vec<OsdId>,
+    /// Learners left in the configuration (normally none once a change finished).
+    #[serde(default)]
+    pub learners: Vec<OsdId>,
 }
 
 /// Answer to PG reports: the PG as the monitor now has it.

@@ -120,6 +120,11 @@ pub struct PgInfo {
     /// The target membership while `remapped`; empty otherwise.
     #[serde(default)]
     pub newosdlist: Vec<OsdId>,
+    /// Raft members outside `osdlist`, as last reported by the leader: learners, and the
+    /// incoming voters while the group is joint. They hold (or are receiving) a replica, so
+    /// they keep hosting the PG although `osdlist` does not name them.
+    #[serde(default)]
+    pub learners: Vec<OsdId>,
     /// The last leader that reported, a hint for clients; `None` until the first election.
     #[serde(default)]
     pub leader: Option<OsdId>,

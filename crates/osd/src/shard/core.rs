@@ -672,6 +672,10 @@ impl Shard {
                 tracing::info!(%pg, term = report.term.0, voters = ?report.voters, "became leader");
                 self.report_leader(pg, report);
             }
+            Event::ConfigurationChanged(report) => {
+                tracing::info!(%pg, term = report.term.0, conf_index = report.conf_index.0, voters = ?report.voters, outgoing = ?report.voters_outgoing, learners = ?report.learners, "configuration changed");
+                self.report_leader(pg, report);
+            }
             Event::LeaderChanged { leader, term } => {
                 tracing::debug!(%pg, ?leader, term = term.0, "leader changed");
             }
@@ -685,6 +689,7 @@ impl Shard {
                     term: r.term,
                     conf_index: r.conf_index,
                     voters: r.voters,
+                    learners: r.learners,
                 };
                 let _ = self.events.send(ShardEvent::MembershipFinished { pg, req });
             }
@@ -702,6 +707,7 @@ impl Shard {
             conf_index: r.conf_index,
             voters: r.voters,
             voters_outgoing: r.voters_outgoing,
+            learners: r.learners,
         };
         let _ = self.events.send(ShardEvent::LeaderElected { pg, req });
     }

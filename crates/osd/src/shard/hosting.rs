@@ -33,14 +33,17 @@ impl Shard {
                 if pg_shard(pg, self.spec.count) != self.spec.index {
                     continue;
                 }
-                if info.osdlist.contains(&me) || info.newosdlist.contains(&me) {
+                if info.osdlist.contains(&me)
+                    || info.newosdlist.contains(&me)
+                    || info.learners.contains(&me)
+                {
                     desired.insert(pg, info.clone());
                 }
             }
         }
-        // PGs this OSD no longer belongs to: the monitor drops an OSD from `osdlist` only
-        // once the leader reported a committed configuration without it, so the replica may
-        // go. Logs left in the store by PGs that went while this OSD was down go too.
+        // PGs the map does not list this OSD for, hosted or left in the store while it was
+        // down: the replica goes unless its own state says it is still a member the map has
+        // not caught up with (`fastblock_pg::retention`); such a replica is hosted.
         let mut gone: Vec<PgId> = self
             .pgs
             .keys()
@@ -56,6 +59,16 @@ impl Shard {
             .collect();
         gone.extend(orphans);
         for pg in gone {
+            let info = map.pgmaps.get(&pg.pool).and_then(|m| m.pgs.get(&pg.seq));
+            if let Some(info) = info.filter(|info| self.keeps_replica(pg, info)) {
+                if !self.pgs.contains_key(&pg) {
+                    if let Err(e) = self.host_pg(pg, info) {
+                        self.fail(format!("opening pg {pg}: {e}"));
+                        return;
+                    }
+                }
+                continue;
+            }
             self.remove_pg(pg);
         }
         for (pg, info) in &desired {
@@ -71,6 +84,27 @@ impl Shard {
             }
             self.maybe_report_leader(*pg, info);
         }
+    }
+
+    /// Whether this OSD, not listed for `pg` by the map, is still a member by its own durable
+    /// state (see `fastblock_pg::retention`).
+    fn keeps_replica(&self, pg: PgId, info: &PgInfo) -> bool {
+        let mut store = self.store.borrow_mut();
+        // An unreadable log keeps the replica: deleting is the step that cannot be undone.
+        let conf_change_after = store
+            .has_conf_change_after(pg, info.conf_index.0)
+            .unwrap_or(true);
+        let keep = fastblock_pg::retention::keeps_replica(
+            u64::from(self.spec.osd.0),
+            store.pg_log(pg).map(|l| &l.conf_state),
+            store.applied_index(pg),
+            conf_change_after,
+            info.conf_index.0,
+        );
+        if keep {
+            tracing::debug!(%pg, conf_index = info.conf_index.0, "not listed by the map but still a member: replica kept");
+        }
+        keep
     }
 
     fn host_pg(&mut self, pg: PgId, info: &PgInfo) -> anyhow::Result<()> {
@@ -147,7 +181,12 @@ impl Shard {
         let Some(report) = self.pgs.get(&pg).and_then(|h| h.replica.leader_report()) else {
             return;
         };
-        let recorded = info.leader == Some(self.spec.osd) && info.leader_term >= report.term;
+        // The configuration index counts too: a leader that changed the configuration after
+        // its election (a learner added or removed, a cancelled change) must report again, or
+        // the map keeps listing the old members (found by the simulator, seeds
+        // 168834178531793517 and 11252641923367751158).
+        let recorded = info.leader == Some(self.spec.osd)
+            && (info.leader_term, info.conf_index) >= (report.term, report.conf_index);
         if !recorded {
             self.report_leader(pg, report);
         }
