@@ -649,13 +649,13 @@ impl Running {
                     ));
                     return;
                 }
-                // Differs from `requests.rs` `propose`, which has no such bound: a leader cut
-                // off from its followers keeps taking writes it cannot commit until it steps
-                // down, and when they fill its WAL (only applied entries can be compacted) the
-                // commit fails with NoSpace and the shard stops. Found by the simulator
-                // (scenario `isolated_leader_with_a_full_wal_refuses_instead_of_failing`).
-                // The OSD needs an admission bound like this one: uncommitted bytes proposed
-                // here stay below a quarter of the WAL.
+                // Mirrors `requests.rs` `propose` (`wal_fit::uncommitted_bytes_max`): a leader
+                // cut off from its followers keeps taking writes it cannot commit until it
+                // steps down, and when they fill its WAL (only applied entries can be
+                // compacted) the commit fails with NoSpace and the shard stops. Found by the
+                // simulator (scenario
+                // `isolated_leader_with_a_full_wal_refuses_instead_of_failing`). So uncommitted
+                // bytes proposed here stay below a quarter of the WAL; beyond, Busy.
                 let bytes = data.len() as u64;
                 let budget = {
                     let store = self.store.borrow();

@@ -48,7 +48,11 @@ pub struct HostedPg {
 
 pub enum OpKind {
     Mutation {
+        /// The range the mutation covers (counted as written bytes).
         bytes: u64,
+        /// Data it carries in its log entry (a write's bytes; a discard carries a range
+        /// only), counted in `Shard::pending_mutation_bytes` until it is answered.
+        log_bytes: u64,
     },
     Read {
         addr: ObjectAddr,
@@ -86,6 +90,9 @@ pub struct Shard {
     pub next_conn: ConnId,
     pub next_op: u64,
     pub ops: BTreeMap<u64, PendingOp>,
+    /// Data bytes of the writes in `ops` (proposed here, not yet answered): bounded by
+    /// `wal_fit::uncommitted_bytes_max` at admission.
+    pub pending_mutation_bytes: u64,
     pub events: mpsc::UnboundedSender<ShardEvent>,
     pub failed: Option<String>,
     pub applied_since_flush: bool,
@@ -127,6 +134,7 @@ impl Shard {
             next_conn: 1,
             next_op: 1,
             ops: BTreeMap::new(),
+            pending_mutation_bytes: 0,
             events,
             failed: None,
             applied_since_flush: false,
@@ -548,11 +556,14 @@ impl Shard {
         let Some(pending) = self.ops.remove(&op.0) else {
             return;
         };
+        if let OpKind::Mutation { log_bytes, .. } = pending.kind {
+            self.pending_mutation_bytes = self.pending_mutation_bytes.saturating_sub(log_bytes);
+        }
         if let Some(n) = self.conn_inflight.get_mut(&pending.conn) {
             *n = n.saturating_sub(1);
         }
         let reply = match (outcome, &pending.kind) {
-            (OpOutcome::Applied, OpKind::Mutation { bytes }) => {
+            (OpOutcome::Applied, OpKind::Mutation { bytes, .. }) => {
                 if let Some(h) = self.pgs.get_mut(&pending.pg) {
                     h.io.write_ops += 1;
                     h.io.write_bytes += bytes;
