@@ -828,12 +828,13 @@ impl Running {
         }) = &result
         {
             eff.wal_full = true;
-            // Differs from `core.rs` `persist`: the OSD keeps the log behind a snapshot being
-            // sent even when the WAL is full, so a long transfer (a lost chunk waits for the
-            // idle timeout; a big PG at the rate limit takes minutes) plus writes to the
-            // shard's other PGs fill the WAL and the commit fails: the shard stops. Found by
-            // the simulator (seed 7164261484067460021). Here a full WAL abandons the
-            // transfers first (Raft asks again later, from a newer index).
+            // Mirrors `core.rs` `persist` (`recovery.rs` `abandon_all_sends`): keeping the log
+            // behind a snapshot being sent even when the WAL is full let a long transfer (a
+            // lost chunk waits for the idle timeout; a big PG at the rate limit takes
+            // minutes) plus writes to the shard's other PGs fill the WAL, and the commit
+            // failed: the shard stopped. Found by the simulator (seed 7164261484067460021).
+            // So a full WAL abandons the transfers first (Raft asks again later, from a newer
+            // index).
             let abandoned = self.recovery.abandon_all();
             eff.transfers_abandoned += abandoned.len() as u64;
             self.abandoned_sends.extend(abandoned);
@@ -1041,8 +1042,8 @@ impl Running {
                     target = target.min(matched.0.max(floor));
                 }
             }
-            // A snapshot being sent is exact only with the log after its index: keep it,
-            // even when the WAL is full.
+            // A snapshot being sent is exact only with the log after its index: keep it. A
+            // full WAL abandons the transfers before compacting (`persist`).
             if let Some(index) = self.recovery.sending_index(*pg) {
                 target = target.min(index);
             }
