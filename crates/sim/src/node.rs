@@ -1114,19 +1114,21 @@ impl Running {
 
 /// Splits a log write's entries into runs that each fit one WAL batch.
 ///
-/// Differs from `core.rs` `persist_once`, which appends chunks of 16 entries: the store refuses
-/// records larger than a batch (`InvalidArgument`, not `BatchFull`), so a chunk of big entries
-/// failed the shard. Found by the simulator (seed 1: sixteen 4 KiB writes against a 16 KiB
-/// batch); in the OSD, a leader whose ready holds a few 1 MiB writes against the default 4 MiB
-/// batch fails the same way. The OSD needs this chunking (and an admission limit that keeps
-/// a single write below a batch).
+/// Mirrors `wal_fit::batches` (used by `core.rs` `persist_once`, which appended chunks of 16
+/// entries before): the store refuses records larger than a batch (`InvalidArgument`, not
+/// `BatchFull`), so a chunk of big entries failed the shard. Found by the simulator (seed 1:
+/// sixteen 4 KiB writes against a 16 KiB batch) and in the OSD by NBD clients (a 4 MiB
+/// write); the OSD also refuses at admission a write whose entry cannot fit a batch
+/// (`wal_fit::mutation_fits`). The store packs records back to back, so the OSD's runs are
+/// exact; the slack here only cuts a run a few bytes earlier (kept so that seeds replay as
+/// before).
 fn batch_chunks(
     entries: &[raft::eraftpb::Entry],
     batch_bytes_max: u64,
 ) -> Vec<&[raft::eraftpb::Entry]> {
     use fastblock_store::wal::record::{entry_payload_bytes, RECORD_HEADER_BYTES};
     use fastblock_store::wal::segment::BATCH_HEADER_BYTES;
-    // Records are padded to 8 bytes; one more record header of slack.
+    // Slack beyond the exact size (8 bytes per record, one record header): see above.
     let room = batch_bytes_max as usize - BATCH_HEADER_BYTES - RECORD_HEADER_BYTES;
     let mut chunks = Vec::new();
     let mut start = 0;
