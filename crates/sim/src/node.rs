@@ -649,13 +649,13 @@ impl Running {
                     ));
                     return;
                 }
-                // Differs from `requests.rs` `propose`, which has no such bound: a leader cut
-                // off from its followers keeps taking writes it cannot commit until it steps
-                // down, and when they fill its WAL (only applied entries can be compacted) the
-                // commit fails with NoSpace and the shard stops. Found by the simulator
-                // (scenario `isolated_leader_with_a_full_wal_refuses_instead_of_failing`).
-                // The OSD needs an admission bound like this one: uncommitted bytes proposed
-                // here stay below a quarter of the WAL.
+                // Mirrors `requests.rs` `propose` (`wal_fit::uncommitted_bytes_max`): a leader
+                // cut off from its followers keeps taking writes it cannot commit until it
+                // steps down, and when they fill its WAL (only applied entries can be
+                // compacted) the commit fails with NoSpace and the shard stops. Found by the
+                // simulator (scenario
+                // `isolated_leader_with_a_full_wal_refuses_instead_of_failing`). So uncommitted
+                // bytes proposed here stay below a quarter of the WAL; beyond, Busy.
                 let bytes = data.len() as u64;
                 let budget = {
                     let store = self.store.borrow();
@@ -828,12 +828,13 @@ impl Running {
         }) = &result
         {
             eff.wal_full = true;
-            // Differs from `core.rs` `persist`: the OSD keeps the log behind a snapshot being
-            // sent even when the WAL is full, so a long transfer (a lost chunk waits for the
-            // idle timeout; a big PG at the rate limit takes minutes) plus writes to the
-            // shard's other PGs fill the WAL and the commit fails: the shard stops. Found by
-            // the simulator (seed 7164261484067460021). Here a full WAL abandons the
-            // transfers first (Raft asks again later, from a newer index).
+            // Mirrors `core.rs` `persist` (`recovery.rs` `abandon_all_sends`): keeping the log
+            // behind a snapshot being sent even when the WAL is full let a long transfer (a
+            // lost chunk waits for the idle timeout; a big PG at the rate limit takes
+            // minutes) plus writes to the shard's other PGs fill the WAL, and the commit
+            // failed: the shard stopped. Found by the simulator (seed 7164261484067460021).
+            // So a full WAL abandons the transfers first (Raft asks again later, from a newer
+            // index).
             let abandoned = self.recovery.abandon_all();
             eff.transfers_abandoned += abandoned.len() as u64;
             self.abandoned_sends.extend(abandoned);
@@ -1041,8 +1042,8 @@ impl Running {
                     target = target.min(matched.0.max(floor));
                 }
             }
-            // A snapshot being sent is exact only with the log after its index: keep it,
-            // even when the WAL is full.
+            // A snapshot being sent is exact only with the log after its index: keep it. A
+            // full WAL abandons the transfers before compacting (`persist`).
             if let Some(index) = self.recovery.sending_index(*pg) {
                 target = target.min(index);
             }
@@ -1113,19 +1114,21 @@ impl Running {
 
 /// Splits a log write's entries into runs that each fit one WAL batch.
 ///
-/// Differs from `core.rs` `persist_once`, which appends chunks of 16 entries: the store refuses
-/// records larger than a batch (`InvalidArgument`, not `BatchFull`), so a chunk of big entries
-/// failed the shard. Found by the simulator (seed 1: sixteen 4 KiB writes against a 16 KiB
-/// batch); in the OSD, a leader whose ready holds a few 1 MiB writes against the default 4 MiB
-/// batch fails the same way. The OSD needs this chunking (and an admission limit that keeps
-/// a single write below a batch).
+/// Mirrors `wal_fit::batches` (used by `core.rs` `persist_once`, which appended chunks of 16
+/// entries before): the store refuses records larger than a batch (`InvalidArgument`, not
+/// `BatchFull`), so a chunk of big entries failed the shard. Found by the simulator (seed 1:
+/// sixteen 4 KiB writes against a 16 KiB batch) and in the OSD by NBD clients (a 4 MiB
+/// write); the OSD also refuses at admission a write whose entry cannot fit a batch
+/// (`wal_fit::mutation_fits`). The store packs records back to back, so the OSD's runs are
+/// exact; the slack here only cuts a run a few bytes earlier (kept so that seeds replay as
+/// before).
 fn batch_chunks(
     entries: &[raft::eraftpb::Entry],
     batch_bytes_max: u64,
 ) -> Vec<&[raft::eraftpb::Entry]> {
     use fastblock_store::wal::record::{entry_payload_bytes, RECORD_HEADER_BYTES};
     use fastblock_store::wal::segment::BATCH_HEADER_BYTES;
-    // Records are padded to 8 bytes; one more record header of slack.
+    // Slack beyond the exact size (8 bytes per record, one record header): see above.
     let room = batch_bytes_max as usize - BATCH_HEADER_BYTES - RECORD_HEADER_BYTES;
     let mut chunks = Vec::new();
     let mut start = 0;

@@ -60,7 +60,8 @@ impl Recovery {
             .min()
     }
 
-    /// Drops every transfer being sent; returns them so that Raft can be told.
+    /// `Shard::abandon_all_sends` (a full WAL): drops every transfer being sent; returns them
+    /// so that Raft can be told after the round.
     pub fn abandon_all(&mut self) -> Vec<(PgId, OsdId)> {
         std::mem::take(&mut self.sending).into_keys().collect()
     }

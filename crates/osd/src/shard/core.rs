@@ -48,7 +48,11 @@ pub struct HostedPg {
 
 pub enum OpKind {
     Mutation {
+        /// The range the mutation covers (counted as written bytes).
         bytes: u64,
+        /// Data it carries in its log entry (a write's bytes; a discard carries a range
+        /// only), counted in `Shard::pending_mutation_bytes` until it is answered.
+        log_bytes: u64,
     },
     Read {
         addr: ObjectAddr,
@@ -86,6 +90,9 @@ pub struct Shard {
     pub next_conn: ConnId,
     pub next_op: u64,
     pub ops: BTreeMap<u64, PendingOp>,
+    /// Data bytes of the writes in `ops` (proposed here, not yet answered): bounded by
+    /// `wal_fit::uncommitted_bytes_max` at admission.
+    pub pending_mutation_bytes: u64,
     pub events: mpsc::UnboundedSender<ShardEvent>,
     pub failed: Option<String>,
     pub applied_since_flush: bool,
@@ -127,6 +134,7 @@ impl Shard {
             next_conn: 1,
             next_op: 1,
             ops: BTreeMap::new(),
+            pending_mutation_bytes: 0,
             events,
             failed: None,
             applied_since_flush: false,
@@ -297,7 +305,7 @@ impl Shard {
             // Raft messages before the log write: a leader's appends leave before its own
             // fdatasync, so the followers' overlaps it.
             self.send_raft(raft_out);
-            let persisted = self.persist(writes);
+            let persisted = self.persist(writes, &mut next);
             for (pg, number) in persisted {
                 if let Some(h) = self.pgs.get_mut(&pg) {
                     h.replica.on_persisted(number, next.entry(pg).or_default());
@@ -308,8 +316,13 @@ impl Shard {
     }
 
     /// Writes every PG's log write into the WAL and commits them with one sync. Returns the
-    /// highest persisted ready number per PG.
-    fn persist(&mut self, writes: Vec<(PgId, Vec<fastblock_pg::LogWrite>)>) -> Vec<(PgId, u64)> {
+    /// highest persisted ready number per PG. Snapshot transfers abandoned for room are
+    /// reported to Raft in `outs`.
+    fn persist(
+        &mut self,
+        writes: Vec<(PgId, Vec<fastblock_pg::LogWrite>)>,
+        outs: &mut BTreeMap<PgId, Output>,
+    ) -> Vec<(PgId, u64)> {
         if writes.is_empty() || self.failed.is_some() {
             return Vec::new();
         }
@@ -319,9 +332,14 @@ impl Shard {
             ..
         }) = &result
         {
-            // The WAL is full of entries kept for lagging followers: flush, compact everything
-            // applied, and retry once. Nothing was written by the failed attempt.
-            tracing::warn!(osd = %self.spec.osd, shard = self.spec.index, "WAL full; compacting all applied entries");
+            // The WAL is full of entries kept for lagging followers or behind snapshots being
+            // sent: abandon the transfers (Raft asks again later, from a newer index), flush,
+            // compact everything applied, and retry once. Nothing was written by the failed
+            // attempt. Found by the simulator (seed 7164261484067460021): keeping the log
+            // behind a long transfer while other PGs write filled the WAL and stopped the
+            // shard.
+            let abandoned = self.abandon_all_sends(outs);
+            tracing::warn!(osd = %self.spec.osd, shard = self.spec.index, transfers_abandoned = abandoned, "WAL full; compacting all applied entries");
             let compacted = self.flush_and_compact(0);
             result = compacted.and_then(|_| self.persist_once(&writes));
         }
@@ -485,7 +503,8 @@ impl Shard {
                 }
             }
             // A snapshot being sent is exact only with the log after its index (see
-            // `fastblock_pg::transfer`): keep it, even when the WAL is full.
+            // `fastblock_pg::transfer`): keep it. A full WAL abandons the transfers before
+            // compacting (`persist`), so this never pins a full WAL.
             if let Some(index) = self.recovery.sending_index(*pg) {
                 target = target.min(index);
             }
@@ -548,11 +567,14 @@ impl Shard {
         let Some(pending) = self.ops.remove(&op.0) else {
             return;
         };
+        if let OpKind::Mutation { log_bytes, .. } = pending.kind {
+            self.pending_mutation_bytes = self.pending_mutation_bytes.saturating_sub(log_bytes);
+        }
         if let Some(n) = self.conn_inflight.get_mut(&pending.conn) {
             *n = n.saturating_sub(1);
         }
         let reply = match (outcome, &pending.kind) {
-            (OpOutcome::Applied, OpKind::Mutation { bytes }) => {
+            (OpOutcome::Applied, OpKind::Mutation { bytes, .. }) => {
                 if let Some(h) = self.pgs.get_mut(&pending.pg) {
                     h.io.write_ops += 1;
                     h.io.write_bytes += bytes;

@@ -243,6 +243,19 @@ impl Shard {
         }
     }
 
+    /// The WAL is full: gives up every transfer being sent and tells Raft, which asks again
+    /// later from a newer index. A transfer pins the log behind its snapshot, and a long one
+    /// (a lost chunk waits for the idle timeout; a big PG at the rate limit takes minutes)
+    /// plus writes to the shard's other PGs would otherwise fill the WAL and stop the shard.
+    /// Returns how many were abandoned.
+    pub fn abandon_all_sends(&mut self, outs: &mut BTreeMap<PgId, Output>) -> usize {
+        let keys: Vec<(PgId, OsdId)> = self.recovery.sending.keys().copied().collect();
+        for key in &keys {
+            self.abandon_send(*key, outs);
+        }
+        keys.len()
+    }
+
     /// An acknowledgement from a receiver.
     pub fn on_snap_ack(
         &mut self,

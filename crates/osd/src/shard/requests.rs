@@ -325,7 +325,7 @@ impl Shard {
             return;
         }
         let free = self.store.borrow().free_data_bytes();
-        if matches!(op, ClientOp::Write { .. }) && free < DATA_RESERVE_BYTES + u64::from(length) {
+        if is_write && free < DATA_RESERVE_BYTES + u64::from(length) {
             self.refuse(
                 conn,
                 request_id,
@@ -334,12 +334,32 @@ impl Shard {
             );
             return;
         }
+        // Uncommitted writes stay below a share of the WAL: a leader cut off from its
+        // followers cannot commit (so cannot compact) what it logs, and filling the WAL would
+        // stop the shard (see `wal_fit::uncommitted_bytes_max`). `Busy` is retryable: the
+        // client backs off until writes commit or a new leader takes over.
+        let log_bytes = if is_write { u64::from(length) } else { 0 };
+        let budget = {
+            let store = self.store.borrow();
+            let sb = store.superblock();
+            super::wal_fit::uncommitted_bytes_max(sb.segment_size_bytes, sb.segment_count)
+        };
+        if self.pending_mutation_bytes + log_bytes > budget {
+            let m = format!(
+                "{} bytes of writes not yet committed on this shard (limit {budget})",
+                self.pending_mutation_bytes
+            );
+            self.refuse(conn, request_id, Status::Busy, m);
+            return;
+        }
+        self.pending_mutation_bytes += log_bytes;
         let id = self.new_op(PendingOp {
             conn,
             request_id,
             pg,
             kind: OpKind::Mutation {
                 bytes: u64::from(length),
+                log_bytes,
             },
             arrived,
             started,

@@ -3,7 +3,8 @@
 //! split a record. So log writes are cut into runs of entries that each fit an empty batch
 //! (by bytes: a count of entries says nothing when one entry holds a 1 MiB write), and a
 //! client mutation whose entry could never fit is refused at admission instead of taking
-//! every replica of its PG down.
+//! every replica of its PG down. Writes a shard proposed and has not answered are bounded too
+//! ([`uncommitted_bytes_max`]), so that a leader that cannot commit does not fill its WAL.
 
 use fastblock_store::wal::record::{entry_payload_bytes, RECORD_HEADER_BYTES};
 use fastblock_store::wal::segment::BATCH_HEADER_BYTES;
@@ -17,6 +18,22 @@ pub const MUTATION_OVERHEAD_BYTES: u64 = 4096;
 /// `batch_bytes_max`.
 pub fn mutation_fits(data_bytes: u64, batch_bytes_max: u64) -> bool {
     BATCH_HEADER_BYTES as u64 + MUTATION_OVERHEAD_BYTES + data_bytes <= batch_bytes_max
+}
+
+/// The share of the WAL (one part in this many) that the data of writes proposed on a shard
+/// and not yet answered may take.
+pub const UNCOMMITTED_WAL_SHARE_DIVISOR: u64 = 4;
+
+/// Data bytes of writes a shard may have proposed and not yet answered before it refuses
+/// more with `Busy`. Only applied entries can be compacted, so a leader cut off from its
+/// followers would otherwise keep logging writes it cannot commit until the WAL is full, and
+/// the commit then fails with `NoSpace` and stops the shard (found by the simulator, scenario
+/// `isolated_leader_with_a_full_wal_refuses_instead_of_failing`). A quarter leaves the rest
+/// of the WAL to committed entries kept for lagging followers and to the other PGs. Since a
+/// batch is at most a quarter of a segment and a WAL has at least 3 segments, this is at least
+/// three batches: an idle shard always admits any write that fits one batch.
+pub fn uncommitted_bytes_max(segment_size_bytes: u64, segment_count: u32) -> u64 {
+    segment_size_bytes.saturating_mul(u64::from(segment_count)) / UNCOMMITTED_WAL_SHARE_DIVISOR
 }
 
 /// Bytes of an entry's WAL record.
@@ -85,5 +102,19 @@ mod tests {
         // mkfs makes batches of a quarter of an 8 MiB segment at least.
         assert!(mutation_fits(1 << 20, 2 << 20));
         assert!(!mutation_fits(4 << 20, 4 << 20));
+    }
+
+    #[test]
+    fn an_idle_shard_admits_any_write_that_fits_a_batch() {
+        // The smallest WAL the store accepts: 3 segments, batches of a quarter segment.
+        let segment = 8u64 << 20;
+        let batch = segment / 4;
+        let budget = uncommitted_bytes_max(segment, 3);
+        let largest = batch - BATCH_HEADER_BYTES as u64 - MUTATION_OVERHEAD_BYTES;
+        assert!(mutation_fits(largest, batch) && !mutation_fits(largest + 1, batch));
+        assert!(largest <= budget);
+        // mkfs's WAL: 16 segments, so 4 segments' worth may be uncommitted.
+        assert_eq!(uncommitted_bytes_max(segment, 16), 4 * segment);
+        assert_eq!(uncommitted_bytes_max(u64::MAX, 16), u64::MAX / 4);
     }
 }
