@@ -161,7 +161,12 @@ impl Shard {
                 ..
             } => {
                 let at = (arrived, Instant::now());
-                self.read(conn, request_id, addr, offset, length, at, outs)
+                let kind = OpKind::Read {
+                    addr,
+                    offset,
+                    length,
+                };
+                self.read(conn, request_id, kind, at, outs)
             }
             Request::GetLeader { pg, .. } => {
                 let reply = match self.pgs.get(&pg) {
@@ -211,7 +216,12 @@ impl Shard {
                 ..
             } => {
                 let at = (arrived, Instant::now());
-                self.allocation(conn, request_id, addr, offset, length, at, outs)
+                let kind = OpKind::Allocation {
+                    addr,
+                    offset,
+                    length,
+                };
+                self.read(conn, request_id, kind, at, outs)
             }
             Request::ShardSpace => {
                 let store = self.store.borrow();
@@ -369,17 +379,29 @@ impl Shard {
         hosted.replica.propose(id, &op, outs.entry(pg).or_default());
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Admits a read or a block-status query (`kind`); either is answered once the PG's read
+    /// barrier passes, so it sees every write acknowledged before it was sent.
     fn read(
         &mut self,
         conn: ConnId,
         request_id: u64,
-        addr: ObjectAddr,
-        offset: u32,
-        length: u32,
+        kind: OpKind,
         (arrived, started): (Instant, Instant),
         outs: &mut BTreeMap<PgId, Output>,
     ) {
+        let (OpKind::Read {
+            addr,
+            offset,
+            length,
+        }
+        | OpKind::Allocation {
+            addr,
+            offset,
+            length,
+        }) = kind
+        else {
+            unreachable!("read admits only reads and block-status queries");
+        };
         if !self.admit(conn, request_id, addr.pg, offset, length) {
             return;
         }
@@ -387,44 +409,7 @@ impl Shard {
             conn,
             request_id,
             pg: addr.pg,
-            kind: OpKind::Read {
-                addr,
-                offset,
-                length,
-            },
-            arrived,
-            started,
-        });
-        self.spec.stages.since(Stage::Queue, arrived, started);
-        let hosted = self.pgs.get_mut(&addr.pg).expect("admitted");
-        hosted.replica.read(id, outs.entry(addr.pg).or_default());
-    }
-
-    /// Admits a block-status query; it is answered (`allocation_reply`) once the PG's read
-    /// barrier passes, so it sees every write acknowledged before it was sent.
-    #[allow(clippy::too_many_arguments)]
-    fn allocation(
-        &mut self,
-        conn: ConnId,
-        request_id: u64,
-        addr: ObjectAddr,
-        offset: u32,
-        length: u32,
-        (arrived, started): (Instant, Instant),
-        outs: &mut BTreeMap<PgId, Output>,
-    ) {
-        if !self.admit(conn, request_id, addr.pg, offset, length) {
-            return;
-        }
-        let id = self.new_op(PendingOp {
-            conn,
-            request_id,
-            pg: addr.pg,
-            kind: OpKind::Allocation {
-                addr,
-                offset,
-                length,
-            },
+            kind,
             arrived,
             started,
         });
