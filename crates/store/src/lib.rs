@@ -12,6 +12,8 @@
 //!   object list and applied indexes in redb.
 //! - [`store`]: the facade an OSD shard drives, with fail-stop on I/O errors.
 //! - [`error`]: typed errors.
+//! - [`flusher`]: the optional thread that runs a flush's metadata commit off the owner's
+//!   thread (`objects/commit.rs` says why that is safe).
 //! - `fuzzing` (hidden): entry points shared by the cargo-fuzz target and the recovery
 //!   property test.
 //!
@@ -33,8 +35,9 @@
 //!   [`Error::LogCorrupt`], a bad data block is [`Error::Checksum`].
 //! - After an I/O error every call returns [`Error::PreviousIo`].
 //!
-//! This crate is synchronous and deterministic: no async, no threads, no clock, no hidden
-//! randomness (the simulated disk's randomness comes from a caller-given seed). It depends
+//! This crate is synchronous and deterministic: no async, no clock, no hidden randomness
+//! (the simulated disk's randomness comes from a caller-given seed), and no threads unless
+//! the owner starts the flusher (the OSD does; the simulator and the tests flush inline). It depends
 //! only on `fastblock-types` among workspace crates.
 
 // raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
@@ -43,6 +46,7 @@
 pub(crate) mod codec;
 pub mod disk;
 pub mod error;
+pub mod flusher;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod objects;
@@ -55,4 +59,4 @@ pub use disk::{Disk, SimDisk, SimFile, UringDisk, UringOptions};
 pub use error::{Error, ObjectId, Result, SpaceArea};
 pub use objects::ObjectRead;
 pub use raft_storage::PgStorage;
-pub use store::{meta_path, MkfsOptions, Store, StoreOptions};
+pub use store::{meta_path, FlushDone, MkfsOptions, Store, StoreOptions};

@@ -3,6 +3,7 @@
 
 use crate::disk::{AlignedBuf, Disk, UringDisk, UringOptions};
 use crate::error::{Error, ObjectId, Result};
+use crate::flusher::{Finished, Flusher};
 use crate::objects::{meta, ObjectRead, Objects};
 use crate::superblock::{Superblock, SUPERBLOCK_SIZE_BYTES};
 use crate::wal::writer::io_err;
@@ -73,6 +74,21 @@ pub struct Store<D: Disk> {
     objects: Objects,
     failed: bool,
     data_with_commit: bool,
+    /// Runs flushes' metadata commits off the owning thread, once started
+    /// ([`Store::start_flusher`]).
+    flusher: Option<Flusher>,
+    /// A flush finished but not yet reported by [`Store::flush_poll`].
+    flush_done: Option<FlushDone>,
+}
+
+/// A flush begun with [`Store::flush_begin`] is durable: `flushed_applied_index` has
+/// advanced, and compaction may follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlushDone {
+    /// Block-map entries it committed.
+    pub block_entries: usize,
+    /// How long the metadata commit took on the flusher thread (`None`: it ran inline).
+    pub commit_time: Option<std::time::Duration>,
 }
 
 fn open_db(meta: impl StorageBackend, cache_bytes: usize) -> Result<Database> {
@@ -136,6 +152,8 @@ impl<D: Disk> Store<D> {
             objects,
             failed: false,
             data_with_commit: options.data_with_commit,
+            flusher: None,
+            flush_done: None,
         })
     }
 
@@ -183,6 +201,8 @@ impl<D: Disk> Store<D> {
             objects,
             failed: false,
             data_with_commit: options.data_with_commit,
+            flusher: None,
+            flush_done: None,
         };
         store.finish_snapshot_installs()?;
         store.finish_pg_removals()?;
@@ -538,7 +558,90 @@ impl<D: Disk> Store<D> {
         self.guard(|s| s.flush_inner())
     }
 
+    /// From now on [`Store::flush_begin`] runs the metadata commit on a thread of its own
+    /// (named `name`), calling `notify` when one is done so the owner looks with
+    /// [`Store::flush_poll`]. The OSD does this; the simulator and tests flush inline.
+    pub fn start_flusher(&mut self, name: String, notify: Box<dyn Fn() + Send>) -> Result<()> {
+        if self.flusher.is_none() {
+            self.flusher = Some(Flusher::start(name, notify)?);
+        }
+        Ok(())
+    }
+
+    /// Whether a flush's metadata commit is running on the flusher thread.
+    pub fn flush_in_flight(&self) -> bool {
+        self.flusher.as_ref().is_some_and(Flusher::busy)
+    }
+
+    /// Starts a flush: commits pending WAL records, writes and syncs the applied data, and
+    /// hands the metadata commit to the flusher thread (or, without one, runs it inline).
+    /// Returns `false`, doing nothing, while the previous one is still running.
+    /// [`Store::flush_poll`] reports it once it is durable.
+    pub fn flush_begin(&mut self) -> Result<bool> {
+        self.guard(|s| {
+            if s.flush_in_flight() {
+                return Ok(false);
+            }
+            if s.wal.pending_bytes() > 0 {
+                s.wal.commit(&mut s.disk, &[])?;
+            }
+            let lsn = s.wal.durable_lsn();
+            let commit = s.objects.flush_prepare(&mut s.disk, lsn)?;
+            match s.flusher.as_mut() {
+                Some(f) => f.submit(commit),
+                None => {
+                    commit.run()?;
+                    let block_entries = commit.block_entries();
+                    s.objects.flush_finish(commit);
+                    s.flush_done = Some(FlushDone {
+                        block_entries,
+                        commit_time: None,
+                    });
+                }
+            }
+            Ok(true)
+        })
+    }
+
+    /// A flush that became durable since the last call, if any (never blocks). Each
+    /// [`Store::flush_begin`] that returned `true` is reported once.
+    pub fn flush_poll(&mut self) -> Result<Option<FlushDone>> {
+        self.guard(|s| {
+            if let Some(done) = s.flush_done.take() {
+                return Ok(Some(done));
+            }
+            match s.flusher.as_mut().and_then(Flusher::try_finished) {
+                Some(finished) => s.finish_background(finished).map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn finish_background(&mut self, finished: Finished) -> Result<FlushDone> {
+        finished.result?;
+        let commit = finished
+            .commit
+            .expect("a commit that succeeded comes back with its result");
+        let block_entries = commit.block_entries();
+        self.objects.flush_finish(commit);
+        Ok(FlushDone {
+            block_entries,
+            commit_time: Some(finished.commit_time),
+        })
+    }
+
+    /// Waits for a running background commit and finishes it (reported by the next
+    /// [`Store::flush_poll`]).
+    fn flush_wait(&mut self) -> Result<()> {
+        if let Some(finished) = self.flusher.as_mut().and_then(Flusher::wait) {
+            let done = self.finish_background(finished)?;
+            self.flush_done = Some(done);
+        }
+        Ok(())
+    }
+
     fn flush_inner(&mut self) -> Result<()> {
+        self.flush_wait()?;
         // Records still pending (a hard state whose caller chose not to commit it yet) become
         // durable first, so flushed state never runs ahead of the log records before it: applying
         // queues WAL records too (the configuration of an applied membership change), and a

@@ -16,9 +16,11 @@
 
 pub mod alloc;
 mod allocation;
+mod commit;
 pub mod meta;
 mod snapshot;
 
+pub use commit::MetaCommit;
 pub use snapshot::SnapshotRecord;
 
 use crate::disk::{AlignedBuf, BackgroundRun, Disk, ReadOp, WriteOp};
@@ -32,6 +34,7 @@ use fastblock_types::{ImageId, PgId};
 use redb::{Database, ReadableTable, ReadableTableMetadata};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Objects are at most this large (the largest image object size).
 pub const OBJECT_SIZE_MAX_BYTES: u64 = 64 << 20;
@@ -58,7 +61,8 @@ struct Stage {
 }
 
 pub struct Objects {
-    db: Database,
+    /// Shared with the flusher thread while a [`MetaCommit`] runs.
+    db: Arc<Database>,
     alloc: Allocator,
     data_offset_bytes: u64,
     dirty_blocks: BTreeMap<BlockKey, Option<BlockVal>>,
@@ -82,6 +86,8 @@ pub struct Objects {
     receiving: BTreeMap<PgId, snapshot::Receiving>,
     /// Snapshot records to write (Some) or delete (None) at the next flush.
     dirty_snapshots: BTreeMap<u64, Option<Vec<u8>>>,
+    /// A [`MetaCommit`] was prepared and not finished (see `commit.rs`).
+    commit_outstanding: bool,
 }
 
 fn obj_key(pg: PgId, o: ObjectId) -> ObjKey {
@@ -144,7 +150,7 @@ impl Objects {
             }
         }
         Ok(Objects {
-            db,
+            db: Arc::new(db),
             alloc,
             data_offset_bytes: sb.data_offset_bytes,
             dirty_blocks: BTreeMap::new(),
@@ -163,6 +169,7 @@ impl Objects {
             background_writes,
             receiving: BTreeMap::new(),
             dirty_snapshots: BTreeMap::new(),
+            commit_outstanding: false,
         })
     }
 
@@ -597,53 +604,12 @@ impl Objects {
 
     /// Makes every applied change durable: data first (written + fdatasync), then the block
     /// map, object list, applied indexes and `wal_durable_lsn` in one redb commit; then frees
-    /// the blocks the old map referenced.
+    /// the blocks the old map referenced. The same three steps as a background flush
+    /// (`commit.rs`), run inline.
     pub fn flush(&mut self, disk: &mut dyn Disk, wal_durable_lsn: u64) -> Result<()> {
-        self.submit_staged(disk, true)?;
-        // Release the read view: the block map is about to change.
-        self.blocks_view.borrow_mut().take();
-        let tx = self.db.begin_write()?;
-        {
-            let mut blocks = tx.open_table(meta::BLOCKS)?;
-            for (k, v) in &self.dirty_blocks {
-                match v {
-                    Some(v) => blocks.insert(k, v)?,
-                    None => blocks.remove(k)?,
-                };
-            }
-            let mut objects = tx.open_table(meta::OBJECTS)?;
-            for (k, v) in &self.dirty_objects {
-                match v {
-                    Some(v) => objects.insert(k, v)?,
-                    None => objects.remove(k)?,
-                };
-            }
-            let mut applied = tx.open_table(meta::APPLIED)?;
-            for (k, v) in &self.dirty_applied {
-                match v {
-                    Some(v) => applied.insert(k, v)?,
-                    None => applied.remove(k)?,
-                };
-            }
-            let mut snaps = tx.open_table(meta::SNAPSHOTS)?;
-            for (k, v) in &self.dirty_snapshots {
-                match v {
-                    Some(v) => snaps.insert(k, v.as_slice())?,
-                    None => snaps.remove(k)?,
-                };
-            }
-            let mut m = tx.open_table(meta::META)?;
-            m.insert(meta::KEY_FLUSHED_LSN, &wal_durable_lsn.to_le_bytes()[..])?;
-        }
-        tx.commit()?;
-        for b in std::mem::take(&mut self.pending_free) {
-            self.alloc.free(b);
-        }
-        self.dirty_blocks.clear();
-        self.dirty_objects.clear();
-        self.dirty_applied.clear();
-        self.dirty_snapshots.clear();
-        self.flushed_applied = self.applied.clone();
+        let commit = self.flush_prepare(disk, wal_durable_lsn)?;
+        commit.run()?;
+        self.flush_finish(commit);
         Ok(())
     }
 

@@ -305,6 +305,12 @@ impl Wal {
             .min(self.cur_seq)
     }
 
+    /// Sequence number of the segment being written: how far the log has advanced (the
+    /// OSD flushes early after a few segments, so that a burst does not fill the WAL).
+    pub fn current_segment_seq(&self) -> u64 {
+        self.cur_seq
+    }
+
     /// Segments the log currently occupies (for tests and metrics).
     pub fn live_segment_count(&self) -> u64 {
         self.cur_seq - self.live_start_seq() + 1
