@@ -27,6 +27,8 @@ pub struct OsdConfig {
     pub tick: Duration,
     pub heartbeat_interval: Duration,
     pub flush_interval: Duration,
+    /// How a WAL commit makes its write durable (`--wal-sync`).
+    pub wal_sync: fastblock_store::disk::SyncMode,
     pub log_retain_entries: u64,
     pub log_lag_max_entries: u64,
     pub pg_config: PgConfig,
@@ -72,6 +74,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             pg_config: config.pg_config,
             tick: config.tick,
             flush_interval: config.flush_interval,
+            wal_sync: config.wal_sync,
             log_retain_entries: config.log_retain_entries,
             log_lag_max_entries: config.log_lag_max_entries,
             seed: seed.wrapping_add(u64::from(index)),

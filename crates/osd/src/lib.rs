@@ -11,8 +11,9 @@
 //! - [`stages`]: per-stage latency histograms of the IO path; [`metrics`]: `/metrics`.
 //!
 //! Threads: one per shard (each a single-threaded runtime owning its io_uring, PGs and
-//! sockets; a PG belongs to exactly one shard, chosen by `route::pg_shard`), plus the control
-//! runtime. Shards share nothing; the control task talks to them over channels.
+//! sockets; a PG belongs to exactly one shard, chosen by `route::pg_shard`) and its flusher
+//! (the metadata commit of each flush), plus the control runtime. Shards share nothing; the
+//! control task talks to them over channels.
 
 pub mod control;
 pub mod identity;
@@ -21,6 +22,9 @@ pub mod mkfs;
 pub mod region;
 pub mod shard;
 pub mod stages;
+
+/// How a WAL commit makes its write durable (the OSD's `--wal-sync`).
+pub use fastblock_store::disk::SyncMode;
 
 use std::path::{Path, PathBuf};
 

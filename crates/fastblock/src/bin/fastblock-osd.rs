@@ -75,9 +75,19 @@ struct Args {
     /// Monitor heartbeat interval.
     #[arg(long, default_value = "1s", value_parser = duration)]
     heartbeat_interval: Duration,
-    /// How often applied data is flushed and logs compacted.
-    #[arg(long, default_value = "200ms", value_parser = duration)]
+    /// How often applied data is flushed and logs compacted (sooner when the log has
+    /// advanced by an eighth of the WAL). Each flush syncs the metadata file, which slows
+    /// the WAL's fdatasyncs on the same disk for a few milliseconds: less often is a lower
+    /// p99; the cost is more log to replay after a crash.
+    #[arg(long, default_value = "1s", value_parser = duration)]
     flush_interval: Duration,
+    /// How a WAL commit makes its write durable: `two-step` (the write, then an io_uring
+    /// fdatasync, as fio's `fdatasync=1`), `syscall` (the write through io_uring, then
+    /// fdatasync(2) on the shard thread: no io-wq worker hop), `linked` (write and fdatasync
+    /// linked in one submission) or `dsync` (RWF_DSYNC writes). Which is fastest depends on
+    /// the kernel and device: `bench/run.sh` numbers are for the default.
+    #[arg(long, value_enum, default_value_t = WalSync::TwoStep)]
+    wal_sync: WalSync,
     /// Log entries kept behind the flushed applied index for lagging followers.
     #[arg(long, default_value_t = 1024)]
     log_retain_entries: u64,
@@ -168,6 +178,7 @@ async fn main() {
             tick: args.tick,
             heartbeat_interval: args.heartbeat_interval,
             flush_interval: args.flush_interval,
+            wal_sync: args.wal_sync.into(),
             log_retain_entries: args.log_retain_entries,
             log_lag_max_entries: args.log_lag_max_entries,
             pg_config,
@@ -180,5 +191,26 @@ async fn main() {
     if let Err(e) = result {
         eprintln!("fastblock-osd: {e:#}");
         std::process::exit(1);
+    }
+}
+
+/// `--wal-sync` values (`fastblock_store::disk::SyncMode`).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum WalSync {
+    TwoStep,
+    Syscall,
+    Linked,
+    Dsync,
+}
+
+impl From<WalSync> for fastblock_osd::SyncMode {
+    fn from(w: WalSync) -> Self {
+        use fastblock_osd::SyncMode;
+        match w {
+            WalSync::TwoStep => SyncMode::TwoStep,
+            WalSync::Syscall => SyncMode::FdatasyncSyscall,
+            WalSync::Linked => SyncMode::Fdatasync,
+            WalSync::Dsync => SyncMode::DsyncWrites,
+        }
     }
 }

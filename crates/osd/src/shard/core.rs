@@ -99,6 +99,10 @@ pub struct Shard {
     pub recovery: super::recovery::Recovery,
     /// When the last apply batch started: the commit time of the writes it completes.
     pub apply_started: Instant,
+    /// When the flush whose metadata commit is running began.
+    pub flush_started: Option<Instant>,
+    /// The WAL segment being written when the last flush began (see `flush_if_wal_advanced`).
+    pub flush_wal_seq: u64,
     listener: Option<std::net::TcpListener>,
 }
 
@@ -108,7 +112,13 @@ impl Shard {
         listener: std::net::TcpListener,
         events: mpsc::UnboundedSender<ShardEvent>,
     ) -> anyhow::Result<Shard> {
-        let disk = UringDisk::open(&spec.data, UringOptions::default())?;
+        let disk = UringDisk::open(
+            &spec.data,
+            UringOptions {
+                sync_mode: spec.wal_sync,
+                ..UringOptions::default()
+            },
+        )?;
         let disk = RegionDisk::new(disk, spec.index, spec.count)?;
         let meta = crate::shard_meta_path(&spec.data, spec.index);
         let file = std::fs::OpenOptions::new()
@@ -118,7 +128,15 @@ impl Shard {
             .open(&meta)
             .map_err(|e| anyhow::anyhow!("opening {}: {e}", meta.display()))?;
         let backend = redb_backend(file)?;
-        let store = ShardStore::open(disk, backend, super::store_options())?;
+        let mut store = ShardStore::open(disk, backend, super::store_options())?;
+        // Flushes commit their metadata on a thread of their own, which wakes this loop
+        // when one is durable (see `maybe_flush`, `poll_flush`).
+        let wake = Arc::new(Notify::new());
+        let notify = wake.clone();
+        store.start_flusher(
+            format!("flush-{}", spec.index),
+            Box::new(move || notify.notify_one()),
+        )?;
         let recovery = super::recovery::Recovery::new(spec.osd, spec.index, spec.recovery);
         Ok(Shard {
             recovery,
@@ -127,7 +145,7 @@ impl Shard {
             pgs: BTreeMap::new(),
             map: Arc::new(ClusterMap::default()),
             inputs: Rc::new(RefCell::new(VecDeque::new())),
-            wake: Arc::new(Notify::new()),
+            wake,
             conns: BTreeMap::new(),
             conn_inflight: BTreeMap::new(),
             peers: BTreeMap::new(),
@@ -139,6 +157,8 @@ impl Shard {
             failed: None,
             applied_since_flush: false,
             apply_started: Instant::now(),
+            flush_started: None,
+            flush_wal_seq: 0,
             listener: Some(listener),
         })
     }
@@ -195,7 +215,9 @@ impl Shard {
             while let Some(stream) = accepted.borrow_mut().pop_front() {
                 self.add_conn(stream);
             }
+            self.poll_flush();
             self.iterate(tick);
+            self.flush_if_wal_advanced();
         }
     }
 
@@ -470,24 +492,84 @@ impl Shard {
     }
 
     /// Periodic flush: applied data and metadata become durable, and the log behind them
-    /// (minus a retained tail for lagging followers) is compacted.
+    /// (minus a retained tail for lagging followers) is compacted. This loop writes and
+    /// syncs the applied data; the metadata commit (milliseconds of redb page writes and an
+    /// fsync) runs on the store's flusher thread, and [`Shard::poll_flush`] compacts once it
+    /// is durable. A tick while one is still running is skipped.
     pub fn maybe_flush(&mut self) {
         if !self.applied_since_flush || self.failed.is_some() {
             return;
         }
-        self.applied_since_flush = false;
         let start = Instant::now();
-        if let Err(e) = self.flush_and_compact(self.spec.log_retain_entries) {
-            self.fail(format!("flush: {e}"));
+        let begun = self.store.borrow_mut().flush_begin();
+        match begun {
+            Ok(true) => {
+                self.applied_since_flush = false;
+                self.flush_started = Some(start);
+                self.flush_wal_seq = self.store.borrow().wal().current_segment_seq();
+            }
+            Ok(false) => {}
+            Err(e) => self.fail(format!("flush: {e}")),
         }
-        self.spec.stages.observe(Stage::Flush, start.elapsed());
+    }
+
+    /// Flushes before the interval is up once the log has advanced by an eighth of the WAL
+    /// since the last flush began: a burst of writes (a sequential 1 MiB stream writes
+    /// 100+ MiB/s per OSD) would otherwise fill the WAL between two flushes, since only a
+    /// flush lets the log be compacted.
+    pub fn flush_if_wal_advanced(&mut self) {
+        if !self.applied_since_flush {
+            return;
+        }
+        let (seq, segments) = {
+            let store = self.store.borrow();
+            (
+                store.wal().current_segment_seq(),
+                u64::from(store.superblock().segment_count),
+            )
+        };
+        if seq >= self.flush_wal_seq + (segments / 8).max(1) {
+            self.maybe_flush();
+        }
+    }
+
+    /// Compacts the logs after a flush became durable (called every loop iteration; the
+    /// flusher thread wakes the loop).
+    pub fn poll_flush(&mut self) {
+        if self.failed.is_some() {
+            return;
+        }
+        let polled = self.store.borrow_mut().flush_poll();
+        match polled {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                if let Some(start) = self.flush_started.take() {
+                    self.spec.stages.observe(Stage::Flush, start.elapsed());
+                }
+                let compacted = {
+                    let mut store = self.store.borrow_mut();
+                    self.compact_logs(&mut store, self.spec.log_retain_entries)
+                };
+                if let Err(e) = compacted {
+                    self.fail(format!("compaction: {e}"));
+                }
+            }
+            Err(e) => self.fail(format!("flush: {e}")),
+        }
     }
 
     /// Flushes applied state, then compacts each PG's log up to `retain` entries behind its
     /// flushed applied index.
     fn flush_and_compact(&mut self, retain: u64) -> fastblock_store::Result<()> {
-        let mut store = self.store.borrow_mut();
+        let store = self.store.clone();
+        let mut store = store.borrow_mut();
+        // Waits for a running background commit first.
         store.flush()?;
+        self.compact_logs(&mut store, retain)
+    }
+
+    /// Compacts each PG's log up to `retain` entries behind its flushed applied index.
+    fn compact_logs(&self, store: &mut ShardStore, retain: u64) -> fastblock_store::Result<()> {
         for (pg, hosted) in &self.pgs {
             let flushed = store.flushed_applied_index(*pg);
             let (first, _) = store.log_bounds(*pg);
@@ -532,8 +614,13 @@ impl Shard {
     }
 
     fn shutdown(&mut self) {
-        self.applied_since_flush = true;
-        self.maybe_flush();
+        if self.failed.is_none() {
+            let start = Instant::now();
+            if let Err(e) = self.flush_and_compact(self.spec.log_retain_entries) {
+                self.fail(format!("flush at shutdown: {e}"));
+            }
+            self.spec.stages.observe(Stage::Flush, start.elapsed());
+        }
         self.flush_conns();
     }
 

@@ -40,6 +40,8 @@ pub struct ShardSpec {
     pub pg_config: PgConfig,
     pub tick: Duration,
     pub flush_interval: Duration,
+    /// How a WAL commit makes its write durable.
+    pub wal_sync: fastblock_store::disk::SyncMode,
     /// Log entries kept behind the flushed applied index, for followers that fall behind.
     pub log_retain_entries: u64,
     /// A member further behind than this is caught up by snapshot, not from the log.
