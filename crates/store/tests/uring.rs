@@ -111,3 +111,48 @@ fn pread_pwrite_fallback() {
     };
     round_trip("fallback", o, true);
 }
+
+/// Goal: with RWF_DSYNC writes, a sync that promises every earlier write (a flush of applied
+/// data) still issues an fdatasync when earlier writes were not durable (RWF_DSYNC on a FUA
+/// device makes only its own write durable), while a WAL commit (only its own writes
+/// promised) and a sync with nothing owed need none. Method: count fdatasyncs per call.
+#[test]
+fn dsync_writes_sync_earlier_writes_only_when_promised() {
+    use fastblock_store::disk::{Disk, WriteOp};
+    let dir = std::env::temp_dir().join(format!("fastblock-dsync-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("disk.img");
+    UringDisk::create_file(&path, 1 << 20).unwrap();
+    let mut d = UringDisk::open(
+        &path,
+        UringOptions {
+            sync_mode: SyncMode::DsyncWrites,
+            ..UringOptions::default()
+        },
+    )
+    .unwrap();
+    let buf = fastblock_store::disk::AlignedBuf::zeroed(4096);
+    let w = |off: u64| WriteOp {
+        offset_bytes: off,
+        buf: &buf,
+    };
+    let syncs = |d: &UringDisk| d.fdatasync_count();
+    // Nothing owed: a durable write is its own sync.
+    d.write_many(&[w(0)], true).unwrap();
+    assert_eq!(syncs(&d), 0);
+    // A WAL-style commit with a non-durable write beside it: only the durable one promised.
+    d.write_durable_with(&[w(4096)], &[w(8192)]).unwrap();
+    assert_eq!(syncs(&d), 0);
+    // Now a sync that promises every earlier write: the one at 8192 is owed.
+    d.write_many(&[w(12288)], true).unwrap();
+    assert_eq!(syncs(&d), 1);
+    // Paid: the next durable write needs no fdatasync.
+    d.write_many(&[w(16384)], true).unwrap();
+    assert_eq!(syncs(&d), 1);
+    // A plain non-durable write, then a bare sync.
+    d.write_many(&[w(20480)], false).unwrap();
+    d.sync().unwrap();
+    assert_eq!(syncs(&d), 2);
+    drop(d);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

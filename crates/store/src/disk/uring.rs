@@ -52,6 +52,13 @@ pub struct UringDisk {
     size_bytes: u64,
     options: UringOptions,
     background: Background,
+    /// Some write since the last fdatasync was not itself durable. With
+    /// [`SyncMode::DsyncWrites`], RWF_DSYNC makes only its own write durable (a FUA write
+    /// does not flush the device cache), so `write_many(.., sync: true)`, which promises
+    /// every earlier write, adds an fdatasync when this is set.
+    unsynced: bool,
+    /// fdatasyncs issued (tests check which calls sync).
+    fdatasyncs: u64,
 }
 
 impl Drop for UringDisk {
@@ -122,6 +129,11 @@ const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 impl UringDisk {
     /// Opens an existing file or block device with O_DIRECT. A regular file must already have
     /// its final size (see [`UringDisk::create_file`]).
+    /// fdatasyncs issued so far (io_uring or syscall).
+    pub fn fdatasync_count(&self) -> u64 {
+        self.fdatasyncs
+    }
+
     pub fn open(path: &Path, options: UringOptions) -> io::Result<Self> {
         let file = OpenOptions::new()
             .read(true)
@@ -158,6 +170,8 @@ impl UringDisk {
             size_bytes: size_bytes - size_bytes % super::SECTOR_SIZE_BYTES,
             options,
             background: Background::default(),
+            unsynced: false,
+            fdatasyncs: 0,
         })
     }
 
@@ -266,6 +280,102 @@ impl UringDisk {
             .saturating_sub(1)
             .max(1)
     }
+
+    /// `write_many`, where `cover_earlier: false` asks only `writes` to be durable (a WAL
+    /// commit), not every earlier write (a flush of applied data).
+    fn write_batch(
+        &mut self,
+        writes: &[WriteOp<'_>],
+        sync: bool,
+        cover_earlier: bool,
+    ) -> io::Result<()> {
+        if sync {
+            // A sync covers every earlier write, background ones included.
+            self.wait_background()?;
+        }
+        for w in writes {
+            assert_io_aligned("write", w.offset_bytes, w.buf.len() as u64, self.size_bytes);
+            assert_eq!(w.buf.as_ptr() as usize % 512, 0, "unaligned write buffer");
+        }
+        let fd = types::Fd(self.file.as_raw_fd());
+        let chunk = self.chunk_len();
+        let dsync = self.options.sync_mode == SyncMode::DsyncWrites;
+        let Some(ring) = self.ring.as_mut() else {
+            for w in writes {
+                self.file.write_all_at(w.buf, w.offset_bytes)?;
+            }
+            if sync {
+                self.file.sync_data()?;
+                self.fdatasyncs += 1;
+                self.unsynced = false;
+            } else if !writes.is_empty() {
+                self.unsynced = true;
+            }
+            return Ok(());
+        };
+        // RWF_DSYNC covers only its own writes: an fdatasync too when earlier writes are owed.
+        let dsync_fsync = dsync && (writes.is_empty() || (cover_earlier && self.unsynced));
+        let groups: Vec<&[WriteOp<'_>]> = if writes.is_empty() {
+            vec![&[]]
+        } else {
+            writes.chunks(chunk).collect()
+        };
+        let group_count = groups.len();
+        for (g, group) in groups.into_iter().enumerate() {
+            let last = g + 1 == group_count;
+            let mut sqes: Vec<_> = group
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let mut op = opcode::Write::new(fd, w.buf.as_ptr(), w.buf.len() as u32)
+                        .offset(w.offset_bytes);
+                    if sync && dsync {
+                        op = op.rw_flags(libc::RWF_DSYNC);
+                    }
+                    (op.build().user_data(i as u64), w.buf.len())
+                })
+                .collect();
+            // With RWF_DSYNC every write is durable on completion, so only a bare sync (no
+            // writes at all) needs an fdatasync.
+            let syscall = self.options.sync_mode == SyncMode::FdatasyncSyscall;
+            if last && sync && self.options.sync_mode == SyncMode::TwoStep && !sqes.is_empty() {
+                Self::run(ring, &mut self.background, &sqes)?;
+                sqes.clear();
+                self.fdatasyncs += 1;
+                let fsync = opcode::Fsync::new(fd)
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build()
+                    .user_data(0);
+                sqes.push((fsync, 0));
+                Self::run(ring, &mut self.background, &sqes)?;
+                continue;
+            }
+            if last && sync && !syscall && (!dsync || dsync_fsync) {
+                let i = sqes.len() as u64;
+                self.fdatasyncs += 1;
+                let fsync = opcode::Fsync::new(fd)
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build()
+                    .flags(squeue::Flags::IO_DRAIN)
+                    .user_data(i);
+                sqes.push((fsync, 0));
+            }
+            if !sqes.is_empty() {
+                Self::run(ring, &mut self.background, &sqes)?;
+            }
+            if last && sync && syscall {
+                self.file.sync_data()?;
+                self.fdatasyncs += 1;
+            }
+        }
+        if sync && (!dsync || dsync_fsync) {
+            // Background writes were waited for above: the fdatasync covered everything.
+            self.unsynced = false;
+        } else if !sync && !writes.is_empty() {
+            self.unsynced = true;
+        }
+        Ok(())
+    }
 }
 
 impl Disk for UringDisk {
@@ -307,77 +417,7 @@ impl Disk for UringDisk {
     }
 
     fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> io::Result<()> {
-        if sync {
-            // A sync covers every earlier write, background ones included.
-            self.wait_background()?;
-        }
-        for w in writes {
-            assert_io_aligned("write", w.offset_bytes, w.buf.len() as u64, self.size_bytes);
-            assert_eq!(w.buf.as_ptr() as usize % 512, 0, "unaligned write buffer");
-        }
-        let fd = types::Fd(self.file.as_raw_fd());
-        let chunk = self.chunk_len();
-        let dsync = self.options.sync_mode == SyncMode::DsyncWrites;
-        let Some(ring) = self.ring.as_mut() else {
-            for w in writes {
-                self.file.write_all_at(w.buf, w.offset_bytes)?;
-            }
-            if sync {
-                self.file.sync_data()?;
-            }
-            return Ok(());
-        };
-        let groups: Vec<&[WriteOp<'_>]> = if writes.is_empty() {
-            vec![&[]]
-        } else {
-            writes.chunks(chunk).collect()
-        };
-        let group_count = groups.len();
-        for (g, group) in groups.into_iter().enumerate() {
-            let last = g + 1 == group_count;
-            let mut sqes: Vec<_> = group
-                .iter()
-                .enumerate()
-                .map(|(i, w)| {
-                    let mut op = opcode::Write::new(fd, w.buf.as_ptr(), w.buf.len() as u32)
-                        .offset(w.offset_bytes);
-                    if sync && dsync {
-                        op = op.rw_flags(libc::RWF_DSYNC);
-                    }
-                    (op.build().user_data(i as u64), w.buf.len())
-                })
-                .collect();
-            // With RWF_DSYNC every write is durable on completion, so only a bare sync (no
-            // writes at all) needs an fdatasync.
-            let syscall = self.options.sync_mode == SyncMode::FdatasyncSyscall;
-            if last && sync && self.options.sync_mode == SyncMode::TwoStep && !sqes.is_empty() {
-                Self::run(ring, &mut self.background, &sqes)?;
-                sqes.clear();
-                let fsync = opcode::Fsync::new(fd)
-                    .flags(types::FsyncFlags::DATASYNC)
-                    .build()
-                    .user_data(0);
-                sqes.push((fsync, 0));
-                Self::run(ring, &mut self.background, &sqes)?;
-                continue;
-            }
-            if last && sync && !syscall && (!dsync || writes.is_empty()) {
-                let i = sqes.len() as u64;
-                let fsync = opcode::Fsync::new(fd)
-                    .flags(types::FsyncFlags::DATASYNC)
-                    .build()
-                    .flags(squeue::Flags::IO_DRAIN)
-                    .user_data(i);
-                sqes.push((fsync, 0));
-            }
-            if !sqes.is_empty() {
-                Self::run(ring, &mut self.background, &sqes)?;
-            }
-            if last && sync && syscall {
-                self.file.sync_data()?;
-            }
-        }
-        Ok(())
+        self.write_batch(writes, sync, true)
     }
 
     fn write_durable_with(
@@ -390,7 +430,10 @@ impl Disk for UringDisk {
             for w in background.iter().chain(durable) {
                 self.file.write_all_at(w.buf, w.offset_bytes)?;
             }
-            return self.file.sync_data();
+            self.file.sync_data()?;
+            self.fdatasyncs += 1;
+            self.unsynced = false;
+            return Ok(());
         };
         let linked = self.options.sync_mode == SyncMode::Fdatasync;
         let two_step = self.options.sync_mode == SyncMode::TwoStep;
@@ -399,7 +442,8 @@ impl Disk for UringDisk {
             if !background.is_empty() {
                 self.write_many(background, false)?;
             }
-            return self.write_many(durable, true);
+            // Only the durable writes are promised (RWF_DSYNC needs no fdatasync for them).
+            return self.write_batch(durable, true, false);
         }
         if two_step {
             // All writes in one submission, then the fdatasync on its own.
@@ -415,12 +459,15 @@ impl Disk for UringDisk {
             // The fdatasync on its own, not waiting for background writes: the WAL batch is
             // what must be durable here.
             let fd = types::Fd(self.file.as_raw_fd());
+            self.fdatasyncs += 1;
             let fsync = opcode::Fsync::new(fd)
                 .flags(types::FsyncFlags::DATASYNC)
                 .build()
                 .user_data(0);
             let ring = self.ring.as_mut().expect("checked above");
-            return Self::run(ring, &mut self.background, &[(fsync, 0)]);
+            Self::run(ring, &mut self.background, &[(fsync, 0)])?;
+            self.unsynced = false;
+            return Ok(());
         }
         for w in background.iter().chain(durable) {
             assert_io_aligned("write", w.offset_bytes, w.buf.len() as u64, self.size_bytes);
@@ -444,11 +491,16 @@ impl Disk for UringDisk {
                 .user_data(sqes.len() as u64);
             sqes.push((sqe, w.buf.len()));
         }
+        self.fdatasyncs += 1;
         let fsync = opcode::Fsync::new(fd)
             .flags(types::FsyncFlags::DATASYNC)
             .build()
             .user_data(sqes.len() as u64);
         sqes.push((fsync, 0));
+        if !background.is_empty() {
+            // Not linked to the fdatasync: they may complete after it.
+            self.unsynced = true;
+        }
         Self::run(ring, &mut self.background, &sqes)
     }
 
@@ -466,6 +518,7 @@ impl Disk for UringDisk {
         if runs.is_empty() {
             return Ok(());
         }
+        self.unsynced = true;
         for r in runs {
             assert!(
                 r.buf_offset + r.len <= buf.len(),
