@@ -139,12 +139,24 @@ cpu_ticks() {
   echo $((${12} + ${13}))
 }
 sum_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
-# Nanoseconds the threads of these processes spent runnable but waiting for a CPU
-# (schedstat's run_delay): how much other load on the machine delayed them.
-run_delay_ns() {
-  local p
-  for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
-    awk '{ t += $2 } END { printf "%.0f\n", t }'
+# Per thread: "pid/tid run_delay_ns" (schedstat's second field: nanoseconds the thread was
+# runnable but waiting for a CPU, i.e. how much other load on the machine delayed it).
+run_delay_snapshot() {
+  local p f
+  for p in "$@"; do
+    for f in /proc/"$p"/task/*/schedstat; do
+      [[ -r $f ]] || continue
+      awk -v t="${f%/schedstat}" '{ print t, $2 }' "$f" 2>/dev/null
+    done
+  done
+}
+# Run delay accrued between two snapshots, summed over threads. A thread that ended during
+# the run (io_uring and tokio workers come and go) takes its delay with it, so only threads
+# seen at the end count, each from 0 if it started during the run: summing the totals
+# instead went negative when workers exited.
+run_delay_between() { # before-file after-file
+  awk 'NR == FNR { before[$1] = $2; next } { d += $2 - ($1 in before ? before[$1] : 0) }
+       END { printf "%.0f\n", d }' "$1" "$2"
 }
 scrape() { # name suffix
   local i=0 p
@@ -157,10 +169,10 @@ scrape() { # name suffix
 # the command's JSON output in raw/NAME.json, one line in raw/runs.tsv.
 measure() { # name frontend pool test -- command...
   local name=$1 frontend=$2 pool=$3 test=$4; shift 5
-  local osd0 mon0 nbd0=0 osd1 mon1 nbd1=0 t0 t1 wait0 wait1
+  local osd0 mon0 nbd0=0 osd1 mon1 nbd1=0 t0 t1 delay
   scrape "$name" before
   osd0=$(sum_ticks "${OSD_PIDS[@]}"); mon0=$(cpu_ticks "$MON_PID")
-  wait0=$(run_delay_ns "${OSD_PIDS[@]}")
+  run_delay_snapshot "${OSD_PIDS[@]}" >"$RAW/$name.delay.before"
   [[ -n $NBD_PID ]] && nbd0=$(cpu_ticks "$NBD_PID")
   t0=$(date +%s.%N)
   if ! "$@" >"$RAW/$name.json" 2>"$RAW/$name.err"; then
@@ -168,12 +180,13 @@ measure() { # name frontend pool test -- command...
   fi
   t1=$(date +%s.%N)
   osd1=$(sum_ticks "${OSD_PIDS[@]}"); mon1=$(cpu_ticks "$MON_PID")
-  wait1=$(run_delay_ns "${OSD_PIDS[@]}")
+  run_delay_snapshot "${OSD_PIDS[@]}" >"$RAW/$name.delay.after"
+  delay=$(run_delay_between "$RAW/$name.delay.before" "$RAW/$name.delay.after")
   [[ -n $NBD_PID ]] && nbd1=$(cpu_ticks "$NBD_PID")
   scrape "$name" after
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$frontend" "$pool" "$test" \
     "$((osd1 - osd0))" "$((mon1 - mon0))" "$((nbd1 - nbd0))" "$t0" "$t1" \
-    "$((wait1 - wait0))" >>"$RAW/runs.tsv"
+    "$delay" >>"$RAW/runs.tsv"
   local all_up=1 p
   for p in "${OSD_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || all_up=0; done
   ((all_up)) || { echo "run.sh: an OSD died during $name; see $STATE/log" >&2; exit 1; }

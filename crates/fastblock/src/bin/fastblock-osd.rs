@@ -81,15 +81,15 @@ struct Args {
     /// p99; the cost is more log to replay after a crash.
     #[arg(long, default_value = "1s", value_parser = duration)]
     flush_interval: Duration,
-    /// How a WAL commit makes its write durable: `syscall` (the write through io_uring, then
-    /// fdatasync(2) on the shard thread), `two-step` (the write, then an io_uring fdatasync,
-    /// as fio's `fdatasync=1`: io_uring hands it to an io-wq worker thread), `linked` (write
-    /// and fdatasync linked in one submission) or `dsync` (RWF_DSYNC writes). Which is
-    /// fastest depends on kernel, device and load. With 3 OSDs on the 2-vCPU test VM,
-    /// `syscall` beat `two-step` in every side-by-side run (3-replica 4 KiB QD1 writes
-    /// 492-565 vs 585-690 µs, QD32 10.9-12.8k vs 9.4-11.1k IOPS): the io-wq hop costs
-    /// two context switches per commit on a machine short of CPUs.
-    #[arg(long, value_enum, default_value_t = WalSync::Syscall)]
+    /// How a WAL commit makes its write durable: `two-step` (the write, then an io_uring
+    /// fdatasync, as fio's `fdatasync=1`; io_uring runs it on an io-wq worker thread),
+    /// `syscall` (the write through io_uring, then fdatasync(2) on the shard thread), `linked`
+    /// (write and fdatasync linked in one submission) or `dsync` (RWF_DSYNC writes). Which is
+    /// fastest depends on kernel, device and load. On the 2-vCPU test VM, one writer:
+    /// `two-step` 115 µs per commit, `linked` 140 (store_bench); three OSDs, 3-replica 4 KiB
+    /// writes: `syscall` won three side-by-side runs by 10-25 % and lost the next two by
+    /// 5 %, so no mode is better there beyond the noise.
+    #[arg(long, value_enum, default_value_t = WalSync::TwoStep)]
     wal_sync: WalSync,
     /// Log entries kept behind the flushed applied index for lagging followers.
     #[arg(long, default_value_t = 1024)]
