@@ -21,7 +21,8 @@
 //! `append_entries` + `set_hard_state` (+ `set_conf_state`, `apply_snapshot`); then one
 //! `commit` (one write + one fdatasync for all PGs; `BatchFull` means commit first); apply
 //! committed entries with `write_object` / `zero_object` / `delete_object` and `set_applied`;
-//! every so often `flush`, then `compact` each PG up to `flushed_applied_index` (and `commit`).
+//! every so often `flush` (or, with the flusher thread, `flush_begin` and later `flush_poll`),
+//! then `compact` each PG up to `flushed_applied_index` (and `commit`).
 //!
 //! The on-disk format, the write path with every write and sync, and the recovery algorithm
 //! are in `docs/design/store-format.md`.
