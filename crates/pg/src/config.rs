@@ -7,7 +7,8 @@ pub struct PgConfig {
     pub heartbeat_ticks: usize,
     /// Followers campaign after a random timeout in `[election_ticks, 2 * election_ticks)`;
     /// leaders step down after `election_ticks` without hearing from a quorum (check-quorum).
-    /// Reads do not rely on it: each read index is confirmed by a heartbeat round.
+    /// Reads do not rely on that: a read index is confirmed by a heartbeat round, or served
+    /// under a lease (`lease_ms`) that a confirmed round started.
     pub election_ticks: usize,
     /// Bytes of entries per append message.
     pub append_bytes_max: u64,
@@ -15,6 +16,11 @@ pub struct PgConfig {
     pub inflight_appends_max: usize,
     /// Client operations proposed but not yet applied; beyond it proposals get `Busy`.
     pub pending_ops_max: usize,
+    /// How long after a quorum confirmed its leadership a leader serves reads without a
+    /// heartbeat round (`lease.rs`), in the driver's milliseconds; 0: every read asks a
+    /// quorum. It must stay below the shortest time `election_ticks` ticks of a follower can
+    /// take: the driver derives it from its tick length.
+    pub lease_ms: u64,
 }
 
 impl Default for PgConfig {
@@ -25,6 +31,7 @@ impl Default for PgConfig {
             append_bytes_max: 1 << 20,
             inflight_appends_max: 256,
             pending_ops_max: 1024,
+            lease_ms: 0,
         }
     }
 }

@@ -20,6 +20,7 @@
 //!   decision any leader can take from the current configuration.
 //! - [`transfer`]: snapshot transfer of a PG's objects in chunks (sender and receiver state).
 //! - [`retention`]: whether an OSD the map no longer lists may delete its replica.
+//! - [`lease`]: the leader lease, under which reads skip the heartbeat round.
 //!
 //! Ordering contract (raft-rs "async ready", style practice 3): messages in
 //! `Output::messages` may be sent at once; the entries and hard state of a [`LogWrite`] must be
@@ -34,6 +35,7 @@
 //! Must not depend on: tokio, the network, the clock, the store's disk, threads.
 
 pub mod config;
+pub mod lease;
 pub mod membership;
 pub mod op;
 pub mod output;

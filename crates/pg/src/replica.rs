@@ -1,6 +1,7 @@
 //! [`PgReplica`]: the input handlers and the Ready → Output translation.
 
 use crate::config::PgConfig;
+use crate::lease::{Lease, RENEW_CTX};
 use crate::membership::{self, ConfView, MemberProgress, Step};
 use crate::op::ClientOp;
 use crate::output::{Apply, Event, LeaderReport, LogWrite, OpId, OpOutcome, Output, PgError};
@@ -44,8 +45,9 @@ pub struct PgReplica<S: Storage> {
     /// Reads that reached a leader before it committed an entry of its term: raft-rs drops
     /// read-index requests until then, so they are held here and asked for afterwards.
     reads_deferred: VecDeque<OpId>,
-    /// Reads waiting for their read index from Raft.
-    reads_waiting: VecDeque<OpId>,
+    /// Reads waiting for their read index from Raft, with when they asked (driver ms) and
+    /// the lease generation then: a confirmed round renews the lease from that time.
+    reads_waiting: VecDeque<(OpId, u64, u64)>,
     /// Reads with a read index, released once `applied` reaches it.
     reads_indexed: VecDeque<(u64, OpId)>,
     /// Messages that may leave only after the log write of their ready is durable.
@@ -69,6 +71,15 @@ pub struct PgReplica<S: Storage> {
     /// The configuration is joint (kept up to date as configurations are applied, so the
     /// tick need not rebuild the configuration to know).
     joint: bool,
+    /// The leader lease (see [`crate::lease`]).
+    lease: Lease,
+    /// The driver's clock at the last `read` or `tick` (ms; only the lease uses it).
+    now_ms: u64,
+    /// Ticks until an idle learner may be nudged again (`nudge_idle_learners`).
+    nudge_in: u32,
+    /// Ticks since this replica was opened: it refuses votes until `election_ticks` have
+    /// passed when leases are on (a restarted follower forgot whom it followed).
+    ticks_since_open: usize,
 }
 
 fn to_osd(id: u64) -> Option<OsdId> {
@@ -158,6 +169,10 @@ impl<S: Storage> PgReplica<S> {
             reads_deferred: VecDeque::new(),
             reads_waiting: VecDeque::new(),
             reads_indexed: VecDeque::new(),
+            lease: Lease::new(config.lease_ms),
+            now_ms: 0,
+            ticks_since_open: 0,
+            nudge_in: 0,
             held: VecDeque::new(),
             applied,
             conf_index: applied,
@@ -274,14 +289,58 @@ impl<S: Storage> PgReplica<S> {
         true
     }
 
-    pub fn tick(&mut self, out: &mut Output) {
+    /// One tick; `now_ms` is the driver's clock (used by the lease only).
+    pub fn tick(&mut self, now_ms: u64, out: &mut Output) {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.ticks_since_open = self.ticks_since_open.saturating_add(1);
         if self.failed.is_none() {
             self.node.tick();
             if self.is_leader() {
                 self.drive_membership(out);
+                self.maybe_renew_lease();
             }
         }
         self.after_input(out);
+    }
+
+    /// A learner counts as caught up only in raft-rs's `Replicate` state (its `matched` may
+    /// be stale in `Probe`, after it rejected an append). A learner that reached the last
+    /// entry in `Probe` (after a snapshot) leaves it only when an append response *advances*
+    /// its `matched`, so in an idle PG it never would, and the membership change waited for
+    /// good (found by the simulator, seeds 7880428463133722653 and 6815336312676948782,
+    /// `--membership`). Appending an empty entry gives it one to acknowledge; at most once per
+    /// election timeout while the change waits.
+    fn nudge_idle_learners(&mut self) {
+        if self.nudge_in > 0 {
+            self.nudge_in -= 1;
+            return;
+        }
+        let last = self.node.raft.raft_log.last_index();
+        let me = u64::from(self.me.0);
+        let stuck = self.node.raft.prs().iter().any(|(id, p)| {
+            *id != me && p.state == ProgressState::Probe && p.matched == last && !p.is_paused()
+        });
+        if stuck && self.node.propose(Vec::new(), Vec::new()).is_ok() {
+            self.nudge_in = self.config.election_ticks as u32;
+        }
+    }
+
+    /// Asks a heartbeat round ahead of the lease's end while reads use it, so a steady read
+    /// stream never waits for one.
+    fn maybe_renew_lease(&mut self) {
+        let term = self.node.raft.term;
+        if self.node.raft.commit_to_current_term() && self.lease.wants_renewal(term, self.now_ms) {
+            self.lease.renewal_asked(self.now_ms);
+            self.node.read_index(RENEW_CTX.to_le_bytes().to_vec());
+        }
+    }
+
+    /// Whether this leader may serve a read now without a heartbeat round.
+    fn lease_holds(&self) -> bool {
+        self.is_leader()
+            && self.node.raft.lead_transferee.is_none()
+            && self.node.raft.commit_to_current_term()
+            && self.lease.holds(self.node.raft.term, self.now_ms)
     }
 
     /// Sets the voter set the monitor wants (`None`: no change pending). A leader walks the
@@ -369,7 +428,10 @@ impl<S: Storage> PgReplica<S> {
             c
         };
         let cc = match step {
-            Step::Wait => return,
+            Step::Wait => {
+                self.nudge_idle_learners();
+                return;
+            }
             Step::Done => {
                 if self.finished_report_in == 0 {
                     if let Some(report) = self.leader_report() {
@@ -382,6 +444,8 @@ impl<S: Storage> PgReplica<S> {
                 return;
             }
             Step::TransferLeader(to) => {
+                // The transferee campaigns with `force`, past the followers' refusal.
+                self.lease.void_for_term(self.node.raft.term);
                 self.node.transfer_leader(u64::from(to.0));
                 return;
             }
@@ -456,6 +520,18 @@ impl<S: Storage> PgReplica<S> {
         {
             return;
         }
+        // With leases on, a replica just opened does not vote for an election timeout: before
+        // a restart it may have confirmed a leader's lease, and raft-rs's refusal to vote while
+        // it hears from a leader does not survive the restart (see `lease`).
+        if self.lease.enabled()
+            && self.ticks_since_open < self.config.election_ticks
+            && matches!(
+                msg.get_msg_type(),
+                MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+            )
+        {
+            return;
+        }
         // A heartbeat that commits past this replica's log means the leader counts entries
         // this replica does not have: it deleted them while the leader still counted it (the
         // window described in `retention`). raft-rs would stop the replica; ignoring the
@@ -518,7 +594,11 @@ impl<S: Storage> PgReplica<S> {
     /// Asks to read. `OpOutcome::ReadReady` arrives when a quorum has confirmed this replica
     /// still leads (a heartbeat round) and everything committed before this call is applied;
     /// the driver then reads the object store directly.
-    pub fn read(&mut self, op: OpId, out: &mut Output) {
+    ///
+    /// Under a lease (`PgConfig::lease_ms`) the read index is the commit index at once, with
+    /// no round; `now_ms` is the driver's clock.
+    pub fn read(&mut self, op: OpId, now_ms: u64, out: &mut Output) {
+        self.now_ms = self.now_ms.max(now_ms);
         if self.refuse(op, out) {
             return;
         }
@@ -536,9 +616,21 @@ impl<S: Storage> PgReplica<S> {
         {
             return false;
         }
+        if self.lease_holds() {
+            // Nothing this leader has not committed can be committed by another before the
+            // lease ends, so the commit index is a read index (read indexes only grow, so
+            // `reads_indexed` stays in order).
+            let index = self.node.raft.raft_log.committed;
+            self.lease.used(self.now_ms);
+            while let Some(op) = self.reads_deferred.pop_front() {
+                self.reads_indexed.push_back((index, op));
+            }
+            return true;
+        }
         while let Some(op) = self.reads_deferred.pop_front() {
             self.node.read_index(op.0.to_le_bytes().to_vec());
-            self.reads_waiting.push_back(op);
+            self.reads_waiting
+                .push_back((op, self.now_ms, self.lease.generation()));
         }
         true
     }
@@ -621,13 +713,21 @@ impl<S: Storage> PgReplica<S> {
         let mut rd = self.node.ready();
         let number = rd.number();
         route_messages(rd.take_messages(), out);
+        let term = self.node.raft.term;
         for rs in rd.read_states() {
-            let op = match <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
-                Ok(b) => OpId(u64::from_le_bytes(b)),
+            let ctx = match <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
+                Ok(b) => u64::from_le_bytes(b),
                 Err(_) => continue,
             };
-            if let Some(pos) = self.reads_waiting.iter().position(|o| *o == op) {
-                self.reads_waiting.remove(pos);
+            if ctx == RENEW_CTX {
+                self.lease.renewal_confirmed(term);
+                continue;
+            }
+            let op = OpId(ctx);
+            if let Some(pos) = self.reads_waiting.iter().position(|(o, _, _)| *o == op) {
+                let (_, asked_ms, generation) =
+                    self.reads_waiting.remove(pos).expect("position found");
+                self.lease.confirmed(term, asked_ms, generation);
                 self.reads_indexed.push_back((rs.index, op));
             }
         }
@@ -699,6 +799,7 @@ impl<S: Storage> PgReplica<S> {
                     match self.apply_conf_change(&entry) {
                         Ok(cs) => {
                             self.conf_index = index;
+                            self.lease.configuration_changed();
                             self.joint = !cs.voters_outgoing.is_empty();
                             self.step_down_if_removed(&cs);
                             if let Some(report) = self.leader_report() {
@@ -754,6 +855,7 @@ impl<S: Storage> PgReplica<S> {
             .min();
         if let Some(to) = successor {
             // Caught up: it may campaign at once instead of waiting out an election timeout.
+            self.lease.void_for_term(self.node.raft.term);
             self.node.raft.send_timeout_now(to);
         }
         let term = self.node.raft.term;
@@ -819,10 +921,11 @@ impl<S: Storage> PgReplica<S> {
             for (_, _, op) in self.proposals.drain(..) {
                 out.replies.push((op, OpOutcome::Failed(PgError::Dropped)));
             }
+            self.lease.lost_leadership();
             for op in self
                 .reads_deferred
                 .drain(..)
-                .chain(self.reads_waiting.drain(..))
+                .chain(self.reads_waiting.drain(..).map(|(op, _, _)| op))
             {
                 out.replies
                     .push((op, OpOutcome::Failed(PgError::NotLeader { leader: hint })));

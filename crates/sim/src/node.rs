@@ -225,6 +225,9 @@ pub struct Running {
     pub inbox: VecDeque<Input>,
     pub tick_missed: bool,
     pub flush_missed: bool,
+    /// Virtual time at the start of the current iteration, in ms (the replicas' lease clock;
+    /// the OSD's `Shard::now_ms`).
+    now_ms: u64,
     /// A map that arrived while busy: acted on when resuming.
     pub pending_map: Option<ClusterMap>,
     pub(crate) failed: Option<String>,
@@ -247,7 +250,10 @@ pub struct NodeConfig {
 impl NodeConfig {
     pub fn of(o: &SimOptions, pg_seed: u64) -> NodeConfig {
         NodeConfig {
-            pg: o.pg,
+            pg: fastblock_pg::PgConfig {
+                lease_ms: o.lease_ms(),
+                ..o.pg
+            },
             pg_seed,
             log_retain_entries: o.log_retain_entries,
             log_lag_max_entries: o.log_lag_max_entries,
@@ -398,6 +404,7 @@ impl Node {
             inbox: VecDeque::new(),
             tick_missed: false,
             flush_missed: false,
+            now_ms: 0,
             pending_map: None,
             failed: None,
         });
@@ -487,13 +494,14 @@ impl Node {
             return;
         };
         assert!(run.busy.is_none(), "osd {}: iterate while busy", self.id);
+        run.now_ms = now_us / 1000;
         let mut outs: BTreeMap<PgId, Output> = BTreeMap::new();
         for input in inputs {
             run.handle_input(self.id, input, &mut outs, eff);
         }
         if tick && run.failed.is_none() {
             for (pg, replica) in run.pgs.iter_mut() {
-                replica.tick(outs.entry(*pg).or_default());
+                replica.tick(run.now_ms, outs.entry(*pg).or_default());
             }
             run.tick_recovery(&mut outs, eff);
         }
@@ -701,7 +709,7 @@ impl Running {
                     },
                 );
                 let replica = self.pgs.get_mut(&pg).expect("checked");
-                replica.read(OpId(id), outs.entry(pg).or_default());
+                replica.read(OpId(id), self.now_ms, outs.entry(pg).or_default());
             }
         }
     }

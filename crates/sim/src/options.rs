@@ -50,6 +50,10 @@ pub struct SimOptions {
     /// Each tick of each node lands up to this many percent early or late (clock jitter, not
     /// drift: the mean rate is the same on every node, as raft-rs's lease assumes).
     pub tick_jitter_pct: u64,
+    /// Leaders serve reads under a lease (`fastblock_pg::lease`; length from
+    /// [`SimOptions::lease_ms`]). Drawn apart from the other options, so seeds drew the same
+    /// configurations before it existed.
+    pub lease_reads: bool,
     pub flush_us: u64,
     pub log_retain_entries: u64,
     /// A member further behind than this is caught up by snapshot (`--log-lag-max-entries`).
@@ -122,6 +126,20 @@ impl SimOptions {
         o
     }
 
+    /// The replicas' lease (0: off). A follower refuses votes for `election_ticks` of its
+    /// ticks after hearing from its leader; here a tick may land `tick_jitter_pct` early, and
+    /// a node resuming from a stall may take its late tick just before the next one (up to
+    /// two ticks early in all). So the lease is `election_ticks - 2` ticks at their shortest,
+    /// less half a tick.
+    pub fn lease_ms(&self) -> u64 {
+        if !self.lease_reads {
+            return 0;
+        }
+        let shortest_tick_us = self.tick_us * (100 - self.tick_jitter_pct) / 100;
+        let ticks = self.pg.election_ticks.saturating_sub(2) as u64;
+        (ticks * shortest_tick_us).saturating_sub(self.tick_us / 2) / 1000
+    }
+
     /// The configuration of `seed` with OSDs going out and in when the seed enables it
     /// (membership changes; `vopr --membership`). Kept out of the CI budget while the
     /// failures it finds are open (see `docs/design/simulator.md`); the same seed draws the
@@ -142,6 +160,8 @@ impl SimOptions {
             append_bytes_max: r.pick(&[4 << 10, 64 << 10, 1 << 20]),
             inflight_appends_max: r.pick(&[1, 4, 256]) as usize,
             pending_ops_max: r.pick(&[2, 64, 1024]) as usize,
+            // Set per node from the final options (`NodeConfig::of`, `lease_ms`).
+            lease_ms: 0,
         };
         pg.validate().expect("sim picks a valid PG config");
         let on = |r: &mut SplitMix64, pct: u64, every: u64| {
@@ -163,6 +183,7 @@ impl SimOptions {
             pg,
             tick_us: 100 * MS,
             tick_jitter_pct: r.pick(&[0, 5, 10]),
+            lease_reads: SplitMix64::new(seed ^ 0x1EA5_E0F0_0000_0001).chance_pct(75),
             flush_us: r.pick(&[50 * MS, 200 * MS, 1000 * MS]),
             log_retain_entries,
             log_lag_max_entries: r.pick(&[16, 256, 65536]),

@@ -72,6 +72,10 @@ struct Args {
     /// Leaders heartbeat every N ticks.
     #[arg(long, default_value_t = 2)]
     heartbeat_ticks: usize,
+    /// Leaders serve reads under a lease of (election_ticks - 2) ticks after a quorum
+    /// confirmed them, instead of a heartbeat round per read (docs/design/osd.md, "Reads").
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    lease_reads: bool,
     /// Monitor heartbeat interval.
     #[arg(long, default_value = "1s", value_parser = duration)]
     heartbeat_interval: Duration,
@@ -156,9 +160,19 @@ async fn main() {
         .await
         .map(|identity| println!("{}", identity.id))
     } else {
+        // A follower refuses votes for election_ticks of its ticks after it last heard from
+        // its leader; tokio's interval never fires early, and the first of them may come at
+        // once after a message: (election_ticks - 1) ticks at least, less one more for margin.
+        let lease_ms = if args.lease_reads {
+            (args.election_ticks.saturating_sub(2) as u64)
+                .saturating_mul(args.tick.as_millis() as u64)
+        } else {
+            0
+        };
         let pg_config = PgConfig {
             election_ticks: args.election_ticks,
             heartbeat_ticks: args.heartbeat_ticks,
+            lease_ms,
             ..PgConfig::default()
         };
         if let Err(e) = pg_config.validate() {

@@ -103,6 +103,10 @@ pub struct Shard {
     pub flush_started: Option<Instant>,
     /// The WAL segment being written when the last flush began (see `flush_if_wal_advanced`).
     pub flush_wal_seq: u64,
+    /// Milliseconds since the shard started, sampled at the start of each iteration: the
+    /// replicas' lease clock (`fastblock_pg::lease`).
+    pub now_ms: u64,
+    clock_origin: Instant,
     listener: Option<std::net::TcpListener>,
 }
 
@@ -159,6 +163,8 @@ impl Shard {
             apply_started: Instant::now(),
             flush_started: None,
             flush_wal_seq: 0,
+            now_ms: 0,
+            clock_origin: Instant::now(),
             listener: Some(listener),
         })
     }
@@ -239,6 +245,9 @@ impl Shard {
     /// One loop iteration (see the module doc).
     pub fn iterate(&mut self, tick: bool) {
         self.spec.stages.iteration();
+        // Sampled before any input is handled: a lease is never checked against a clock
+        // older than the iteration that serves the read.
+        self.now_ms = self.clock_origin.elapsed().as_millis() as u64;
         let mut outs: BTreeMap<PgId, Output> = BTreeMap::new();
         loop {
             let next = self.inputs.borrow_mut().pop_front();
@@ -249,7 +258,9 @@ impl Shard {
         }
         if tick && self.failed.is_none() {
             for (pg, hosted) in self.pgs.iter_mut() {
-                hosted.replica.tick(outs.entry(*pg).or_default());
+                hosted
+                    .replica
+                    .tick(self.now_ms, outs.entry(*pg).or_default());
             }
             self.tick_recovery(&mut outs);
         }

@@ -415,7 +415,9 @@ impl Shard {
         });
         self.spec.stages.since(Stage::Queue, arrived, started);
         let hosted = self.pgs.get_mut(&addr.pg).expect("admitted");
-        hosted.replica.read(id, outs.entry(addr.pg).or_default());
+        hosted
+            .replica
+            .read(id, self.now_ms, outs.entry(addr.pg).or_default());
     }
 
     /// The data-holding ranges of an object's range on this (leader) replica.
