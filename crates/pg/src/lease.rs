@@ -19,6 +19,12 @@
 //!   term (a `MsgTimeoutNow` may arrive late).
 //! - A configuration change can make a quorum of nodes that never confirmed the lease: the
 //!   lease is void when one is applied, and only rounds asked afterwards renew it.
+//! - A clock that stood still: only `PgReplica::read`, given the driver's clock of that
+//!   moment, serves from the lease; a read deferred to later in the driver's round (which may
+//!   block in an fdatasync for as long as a disk stalls) asks a quorum.
+//!
+//! The rounds err the safe way: a round's start is the clock when it was asked, never later
+//! than when its heartbeats leave.
 //!
 //! Why not raft-rs's `LeaseBased` read option: it trusts check-quorum, which the leader runs
 //! only every election timeout, so a cut-off leader kept serving for up to twice the timeout

@@ -602,7 +602,19 @@ impl<S: Storage> PgReplica<S> {
         if self.refuse(op, out) {
             return;
         }
-        self.reads_deferred.push_back(op);
+        // Only here, with the caller's clock of this very moment: a read deferred and issued
+        // later (after the driver's fdatasync of this round, which may stall for seconds)
+        // would be judged against a clock that stood still meanwhile, so it asks a quorum.
+        if self.reads_deferred.is_empty() && self.lease_holds() {
+            // Nothing this leader has not committed can be committed by another before the
+            // lease ends, so the commit index is a read index (read indexes only grow, so
+            // `reads_indexed` stays in order).
+            let index = self.node.raft.raft_log.committed;
+            self.lease.used(self.now_ms);
+            self.reads_indexed.push_back((index, op));
+        } else {
+            self.reads_deferred.push_back(op);
+        }
         self.after_input(out);
     }
 
@@ -615,17 +627,6 @@ impl<S: Storage> PgReplica<S> {
             || !self.node.raft.commit_to_current_term()
         {
             return false;
-        }
-        if self.lease_holds() {
-            // Nothing this leader has not committed can be committed by another before the
-            // lease ends, so the commit index is a read index (read indexes only grow, so
-            // `reads_indexed` stays in order).
-            let index = self.node.raft.raft_log.committed;
-            self.lease.used(self.now_ms);
-            while let Some(op) = self.reads_deferred.pop_front() {
-                self.reads_indexed.push_back((index, op));
-            }
-            return true;
         }
         while let Some(op) = self.reads_deferred.pop_front() {
             self.node.read_index(op.0.to_le_bytes().to_vec());
