@@ -7,6 +7,7 @@
 mod common;
 use common::*;
 use fastblock_store::Store;
+use fastblock_types::rng::SplitMix64;
 use raft::eraftpb::ConfState;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,18 +16,6 @@ use std::sync::Arc;
 const OBJECTS: u64 = 4;
 const BLOCKS_PER_OBJECT: u64 = 8;
 const BS: usize = 4096;
-
-/// A tiny deterministic generator (the test must not depend on a seed it does not print).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-}
 
 type Model = BTreeMap<(u64, u64), Vec<u8>>;
 
@@ -71,7 +60,7 @@ fn writes_during_a_background_commit_are_neither_lost_nor_leaked() {
     s.set_conf_state(pg(0), &cs).unwrap();
     s.append_entries(pg(0), &[entry(1, 1, 10)]).unwrap();
     s.commit().unwrap();
-    let mut rng = Lcg(42);
+    let mut rng = SplitMix64::new(42);
     let mut model: Model = BTreeMap::new();
     let (mut begun, mut done, mut overlapped) = (0, 0, 0);
     // At least 40 rounds, and on until a few commits finished and a write overlapped one
@@ -81,13 +70,13 @@ fn writes_during_a_background_commit_are_neither_lost_nor_leaked() {
         round += 1;
         assert!(round < 20_000, "the flusher thread made no progress");
         for _ in 0..6 {
-            let o = rng.next() % OBJECTS;
-            if rng.next().is_multiple_of(10) {
+            let o = rng.next_u64() % OBJECTS;
+            if rng.next_u64().is_multiple_of(10) {
                 s.delete_object(pg(0), obj(o)).unwrap();
                 model.retain(|(mo, _), _| *mo != o);
             } else {
-                let b = rng.next() % BLOCKS_PER_OBJECT;
-                let data = pattern(rng.next(), BS);
+                let b = rng.next_u64() % BLOCKS_PER_OBJECT;
+                let data = pattern(rng.next_u64(), BS);
                 s.write_object(pg(0), obj(o), b * BS as u64, &data).unwrap();
                 model.insert((o, b), data);
             }
