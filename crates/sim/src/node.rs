@@ -24,7 +24,7 @@ use fastblock_store::{
     MkfsOptions, ObjectId, PgStorage, SimDisk, SimFile, SpaceArea, Store, StoreOptions,
 };
 use fastblock_types::map::ClusterMap;
-use fastblock_types::{Epoch, ImageId, LogIndex, OsdId, PgId};
+use fastblock_types::{Epoch, LogIndex, OsdId, PgId};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
 use raft::GetEntriesContext;
@@ -76,22 +76,8 @@ pub enum ClientReply {
     Refused(String),
 }
 
-/// One chunk of a snapshot transfer (the wire's `SnapChunk`).
-#[derive(Clone, Debug)]
-pub struct SnapChunk {
-    pub from: OsdId,
-    pub to: OsdId,
-    pub pg: PgId,
-    pub transfer: u64,
-    pub index: u64,
-    pub term: u64,
-    pub seq: u32,
-    pub last: bool,
-    pub image: ImageId,
-    pub object_index: u64,
-    pub offset: u64,
-    pub data: Bytes,
-}
+/// One chunk of a snapshot transfer: the wire's own type, as the OSD sends it.
+pub use fastblock_wire::SnapChunk;
 
 /// What one node sends another.
 #[derive(Clone, Debug)]
