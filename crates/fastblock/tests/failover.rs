@@ -10,8 +10,7 @@ use common::{stamped_block as block, BLOCK};
 use common::{wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
 use fastblock_client::{ClientConfig, ClientError, Cluster, Image};
 use fastblock_monclient::MonClient;
-use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
-use fastblock_types::map::{ClusterMap, FailureDomain};
+use fastblock_types::map::ClusterMap;
 use fastblock_types::pg_state::PgState;
 use fastblock_types::{OsdId, PgId};
 use fastblock_wire::{Reply, Request};
@@ -72,25 +71,12 @@ async fn fixture(spec: Spec) -> Fx {
     let client = mons.client();
     let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
     wait_osds_up(&client, &ids, Duration::from_secs(30)).await;
-    client
-        .create_pool(&CreatePoolRequest {
-            name: "fb".into(),
-            pg_count: spec.pg_count,
-            size: 3,
-            failure_domain: FailureDomain::Osd,
-        })
-        .await
-        .unwrap();
-    client
-        .create_image(&CreateImageRequest {
-            pool: "fb".into(),
-            name: "img".into(),
-            size_bytes: spec.image_bytes,
-            object_size_bytes: Some(spec.object_bytes),
-        })
-        .await
-        .unwrap();
-    common::wait_all_active(&client, Duration::from_secs(30)).await;
+    common::pool_with_image(
+        &client,
+        ("fb", spec.pg_count, 3),
+        ("img", spec.image_bytes, spec.object_bytes),
+    )
+    .await;
     let mut config = ClientConfig::new(mons.endpoints());
     config.op_deadline = Duration::from_secs(60);
     let cluster = Cluster::connect(config).await.unwrap();

@@ -6,10 +6,11 @@
 mod common;
 
 use bytes::Bytes;
-use common::{wait_all_active, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
+use common::{
+    pool_with_image, wait_all_active, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir,
+    WireConn,
+};
 use fastblock_client::{ClientConfig, ClientError, Cluster, Image};
-use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
-use fastblock_types::map::FailureDomain;
 use fastblock_types::PgId;
 use fastblock_wire::{Reply, Request};
 use std::collections::BTreeMap;
@@ -55,25 +56,12 @@ async fn setup_sharded(
         Duration::from_secs(20),
     )
     .await;
-    client
-        .create_pool(&CreatePoolRequest {
-            name: "fb".into(),
-            pg_count,
-            size,
-            failure_domain: FailureDomain::Osd,
-        })
-        .await
-        .unwrap();
-    client
-        .create_image(&CreateImageRequest {
-            pool: "fb".into(),
-            name: "img".into(),
-            size_bytes: image_size,
-            object_size_bytes: Some(object_size),
-        })
-        .await
-        .unwrap();
-    wait_all_active(&client, Duration::from_secs(30)).await;
+    pool_with_image(
+        &client,
+        ("fb", pg_count, size),
+        ("img", image_size, object_size),
+    )
+    .await;
     let mut config = ClientConfig::new(mons.endpoints());
     config.op_deadline = Duration::from_secs(30);
     let cluster = Cluster::connect(config).await.unwrap();

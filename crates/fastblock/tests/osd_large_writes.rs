@@ -8,10 +8,8 @@
 mod common;
 
 use bytes::Bytes;
-use common::{wait_all_active, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
+use common::{pool_with_image, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
 use fastblock_client::{ClientConfig, Cluster};
-use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
-use fastblock_types::map::FailureDomain;
 use fastblock_types::{ImageId, PgId};
 use fastblock_wire::{ObjectAddr, Reply, Request, Status};
 use std::time::Duration;
@@ -29,25 +27,7 @@ async fn large_writes_fit_the_wal_or_are_refused() {
     let client = mons.client();
     let ids: Vec<_> = osds.iter().map(|o| o.id).collect();
     wait_osds_up(&client, &ids, Duration::from_secs(20)).await;
-    let pool = client
-        .create_pool(&CreatePoolRequest {
-            name: "fb".into(),
-            pg_count: 2,
-            size: 3,
-            failure_domain: FailureDomain::Osd,
-        })
-        .await
-        .unwrap();
-    client
-        .create_image(&CreateImageRequest {
-            pool: "fb".into(),
-            name: "big".into(),
-            size_bytes: 64 * MIB,
-            object_size_bytes: Some(4 * MIB),
-        })
-        .await
-        .unwrap();
-    wait_all_active(&client, Duration::from_secs(30)).await;
+    let pool = pool_with_image(&client, ("fb", 2, 3), ("big", 64 * MIB, 4 * MIB)).await;
 
     // A raw 4 MiB write cannot fit a 2 MiB batch: refused, nobody fails.
     let map = client.map().await.unwrap().map.unwrap();

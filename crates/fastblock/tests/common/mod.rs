@@ -8,7 +8,8 @@
 #![allow(dead_code)]
 
 use fastblock_monclient::MonClient;
-use fastblock_types::api::{BootRequest, HeartbeatRequest};
+use fastblock_types::api::{BootRequest, CreateImageRequest, CreatePoolRequest, HeartbeatRequest};
+use fastblock_types::map::{FailureDomain, PoolInfo};
 use fastblock_types::OsdId;
 use std::future::Future;
 use std::net::TcpListener;
@@ -645,6 +646,35 @@ pub async fn wait_osds_up(client: &MonClient, ids: &[OsdId], timeout: Duration) 
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Creates pool `pool` (`pg_count` PGs of `replicas`, failure domain OSD) holding image
+/// `image`, and waits until every PG is active.
+pub async fn pool_with_image(
+    client: &MonClient,
+    (pool, pg_count, replicas): (&str, u32, u32),
+    (image, size_bytes, object_bytes): (&str, u64, u64),
+) -> PoolInfo {
+    let info = client
+        .create_pool(&CreatePoolRequest {
+            name: pool.into(),
+            pg_count,
+            size: replicas,
+            failure_domain: FailureDomain::Osd,
+        })
+        .await
+        .unwrap();
+    client
+        .create_image(&CreateImageRequest {
+            pool: pool.into(),
+            name: image.into(),
+            size_bytes,
+            object_size_bytes: Some(object_bytes),
+        })
+        .await
+        .unwrap();
+    wait_all_active(client, Duration::from_secs(30)).await;
+    info
 }
 
 /// Waits until every PG of the cluster is active, or panics with the PG table.
