@@ -5,6 +5,10 @@
 //! One commit at a time: the store prepares one, hands it over, and takes it back (with its
 //! result) before preparing the next. The thread calls `notify` after each commit so the
 //! owner's event loop wakes to finish it. It ends when the store drops its sender.
+//!
+//! The store talks to it through [`FlushRunner`], so an owner that must decide when a commit
+//! finishes (the simulator, which explores flushes completing between any two steps of the
+//! shard core) supplies its own runner instead of a thread.
 
 use crate::error::{Error, Result};
 use crate::objects::MetaCommit;
@@ -12,6 +16,18 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 type Done = (Box<MetaCommit>, Result<()>, Duration);
+
+/// Runs flushes' metadata commits on the owner's behalf, one at a time.
+pub trait FlushRunner {
+    /// Hands over a prepared commit. Never called while [`FlushRunner::busy`].
+    fn submit(&mut self, commit: MetaCommit);
+    /// Whether a handed-over commit has not been taken back yet.
+    fn busy(&self) -> bool;
+    /// The handed-over commit, if it has finished (never blocks).
+    fn try_finished(&mut self) -> Option<Finished>;
+    /// Finishes the handed-over commit (waiting for it, or running it now), if any.
+    fn wait(&mut self) -> Option<Finished>;
+}
 
 pub struct Flusher {
     jobs: Option<mpsc::Sender<Box<MetaCommit>>>,
@@ -61,40 +77,6 @@ impl Flusher {
         })
     }
 
-    pub fn busy(&self) -> bool {
-        self.running_since.is_some()
-    }
-
-    pub fn submit(&mut self, commit: MetaCommit) {
-        assert!(!self.busy(), "one background commit at a time");
-        self.running_since = Some(Instant::now());
-        let sent = self.jobs.as_ref().map(|j| j.send(Box::new(commit)));
-        // The thread only exits when `jobs` is dropped or a send back fails (the receiver
-        // is ours and alive), so a failed send means it panicked: say so on the next look.
-        if !matches!(sent, Some(Ok(()))) {
-            tracing::error!("flusher thread is gone");
-        }
-    }
-
-    /// The running commit, if it has finished (never blocks).
-    pub fn try_finished(&mut self) -> Option<Finished> {
-        let since = self.running_since?;
-        match self.done.try_recv() {
-            Ok(d) => Some(self.finished(d, since)),
-            Err(mpsc::TryRecvError::Empty) => None,
-            Err(mpsc::TryRecvError::Disconnected) => Some(self.lost(since)),
-        }
-    }
-
-    /// Waits for the running commit, if any.
-    pub fn wait(&mut self) -> Option<Finished> {
-        let since = self.running_since?;
-        Some(match self.done.recv() {
-            Ok(d) => self.finished(d, since),
-            Err(_) => self.lost(since),
-        })
-    }
-
     fn finished(&mut self, (commit, result, commit_time): Done, since: Instant) -> Finished {
         self.running_since = None;
         Finished {
@@ -119,6 +101,40 @@ impl Flusher {
             commit_time: Duration::ZERO,
             since_start: since.elapsed(),
         }
+    }
+}
+
+impl FlushRunner for Flusher {
+    fn busy(&self) -> bool {
+        self.running_since.is_some()
+    }
+
+    fn submit(&mut self, commit: MetaCommit) {
+        assert!(!self.busy(), "one background commit at a time");
+        self.running_since = Some(Instant::now());
+        let sent = self.jobs.as_ref().map(|j| j.send(Box::new(commit)));
+        // The thread only exits when `jobs` is dropped or a send back fails (the receiver
+        // is ours and alive), so a failed send means it panicked: say so on the next look.
+        if !matches!(sent, Some(Ok(()))) {
+            tracing::error!("flusher thread is gone");
+        }
+    }
+
+    fn try_finished(&mut self) -> Option<Finished> {
+        let since = self.running_since?;
+        match self.done.try_recv() {
+            Ok(d) => Some(self.finished(d, since)),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(self.lost(since)),
+        }
+    }
+
+    fn wait(&mut self) -> Option<Finished> {
+        let since = self.running_since?;
+        Some(match self.done.recv() {
+            Ok(d) => self.finished(d, since),
+            Err(_) => self.lost(since),
+        })
     }
 }
 

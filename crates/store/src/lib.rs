@@ -12,7 +12,7 @@
 //!   object list and applied indexes in redb.
 //! - [`store`]: the facade an OSD shard drives, with fail-stop on I/O errors.
 //! - [`error`]: typed errors.
-//! - [`flusher`]: the optional thread that runs a flush's metadata commit off the owner's
+//! - [`flusher`]: [`FlushRunner`], and the optional thread that runs a flush's metadata commit off the owner's
 //!   thread (`objects/commit.rs` says why that is safe).
 //! - `fuzzing` (hidden): entry points shared by the cargo-fuzz target and the recovery
 //!   property test.
@@ -58,6 +58,8 @@ pub mod wal;
 
 pub use disk::{Disk, SimDisk, SimFile, UringDisk, UringOptions};
 pub use error::{Error, ObjectId, Result, SpaceArea};
+pub use flusher::{Finished, FlushRunner};
+pub use objects::MetaCommit;
 pub use objects::ObjectRead;
 pub use raft_storage::PgStorage;
 pub use store::{meta_path, FlushDone, MkfsOptions, Store, StoreOptions};

@@ -3,7 +3,7 @@
 
 use crate::disk::{AlignedBuf, Disk, UringDisk, UringOptions};
 use crate::error::{Error, ObjectId, Result};
-use crate::flusher::{Finished, Flusher};
+use crate::flusher::{Finished, FlushRunner, Flusher};
 use crate::objects::{meta, ObjectRead, Objects};
 use crate::superblock::{Superblock, SUPERBLOCK_SIZE_BYTES};
 use crate::wal::writer::io_err;
@@ -76,7 +76,7 @@ pub struct Store<D: Disk> {
     data_with_commit: bool,
     /// Runs flushes' metadata commits off the owning thread, once started
     /// ([`Store::start_flusher`]).
-    flusher: Option<Flusher>,
+    flusher: Option<Box<dyn FlushRunner>>,
     /// A flush finished but not yet reported by [`Store::flush_poll`].
     flush_done: Option<FlushDone>,
 }
@@ -563,14 +563,25 @@ impl<D: Disk> Store<D> {
     /// [`Store::flush_poll`]. The OSD does this; the simulator and tests flush inline.
     pub fn start_flusher(&mut self, name: String, notify: Box<dyn Fn() + Send>) -> Result<()> {
         if self.flusher.is_none() {
-            self.flusher = Some(Flusher::start(name, notify)?);
+            self.flusher = Some(Box::new(Flusher::start(name, notify)?));
         }
         Ok(())
     }
 
+    /// From now on [`Store::flush_begin`] hands metadata commits to `runner` (the simulator's,
+    /// which decides when each one finishes). Replaces no running commit: call it before the
+    /// first flush.
+    pub fn set_flush_runner(&mut self, runner: Box<dyn FlushRunner>) {
+        assert!(
+            !self.flush_in_flight(),
+            "flush runner replaced with a commit in flight"
+        );
+        self.flusher = Some(runner);
+    }
+
     /// Whether a flush's metadata commit is running on the flusher thread.
     pub fn flush_in_flight(&self) -> bool {
-        self.flusher.as_ref().is_some_and(Flusher::busy)
+        self.flusher.as_ref().is_some_and(|f| f.busy())
     }
 
     /// Starts a flush: commits pending WAL records, writes and syncs the applied data, and
@@ -610,7 +621,7 @@ impl<D: Disk> Store<D> {
             if let Some(done) = s.flush_done.take() {
                 return Ok(Some(done));
             }
-            match s.flusher.as_mut().and_then(Flusher::try_finished) {
+            match s.flusher.as_mut().and_then(|f| f.try_finished()) {
                 Some(finished) => s.finish_background(finished).map(Some),
                 None => Ok(None),
             }
@@ -633,7 +644,7 @@ impl<D: Disk> Store<D> {
     /// Waits for a running background commit and finishes it (reported by the next
     /// [`Store::flush_poll`]).
     fn flush_wait(&mut self) -> Result<()> {
-        if let Some(finished) = self.flusher.as_mut().and_then(Flusher::wait) {
+        if let Some(finished) = self.flusher.as_mut().and_then(|f| f.wait()) {
             let done = self.finish_background(finished)?;
             self.flush_done = Some(done);
         }

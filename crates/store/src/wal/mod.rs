@@ -316,6 +316,35 @@ impl Wal {
         self.cur_seq - self.live_start_seq() + 1
     }
 
+    /// Segment slots the log does not occupy: how many more segments it can open before
+    /// the WAL is full.
+    pub fn free_segment_count(&self) -> u64 {
+        u64::from(self.sb.segment_count).saturating_sub(self.live_segment_count())
+    }
+
+    /// The oldest segment still holding a live entry, if it is not the one being written:
+    /// with the PGs whose entries keep it live. The WAL is a ring, so that segment pins every
+    /// later one; moving those PGs' entries forward (re-appending them, see
+    /// `Store::append_entries`) frees it once the new records are durable (a segment is
+    /// reused only at a roll, and a roll only happens with the pending batch committed).
+    pub fn oldest_pinned_segment(&self) -> Option<(u64, Vec<PgId>)> {
+        let oldest = self.live_start_seq();
+        if oldest >= self.cur_seq {
+            return None;
+        }
+        let pgs = self
+            .pgs
+            .iter()
+            .filter(|(_, l)| {
+                l.entries
+                    .iter()
+                    .any(|m| m.loc.is_some_and(|loc| loc.seq == oldest))
+            })
+            .map(|(pg, _)| *pg)
+            .collect();
+        Some((oldest, pgs))
+    }
+
     /// Device byte offset and length of an entry's record (tests and tools).
     pub fn entry_disk_range(&self, pg: PgId, index: u64) -> Option<(u64, u32)> {
         let loc = self.pg(pg)?.meta(index)?.loc?;
