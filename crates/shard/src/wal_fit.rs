@@ -36,6 +36,19 @@ pub fn uncommitted_bytes_max(segment_size_bytes: u64, segment_count: u32) -> u64
     segment_size_bytes.saturating_mul(u64::from(segment_count)) / UNCOMMITTED_WAL_SHARE_DIVISOR
 }
 
+/// The share of the WAL (one part in this many) that the unanswered writes of one PG may
+/// take, so that one PG that cannot commit (it lost its majority) refuses writes with `Busy`
+/// on its own while the shard's other PGs keep the rest of the budget.
+pub const PG_UNCOMMITTED_WAL_SHARE_DIVISOR: u64 = 16;
+
+/// Data bytes of writes one PG may have proposed and not yet answered: a sixteenth of the
+/// WAL, but at least one segment, so that any write that fits a batch is admitted on an idle
+/// PG.
+pub fn pg_uncommitted_bytes_max(segment_size_bytes: u64, segment_count: u32) -> u64 {
+    (segment_size_bytes.saturating_mul(u64::from(segment_count)) / PG_UNCOMMITTED_WAL_SHARE_DIVISOR)
+        .max(segment_size_bytes)
+}
+
 /// Bytes of an entry's WAL record.
 fn record_bytes(entry: &Entry) -> usize {
     RECORD_HEADER_BYTES + entry_payload_bytes(entry)
@@ -113,8 +126,11 @@ mod tests {
         let largest = batch - BATCH_HEADER_BYTES as u64 - MUTATION_OVERHEAD_BYTES;
         assert!(mutation_fits(largest, batch) && !mutation_fits(largest + 1, batch));
         assert!(largest <= budget);
-        // mkfs's WAL: 16 segments, so 4 segments' worth may be uncommitted.
+        assert!(largest <= pg_uncommitted_bytes_max(segment, 3));
+        // mkfs's WAL: 16 segments, so 4 segments' worth may be uncommitted, one per PG.
         assert_eq!(uncommitted_bytes_max(segment, 16), 4 * segment);
+        assert_eq!(pg_uncommitted_bytes_max(segment, 16), segment);
+        assert_eq!(pg_uncommitted_bytes_max(segment, 64), 4 * segment);
         assert_eq!(uncommitted_bytes_max(u64::MAX, 16), u64::MAX / 4);
     }
 }

@@ -1,0 +1,558 @@
+//! Client and peer requests arriving at a shard: checks, then the PG.
+//!
+//! A client request is refused before it reaches its PG when it is malformed, its
+//! connection has too many operations in flight, the PG is not here, its map epoch says
+//! one side is behind (`StaleEpoch`), the disk is nearly full (`NoSpace`), or the writes this
+//! shard or this PG proposed and has not answered take their share of the WAL (`Busy`:
+//! retryable, see [`crate::wal_fit`]).
+
+use crate::core::{OpKind, PendingOp, ShardCore, CONN_INFLIGHT_OPS_MAX};
+use crate::io::{ConnId, Effects, Micros};
+use crate::stage::Stage;
+use fastblock_pg::{ClientOp, ObjectRef};
+use fastblock_store::Disk;
+use fastblock_types::{Epoch, PgId};
+use fastblock_wire::{
+    AllocatedRange, LeaderHint, ObjectAddr, ObjectDigest, Reply, Request, Status, WireError,
+};
+use protobuf::Message as _;
+
+/// Largest single read or mutation: clients split IO at object boundaries, and objects are at
+/// most 64 MiB; one request is further bounded to keep frames small.
+pub const REQUEST_BYTES_MAX: u32 = 8 << 20;
+/// Offsets within an object stay below the largest object size.
+pub const OBJECT_BYTES_MAX: u64 = 64 << 20;
+/// Bytes of each object digested by `ReplicaDigest` (the default object size).
+pub const DIGEST_WINDOW_BYTES: u32 = 4 << 20;
+
+fn range_ok(offset: u32, length: u32) -> Result<(), String> {
+    if length > REQUEST_BYTES_MAX {
+        return Err(format!(
+            "request of {length} bytes exceeds {REQUEST_BYTES_MAX}"
+        ));
+    }
+    if u64::from(offset) + u64::from(length) > OBJECT_BYTES_MAX {
+        return Err(format!(
+            "range {offset}+{length} exceeds the object size limit {OBJECT_BYTES_MAX}"
+        ));
+    }
+    Ok(())
+}
+
+/// A client mutation as the log operation it becomes.
+struct Mutation {
+    addr: ObjectAddr,
+    offset: u32,
+    length: u32,
+    epoch: Epoch,
+    op: ClientOp,
+}
+
+/// A mutating request as its log operation; any other request back as it was.
+fn mutation(req: Request) -> Result<Mutation, Request> {
+    let object = |a: &ObjectAddr| ObjectRef {
+        image: a.image,
+        index: a.object_index,
+    };
+    match req {
+        Request::Write {
+            addr,
+            offset,
+            epoch,
+            data,
+        } => Ok(Mutation {
+            addr,
+            offset,
+            length: u32::try_from(data.len()).unwrap_or(u32::MAX),
+            epoch,
+            op: ClientOp::Write {
+                object: object(&addr),
+                offset,
+                data,
+            },
+        }),
+        Request::Discard {
+            addr,
+            offset,
+            length,
+            epoch,
+        } => Ok(Mutation {
+            addr,
+            offset,
+            length,
+            epoch,
+            op: ClientOp::Discard {
+                object: object(&addr),
+                offset,
+                length,
+            },
+        }),
+        Request::WriteZeroes {
+            addr,
+            offset,
+            length,
+            epoch,
+        } => Ok(Mutation {
+            addr,
+            offset,
+            length,
+            epoch,
+            op: ClientOp::WriteZeroes {
+                object: object(&addr),
+                offset,
+                length,
+            },
+        }),
+        other => Err(other),
+    }
+}
+
+impl<D: Disk + 'static> ShardCore<D> {
+    pub(crate) fn on_bad_request(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        error: WireError,
+        eff: &mut Effects,
+    ) {
+        let status = match error {
+            WireError::UnknownKind(_) => Status::UnknownOp,
+            _ => Status::InvalidArgument,
+        };
+        eff.replies.push((
+            conn,
+            request_id,
+            Reply::error(status, None, error.to_string()),
+        ));
+    }
+
+    fn refuse(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        status: Status,
+        message: String,
+        eff: &mut Effects,
+    ) {
+        eff.replies
+            .push((conn, request_id, Reply::error(status, None, message)));
+    }
+
+    pub(crate) fn on_request(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        req: Request,
+        arrived: Micros,
+        eff: &mut Effects,
+    ) {
+        if let Some(failure) = &self.failed {
+            if !req.kind().is_osd_to_osd() {
+                let m = format!("osd shard failed: {failure}");
+                self.refuse(conn, request_id, Status::IoError, m, eff);
+            }
+            return;
+        }
+        let req = match mutation(req) {
+            Ok(m) => return self.propose(conn, request_id, m, arrived, eff),
+            Err(req) => req,
+        };
+        match req {
+            Request::Write { .. } | Request::Discard { .. } | Request::WriteZeroes { .. } => {
+                unreachable!("mutations were taken above")
+            }
+            Request::Read {
+                addr,
+                offset,
+                length,
+                epoch,
+            } => {
+                let kind = OpKind::Read {
+                    addr,
+                    offset,
+                    length,
+                };
+                self.read(conn, request_id, kind, epoch, arrived, eff)
+            }
+            Request::Allocation {
+                addr,
+                offset,
+                length,
+                epoch,
+            } => {
+                let kind = OpKind::Allocation {
+                    addr,
+                    offset,
+                    length,
+                };
+                self.read(conn, request_id, kind, epoch, arrived, eff)
+            }
+            Request::GetLeader { pg, .. } => {
+                let reply = match self.pgs.get(&pg) {
+                    None => Reply::error(
+                        Status::NoSuchPg,
+                        None,
+                        format!("pg {pg} is not hosted here"),
+                    ),
+                    Some(h) => {
+                        let hint = self.leader_hint(pg, h.replica.leader());
+                        Reply::Leader(hint.unwrap_or(LeaderHint {
+                            osd: fastblock_types::OsdId(0),
+                            address: String::new(),
+                            port: 0,
+                        }))
+                    }
+                };
+                eff.replies.push((conn, request_id, reply));
+            }
+            Request::ReplicaRead {
+                addr,
+                offset,
+                length,
+            } => {
+                let reply = match (self.pgs.contains_key(&addr.pg), range_ok(offset, length)) {
+                    (false, _) => Reply::error(
+                        Status::NoSuchPg,
+                        None,
+                        format!("pg {} is not hosted here", addr.pg),
+                    ),
+                    (true, Err(m)) => Reply::error(Status::InvalidArgument, None, m),
+                    (true, Ok(())) => match self.read_for_client(addr, offset, length, eff) {
+                        Ok(data) => Reply::Data(data),
+                        Err(r) => r,
+                    },
+                };
+                eff.replies.push((conn, request_id, reply));
+            }
+            Request::ReplicaDigest { pg } => {
+                let reply = self.digest(pg, eff);
+                eff.replies.push((conn, request_id, reply));
+            }
+            Request::ShardSpace => {
+                let store = self.store.borrow();
+                let reply = Reply::Space {
+                    free_bytes: store.free_data_bytes(),
+                    pending_free_bytes: store.pending_free_bytes(),
+                };
+                drop(store);
+                eff.replies.push((conn, request_id, reply));
+            }
+            // Peers announce themselves; the link needs no answer.
+            Request::Hello { .. } => {}
+            Request::RaftBatch { from, to, msgs } => {
+                if to != self.cfg.osd {
+                    tracing::warn!(%from, %to, "raft batch for another osd; dropped");
+                    return;
+                }
+                eff.stage(Stage::RaftQueue, arrived, self.now);
+                for env in msgs {
+                    if !self.pgs.contains_key(&env.pg) {
+                        continue;
+                    }
+                    match raft::eraftpb::Message::parse_from_carllerche_bytes(&env.msg) {
+                        // Persisting a snapshot installs its objects, so one is stepped only
+                        // once they are all staged here.
+                        Ok(msg) if !self.snapshot_ready(env.pg, &msg) => {
+                            eff.probes.snapshots_unstaged += 1;
+                            tracing::warn!(pg = %env.pg, %from, "snapshot without staged objects; dropped")
+                        }
+                        Ok(msg) if msg.to != u64::from(self.cfg.osd.0) => {
+                            tracing::warn!(pg = %env.pg, %from, to = msg.to, "raft message for another osd; dropped")
+                        }
+                        Ok(msg) => {
+                            if let Some(h) = self.pgs.get_mut(&env.pg) {
+                                h.replica.step(msg, self.outs.entry(env.pg).or_default());
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(pg = %env.pg, %from, "undecodable raft message: {e}")
+                        }
+                    }
+                }
+            }
+            Request::SnapChunk(chunk) => self.on_snap_chunk(chunk, eff),
+            Request::SnapAck {
+                from,
+                to,
+                pg,
+                transfer,
+                seq,
+                ok,
+            } => {
+                if to == self.cfg.osd {
+                    self.on_snap_ack(from, pg, transfer, seq, ok, eff);
+                }
+            }
+        }
+    }
+
+    /// Checks shared by every client operation: range, connection limit, the PG, epochs.
+    fn admit(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        pg: PgId,
+        (offset, length): (u32, u32),
+        epoch: Epoch,
+        eff: &mut Effects,
+    ) -> bool {
+        if let Err(m) = range_ok(offset, length) {
+            self.refuse(conn, request_id, Status::InvalidArgument, m, eff);
+            return false;
+        }
+        if self.conn_inflight.get(&conn).copied().unwrap_or(0) >= CONN_INFLIGHT_OPS_MAX {
+            let m = "too many operations in flight on this connection".to_string();
+            self.refuse(conn, request_id, Status::Busy, m, eff);
+            return false;
+        }
+        if !self.pgs.contains_key(&pg) {
+            // The epochs say who is behind: an OSD whose map is older than the client's has
+            // not yet heard that it hosts the PG (the client retries after a back-off while
+            // this OSD's control task fetches the map); a PG no map of ours has is simply not
+            // here; a client whose map is older than ours was sent here by a placement that
+            // has changed (it must refresh its map).
+            let (status, m) = if epoch > self.map.epoch {
+                (
+                    Status::StaleEpoch,
+                    format!(
+                        "this osd's map (epoch {}) is older than the request's (epoch {}); retry",
+                        self.map.epoch.0, epoch.0
+                    ),
+                )
+            } else if self.map.pg(pg).is_none() {
+                (Status::NoSuchPg, format!("pg {pg} is not hosted here"))
+            } else if epoch < self.map.epoch {
+                (
+                    Status::StaleEpoch,
+                    format!(
+                        "pg {pg} is not hosted here at epoch {}; the request's map is epoch {}",
+                        self.map.epoch.0, epoch.0
+                    ),
+                )
+            } else {
+                (
+                    Status::NotReady,
+                    format!("pg {pg} is not ready on this osd"),
+                )
+            };
+            if status == Status::StaleEpoch {
+                eff.probes.stale_epoch += 1;
+            }
+            self.refuse(conn, request_id, status, m, eff);
+            return false;
+        }
+        true
+    }
+
+    fn propose(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        m: Mutation,
+        arrived: Micros,
+        eff: &mut Effects,
+    ) {
+        let pg = m.addr.pg;
+        if !self.admit(conn, request_id, pg, (m.offset, m.length), m.epoch, eff) {
+            return;
+        }
+        let (batch_bytes_max, free, segment_size_bytes, segment_count) = {
+            let store = self.store.borrow();
+            let sb = store.superblock();
+            (
+                sb.batch_bytes_max,
+                store.free_data_bytes(),
+                sb.segment_size_bytes,
+                sb.segment_count,
+            )
+        };
+        // Only a write carries its bytes in the log entry; discards carry a range.
+        let is_write = matches!(m.op, ClientOp::Write { .. });
+        let length = m.length;
+        if is_write && !crate::wal_fit::mutation_fits(u64::from(length), batch_bytes_max) {
+            let msg = format!(
+                "a mutation of {length} bytes does not fit one WAL batch of {batch_bytes_max}"
+            );
+            self.refuse(conn, request_id, Status::InvalidArgument, msg, eff);
+            return;
+        }
+        if is_write && free < self.cfg.data_reserve_bytes + u64::from(length) {
+            let msg = format!("osd {} is full ({free} bytes free)", self.cfg.osd);
+            self.refuse(conn, request_id, Status::NoSpace, msg, eff);
+            return;
+        }
+        // Uncommitted writes stay below a share of the WAL, for the shard and for each PG: a
+        // leader cut off from its followers cannot commit (so cannot compact) what it logs,
+        // and filling the WAL would stop the shard (see `wal_fit`). `Busy` is retryable: the
+        // client backs off until writes commit or a new leader takes over.
+        let log_bytes = if is_write { u64::from(length) } else { 0 };
+        let budget = crate::wal_fit::uncommitted_bytes_max(segment_size_bytes, segment_count);
+        if self.pending_mutation_bytes + log_bytes > budget {
+            let msg = format!(
+                "{} bytes of writes not yet committed on this shard (limit {budget})",
+                self.pending_mutation_bytes
+            );
+            self.refuse(conn, request_id, Status::Busy, msg, eff);
+            return;
+        }
+        let pg_pending = self.pg_pending_bytes.get(&pg).copied().unwrap_or(0);
+        let pg_budget = crate::wal_fit::pg_uncommitted_bytes_max(segment_size_bytes, segment_count);
+        if pg_pending + log_bytes > pg_budget {
+            eff.probes.pg_log_full += 1;
+            let msg = format!(
+                "pg {pg}: {pg_pending} bytes of writes not yet committed (limit {pg_budget})"
+            );
+            self.refuse(conn, request_id, Status::Busy, msg, eff);
+            return;
+        }
+        self.pending_mutation_bytes += log_bytes;
+        *self.pg_pending_bytes.entry(pg).or_default() += log_bytes;
+        let id = self.new_op(PendingOp {
+            conn,
+            request_id,
+            pg,
+            kind: OpKind::Mutation {
+                bytes: u64::from(length),
+                log_bytes,
+            },
+            arrived,
+            started: self.now,
+        });
+        eff.stage(Stage::Queue, arrived, self.now);
+        let hosted = self.pgs.get_mut(&pg).expect("admitted");
+        hosted
+            .replica
+            .propose(id, &m.op, self.outs.entry(pg).or_default());
+    }
+
+    /// Admits a read or a block-status query (`kind`); either is answered once the PG's read
+    /// barrier passes, so it sees every write acknowledged before it was sent.
+    fn read(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        kind: OpKind,
+        epoch: Epoch,
+        arrived: Micros,
+        eff: &mut Effects,
+    ) {
+        let (OpKind::Read {
+            addr,
+            offset,
+            length,
+        }
+        | OpKind::Allocation {
+            addr,
+            offset,
+            length,
+        }) = kind
+        else {
+            unreachable!("read admits only reads and block-status queries");
+        };
+        if !self.admit(conn, request_id, addr.pg, (offset, length), epoch, eff) {
+            return;
+        }
+        let id = self.new_op(PendingOp {
+            conn,
+            request_id,
+            pg: addr.pg,
+            kind,
+            arrived,
+            started: self.now,
+        });
+        eff.stage(Stage::Queue, arrived, self.now);
+        let now_ms = self.now.as_millis();
+        let hosted = self.pgs.get_mut(&addr.pg).expect("admitted");
+        hosted
+            .replica
+            .read(id, now_ms, self.outs.entry(addr.pg).or_default());
+    }
+
+    /// The data-holding ranges of an object's range on this (leader) replica.
+    pub(crate) fn allocation_reply(
+        &mut self,
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        eff: &mut Effects,
+    ) -> Reply {
+        let object = fastblock_store::ObjectId {
+            image: addr.image,
+            index: addr.object_index,
+        };
+        let result = self.store.borrow_mut().allocated_ranges(
+            addr.pg,
+            object,
+            u64::from(offset),
+            u64::from(length),
+        );
+        match result {
+            // The ranges lie inside offset..offset + length, which `admit` bounded by u32
+            // offsets and REQUEST_BYTES_MAX, so they fit their u32 fields.
+            Ok(ranges) => Reply::Allocated(
+                ranges
+                    .into_iter()
+                    .map(|(start, len)| AllocatedRange {
+                        offset: start as u32,
+                        length: len as u32,
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                let status = if e.is_fatal() {
+                    Status::IoError
+                } else {
+                    Status::InvalidArgument
+                };
+                let reply = Reply::error(status, None, format!("pg {}: allocation: {e}", addr.pg));
+                if e.is_fatal() {
+                    let f = crate::error::ShardFailure::store(
+                        crate::error::Operation::Allocation,
+                        Some(addr.pg),
+                        e,
+                    );
+                    self.fail(f, eff);
+                }
+                reply
+            }
+        }
+    }
+
+    /// This replica's applied index and a crc32c of the first `DIGEST_WINDOW_BYTES` of each
+    /// object, for comparing replicas in tests and repairs.
+    fn digest(&mut self, pg: PgId, eff: &mut Effects) -> Reply {
+        let Some(hosted) = self.pgs.get(&pg) else {
+            return Reply::error(
+                Status::NoSuchPg,
+                None,
+                format!("pg {pg} is not hosted here"),
+            );
+        };
+        let applied_index = hosted.replica.applied().0;
+        let objects = match self.store.borrow_mut().list_objects(pg) {
+            Ok(o) => o,
+            Err(e) => return Reply::error(Status::IoError, None, format!("listing pg {pg}: {e}")),
+        };
+        let mut digests = Vec::with_capacity(objects.len());
+        for object in objects {
+            let addr = ObjectAddr {
+                pg,
+                image: object.image,
+                object_index: object.index,
+            };
+            match self.read_for_client(addr, 0, DIGEST_WINDOW_BYTES, eff) {
+                Ok(data) => digests.push(ObjectDigest {
+                    image: object.image,
+                    object_index: object.index,
+                    crc32c: crc32c::crc32c(&data),
+                    len_bytes: u64::from(DIGEST_WINDOW_BYTES),
+                }),
+                Err(reply) => return reply,
+            }
+        }
+        Reply::Digest {
+            applied_index,
+            objects: digests,
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! A shard's settings: the OSD's flags, or the simulator's scaled-down values.
+
+use fastblock_pg::PgConfig;
+use fastblock_types::OsdId;
+
+/// Snapshot transfer limits of one shard (`docs/design/recovery.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecoveryLimits {
+    /// Transfers this shard sends at a time.
+    pub max_active: usize,
+    /// Bytes of objects read and sent per second, across its transfers.
+    pub bytes_per_sec: u64,
+    /// Bytes per chunk.
+    pub chunk_bytes: u64,
+    /// Chunks in flight per transfer.
+    pub window_chunks: u32,
+    /// Ticks without an acknowledgement after which a transfer is abandoned (Raft asks
+    /// again).
+    pub idle_ticks_max: u32,
+}
+
+impl RecoveryLimits {
+    /// Bytes per snapshot chunk: small enough that reading one does not hold up client IO for
+    /// long (a 128 KiB read is well under a millisecond), large enough to keep frames
+    /// efficient.
+    pub const CHUNK_BYTES: u64 = 128 << 10;
+    pub const WINDOW_CHUNKS: u32 = 8;
+    pub const IDLE_TICKS_MAX: u32 = 200;
+
+    /// The OSD's limits for `max_active` transfers at `bytes_per_sec`.
+    pub fn osd(max_active: usize, bytes_per_sec: u64) -> RecoveryLimits {
+        RecoveryLimits {
+            max_active,
+            bytes_per_sec,
+            chunk_bytes: Self::CHUNK_BYTES,
+            window_chunks: Self::WINDOW_CHUNKS,
+            idle_ticks_max: Self::IDLE_TICKS_MAX,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ShardConfig {
+    pub osd: OsdId,
+    /// This shard's index among the OSD's `count` shards: it hosts the PGs that hash to it.
+    pub index: u32,
+    pub count: u32,
+    pub pg: PgConfig,
+    /// Seed of the replicas' election timeouts.
+    pub pg_seed: u64,
+    /// Log entries kept behind the flushed applied index, for followers that fall behind.
+    pub log_retain_entries: u64,
+    /// A member further behind than this is caught up by snapshot, not from the log.
+    pub log_lag_max_entries: u64,
+    pub recovery: RecoveryLimits,
+    /// Free data space below which new writes are refused with `NoSpace`, so that every
+    /// committed entry can still be applied.
+    pub data_reserve_bytes: u64,
+    /// First snapshot transfer id: unique per sender incarnation (the OSD derives it from its
+    /// id, shard and start time; the simulator from the node's incarnation).
+    pub transfer_id_base: u64,
+    /// Flush early once the log advanced by this share of the WAL's segments (1/N) since the
+    /// last flush began.
+    pub flush_wal_share_divisor: u64,
+    /// WAL commits written and not yet durable before the core stops taking inputs (they
+    /// wait in the core until the oldest is durable). The OSD's disk syncs synchronously, so
+    /// it has one at a time; the simulator's deferred syncs explore several.
+    pub wal_commits_in_flight_max: usize,
+    /// Record every applied entry in [`crate::Effects::applied`] (the simulator's checker).
+    pub record_applies: bool,
+}
+
+impl ShardConfig {
+    /// Free data space reserve of the OSD.
+    pub const DATA_RESERVE_BYTES: u64 = 32 << 20;
+}

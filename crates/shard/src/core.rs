@@ -1,0 +1,978 @@
+//! The shard core: private state and [`ShardCore::step`].
+//!
+//! One step handles its input, then runs rounds until the PGs are quiet or a WAL commit is
+//! needed. A round:
+//!
+//! 1. collects every PG's output: replies, events, Raft messages, log writes, committed
+//!    entries, snapshots to send;
+//! 2. applies committed entries to the object store (no sync: the WAL holds them until the
+//!    next flush) and answers their clients: they are durable on a majority already;
+//! 3. queues the Raft messages (a leader's appends leave before its own log write, so the
+//!    followers' fdatasync overlaps ours);
+//! 4. stages every PG's log write in the WAL. When a record needs a sync, the step ends with
+//!    [`Effects::wal_commit_due`]: the runtime carries out the effects, then steps
+//!    `WalCommit` (one write, one fdatasync for all PGs: group commit) and, once durable,
+//!    `WalDurable`, which tells the replicas (`on_persisted`) and runs the next rounds. A hard
+//!    state that moves only the commit index needs no sync of its own (etcd's MustSync
+//!    rule): the round goes on at once.
+//!
+//! Inputs that arrive while a commit is due or in flight wait in the core (ticks and flush
+//! timers coalesced, only the newest map kept) and are handled once it is durable.
+//!
+//! A store error stops the shard (fail-stop): every later client request gets `IoError`,
+//! and [`Report::Fatal`] tells the runtime so the OSD exits.
+
+use crate::config::ShardConfig;
+use crate::error::{Operation, ShardFailure};
+use crate::io::{AppliedRecord, ConnId, Effects, Input, MetricsClock, Micros, Report};
+use crate::recovery::Recovery;
+use crate::stage::Stage;
+use fastblock_pg::{
+    Apply, ClientOp, Event, LeaderReport, LogWrite, OpId, OpOutcome, Output, PgError, PgReplica,
+};
+use fastblock_store::{Disk, PgStorage, Store};
+use fastblock_types::api::{LeaderElectedRequest, MembershipFinishedRequest, PgIoCounters};
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{LogIndex, OsdId, PgId};
+use fastblock_wire::{LeaderHint, ObjectAddr, RaftEnvelope, Reply, Request, Status};
+use protobuf::Message as _;
+use raft::GetEntriesContext;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Client operations in flight per connection before `Busy`.
+pub const CONN_INFLIGHT_OPS_MAX: usize = 4096;
+/// Rounds one step may run before the core declares that its PGs never settle (a bug).
+const ROUNDS_PER_STEP_MAX: usize = 10_000;
+
+pub struct HostedPg<D: Disk> {
+    pub replica: PgReplica<PgStorage<D>>,
+    pub io: PgIoCounters,
+}
+
+pub(crate) enum OpKind {
+    Mutation {
+        /// The range the mutation covers (counted as written bytes).
+        bytes: u64,
+        /// Data it carries in its log entry (a write's bytes; a discard carries a range
+        /// only), counted in `pending_mutation_bytes` until it is answered.
+        log_bytes: u64,
+    },
+    Read {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+    },
+    /// A block-status query: runs behind the same read barrier as a read.
+    Allocation {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+    },
+}
+
+pub(crate) struct PendingOp {
+    pub conn: ConnId,
+    pub request_id: u64,
+    pub pg: PgId,
+    pub kind: OpKind,
+    /// When the request was read, and when it was proposed (or its read index asked).
+    pub arrived: Micros,
+    pub started: Micros,
+}
+
+/// The WAL commit cycle: at most one round staged and waiting for `WalCommit`, then up to
+/// `wal_commits_in_flight_max` written and waiting for `WalDurable`, oldest first. Durability
+/// comes in order (a sync covers every earlier write), so `WalDurable` always completes the
+/// oldest.
+#[derive(Default)]
+struct Commits {
+    due: Option<Round>,
+    in_flight: VecDeque<Round>,
+}
+
+/// What a round left to do once its log writes are durable.
+struct Round {
+    /// Highest ready number staged per PG.
+    persisted: Vec<(PgId, u64)>,
+    /// Snapshots installed by this round: (PG, index).
+    installed: Vec<(PgId, u64)>,
+    entries: usize,
+}
+
+/// Inputs that arrived while a commit was due or in flight.
+#[derive(Default)]
+struct Deferred {
+    inputs: VecDeque<Input>,
+    tick: bool,
+    flush: bool,
+    map: Option<Arc<ClusterMap>>,
+}
+
+pub struct ShardCore<D: Disk + 'static> {
+    pub(crate) cfg: ShardConfig,
+    pub(crate) store: Rc<RefCell<Store<D>>>,
+    pub(crate) pgs: BTreeMap<PgId, HostedPg<D>>,
+    pub(crate) map: Arc<ClusterMap>,
+    pub(crate) conn_inflight: BTreeMap<ConnId, usize>,
+    next_op: u64,
+    pub(crate) ops: BTreeMap<u64, PendingOp>,
+    /// Data bytes of the writes in `ops` (proposed here, not yet answered): bounded by
+    /// `wal_fit::uncommitted_bytes_max` at admission.
+    pub(crate) pending_mutation_bytes: u64,
+    /// The same per PG: bounded by `wal_fit::pg_uncommitted_bytes_max`.
+    pub(crate) pg_pending_bytes: BTreeMap<PgId, u64>,
+    pub(crate) failed: Option<ShardFailure>,
+    pub(crate) applied_since_flush: bool,
+    pub(crate) recovery: Recovery,
+    /// Outputs of the PGs not yet processed by a round.
+    pub(crate) outs: BTreeMap<PgId, Output>,
+    commits: Commits,
+    deferred: Deferred,
+    /// When the last apply batch started: the commit time of the writes it completes.
+    apply_started: Micros,
+    /// When the flush being committed began, and the WAL segment written then.
+    pub(crate) flush_started: Option<Micros>,
+    pub(crate) flush_wal_seq: u64,
+    /// The time of the step being run.
+    pub(crate) now: Micros,
+    /// Highest ready number handed to each replica's `on_persisted` (must increase).
+    persisted_numbers: BTreeMap<PgId, u64>,
+    /// Each replica's commit index when a round last saw it (must never decrease).
+    commit_indexes: BTreeMap<PgId, u64>,
+    clock: MetricsClock,
+}
+
+impl<D: Disk + 'static> ShardCore<D> {
+    /// A core over an open store. It hosts no PG until the first map arrives.
+    pub fn new(cfg: ShardConfig, store: Store<D>, clock: MetricsClock) -> ShardCore<D> {
+        assert!(
+            cfg.count > 0 && cfg.index < cfg.count,
+            "shard index out of range"
+        );
+        let recovery = Recovery::new(cfg.recovery, cfg.transfer_id_base);
+        ShardCore {
+            cfg,
+            store: Rc::new(RefCell::new(store)),
+            pgs: BTreeMap::new(),
+            map: Arc::new(ClusterMap::default()),
+            conn_inflight: BTreeMap::new(),
+            next_op: 1,
+            ops: BTreeMap::new(),
+            pending_mutation_bytes: 0,
+            pg_pending_bytes: BTreeMap::new(),
+            failed: None,
+            applied_since_flush: false,
+            recovery,
+            outs: BTreeMap::new(),
+            commits: Commits::default(),
+            deferred: Deferred::default(),
+            apply_started: Micros(0),
+            flush_started: None,
+            flush_wal_seq: 0,
+            now: Micros(0),
+            persisted_numbers: BTreeMap::new(),
+            commit_indexes: BTreeMap::new(),
+            clock,
+        }
+    }
+
+    /// Handles one input at `now`, then runs rounds until the PGs are quiet or a WAL commit
+    /// is due.
+    pub fn step(&mut self, input: Input, now: Micros) -> Effects {
+        self.step_batch(std::iter::once(input), now)
+    }
+
+    /// [`ShardCore::step`] for several inputs at once: their PGs' work shares the rounds
+    /// (and so the WAL commits) that follow. The OSD hands over everything its sockets
+    /// delivered since the last step; the simulator one input at a time.
+    pub fn step_batch(&mut self, inputs: impl IntoIterator<Item = Input>, now: Micros) -> Effects {
+        assert!(
+            now >= self.now,
+            "time went backwards: {now:?} < {:?}",
+            self.now
+        );
+        self.now = now;
+        let mut eff = Effects::default();
+        for input in inputs {
+            self.handle(input, &mut eff);
+        }
+        self.settle(&mut eff);
+        eff
+    }
+
+    /// Whether a WAL commit is due or in flight.
+    pub fn commit_pending(&self) -> bool {
+        self.commits.due.is_some() || !self.commits.in_flight.is_empty()
+    }
+
+    /// WAL commits written and not yet durable.
+    pub fn commits_in_flight(&self) -> usize {
+        self.commits.in_flight.len()
+    }
+
+    /// Whether new inputs wait in the core: a commit is due (the runtime steps `WalCommit`
+    /// next), or as many are in flight as the configuration allows.
+    fn commit_blocks(&self) -> bool {
+        self.commits.due.is_some()
+            || self.commits.in_flight.len() >= self.cfg.wal_commits_in_flight_max.max(1)
+    }
+
+    /// IO counters of the PGs this shard leads, with their recovery progress.
+    pub fn stats(&self) -> Vec<PgIoCounters> {
+        self.pgs
+            .iter()
+            .filter(|(_, h)| h.replica.is_leader())
+            .map(|(pg, h)| {
+                let (bytes, objects) = self.recovery.remaining(*pg);
+                PgIoCounters {
+                    pg: Some(*pg),
+                    recovery_remaining_bytes: bytes,
+                    recovery_remaining_objects: objects,
+                    recovery_done_bytes: self.recovery.done_bytes(*pg),
+                    ..h.io
+                }
+            })
+            .collect()
+    }
+
+    pub(crate) fn metrics_now(&self) -> Micros {
+        (self.clock)()
+    }
+
+    fn handle(&mut self, input: Input, eff: &mut Effects) {
+        let blocked = self.commit_blocks();
+        match input {
+            Input::WalCommit => {
+                assert!(self.commits.due.is_some(), "WalCommit without a commit due");
+                self.commit_wal(eff)
+            }
+            Input::WalDurable => {
+                assert!(
+                    !self.commits.in_flight.is_empty(),
+                    "WalDurable without a commit in flight"
+                );
+                self.wal_durable(eff)
+            }
+            Input::FlushDone => {
+                // Compacting needs no round, so it never waits; a flush finishing while a WAL
+                // commit is in flight (between a commit and the apply it allows) is one of
+                // the interleavings the simulator explores.
+                if !self.commits.in_flight.is_empty() {
+                    eff.probes.flush_done_during_commit += 1;
+                }
+                self.poll_flush(eff);
+            }
+            input if !blocked => self.handle_now(input, eff),
+            Input::Tick => self.deferred.tick = true,
+            Input::FlushDue => self.deferred.flush = true,
+            Input::Map(map) => self.deferred.map = Some(map),
+            input => self.deferred.inputs.push_back(input),
+        }
+    }
+
+    fn handle_now(&mut self, input: Input, eff: &mut Effects) {
+        match input {
+            Input::Request {
+                conn,
+                request_id,
+                req,
+                arrived,
+            } => self.on_request(conn, request_id, req, arrived, eff),
+            Input::BadRequest {
+                conn,
+                request_id,
+                error,
+            } => self.on_bad_request(conn, request_id, error, eff),
+            Input::Closed { conn } => {
+                self.conn_inflight.remove(&conn);
+            }
+            Input::Tick => self.tick(eff),
+            Input::Map(map) => self.on_map(map, eff),
+            Input::FlushDue => self.maybe_flush(eff),
+            Input::FlushDone => self.poll_flush(eff),
+            Input::Shutdown => self.shutdown(eff),
+            Input::WalCommit | Input::WalDurable => unreachable!("matched in handle"),
+        }
+    }
+
+    fn tick(&mut self, eff: &mut Effects) {
+        if self.failed.is_some() {
+            return;
+        }
+        let now_ms = self.now.as_millis();
+        for (pg, hosted) in self.pgs.iter_mut() {
+            hosted
+                .replica
+                .tick(now_ms, self.outs.entry(*pg).or_default());
+        }
+        self.tick_recovery(eff);
+    }
+
+    /// Rounds until quiet or a commit is due; then, when idle, what waited for the commit,
+    /// snapshot chunks within the rate limit, and an early flush if the WAL advanced.
+    fn settle(&mut self, eff: &mut Effects) {
+        loop {
+            self.run_rounds(eff);
+            if self.commit_blocks() {
+                return;
+            }
+            let d = std::mem::take(&mut self.deferred);
+            if d.inputs.is_empty() && !d.tick && !d.flush && d.map.is_none() {
+                break;
+            }
+            // After a commit, what queued up is handled together, as the OSD's loop drains
+            // its sockets after a long fdatasync.
+            if let Some(map) = d.map {
+                self.on_map(map, eff);
+            }
+            for input in d.inputs {
+                self.handle_now(input, eff);
+            }
+            if d.tick {
+                self.tick(eff);
+            }
+            if d.flush {
+                self.maybe_flush(eff);
+            }
+        }
+        // Recovery goes after client work, within its rate limit.
+        self.pump_recovery(eff);
+        self.flush_if_wal_advanced(eff);
+        self.relieve_wal_pressure(eff);
+    }
+
+    fn run_rounds(&mut self, eff: &mut Effects) {
+        let mut rounds = 0;
+        while !self.commit_blocks() && self.outs.values().any(|o| !o.is_empty()) {
+            rounds += 1;
+            assert!(
+                rounds < ROUNDS_PER_STEP_MAX,
+                "osd {} shard {}: PG outputs never settle",
+                self.cfg.osd,
+                self.cfg.index
+            );
+            self.round(eff);
+        }
+        self.outs.retain(|_, o| !o.is_empty());
+    }
+
+    /// One round: collect, apply and answer, queue Raft messages, stage log writes.
+    fn round(&mut self, eff: &mut Effects) {
+        let mut outs = std::mem::take(&mut self.outs);
+        for pg in outs.keys() {
+            if let Some(h) = self.pgs.get(pg) {
+                let now = h.replica.commit_index().0;
+                let before = self.commit_indexes.insert(*pg, now).unwrap_or(0);
+                assert!(now >= before, "pg {pg}: commit index {now} after {before}");
+            }
+        }
+        let mut raft_out: BTreeMap<(OsdId, u16), (PgId, Vec<RaftEnvelope>)> = BTreeMap::new();
+        let mut writes = Vec::new();
+        let mut applies = Vec::new();
+        let mut snapshots = Vec::new();
+        for (pg, out) in outs.iter_mut() {
+            snapshots.extend(out.snapshots.drain(..).map(|m| (*pg, m)));
+            for msg in out.messages.drain(..) {
+                debug_assert_ne!(
+                    msg.get_msg_type(),
+                    raft::eraftpb::MessageType::MsgSnapshot,
+                    "snapshots go through Output::snapshots"
+                );
+                let to = OsdId(msg.to as u32);
+                // Peers' shards are told apart by port; one batch per (OSD, port).
+                let port = self.map.osds.get(&to).map_or(0, |o| o.port_for(*pg));
+                match msg.write_to_bytes() {
+                    Ok(bytes) => raft_out
+                        .entry((to, port))
+                        .or_insert_with(|| (*pg, Vec::new()))
+                        .1
+                        .push(RaftEnvelope {
+                            pg: *pg,
+                            msg: bytes.into(),
+                        }),
+                    Err(e) => tracing::error!(%pg, "encoding a raft message: {e}"),
+                }
+            }
+            for (op, outcome) in out.replies.drain(..) {
+                self.complete(op, outcome, eff);
+            }
+            for event in out.events.drain(..) {
+                self.on_event(*pg, event, eff);
+            }
+            if !out.log_writes.is_empty() {
+                writes.push((*pg, std::mem::take(&mut out.log_writes)));
+            }
+            if !out.apply.is_empty() {
+                applies.push((*pg, std::mem::take(&mut out.apply)));
+            }
+        }
+        // Apply and answer first: committed entries are durable on a majority already
+        // (raft-rs hands out only committed entries that are also persisted here), so their
+        // clients wait neither for this round's Raft messages nor for the fdatasync of newer
+        // entries or of a hard state.
+        let applied = self.apply(applies, eff);
+        for (pg, index) in applied {
+            if let Some(h) = self.pgs.get_mut(&pg) {
+                let out = self.outs.entry(pg).or_default();
+                h.replica.on_applied(index, out);
+                for (op, outcome) in std::mem::take(&mut out.replies) {
+                    self.complete(op, outcome, eff);
+                }
+            }
+        }
+        for (pg, msg) in snapshots {
+            self.on_snapshot_request(pg, msg, eff);
+        }
+        // Raft messages before the log write: a leader's appends leave before its own
+        // fdatasync, so the followers' overlaps it.
+        for ((to, _), (pg, msgs)) in raft_out {
+            eff.peers.push(crate::io::PeerSend {
+                to,
+                pg,
+                req: Request::RaftBatch {
+                    from: self.cfg.osd,
+                    to,
+                    msgs,
+                },
+            });
+        }
+        self.stage_writes(writes, eff);
+    }
+
+    /// Stages every PG's log write in the WAL. If a record needs a sync, the commit becomes
+    /// due; otherwise the replicas hear at once that their writes are persisted.
+    fn stage_writes(&mut self, writes: Vec<(PgId, Vec<LogWrite>)>, eff: &mut Effects) {
+        if writes.is_empty() || self.failed.is_some() {
+            return;
+        }
+        let mut result = self.stage_once(&writes, eff);
+        if let Err(fastblock_store::Error::NoSpace {
+            area: fastblock_store::SpaceArea::Wal,
+            ..
+        }) = &result
+        {
+            // The WAL is full of entries kept for lagging followers or behind snapshots being
+            // sent: abandon the transfers (Raft asks again later, from a newer index), flush,
+            // compact everything applied, and retry once. Nothing was written by the failed
+            // attempt. Found by the simulator (seed 7164261484067460021).
+            let abandoned = self.abandon_all_sends();
+            eff.probes.wal_full += 1;
+            eff.probes.transfers_abandoned += abandoned as u64;
+            tracing::warn!(osd = %self.cfg.osd, shard = self.cfg.index, transfers_abandoned = abandoned, "WAL full; compacting all applied entries");
+            let compacted = self
+                .flush_and_compact(0)
+                .map_err(|e| ShardFailure::store(Operation::Flush, None, e));
+            result = match compacted {
+                Ok(()) => self.stage_once(&writes, eff),
+                Err(f) => {
+                    self.fail(f, eff);
+                    return;
+                }
+            };
+        }
+        match result {
+            Ok((round, true)) => {
+                self.commits.due = Some(round);
+                eff.wal_commit_due = true;
+            }
+            Ok((round, false)) => self.persisted(round, eff),
+            Err(e) => self.fail(ShardFailure::store(Operation::WalCommit, None, e), eff),
+        }
+    }
+
+    /// Appends the records; returns the round and whether it needs a sync.
+    fn stage_once(
+        &mut self,
+        writes: &[(PgId, Vec<LogWrite>)],
+        eff: &mut Effects,
+    ) -> fastblock_store::Result<(Round, bool)> {
+        let mut round = Round {
+            persisted: Vec::new(),
+            installed: Vec::new(),
+            entries: 0,
+        };
+        let mut store = self.store.borrow_mut();
+        let batch_bytes_max = store.superblock().batch_bytes_max;
+        let mut needs_sync = false;
+        for (pg, list) in writes {
+            let mut last = 0;
+            for w in list {
+                if let Some(snap) = &w.snapshot {
+                    // Replaces the PG's objects with the staged ones (made durable here, in
+                    // one metadata commit) and restarts its log after the snapshot.
+                    let md = snap.get_metadata();
+                    with_room(&mut store, |s| {
+                        s.install_snapshot(*pg, md.index, md.term, md.get_conf_state())
+                    })?;
+                    round.installed.push((*pg, md.index));
+                    needs_sync = true;
+                }
+                // Entries go in runs that fit one WAL batch (by bytes), so that many large
+                // entries fill several batches instead of overflowing one.
+                for chunk in crate::wal_fit::batches(&w.entries, batch_bytes_max) {
+                    with_room(&mut store, |s| s.append_entries(*pg, chunk))?;
+                    round.entries += chunk.len();
+                    needs_sync = true;
+                }
+                if let Some(hs) = &w.hard_state {
+                    // As etcd's raft `MustSync`: a hard state that moves only the commit index
+                    // needs no fdatasync of its own (a lost commit index is learnt again from
+                    // the leader; term and vote must be durable before any message that
+                    // depends on them leaves). It rides with the next commit, and the store
+                    // commits it before any flush, so a flushed applied index never runs
+                    // ahead of the durable commit index.
+                    let prev = store
+                        .pg_log(*pg)
+                        .map(|l| (l.hard_state.term, l.hard_state.vote));
+                    with_room(&mut store, |s| s.set_hard_state(*pg, hs))?;
+                    if prev == Some((hs.term, hs.vote)) {
+                        eff.probes.must_sync_skipped += 1;
+                    } else {
+                        needs_sync = true;
+                    }
+                }
+                assert!(
+                    w.ready_number > last,
+                    "pg {pg}: ready numbers must increase ({} after {last})",
+                    w.ready_number
+                );
+                last = w.ready_number;
+            }
+            round.persisted.push((*pg, last));
+        }
+        Ok((round, needs_sync))
+    }
+
+    /// `Input::WalCommit`: one write and one sync for everything staged.
+    fn commit_wal(&mut self, eff: &mut Effects) {
+        let round = self.commits.due.take().expect("checked by handle");
+        if self.failed.is_some() {
+            return;
+        }
+        let start = self.metrics_now();
+        let r = self.store.borrow_mut().commit();
+        match r {
+            Ok(_) => {
+                let took_us = self.metrics_now().since(start);
+                eff.stages.push((Stage::WalCommit, took_us));
+                eff.wal_commit_submitted = Some(crate::io::CommitStats {
+                    entries: round.entries,
+                    took_us,
+                });
+                self.commits.in_flight.push_back(round);
+                if self.commits.in_flight.len() > 1 {
+                    eff.probes.commits_overlapped += 1;
+                }
+            }
+            Err(e) => self.fail(ShardFailure::store(Operation::WalCommit, None, e), eff),
+        }
+    }
+
+    /// `Input::WalDurable`: the replicas hear that their writes are persisted.
+    fn wal_durable(&mut self, eff: &mut Effects) {
+        let round = self
+            .commits
+            .in_flight
+            .pop_front()
+            .expect("checked by handle");
+        if self.failed.is_some() {
+            return;
+        }
+        self.persisted(round, eff);
+    }
+
+    fn persisted(&mut self, round: Round, eff: &mut Effects) {
+        for (pg, index) in round.installed {
+            tracing::info!(%pg, index, "snapshot installed");
+            self.snapshot_installed(pg);
+            eff.snapshots_installed.push((pg, index));
+        }
+        for (pg, number) in round.persisted {
+            let Some(h) = self.pgs.get_mut(&pg) else {
+                continue;
+            };
+            let before = self.persisted_numbers.insert(pg, number).unwrap_or(0);
+            assert!(
+                number > before,
+                "pg {pg}: persisted ready number {number} after {before}"
+            );
+            let commit_before = h.replica.commit_index();
+            h.replica
+                .on_persisted(number, self.outs.entry(pg).or_default());
+            assert!(
+                h.replica.commit_index() >= commit_before,
+                "pg {pg}: commit index went back"
+            );
+        }
+    }
+
+    /// Applies committed entries to the object store (staged; durable at the next flush).
+    /// Returns the last applied index per PG.
+    fn apply(
+        &mut self,
+        applies: Vec<(PgId, Vec<Apply>)>,
+        eff: &mut Effects,
+    ) -> Vec<(PgId, LogIndex)> {
+        if applies.is_empty() || self.failed.is_some() {
+            return Vec::new();
+        }
+        if self.cfg.record_applies {
+            self.record_applies(&applies, eff);
+        }
+        let mut done = Vec::new();
+        let mut failure = None;
+        self.apply_started = self.now;
+        let start = self.metrics_now();
+        {
+            let mut store = self.store.borrow_mut();
+            for (pg, list) in &applies {
+                let h = self.pgs.get(pg);
+                let (applied_before, committed, persisted) = h.map_or((0, 0, 0), |h| {
+                    let log = &h.replica.raw_node().raft.raft_log;
+                    (h.replica.applied().0, log.committed, log.persisted)
+                });
+                let mut last = None;
+                for a in list {
+                    // Applied ≤ committed (durable on a majority) and ≤ persisted here, in log
+                    // order without gaps: nothing is acknowledged before it is durable.
+                    let index = a.index().0;
+                    assert!(
+                        index <= committed && index <= persisted,
+                        "pg {pg}: applying {index} beyond the commit index {committed} or the \
+                         persisted index {persisted}"
+                    );
+                    let expected = last.map_or(applied_before + 1, |l: LogIndex| l.0 + 1);
+                    assert!(
+                        index == expected || last.is_none() && index > applied_before,
+                        "pg {pg}: applying {index}, expected {expected}"
+                    );
+                    let r = match a {
+                        Apply::Op { op, .. } => apply_op(&mut store, *pg, op),
+                        Apply::Noop {
+                            conf_state: Some(cs),
+                            ..
+                        } => store.set_conf_state(*pg, cs),
+                        Apply::Noop { .. } => Ok(()),
+                    };
+                    if let Err(e) = r {
+                        failure = Some(ShardFailure::store(Operation::Apply, Some(*pg), e));
+                        break;
+                    }
+                    last = Some(a.index());
+                }
+                if failure.is_some() {
+                    break;
+                }
+                if let Some(index) = last {
+                    if let Err(e) = store.set_applied(*pg, index.0) {
+                        failure = Some(ShardFailure::store(Operation::Apply, Some(*pg), e));
+                        break;
+                    }
+                    done.push((*pg, index));
+                }
+            }
+        }
+        if let Some(f) = failure {
+            self.fail(f, eff);
+            return Vec::new();
+        }
+        self.applied_since_flush = true;
+        eff.stages
+            .push((Stage::Apply, self.metrics_now().since(start)));
+        done
+    }
+
+    /// The checker's record, taken before the store is borrowed for applying (raft reads
+    /// terms through `PgStorage`, which borrows it too).
+    fn record_applies(&self, applies: &[(PgId, Vec<Apply>)], eff: &mut Effects) {
+        for (pg, list) in applies {
+            let log = self
+                .pgs
+                .get(pg)
+                .map(|h| &h.replica.raw_node().raft.raft_log);
+            for a in list {
+                let index = a.index().0;
+                let term = log.and_then(|l| l.term(index).ok()).unwrap_or(0);
+                let entry = match a {
+                    Apply::Op { .. } => None,
+                    Apply::Noop { .. } => log
+                        .and_then(|l| {
+                            l.slice(index, index + 1, None, GetEntriesContext::empty(false))
+                                .ok()
+                        })
+                        .and_then(|es| es.into_iter().next()),
+                };
+                eff.applied.push(AppliedRecord {
+                    pg: *pg,
+                    index,
+                    term,
+                    apply: a.clone(),
+                    entry,
+                });
+            }
+        }
+    }
+
+    pub(crate) fn fail(&mut self, failure: ShardFailure, eff: &mut Effects) {
+        if self.failed.is_some() {
+            return;
+        }
+        tracing::error!(osd = %self.cfg.osd, shard = self.cfg.index, "shard failed: {failure}");
+        self.failed = Some(failure.clone());
+        self.commits = Commits::default();
+        let ops: Vec<u64> = self.ops.keys().copied().collect();
+        for op in ops {
+            self.complete(
+                OpId(op),
+                OpOutcome::Failed(PgError::Failed(failure.to_string())),
+                eff,
+            );
+        }
+        eff.reports.push(Report::Fatal(failure));
+    }
+
+    fn shutdown(&mut self, eff: &mut Effects) {
+        if self.failed.is_some() {
+            return;
+        }
+        let start = self.metrics_now();
+        if let Err(e) = self.flush_and_compact(self.cfg.log_retain_entries) {
+            self.fail(ShardFailure::store(Operation::Shutdown, None, e), eff);
+        }
+        eff.stages
+            .push((Stage::Flush, self.metrics_now().since(start)));
+    }
+
+    pub(crate) fn leader_hint(&self, pg: PgId, leader: Option<OsdId>) -> Option<LeaderHint> {
+        let osd = self.map.osds.get(&leader?)?;
+        Some(LeaderHint {
+            osd: osd.id,
+            address: osd.address.clone(),
+            port: osd.port_for(pg),
+        })
+    }
+
+    /// An operation finished: answer its client and count it.
+    pub(crate) fn complete(&mut self, op: OpId, outcome: OpOutcome, eff: &mut Effects) {
+        let Some(pending) = self.ops.remove(&op.0) else {
+            return;
+        };
+        if let OpKind::Mutation { log_bytes, .. } = pending.kind {
+            self.pending_mutation_bytes -= log_bytes;
+            let pg_bytes = self.pg_pending_bytes.entry(pending.pg).or_default();
+            *pg_bytes -= log_bytes;
+            if *pg_bytes == 0 {
+                self.pg_pending_bytes.remove(&pending.pg);
+            }
+        }
+        if let Some(n) = self.conn_inflight.get_mut(&pending.conn) {
+            *n = n.saturating_sub(1);
+        }
+        let reply = match (outcome, &pending.kind) {
+            (OpOutcome::Applied, OpKind::Mutation { bytes, .. }) => {
+                if let Some(h) = self.pgs.get_mut(&pending.pg) {
+                    h.io.write_ops += 1;
+                    h.io.write_bytes += bytes;
+                }
+                eff.stage(Stage::Replication, pending.started, self.apply_started);
+                eff.stage(Stage::OpWrite, pending.arrived, self.metrics_now());
+                Reply::Ok
+            }
+            (
+                OpOutcome::ReadReady,
+                OpKind::Read {
+                    addr,
+                    offset,
+                    length,
+                },
+            ) => {
+                let (addr, offset, length) = (*addr, *offset, *length);
+                let start = self.metrics_now();
+                let r = self.read_for_client(addr, offset, length, eff);
+                let end = self.metrics_now();
+                eff.stage(Stage::ReadIndex, pending.started, start);
+                eff.stages.push((Stage::Read, end.since(start)));
+                eff.stage(Stage::OpRead, pending.arrived, end);
+                if r.is_ok() {
+                    if let Some(h) = self.pgs.get_mut(&pending.pg) {
+                        h.io.read_ops += 1;
+                        h.io.read_bytes += u64::from(length);
+                    }
+                }
+                match r {
+                    Ok(data) => Reply::Data(data),
+                    Err(reply) => reply,
+                }
+            }
+            (
+                OpOutcome::ReadReady,
+                OpKind::Allocation {
+                    addr,
+                    offset,
+                    length,
+                },
+            ) => {
+                let (addr, offset, length) = (*addr, *offset, *length);
+                self.allocation_reply(addr, offset, length, eff)
+            }
+            (OpOutcome::Failed(e), _) => self.error_reply(pending.pg, e),
+            (other, _) => Reply::error(
+                Status::Internal,
+                None,
+                format!("unexpected outcome {other:?}"),
+            ),
+        };
+        eff.replies.push((pending.conn, pending.request_id, reply));
+    }
+
+    pub(crate) fn error_reply(&self, pg: PgId, e: PgError) -> Reply {
+        match e {
+            PgError::NotLeader { leader } => Reply::error(
+                Status::NotLeader,
+                self.leader_hint(pg, leader),
+                format!("pg {pg}: not the leader"),
+            ),
+            PgError::Dropped => {
+                let leader = self.pgs.get(&pg).and_then(|h| h.replica.leader());
+                Reply::error(
+                    Status::NotLeader,
+                    self.leader_hint(pg, leader),
+                    format!("pg {pg}: leadership changed, retry"),
+                )
+            }
+            PgError::Busy => Reply::error(
+                Status::Busy,
+                None,
+                format!("pg {pg}: too many pending operations"),
+            ),
+            PgError::Failed(reason) => Reply::error(Status::IoError, None, reason),
+        }
+    }
+
+    /// Reads applied data of this replica.
+    pub(crate) fn read_for_client(
+        &mut self,
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        eff: &mut Effects,
+    ) -> Result<bytes::Bytes, Reply> {
+        let mut buf = vec![0u8; length as usize];
+        let object = fastblock_store::ObjectId {
+            image: addr.image,
+            index: addr.object_index,
+        };
+        let r = self
+            .store
+            .borrow_mut()
+            .read_object(addr.pg, object, u64::from(offset), &mut buf);
+        match r {
+            Ok(()) => Ok(buf.into()),
+            Err(e) => {
+                let status = match &e {
+                    fastblock_store::Error::Checksum { .. } => Status::Checksum,
+                    e if e.is_fatal() => Status::IoError,
+                    _ => Status::InvalidArgument,
+                };
+                let reply = Reply::error(status, None, format!("pg {}: read: {e}", addr.pg));
+                if e.is_fatal() {
+                    self.fail(ShardFailure::store(Operation::Read, Some(addr.pg), e), eff);
+                }
+                Err(reply)
+            }
+        }
+    }
+
+    fn on_event(&mut self, pg: PgId, event: Event, eff: &mut Effects) {
+        match &event {
+            Event::BecameLeader(report) => {
+                tracing::info!(%pg, term = report.term.0, voters = ?report.voters, "became leader");
+                self.report_leader(pg, report.clone(), eff);
+            }
+            Event::ConfigurationChanged(report) => {
+                tracing::info!(%pg, term = report.term.0, conf_index = report.conf_index.0, voters = ?report.voters, outgoing = ?report.voters_outgoing, learners = ?report.learners, "configuration changed");
+                self.report_leader(pg, report.clone(), eff);
+            }
+            Event::LeaderChanged { leader, term } => {
+                tracing::debug!(%pg, ?leader, term = term.0, "leader changed");
+            }
+            Event::Failed { index, reason } => {
+                tracing::error!(%pg, index = index.0, "pg replica failed: {reason}");
+            }
+            Event::MembershipFinished(r) => {
+                tracing::info!(%pg, term = r.term.0, voters = ?r.voters, "membership change finished");
+                let req = MembershipFinishedRequest {
+                    leader: self.cfg.osd,
+                    term: r.term,
+                    conf_index: r.conf_index,
+                    voters: r.voters.clone(),
+                    learners: r.learners.clone(),
+                };
+                eff.reports.push(Report::MembershipFinished { pg, req });
+            }
+            Event::ConfChangeRefused { index, reason } => {
+                tracing::warn!(%pg, index = index.0, "configuration change refused by raft: {reason}");
+            }
+        }
+        eff.events.push((pg, event));
+    }
+
+    /// Tells the monitor (through the runtime) that this OSD leads `pg`.
+    pub(crate) fn report_leader(&self, pg: PgId, r: LeaderReport, eff: &mut Effects) {
+        let req = LeaderElectedRequest {
+            leader: self.cfg.osd,
+            term: r.term,
+            conf_index: r.conf_index,
+            voters: r.voters,
+            voters_outgoing: r.voters_outgoing,
+            learners: r.learners,
+        };
+        eff.reports.push(Report::LeaderElected { pg, req });
+    }
+
+    pub(crate) fn persisted_numbers_forget(&mut self, pg: PgId) {
+        self.persisted_numbers.remove(&pg);
+        self.commit_indexes.remove(&pg);
+    }
+
+    pub(crate) fn new_op(&mut self, pending: PendingOp) -> OpId {
+        let id = self.next_op;
+        self.next_op += 1;
+        *self.conn_inflight.entry(pending.conn).or_default() += 1;
+        self.ops.insert(id, pending);
+        OpId(id)
+    }
+}
+
+/// Runs a WAL append; if the pending batch is full, commits it (one more write and sync, still
+/// before anything is acknowledged) and tries again.
+pub(crate) fn with_room<D: Disk>(
+    store: &mut Store<D>,
+    mut append: impl FnMut(&mut Store<D>) -> fastblock_store::Result<()>,
+) -> fastblock_store::Result<()> {
+    match append(store) {
+        Err(fastblock_store::Error::BatchFull { .. }) => {
+            store.commit()?;
+            append(store)
+        }
+        other => other,
+    }
+}
+
+fn apply_op<D: Disk>(store: &mut Store<D>, pg: PgId, op: &ClientOp) -> fastblock_store::Result<()> {
+    let object = fastblock_store::ObjectId {
+        image: op.object().image,
+        index: op.object().index,
+    };
+    match op {
+        ClientOp::Write { offset, data, .. } => {
+            store.write_object(pg, object, u64::from(*offset), data)
+        }
+        ClientOp::Discard { offset, length, .. } | ClientOp::WriteZeroes { offset, length, .. } => {
+            store.zero_object(pg, object, u64::from(*offset), u64::from(*length))
+        }
+    }
+}

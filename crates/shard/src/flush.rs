@@ -1,0 +1,156 @@
+//! Flush and compaction. A flush makes applied data and metadata durable; only then may the
+//! log behind them be compacted (minus a retained tail for lagging followers), which is what
+//! frees WAL segments.
+//!
+//! The flush's metadata commit (milliseconds of redb page writes and an fsync) runs in the
+//! store's flush runner — a thread of the OSD, or the simulator's deferred runner — and the
+//! runtime steps `FlushDone` when it finished: compaction follows then.
+
+use crate::core::ShardCore;
+use crate::error::{Operation, ShardFailure};
+use crate::io::Effects;
+use crate::stage::Stage;
+use fastblock_store::Disk;
+use fastblock_types::PgId;
+
+impl<D: Disk + 'static> ShardCore<D> {
+    /// `FlushDue`: starts a flush if anything was applied since the last one. A flush still
+    /// running makes this one a no-op (the next timer tries again).
+    pub(crate) fn maybe_flush(&mut self, eff: &mut Effects) {
+        if !self.applied_since_flush || self.failed.is_some() {
+            return;
+        }
+        let begun = self.store.borrow_mut().flush_begin();
+        match begun {
+            Ok(true) => {
+                self.applied_since_flush = false;
+                self.flush_started = Some(self.now);
+                self.flush_wal_seq = self.store.borrow().wal().current_segment_seq();
+                eff.flush_started = true;
+                // A runner without a thread may have finished already.
+                self.poll_flush(eff);
+            }
+            Ok(false) => {}
+            Err(e) => self.fail(ShardFailure::store(Operation::Flush, None, e), eff),
+        }
+    }
+
+    /// Flushes before the interval is up once the log has advanced by a share of the WAL
+    /// since the last flush began: a burst of writes (a sequential 1 MiB stream writes
+    /// 100+ MiB/s per OSD) would otherwise fill the WAL between two flushes, since only a
+    /// flush lets the log be compacted.
+    pub(crate) fn flush_if_wal_advanced(&mut self, eff: &mut Effects) {
+        if !self.applied_since_flush || self.failed.is_some() {
+            return;
+        }
+        let (seq, segments) = {
+            let store = self.store.borrow();
+            (
+                store.wal().current_segment_seq(),
+                u64::from(store.superblock().segment_count),
+            )
+        };
+        let share = (segments / self.cfg.flush_wal_share_divisor.max(1)).max(1);
+        if seq >= self.flush_wal_seq + share {
+            self.maybe_flush(eff);
+        }
+    }
+
+    /// `FlushDone` (and after starting a flush): compacts the logs once the flush is durable.
+    pub(crate) fn poll_flush(&mut self, eff: &mut Effects) {
+        if self.failed.is_some() {
+            return;
+        }
+        let polled = self.store.borrow_mut().flush_poll();
+        match polled {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                if let Some(start) = self.flush_started.take() {
+                    eff.stage(Stage::Flush, start, self.now);
+                }
+                let retain = self.cfg.log_retain_entries;
+                if let Err(e) = self.compact_logs(retain) {
+                    self.fail(ShardFailure::store(Operation::Compaction, None, e), eff);
+                }
+            }
+            Err(e) => self.fail(ShardFailure::store(Operation::Flush, None, e), eff),
+        }
+    }
+
+    /// Flushes applied state now (waiting for a running metadata commit first), then compacts
+    /// each PG's log up to `retain` entries behind its flushed applied index.
+    pub(crate) fn flush_and_compact(&mut self, retain: u64) -> fastblock_store::Result<()> {
+        self.store.borrow_mut().flush()?;
+        self.compact_logs(retain)
+    }
+
+    /// Compacts each PG's log up to `retain` entries behind its flushed applied index.
+    fn compact_logs(&mut self, retain: u64) -> fastblock_store::Result<()> {
+        let mut store = self.store.borrow_mut();
+        for (pg, hosted) in &self.pgs {
+            let flushed = store.flushed_applied_index(*pg);
+            let (first, _) = store.log_bounds(*pg);
+            let target = compaction_target(
+                flushed,
+                retain,
+                self.cfg.log_lag_max_entries,
+                hosted.replica.min_match_index().map(|m| m.0),
+                self.recovery.sending_index(*pg),
+            );
+            if target >= first {
+                store.compact(*pg, target)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets per-PG bookkeeping of a PG this shard no longer hosts.
+    pub(crate) fn forget_pg(&mut self, pg: PgId) {
+        self.persisted_numbers_forget(pg);
+    }
+}
+
+/// The index up to which a PG's log may be compacted: `retain` entries behind what is
+/// flushed as applied; on a leader, not past what some member still lacks (so a member that
+/// was down catches up from the log), unless that member is more than `lag_max` behind (it
+/// gets a snapshot instead); and never past a snapshot being sent (which is exact only with
+/// the log after its index, see `fastblock_pg::transfer`). A full WAL compacts with retain 0
+/// after abandoning the transfers, so neither floor pins a full WAL.
+pub fn compaction_target(
+    flushed: u64,
+    retain: u64,
+    lag_max: u64,
+    min_match: Option<u64>,
+    sending: Option<u64>,
+) -> u64 {
+    let mut target = flushed.saturating_sub(retain);
+    if retain > 0 {
+        if let Some(matched) = min_match {
+            let floor = flushed.saturating_sub(lag_max);
+            target = target.min(matched.max(floor));
+        }
+    }
+    if let Some(index) = sending {
+        target = target.min(index);
+    }
+    target
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compaction_target;
+
+    #[test]
+    fn compaction_keeps_what_lagging_members_and_transfers_need() {
+        // Retain 10 behind flushed 100.
+        assert_eq!(compaction_target(100, 10, 50, None, None), 90);
+        // A member at 70 keeps the log from 71 on.
+        assert_eq!(compaction_target(100, 10, 50, Some(70), None), 70);
+        // One further behind than lag_max gets a snapshot: the floor is 100 - 50.
+        assert_eq!(compaction_target(100, 10, 50, Some(20), None), 50);
+        // A snapshot being sent at 40 keeps the log after 40.
+        assert_eq!(compaction_target(100, 10, 50, Some(70), Some(40)), 40);
+        // A full WAL (retain 0) ignores lagging members.
+        assert_eq!(compaction_target(100, 0, 50, Some(20), None), 100);
+    }
+}

@@ -1,0 +1,190 @@
+//! What goes into the core and what comes out of it.
+//!
+//! A runtime turns what happens around the shard (a frame read from a socket, a timer, a map
+//! from the monitor, a finished flush) into an [`Input`], calls
+//! [`crate::ShardCore::step`], and carries out the [`Effects`]: replies to connections, frames
+//! to peers, reports to the monitor, stage timings to histograms, and — when
+//! [`Effects::wal_commit_due`] is set — the next `step(Input::WalCommit)` once the frames of
+//! this step have left.
+
+use crate::error::ShardFailure;
+use crate::stage::Stage;
+use fastblock_pg::{Apply, Event};
+use fastblock_types::api::{LeaderElectedRequest, MembershipFinishedRequest};
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{OsdId, PgId};
+use fastblock_wire::{Reply, Request, WireError};
+use std::sync::Arc;
+
+/// A client or peer connection, named by the runtime.
+pub type ConnId = u64;
+
+/// A point on the runtime's monotonic clock, in microseconds (virtual time in the simulator).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Micros(pub u64);
+
+impl Micros {
+    /// Microseconds from `earlier` to `self` (0 if `earlier` is later).
+    pub fn since(self, earlier: Micros) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    pub fn as_millis(self) -> u64 {
+        self.0 / 1000
+    }
+}
+
+/// The clock the core reads for stage timings only, never for a decision: a runtime's
+/// monotonic clock, or the simulator's virtual time.
+pub type MetricsClock = Box<dyn Fn() -> Micros>;
+
+/// One thing that happened to the shard.
+#[derive(Debug)]
+pub enum Input {
+    /// A decoded request from a connection (client or peer).
+    Request {
+        conn: ConnId,
+        request_id: u64,
+        req: Request,
+        /// When its bytes were read (the `queue` and `op_*` stages start here).
+        arrived: Micros,
+    },
+    /// A well-framed request whose payload did not decode: answered with an error.
+    BadRequest {
+        conn: ConnId,
+        request_id: u64,
+        error: WireError,
+    },
+    /// A connection closed: its operations in flight no longer count against its limit.
+    Closed { conn: ConnId },
+    /// The tick timer fired.
+    Tick,
+    /// A new cluster map.
+    Map(Arc<ClusterMap>),
+    /// The flush timer fired: start a flush if anything was applied since the last one.
+    FlushDue,
+    /// The flush runner finished a flush's metadata commit: compact behind it.
+    FlushDone,
+    /// The runtime carried out the effects that asked for a WAL commit
+    /// ([`Effects::wal_commit_due`]); now write the batch and sync it.
+    WalCommit,
+    /// The oldest WAL commit written and not yet durable is durable now.
+    WalDurable,
+    /// Flush and compact before the process exits.
+    Shutdown,
+}
+
+/// A frame for a peer OSD.
+#[derive(Debug)]
+pub struct PeerSend {
+    pub to: OsdId,
+    /// A PG the frame is about: the peer's shard (port) that hosts it receives the frame. A
+    /// `RaftBatch` only holds PGs of that one shard.
+    pub pg: PgId,
+    pub req: Request,
+}
+
+/// Something the monitor must hear.
+#[derive(Debug)]
+pub enum Report {
+    /// This OSD leads `pg` (or changed its configuration as leader).
+    LeaderElected { pg: PgId, req: LeaderElectedRequest },
+    /// This OSD leads `pg` and its configuration reached the monitor's target.
+    MembershipFinished {
+        pg: PgId,
+        req: MembershipFinishedRequest,
+    },
+    /// The shard stopped serving (an I/O error or a corrupt log): the OSD must stop.
+    Fatal(ShardFailure),
+}
+
+/// A committed entry this replica applied (recorded only with
+/// [`crate::ShardConfig::record_applies`], for the simulator's checker).
+#[derive(Clone, Debug)]
+pub struct AppliedRecord {
+    pub pg: PgId,
+    pub index: u64,
+    /// Its term, read from the log before it was applied.
+    pub term: u64,
+    pub apply: Apply,
+    /// The raw entry of a no-op or configuration change (what the leader proposed).
+    pub entry: Option<raft::eraftpb::Entry>,
+}
+
+/// Counters of rare paths, for the simulator's coverage probes and the OSD's logs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Probes {
+    /// The WAL was full: transfers abandoned and everything applied compacted.
+    pub wal_full: u64,
+    /// A hard state moved only the commit index: no fdatasync of its own (MustSync).
+    pub must_sync_skipped: u64,
+    pub transfers_started: u64,
+    pub transfers_abandoned: u64,
+    /// `MsgSnapshot`s dropped because their objects were not staged.
+    pub snapshots_unstaged: u64,
+    /// A flush became durable while a WAL commit was submitted and not yet durable.
+    pub flush_done_during_commit: u64,
+    /// A WAL commit was written while an earlier one was not yet durable.
+    pub commits_overlapped: u64,
+    /// Writes refused because their PG's unreleased log reached its limit.
+    pub pg_log_full: u64,
+    /// Free WAL segments fell to the reserve: everything applied was compacted.
+    pub wal_pressure: u64,
+    /// A PG's live entries were moved forward to free the oldest WAL segment.
+    pub log_rewrites: u64,
+    /// Requests answered `StaleEpoch`.
+    pub stale_epoch: u64,
+}
+
+/// What one step produced.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// Replies to connections: (connection, request id, reply).
+    pub replies: Vec<(ConnId, u64, Reply)>,
+    /// Frames to peers, in the order they must leave.
+    pub peers: Vec<PeerSend>,
+    pub reports: Vec<Report>,
+    /// Every PG event, in order (the simulator checks them; the OSD logs them in the core).
+    pub events: Vec<(PgId, Event)>,
+    /// Log records are staged: after carrying out these effects (so a leader's appends and
+    /// the replies leave before its own fdatasync), step `Input::WalCommit`.
+    pub wal_commit_due: bool,
+    /// A WAL commit was written: step `Input::WalDurable` once it is durable (at once for a
+    /// disk whose sync is synchronous).
+    pub wal_commit_submitted: Option<CommitStats>,
+    /// A flush was handed to the flush runner: expect `Input::FlushDone`.
+    pub flush_started: bool,
+    /// Stage timings: (stage, microseconds).
+    pub stages: Vec<(Stage, u64)>,
+    pub probes: Probes,
+    /// PGs opened, with their applied index; PGs removed with their data.
+    pub opened: Vec<(PgId, u64)>,
+    pub removed: Vec<PgId>,
+    /// Snapshots installed: (PG, index).
+    pub snapshots_installed: Vec<(PgId, u64)>,
+    pub applied: Vec<AppliedRecord>,
+}
+
+/// One WAL commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Log entries it carries.
+    pub entries: usize,
+    /// How long the write and sync took by the metrics clock (0 in the simulator).
+    pub took_us: u64,
+}
+
+impl Effects {
+    pub(crate) fn stage(&mut self, stage: Stage, from: Micros, to: Micros) {
+        self.stages.push((stage, to.since(from)));
+    }
+
+    /// Whether the step produced nothing for the runtime to carry out.
+    pub fn is_empty(&self) -> bool {
+        self.replies.is_empty()
+            && self.peers.is_empty()
+            && self.reports.is_empty()
+            && !self.wal_commit_due
+            && self.wal_commit_submitted.is_none()
+    }
+}

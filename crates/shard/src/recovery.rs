@@ -1,0 +1,407 @@
+//! Snapshot transfer between shards: the leader side streams a PG's objects to a member that
+//! needs a snapshot, the receiving side stages them (`docs/design/recovery.md`; the state
+//! machines are `fastblock_pg::transfer`).
+//!
+//! Client IO keeps priority: chunks are read and sent only after a step has served its
+//! inputs, at most `bytes_per_sec` per shard (a token bucket on the step's clock), with at
+//! most `max_active` transfers per shard at a time. A snapshot Raft asks for beyond that is
+//! refused at once and Raft asks again later (on the next heartbeat response).
+
+use crate::config::RecoveryLimits;
+use crate::core::ShardCore;
+use crate::error::{Operation, ShardFailure};
+use crate::io::{Effects, Micros, PeerSend};
+use fastblock_pg::transfer::{AckOutcome, ChunkVerdict, ObjectExtent, Receiver, Sender};
+use fastblock_store::Disk;
+use fastblock_types::units::BLOCK_SIZE_BYTES;
+use fastblock_types::{OsdId, PgId};
+use fastblock_wire::{RaftEnvelope, Request, SnapChunk};
+use protobuf::Message as _;
+use raft::eraftpb::{Message, MessageType};
+use std::collections::BTreeMap;
+
+struct ActiveSend {
+    sender: Sender,
+    /// The `MsgSnapshot` to deliver once every chunk is staged.
+    msg: Message,
+}
+
+/// The shard's recovery state.
+pub(crate) struct Recovery {
+    limits: RecoveryLimits,
+    sending: BTreeMap<(PgId, OsdId), ActiveSend>,
+    receiving: BTreeMap<PgId, Receiver>,
+    next_transfer: u64,
+    /// May go below zero: a chunk is sent whenever the bucket holds any tokens, and paid for
+    /// after.
+    tokens_bytes: i64,
+    refilled_at: Option<Micros>,
+    /// Bytes this shard sent for snapshots, per PG (reported as recovery progress).
+    done_bytes: BTreeMap<PgId, u64>,
+}
+
+impl Recovery {
+    pub(crate) fn new(limits: RecoveryLimits, transfer_id_base: u64) -> Recovery {
+        Recovery {
+            limits,
+            sending: BTreeMap::new(),
+            receiving: BTreeMap::new(),
+            next_transfer: transfer_id_base,
+            tokens_bytes: 0,
+            refilled_at: None,
+            done_bytes: BTreeMap::new(),
+        }
+    }
+
+    /// Bytes and objects still to send for `pg` (0 when it is not recovering here).
+    pub(crate) fn remaining(&self, pg: PgId) -> (u64, u64) {
+        self.sending
+            .iter()
+            .filter(|((p, _), _)| *p == pg)
+            .fold((0, 0), |(b, o), (_, a)| {
+                let left = a.sender.remaining_bytes();
+                (b + left, o + u64::from(left > 0))
+            })
+    }
+
+    pub(crate) fn done_bytes(&self, pg: PgId) -> u64 {
+        self.done_bytes.get(&pg).copied().unwrap_or(0)
+    }
+
+    /// The lowest snapshot index being sent for `pg`, if any.
+    pub(crate) fn sending_index(&self, pg: PgId) -> Option<u64> {
+        self.sending
+            .iter()
+            .filter(|((p, _), _)| *p == pg)
+            .map(|(_, a)| a.sender.index)
+            .min()
+    }
+
+    fn refill(&mut self, now: Micros) {
+        let dt_us = self.refilled_at.map_or(0, |t| now.since(t));
+        self.refilled_at = Some(now);
+        let rate = self.limits.bytes_per_sec;
+        let add = (u128::from(rate) * u128::from(dt_us) / 1_000_000).min(i64::MAX as u128) as i64;
+        // At most a tenth of a second of burst.
+        let cap = i64::try_from(rate / 10 + self.limits.chunk_bytes).unwrap_or(i64::MAX);
+        self.tokens_bytes = self.tokens_bytes.saturating_add(add).min(cap);
+    }
+}
+
+impl<D: Disk + 'static> ShardCore<D> {
+    /// Raft wants to send a snapshot: start streaming the PG's objects to its receiver.
+    pub(crate) fn on_snapshot_request(&mut self, pg: PgId, msg: Message, eff: &mut Effects) {
+        let to = OsdId(msg.to as u32);
+        let key = (pg, to);
+        let busy = !self.recovery.sending.contains_key(&key)
+            && self.recovery.sending.len() >= self.recovery.limits.max_active;
+        if busy {
+            tracing::debug!(%pg, %to, "snapshot deferred: recovery limit reached");
+            if let Some(h) = self.pgs.get_mut(&pg) {
+                h.replica
+                    .report_snapshot(to, false, self.outs.entry(pg).or_default());
+            }
+            return;
+        }
+        let md = msg.get_snapshot().get_metadata();
+        let objects: Vec<ObjectExtent> = self
+            .store
+            .borrow()
+            .object_sizes(pg)
+            .into_iter()
+            .map(|(o, size)| ObjectExtent {
+                image: o.image,
+                index: o.index,
+                size_bytes: size.next_multiple_of(BLOCK_SIZE_BYTES),
+            })
+            .collect();
+        let transfer = self.recovery.next_transfer;
+        self.recovery.next_transfer += 1;
+        eff.probes.transfers_started += 1;
+        tracing::info!(
+            %pg, %to, index = md.index, term = md.term, objects = objects.len(), transfer,
+            "sending snapshot"
+        );
+        let limits = self.recovery.limits;
+        let sender = Sender::new(
+            to,
+            transfer,
+            md.index,
+            md.term,
+            objects,
+            limits.chunk_bytes,
+            limits.window_chunks,
+        );
+        self.recovery
+            .sending
+            .insert(key, ActiveSend { sender, msg });
+    }
+
+    /// Sends chunks within the window and the rate limit. Called at the end of every step,
+    /// after client inputs were served.
+    pub(crate) fn pump_recovery(&mut self, eff: &mut Effects) {
+        if self.recovery.sending.is_empty() || self.failed.is_some() {
+            return;
+        }
+        self.recovery.refill(self.now);
+        let keys: Vec<(PgId, OsdId)> = self.recovery.sending.keys().copied().collect();
+        let mut progress = true;
+        while progress && self.recovery.tokens_bytes > 0 {
+            progress = false;
+            for key in &keys {
+                if self.recovery.tokens_bytes <= 0 {
+                    break;
+                }
+                let Some(active) = self.recovery.sending.get_mut(key) else {
+                    continue;
+                };
+                let Some(plan) = active.sender.next_chunk() else {
+                    continue;
+                };
+                progress = true;
+                let (transfer, index, term) = (
+                    active.sender.transfer,
+                    active.sender.index,
+                    active.sender.term,
+                );
+                let mut data = bytes::Bytes::new();
+                if plan.len_bytes > 0 {
+                    let mut buf = vec![0u8; plan.len_bytes as usize];
+                    let object = fastblock_store::ObjectId {
+                        image: plan.image,
+                        index: plan.object_index,
+                    };
+                    let r = self.store.borrow_mut().read_object(
+                        key.0,
+                        object,
+                        plan.offset_bytes,
+                        &mut buf,
+                    );
+                    if let Err(e) = r {
+                        if e.is_fatal() {
+                            let f = ShardFailure::store(Operation::SnapshotRead, Some(key.0), e);
+                            self.fail(f, eff);
+                            return;
+                        }
+                        tracing::warn!(pg = %key.0, "snapshot read: {e}; abandoning the transfer");
+                        self.abandon_send(*key);
+                        eff.probes.transfers_abandoned += 1;
+                        continue;
+                    }
+                    // Holes are not sent: the receiver starts from nothing.
+                    if buf.iter().any(|b| *b != 0) {
+                        data = buf.into();
+                    }
+                    self.recovery.tokens_bytes = self
+                        .recovery
+                        .tokens_bytes
+                        .saturating_sub(i64::try_from(plan.len_bytes).unwrap_or(i64::MAX));
+                    *self.recovery.done_bytes.entry(key.0).or_default() += plan.len_bytes;
+                }
+                let chunk = SnapChunk {
+                    from: self.cfg.osd,
+                    to: key.1,
+                    pg: key.0,
+                    transfer,
+                    index,
+                    term,
+                    seq: plan.seq,
+                    last: plan.last,
+                    image: plan.image,
+                    object_index: plan.object_index,
+                    offset: plan.offset_bytes,
+                    data,
+                };
+                eff.peers.push(PeerSend {
+                    to: key.1,
+                    pg: key.0,
+                    req: Request::SnapChunk(chunk),
+                });
+            }
+        }
+        // A transfer abandoned above was reported to Raft in `outs`: the next step's rounds
+        // (the next tick at the latest) carry out whatever that produced.
+    }
+
+    /// Gives up a transfer and tells Raft, which will ask for a new snapshot.
+    fn abandon_send(&mut self, key: (PgId, OsdId)) {
+        if self.recovery.sending.remove(&key).is_some() {
+            if let Some(h) = self.pgs.get_mut(&key.0) {
+                h.replica
+                    .report_snapshot(key.1, false, self.outs.entry(key.0).or_default());
+            }
+        }
+    }
+
+    /// The WAL is full: gives up every transfer being sent and tells Raft, which asks again
+    /// later from a newer index. A transfer pins the log behind its snapshot, and a long one
+    /// (a lost chunk waits for the idle timeout; a big PG at the rate limit takes minutes)
+    /// plus writes to the shard's other PGs would otherwise fill the WAL and stop the shard.
+    /// Returns how many were abandoned.
+    pub(crate) fn abandon_all_sends(&mut self) -> usize {
+        let keys: Vec<(PgId, OsdId)> = self.recovery.sending.keys().copied().collect();
+        for key in &keys {
+            self.abandon_send(*key);
+        }
+        keys.len()
+    }
+
+    /// An acknowledgement from a receiver.
+    pub(crate) fn on_snap_ack(
+        &mut self,
+        from: OsdId,
+        pg: PgId,
+        transfer: u64,
+        seq: u32,
+        ok: bool,
+        eff: &mut Effects,
+    ) {
+        let key = (pg, from);
+        let Some(active) = self.recovery.sending.get_mut(&key) else {
+            return;
+        };
+        match active.sender.on_ack(transfer, seq, ok) {
+            AckOutcome::Stale | AckOutcome::Progress => {}
+            AckOutcome::Refused => {
+                tracing::info!(%pg, %from, transfer, "snapshot refused by the receiver; will retry");
+                self.abandon_send(key);
+                eff.probes.transfers_abandoned += 1;
+            }
+            AckOutcome::Complete => {
+                let active = self.recovery.sending.remove(&key).expect("present");
+                tracing::info!(%pg, to = %from, index = active.sender.index, bytes = active.sender.total_bytes, "snapshot objects staged; sending the snapshot");
+                match active.msg.write_to_bytes() {
+                    Ok(bytes) => eff.peers.push(PeerSend {
+                        to: from,
+                        pg,
+                        req: Request::RaftBatch {
+                            from: self.cfg.osd,
+                            to: from,
+                            msgs: vec![RaftEnvelope {
+                                pg,
+                                msg: bytes.into(),
+                            }],
+                        },
+                    }),
+                    Err(e) => tracing::error!(%pg, "encoding a snapshot message: {e}"),
+                }
+                if let Some(h) = self.pgs.get_mut(&pg) {
+                    h.replica
+                        .report_snapshot(from, true, self.outs.entry(pg).or_default());
+                }
+            }
+        }
+    }
+
+    /// A chunk from a leader: stage it and acknowledge.
+    pub(crate) fn on_snap_chunk(&mut self, c: SnapChunk, eff: &mut Effects) {
+        let ack = |seq: u32, ok: bool| PeerSend {
+            to: c.from,
+            pg: c.pg,
+            req: Request::SnapAck {
+                from: c.to,
+                to: c.from,
+                pg: c.pg,
+                transfer: c.transfer,
+                seq,
+                ok,
+            },
+        };
+        if c.to != self.cfg.osd || !self.pgs.contains_key(&c.pg) {
+            eff.peers.push(ack(0, false));
+            return;
+        }
+        let verdict = self
+            .recovery
+            .receiving
+            .entry(c.pg)
+            .or_default()
+            .on_chunk(c.transfer, c.seq);
+        match verdict {
+            ChunkVerdict::Refuse => eff.peers.push(ack(0, false)),
+            ChunkVerdict::Duplicate { ack: seq } => eff.peers.push(ack(seq, true)),
+            ChunkVerdict::Stage => {
+                let r = {
+                    let mut store = self.store.borrow_mut();
+                    if c.seq == 0 {
+                        // A new transfer: whatever an older one staged is garbage.
+                        store.snapshot_abort(c.pg);
+                    }
+                    if c.data.is_empty() {
+                        Ok(())
+                    } else {
+                        let object = fastblock_store::ObjectId {
+                            image: c.image,
+                            index: c.object_index,
+                        };
+                        store.snapshot_write(c.pg, c.transfer, object, c.offset, &c.data)
+                    }
+                };
+                match r {
+                    Ok(()) => {
+                        self.recovery
+                            .receiving
+                            .entry(c.pg)
+                            .or_default()
+                            .staged(c.transfer, c.seq, c.last, c.index, c.term);
+                        eff.peers.push(ack(c.seq, true));
+                    }
+                    Err(e) if e.is_fatal() => {
+                        let f = ShardFailure::store(Operation::SnapshotStage, Some(c.pg), e);
+                        self.fail(f, eff)
+                    }
+                    Err(e) => {
+                        tracing::warn!(pg = %c.pg, "staging a snapshot chunk: {e}");
+                        self.recovery.receiving.remove(&c.pg);
+                        self.store.borrow_mut().snapshot_abort(c.pg);
+                        eff.peers.push(ack(0, false));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a received `MsgSnapshot` may be stepped: only once its objects are staged,
+    /// since persisting it installs them.
+    pub(crate) fn snapshot_ready(&self, pg: PgId, msg: &Message) -> bool {
+        if msg.get_msg_type() != MessageType::MsgSnapshot {
+            return true;
+        }
+        let md = msg.get_snapshot().get_metadata();
+        self.recovery
+            .receiving
+            .get(&pg)
+            .is_some_and(|r| r.ready_for(md.index, md.term))
+    }
+
+    /// The snapshot of `pg` was installed: its receiving state is done.
+    pub(crate) fn snapshot_installed(&mut self, pg: PgId) {
+        self.recovery.receiving.remove(&pg);
+    }
+
+    /// Per tick: abandon transfers that stopped making progress or whose PG this shard no
+    /// longer leads.
+    pub(crate) fn tick_recovery(&mut self, eff: &mut Effects) {
+        let mut stale = Vec::new();
+        let idle_max = self.recovery.limits.idle_ticks_max;
+        for (key, active) in self.recovery.sending.iter_mut() {
+            active.sender.idle_ticks += 1;
+            let leading = self.pgs.get(&key.0).is_some_and(|h| h.replica.is_leader());
+            if !leading || active.sender.idle_ticks > idle_max {
+                stale.push(*key);
+            }
+        }
+        for key in stale {
+            tracing::info!(pg = %key.0, to = %key.1, "snapshot transfer stalled; abandoning");
+            self.abandon_send(key);
+            eff.probes.transfers_abandoned += 1;
+        }
+    }
+
+    /// Forgets recovery state of a PG this shard no longer hosts.
+    pub(crate) fn forget_recovery(&mut self, pg: PgId) {
+        self.recovery.sending.retain(|(p, _), _| *p != pg);
+        self.recovery.receiving.remove(&pg);
+        self.recovery.done_bytes.remove(&pg);
+    }
+}

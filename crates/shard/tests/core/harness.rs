@@ -1,0 +1,346 @@
+//! A few shard cores on the store's in-memory disks, wired by a message queue: the smallest
+//! driver of the core, for tests of its decisions without sockets, threads or clocks.
+
+use fastblock_pg::PgConfig;
+use fastblock_shard::{
+    ConnId, Effects, Input, Micros, PeerSend, RecoveryLimits, Report, ShardConfig, ShardCore,
+};
+use fastblock_store::{MkfsOptions, SimDisk, SimFile, Store, StoreOptions};
+use fastblock_types::map::{ClusterMap, FailureDomain, OsdInfo, PgInfo, PgMap, PoolInfo};
+use fastblock_types::pg_state::PgState;
+use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
+use fastblock_wire::{ObjectAddr, Reply, Request};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+pub const POOL: PoolId = PoolId(1);
+pub const IMAGE: ImageId = ImageId(7);
+/// The connection every test client uses.
+pub const CLIENT: ConnId = 1;
+/// Peer frames arrive on a connection per sender.
+fn peer_conn(from: OsdId) -> ConnId {
+    (1 << 40) | u64::from(from.0)
+}
+
+pub fn pg(seq: u32) -> PgId {
+    PgId::new(POOL, seq)
+}
+
+pub fn addr(pg: PgId, object_index: u64) -> ObjectAddr {
+    ObjectAddr {
+        pg,
+        image: IMAGE,
+        object_index,
+    }
+}
+
+/// Small WAL: 8 segments of 256 KiB, batches of 64 KiB (a shard may have 512 KiB of writes
+/// unanswered, one PG 256 KiB).
+pub fn mkfs(id: OsdId) -> Store<SimDisk> {
+    let mut uuid = [0u8; 16];
+    uuid[..4].copy_from_slice(&id.0.to_le_bytes());
+    let opts = MkfsOptions {
+        osd_uuid: uuid,
+        segment_size_bytes: 256 << 10,
+        segment_count: 8,
+        batch_bytes_max: 64 << 10,
+        force: false,
+    };
+    let so = StoreOptions {
+        meta_cache_bytes: 1 << 20,
+        ..StoreOptions::default()
+    };
+    Store::mkfs(SimDisk::new(16 << 20), SimFile::new(), &opts, so).expect("mkfs")
+}
+
+pub fn config(id: OsdId) -> ShardConfig {
+    ShardConfig {
+        osd: id,
+        index: 0,
+        count: 1,
+        pg: PgConfig::default(),
+        pg_seed: u64::from(id.0),
+        log_retain_entries: 4,
+        log_lag_max_entries: 1024,
+        recovery: RecoveryLimits {
+            max_active: 1,
+            bytes_per_sec: 64 << 20,
+            chunk_bytes: 16 << 10,
+            window_chunks: 4,
+            idle_ticks_max: 200,
+        },
+        data_reserve_bytes: 1 << 20,
+        transfer_id_base: u64::from(id.0) << 48,
+        flush_wal_share_divisor: 8,
+        wal_commits_in_flight_max: 1,
+        record_applies: true,
+    }
+}
+
+/// A map with OSDs `osds` (shard count 1) and one pool whose PGs have the given members.
+pub fn map(epoch: u64, osds: &[u32], pgs: &[(u32, &[u32], &[u32])]) -> Arc<ClusterMap> {
+    let ids = |l: &[u32]| l.iter().map(|o| OsdId(*o)).collect::<Vec<_>>();
+    let mut m = ClusterMap {
+        epoch: Epoch(epoch),
+        ..ClusterMap::default()
+    };
+    for o in osds {
+        m.osds.insert(
+            OsdId(*o),
+            OsdInfo {
+                id: OsdId(*o),
+                uuid: format!("osd-{o}"),
+                host: format!("host-{o}"),
+                address: "127.0.0.1".into(),
+                port: 7000 + *o as u16,
+                shards: 1,
+                capacity_bytes: 16 << 20,
+                up: true,
+                is_in: true,
+                pending_create: false,
+                boot_epoch: Epoch(1),
+                config: String::new(),
+            },
+        );
+    }
+    m.pools.insert(
+        POOL,
+        PoolInfo {
+            id: POOL,
+            name: "p".into(),
+            pg_count: pgs.len() as u32,
+            size: 1,
+            failure_domain: FailureDomain::Osd,
+            created_epoch: Epoch(1),
+        },
+    );
+    let mut pgmap = PgMap {
+        pool: POOL,
+        version: 1,
+        pgs: BTreeMap::new(),
+    };
+    for (seq, members, target) in pgs {
+        pgmap.pgs.insert(
+            *seq,
+            PgInfo {
+                version: 1,
+                state: PgState::CREATING,
+                osdlist: ids(members),
+                newosdlist: ids(target),
+                learners: Vec::new(),
+                leader: None,
+                leader_term: Default::default(),
+                conf_index: Default::default(),
+            },
+        );
+    }
+    m.pgmaps.insert(POOL, pgmap);
+    Arc::new(m)
+}
+
+pub fn write(pg: PgId, object: u64, offset: u32, data: &[u8], epoch: u64) -> Request {
+    Request::Write {
+        addr: addr(pg, object),
+        offset,
+        epoch: Epoch(epoch),
+        data: bytes::Bytes::copy_from_slice(data),
+    }
+}
+
+pub fn read(pg: PgId, object: u64, offset: u32, length: u32, epoch: u64) -> Request {
+    Request::Read {
+        addr: addr(pg, object),
+        offset,
+        length,
+        epoch: Epoch(epoch),
+    }
+}
+
+/// Several cores and the frames between them.
+pub struct Cluster {
+    pub cores: BTreeMap<OsdId, ShardCore<SimDisk>>,
+    pub now: Micros,
+    /// Frames in flight: (to, frame). Delivered in order by [`Cluster::settle`].
+    pub wire: VecDeque<(OsdId, OsdId, Request)>,
+    /// OSDs whose frames are dropped (both ways).
+    pub cut: BTreeSet<OsdId>,
+    /// Every reply to the test client: (OSD, request id, reply).
+    pub replies: Vec<(OsdId, u64, Reply)>,
+    pub reports: Vec<(OsdId, Report)>,
+    /// Everything else the steps produced, merged per OSD.
+    pub effects: BTreeMap<OsdId, Vec<Effects>>,
+    /// Drive `WalCommit`/`WalDurable` at once (the OSD's way); otherwise tests step them.
+    pub auto_commit: bool,
+    next_request: u64,
+}
+
+impl Cluster {
+    pub fn new(osds: &[u32]) -> Cluster {
+        Cluster::with(osds, config)
+    }
+
+    pub fn with(osds: &[u32], cfg: impl Fn(OsdId) -> ShardConfig) -> Cluster {
+        let mut cores = BTreeMap::new();
+        for o in osds {
+            let id = OsdId(*o);
+            cores.insert(
+                id,
+                ShardCore::new(cfg(id), mkfs(id), Box::new(|| Micros(0))),
+            );
+        }
+        Cluster {
+            cores,
+            now: Micros(1),
+            wire: VecDeque::new(),
+            cut: BTreeSet::new(),
+            replies: Vec::new(),
+            reports: Vec::new(),
+            effects: BTreeMap::new(),
+            auto_commit: true,
+            next_request: 1,
+        }
+    }
+
+    pub fn core(&self, id: u32) -> &ShardCore<SimDisk> {
+        &self.cores[&OsdId(id)]
+    }
+
+    /// Steps one core and carries out its effects (peer frames queued, replies recorded,
+    /// WAL commits driven if `auto_commit`). Returns the effects of the step itself.
+    pub fn step(&mut self, id: u32, input: Input) -> Effects {
+        let osd = OsdId(id);
+        let now = self.now;
+        let eff = self
+            .cores
+            .get_mut(&osd)
+            .expect("known osd")
+            .step(input, now);
+        self.absorb(osd, &eff);
+        if self.auto_commit && eff.wal_commit_due {
+            self.step(id, Input::WalCommit);
+        }
+        if self.auto_commit && eff.wal_commit_submitted.is_some() {
+            self.step(id, Input::WalDurable);
+        }
+        eff
+    }
+
+    fn absorb(&mut self, osd: OsdId, eff: &Effects) {
+        for (conn, request_id, reply) in &eff.replies {
+            if *conn == CLIENT {
+                self.replies.push((osd, *request_id, reply.clone()));
+            }
+        }
+        for PeerSend { to, req, .. } in &eff.peers {
+            self.wire.push_back((osd, *to, req.clone()));
+        }
+        for r in &eff.reports {
+            let copy = match r {
+                Report::LeaderElected { pg, req } => Report::LeaderElected {
+                    pg: *pg,
+                    req: req.clone(),
+                },
+                Report::MembershipFinished { pg, req } => Report::MembershipFinished {
+                    pg: *pg,
+                    req: req.clone(),
+                },
+                Report::Fatal(f) => Report::Fatal(f.clone()),
+            };
+            self.reports.push((osd, copy));
+        }
+        let summary = Effects {
+            probes: eff.probes.clone(),
+            opened: eff.opened.clone(),
+            removed: eff.removed.clone(),
+            snapshots_installed: eff.snapshots_installed.clone(),
+            applied: eff.applied.clone(),
+            flush_started: eff.flush_started,
+            stages: eff.stages.clone(),
+            ..Effects::default()
+        };
+        self.effects.entry(osd).or_default().push(summary);
+    }
+
+    /// Sends a client request to `id`; returns its request id.
+    pub fn request(&mut self, id: u32, req: Request) -> u64 {
+        let request_id = self.next_request;
+        self.next_request += 1;
+        let arrived = self.now;
+        self.step(
+            id,
+            Input::Request {
+                conn: CLIENT,
+                request_id,
+                req,
+                arrived,
+            },
+        );
+        request_id
+    }
+
+    /// The reply to request `request_id`, if it came.
+    pub fn reply(&self, request_id: u64) -> Option<&Reply> {
+        self.replies
+            .iter()
+            .find(|(_, r, _)| *r == request_id)
+            .map(|(_, _, reply)| reply)
+    }
+
+    /// Delivers frames until none is left (frames to or from a cut OSD are dropped).
+    pub fn settle(&mut self) {
+        let mut delivered = 0;
+        while let Some((from, to, req)) = self.wire.pop_front() {
+            delivered += 1;
+            assert!(delivered < 1_000_000, "frames never settle");
+            if self.cut.contains(&from) || self.cut.contains(&to) || !self.cores.contains_key(&to) {
+                continue;
+            }
+            let arrived = self.now;
+            self.step(
+                to.0,
+                Input::Request {
+                    conn: peer_conn(from),
+                    request_id: 0,
+                    req,
+                    arrived,
+                },
+            );
+        }
+    }
+
+    /// Advances time by one tick (100 ms) and ticks every core, then settles.
+    pub fn tick(&mut self) {
+        self.now = Micros(self.now.0 + 100_000);
+        let ids: Vec<u32> = self.cores.keys().map(|o| o.0).collect();
+        for id in ids {
+            self.step(id, Input::Tick);
+        }
+        self.settle();
+    }
+
+    pub fn map(&mut self, m: Arc<ClusterMap>) {
+        let ids: Vec<u32> = self.cores.keys().map(|o| o.0).collect();
+        for id in ids {
+            self.step(id, Input::Map(m.clone()));
+        }
+        self.settle();
+    }
+
+    /// Ticks until `id` leads `pg` (at most 100 ticks).
+    pub fn elect(&mut self, id: u32, pg: PgId) {
+        for _ in 0..100 {
+            if self.core(id).replica(pg).is_some_and(|r| r.is_leader()) {
+                return;
+            }
+            self.tick();
+        }
+        panic!("osd {id} did not become leader of {pg}");
+    }
+
+    /// Sum of a probe over every step of `id`.
+    pub fn probe(&self, id: u32, f: impl Fn(&fastblock_shard::Probes) -> u64) -> u64 {
+        self.effects
+            .get(&OsdId(id))
+            .map_or(0, |l| l.iter().map(|e| f(&e.probes)).sum())
+    }
+}

@@ -1,0 +1,482 @@
+//! Unit tests of the shard core itself: no sockets, no threads, no clock; cores on the
+//! store's in-memory disk, stepped by `harness::Cluster`.
+
+mod harness;
+
+use fastblock_shard::{Input, Micros, Report};
+use fastblock_types::OsdId;
+use fastblock_wire::{Reply, Request, Status};
+use harness::{pg, read, write, Cluster};
+
+fn status(reply: Option<&Reply>) -> Option<Status> {
+    match reply {
+        Some(Reply::Error { status, .. }) => Some(*status),
+        Some(_) => Some(Status::Ok),
+        None => None,
+    }
+}
+
+/// One OSD leading PG 0 alone.
+fn single() -> Cluster {
+    let mut c = Cluster::new(&[1]);
+    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    c
+}
+
+// ---- admission ----
+
+#[test]
+fn a_write_is_answered_and_read_back() {
+    let mut c = single();
+    let w = c.request(1, write(pg(0), 3, 4096, &[7u8; 4096], 1));
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    let r = c.request(1, read(pg(0), 3, 4096, 4096, 1));
+    c.settle();
+    for _ in 0..3 {
+        if c.reply(r).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![7u8; 4096].into())));
+}
+
+#[test]
+fn malformed_and_misrouted_requests_are_refused_with_their_status() {
+    let mut c = single();
+    // Beyond the request size limit.
+    let big = c.request(1, read(pg(0), 0, 0, 9 << 20, 1));
+    assert_eq!(status(c.reply(big)), Some(Status::InvalidArgument));
+    // A PG the map does not have.
+    let unknown = c.request(1, write(pg(9), 0, 0, &[1u8; 512], 1));
+    assert_eq!(status(c.reply(unknown)), Some(Status::NoSuchPg));
+    // A write larger than a WAL batch (64 KiB here) can never be logged.
+    let huge = c.request(1, write(pg(0), 0, 0, &vec![1u8; 128 << 10], 1));
+    assert_eq!(status(c.reply(huge)), Some(Status::InvalidArgument));
+    // An undecodable payload: unknown kinds and bad fields are told apart by type.
+    let eff = c.step(
+        1,
+        Input::BadRequest {
+            conn: harness::CLIENT,
+            request_id: 99,
+            error: fastblock_wire::WireError::UnknownKind(200),
+        },
+    );
+    assert!(matches!(
+        eff.replies.as_slice(),
+        [(
+            _,
+            99,
+            Reply::Error {
+                status: Status::UnknownOp,
+                ..
+            }
+        )]
+    ));
+}
+
+/// Moves PG 0 from OSD 1 to OSD 2 the way the monitor does: a target membership (epoch
+/// `epoch`), the leader's joint-consensus change, then the map recording the new members.
+fn remap_pg0_from_1_to_2(c: &mut Cluster, epoch: u64) {
+    c.map(harness::map(epoch, &[1, 2], &[(0, &[1], &[2])]));
+    for _ in 0..300 {
+        let finished = c.reports.iter().any(|(_, r)| {
+            matches!(r, Report::MembershipFinished { pg: p, req } if *p == pg(0) && req.voters == vec![OsdId(2)])
+        });
+        if finished {
+            break;
+        }
+        c.tick();
+    }
+    c.map(harness::map(epoch + 1, &[1, 2], &[(0, &[2], &[])]));
+    for _ in 0..100 {
+        if c.core(1).replica(pg(0)).is_none() {
+            break;
+        }
+        c.tick();
+    }
+}
+
+#[test]
+fn a_client_with_an_old_map_never_gets_an_answer_from_a_replica_that_left() {
+    // Epoch 1: PG 0 on OSD 1. Epochs 2-3: it moves to OSD 2, and OSD 1 removes its replica.
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(harness::map(1, &[1, 2], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    let w = c.request(1, write(pg(0), 0, 0, &[5u8; 512], 1));
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    remap_pg0_from_1_to_2(&mut c, 2);
+    assert!(c.core(1).replica(pg(0)).is_none(), "osd 1 removed pg 0");
+    assert!(c.core(2).replica(pg(0)).is_some_and(|r| r.is_leader()));
+    // A client still at epoch 1 reads and writes at OSD 1: StaleEpoch, never data.
+    let r = c.request(1, read(pg(0), 0, 0, 512, 1));
+    assert_eq!(status(c.reply(r)), Some(Status::StaleEpoch));
+    let w = c.request(1, write(pg(0), 0, 0, &[6u8; 512], 1));
+    assert_eq!(status(c.reply(w)), Some(Status::StaleEpoch));
+    // A client ahead of OSD 1's map hears StaleEpoch too (OSD 1 is behind: retry).
+    let ahead = c.request(1, read(pg(0), 0, 0, 512, 9));
+    assert_eq!(status(c.reply(ahead)), Some(Status::StaleEpoch));
+    // At the same epoch, a PG the map places elsewhere is simply not ready here.
+    let same = c.request(1, read(pg(0), 0, 0, 512, 3));
+    assert_eq!(status(c.reply(same)), Some(Status::NotReady));
+    assert!(c.probe(1, |p| p.stale_epoch) >= 3);
+    // The client that refreshed its map reads the data at OSD 2.
+    let r = c.request(2, read(pg(0), 0, 0, 512, 3));
+    for _ in 0..3 {
+        if c.reply(r).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![5u8; 512].into())));
+}
+
+#[test]
+fn a_pg_that_cannot_commit_refuses_writes_alone() {
+    // PG 0 on OSDs 1 and 2 (needs both to commit), PG 1 on OSD 1 alone.
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(harness::map(
+        1,
+        &[1, 2],
+        &[(0, &[1, 2], &[]), (1, &[1], &[])],
+    ));
+    c.elect(1, pg(0));
+    c.elect(1, pg(1));
+    // OSD 2 goes silent: PG 0 can no longer commit.
+    c.cut.insert(OsdId(2));
+    let chunk = vec![3u8; 32 << 10];
+    let mut busy = None;
+    for i in 0..64 {
+        let id = c.request(1, write(pg(0), i, 0, &chunk, 1));
+        if let Some(Status::Busy) = status(c.reply(id)) {
+            busy = Some(i);
+            break;
+        }
+        assert!(c.reply(id).is_none(), "no answer without a majority");
+    }
+    let busy = busy.expect("pg 0 refuses writes once its share of the WAL is taken");
+    // The PG budget (one 256 KiB segment here) is what stopped it.
+    assert_eq!(busy, 8, "8 writes of 32 KiB fill a 256 KiB per-PG budget");
+    assert!(c.probe(1, |p| p.pg_log_full) >= 1);
+    // PG 1 on the same shard keeps serving.
+    let other = c.request(1, write(pg(1), 0, 0, &chunk, 1));
+    assert_eq!(c.reply(other), Some(&Reply::Ok));
+}
+
+#[test]
+fn a_connection_closing_frees_its_inflight_count() {
+    let mut c = Cluster::with(&[1, 2], |id| {
+        let mut cfg = harness::config(id);
+        // Above the connection's limit, so that the connection's limit is what refuses.
+        cfg.pg.pending_ops_max = 2 * fastblock_shard::CONN_INFLIGHT_OPS_MAX;
+        cfg
+    });
+    c.map(harness::map(1, &[1, 2], &[(0, &[1, 2], &[])]));
+    c.elect(1, pg(0));
+    // Without OSD 2 no read index is confirmed: reads stay in flight.
+    c.cut.insert(OsdId(2));
+    // Past the lease, so that reads wait for a quorum that never answers.
+    for _ in 0..3 {
+        c.tick();
+    }
+    let max = fastblock_shard::CONN_INFLIGHT_OPS_MAX as u64;
+    for i in 0..max {
+        let id = c.request(1, read(pg(0), i, 0, 512, 1));
+        assert!(c.reply(id).is_none(), "read {i} answered without a quorum");
+    }
+    let over = c.request(1, read(pg(0), 0, 0, 512, 1));
+    assert_eq!(status(c.reply(over)), Some(Status::Busy));
+    // The client goes away: a new connection with the same id starts from zero.
+    c.step(
+        1,
+        Input::Closed {
+            conn: harness::CLIENT,
+        },
+    );
+    let again = c.request(1, read(pg(0), 0, 0, 512, 1));
+    assert!(c.reply(again).is_none(), "admitted again after the close");
+}
+
+#[test]
+fn a_pg_that_cannot_commit_does_not_fill_the_wal_for_the_others() {
+    // PG 0 needs OSDs 1 and 2; OSD 2 goes silent with PG 0's writes logged, uncommitted, in
+    // the oldest WAL segment. PG 1 on OSD 1 alone then writes four times the WAL's size.
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(harness::map(
+        1,
+        &[1, 2],
+        &[(0, &[1, 2], &[]), (1, &[1], &[])],
+    ));
+    c.elect(1, pg(0));
+    c.elect(1, pg(1));
+    c.cut.insert(OsdId(2));
+    for i in 0..4 {
+        c.request(1, write(pg(0), i, 0, &[1u8; 32 << 10], 1));
+    }
+    let (first, last) = c.core(1).store().log_bounds(pg(0));
+    let chunk = vec![2u8; 32 << 10];
+    // 8 MiB through a 2 MiB WAL.
+    for i in 0..256u64 {
+        let id = c.request(1, write(pg(1), i % 16, 0, &chunk, 1));
+        assert_eq!(c.reply(id), Some(&Reply::Ok), "write {i} to pg 1");
+        if i % 32 == 0 {
+            c.tick();
+        }
+    }
+    assert!(
+        !c.reports.iter().any(|(_, r)| matches!(r, Report::Fatal(_))),
+        "the shard never stopped"
+    );
+    assert!(
+        c.probe(1, |p| p.log_rewrites) > 0,
+        "pg 0's entries were moved"
+    );
+    // PG 0 kept its uncommitted writes (only what it had applied was compacted): nothing
+    // was lost, only moved.
+    let applied = c.core(1).replica(pg(0)).expect("hosted").applied().0;
+    let (first_after, last_after) = c.core(1).store().log_bounds(pg(0));
+    assert_eq!(last_after, last);
+    assert!(
+        first >= 1 && first_after <= applied + 1 && last - applied >= 4,
+        "{first_after}..{last_after}, applied {applied}"
+    );
+}
+
+// ---- the WAL commit cycle, apply ordering ----
+
+#[test]
+fn a_write_is_answered_only_after_its_commit_is_durable() {
+    let mut c = single();
+    c.auto_commit = false;
+    let id = c.request(1, write(pg(0), 1, 0, &[9u8; 512], 1));
+    assert!(c.reply(id).is_none());
+    assert!(c.core(1).commit_pending());
+    // The runtime must step WalCommit next; meanwhile inputs wait in the core.
+    let queued = c.request(1, write(pg(0), 2, 0, &[8u8; 512], 1));
+    let eff = c.step(1, Input::WalCommit);
+    assert!(eff.wal_commit_submitted.is_some());
+    assert!(c.reply(id).is_none(), "written but not durable: no answer");
+    c.step(1, Input::WalDurable);
+    // Durable and committed (one member): applied and answered; the queued write went on.
+    assert_eq!(c.reply(id), Some(&Reply::Ok));
+    assert!(c.reply(queued).is_none() || c.reply(queued) == Some(&Reply::Ok));
+    for _ in 0..4 {
+        if c.core(1).commit_pending() {
+            if c.core(1).commits_in_flight() == 0 {
+                c.step(1, Input::WalCommit);
+            }
+            c.step(1, Input::WalDurable);
+        }
+    }
+    assert_eq!(c.reply(queued), Some(&Reply::Ok));
+}
+
+#[test]
+#[should_panic(expected = "WalDurable without a commit in flight")]
+fn a_durability_notice_without_a_commit_is_a_runtime_bug() {
+    let mut c = single();
+    c.step(1, Input::WalDurable);
+}
+
+#[test]
+fn entries_apply_in_log_order_and_commit_only_hard_states_skip_the_sync() {
+    let mut c = single();
+    let mut ids = Vec::new();
+    for v in 1..=5u8 {
+        ids.push(c.request(1, write(pg(0), 0, 0, &[v; 512], 1)));
+    }
+    for id in &ids {
+        assert_eq!(c.reply(*id), Some(&Reply::Ok));
+    }
+    let applied: Vec<u64> = c.effects[&OsdId(1)]
+        .iter()
+        .flat_map(|e| e.applied.iter().filter(|a| a.pg == pg(0)).map(|a| a.index))
+        .collect();
+    assert!(
+        applied.windows(2).all(|w| w[1] == w[0] + 1),
+        "gapless, in order: {applied:?}"
+    );
+    let r = c.request(1, read(pg(0), 0, 0, 512, 1));
+    for _ in 0..3 {
+        if c.reply(r).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![5u8; 512].into())));
+    // After a write commits, the hard state that moves only the commit index is not synced.
+    assert!(c.probe(1, |p| p.must_sync_skipped) > 0);
+}
+
+#[test]
+#[should_panic(expected = "time went backwards")]
+fn time_never_goes_back() {
+    let mut c = single();
+    c.now = Micros(c.now.0 - 1);
+    c.step(1, Input::Tick);
+}
+
+// ---- flush and compaction ----
+
+#[test]
+fn a_flush_lets_the_log_be_compacted_behind_it() {
+    let mut c = single();
+    for i in 0..40 {
+        let id = c.request(1, write(pg(0), i % 4, 0, &[i as u8; 4096], 1));
+        assert_eq!(c.reply(id), Some(&Reply::Ok));
+    }
+    let (first_before, last) = c.core(1).store().log_bounds(pg(0));
+    // No flush runner: the store commits inline and the core compacts at once.
+    let eff = c.step(1, Input::FlushDue);
+    assert!(eff.flush_started);
+    let (first_after, _) = c.core(1).store().log_bounds(pg(0));
+    let flushed = c.core(1).store().flushed_applied_index(pg(0));
+    assert!(flushed >= last - 1, "flushed {flushed}, last {last}");
+    // Compacted to `log_retain_entries` (4) behind the flushed applied index.
+    assert!(first_after > first_before);
+    assert_eq!(first_after, flushed - 4 + 1);
+    // Nothing applied since: the next timer does nothing.
+    assert!(!c.step(1, Input::FlushDue).flush_started);
+}
+
+// ---- hosting ----
+
+#[test]
+fn hosting_follows_the_map_and_ignores_an_older_one() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(harness::map(
+        3,
+        &[1, 2],
+        &[(0, &[1], &[]), (1, &[2], &[]), (2, &[1], &[])],
+    ));
+    let hosted: Vec<_> = c.core(1).hosted().collect();
+    assert_eq!(hosted, vec![pg(0), pg(2)]);
+    // An older map changes nothing.
+    c.map(harness::map(2, &[1, 2], &[(0, &[2], &[])]));
+    assert_eq!(c.core(1).hosted().count(), 2);
+    assert_eq!(c.core(1).map_epoch().0, 3);
+    c.elect(1, pg(2));
+    let w = c.request(1, write(pg(2), 0, 0, &[4u8; 4096], 3));
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    // The pool shrinks to two PGs (as if pg 2 were deleted): its replica and data go.
+    c.map(harness::map(4, &[1, 2], &[(0, &[1], &[]), (1, &[2], &[])]));
+    assert_eq!(c.core(1).hosted().collect::<Vec<_>>(), vec![pg(0)]);
+    assert!(c.core(1).store().pg_log(pg(2)).is_none(), "log removed");
+    assert!(c.effects[&OsdId(1)]
+        .iter()
+        .any(|e| e.removed == vec![pg(2)]));
+}
+
+#[test]
+fn a_new_leader_reports_itself_until_the_map_records_it() {
+    let mut c = single();
+    let reported = c
+        .reports
+        .iter()
+        .filter(|(o, r)| {
+            *o == OsdId(1) && matches!(r, Report::LeaderElected { pg: p, .. } if *p == pg(0))
+        })
+        .count();
+    assert!(reported >= 1);
+    // The map does not record it yet: the next map makes it report again.
+    c.map(harness::map(2, &[1], &[(0, &[1], &[])]));
+    let again = c
+        .reports
+        .iter()
+        .filter(|(_, r)| matches!(r, Report::LeaderElected { .. }))
+        .count();
+    assert_eq!(again, reported + 1);
+}
+
+// ---- recovery ----
+
+#[test]
+fn a_new_member_gets_a_snapshot_of_the_objects_and_serves_them() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(harness::map(1, &[1, 2], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    for i in 0..6 {
+        let id = c.request(1, write(pg(0), i, 0, &[i as u8 + 1; 8192], 1));
+        assert_eq!(c.reply(id), Some(&Reply::Ok));
+    }
+    // Let the leader compact its log so the new member needs a snapshot.
+    c.step(1, Input::FlushDue);
+    // Target membership: OSDs 1 and 2.
+    c.map(harness::map(2, &[1, 2], &[(0, &[1], &[1, 2])]));
+    for _ in 0..100 {
+        if !c
+            .effects
+            .get(&OsdId(2))
+            .is_some_and(|l| l.iter().any(|e| !e.snapshots_installed.is_empty()))
+        {
+            c.tick();
+        }
+    }
+    assert!(
+        c.probe(1, |p| p.transfers_started) >= 1,
+        "a transfer started"
+    );
+    assert!(
+        c.effects[&OsdId(2)]
+            .iter()
+            .any(|e| !e.snapshots_installed.is_empty()),
+        "osd 2 installed a snapshot"
+    );
+    // Its copy of every object is the leader's.
+    for i in 0..6u64 {
+        let eff = c.step(
+            2,
+            Input::Request {
+                conn: 5,
+                request_id: 500 + i,
+                req: Request::ReplicaRead {
+                    addr: harness::addr(pg(0), i),
+                    offset: 0,
+                    length: 8192,
+                },
+                arrived: c.now,
+            },
+        );
+        assert_eq!(
+            eff.replies[0].2,
+            Reply::Data(vec![i as u8 + 1; 8192].into()),
+            "object {i} on osd 2"
+        );
+    }
+}
+
+#[test]
+fn snapshot_chunks_respect_the_rate_limit() {
+    let mut c = Cluster::with(&[1, 2], |id| {
+        let mut cfg = harness::config(id);
+        // 64 KiB/s: at most a tenth of a second of burst (6.4 KiB) plus one 16 KiB chunk.
+        cfg.recovery.bytes_per_sec = 64 << 10;
+        cfg
+    });
+    c.map(harness::map(1, &[1, 2], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    for i in 0..8 {
+        let id = c.request(1, write(pg(0), i, 0, &[9u8; 32 << 10], 1));
+        assert_eq!(c.reply(id), Some(&Reply::Ok));
+    }
+    c.step(1, Input::FlushDue);
+    c.map(harness::map(2, &[1, 2], &[(0, &[1], &[1, 2])]));
+    let start = c.now;
+    for _ in 0..20 {
+        c.tick();
+    }
+    let chunk_bytes = c
+        .core(1)
+        .stats()
+        .first()
+        .map_or(0, |s| s.recovery_done_bytes);
+    let elapsed_s = c.now.since(start) as f64 / 1e6;
+    let allowed =
+        (64u64 << 10) as f64 * elapsed_s + (64u64 << 10) as f64 / 10.0 + (16 << 10) as f64 * 2.0;
+    assert!(chunk_bytes > 0, "recovery made progress");
+    assert!(
+        (chunk_bytes as f64) <= allowed,
+        "sent {chunk_bytes} bytes in {elapsed_s} s, limit {allowed}"
+    );
+}
