@@ -8,6 +8,7 @@ use crate::shard::{self, ShardCommand, ShardEvent, ShardHandle, ShardSpec};
 use anyhow::{bail, Context, Result};
 use fastblock_monclient::MonClient;
 use fastblock_pg::PgConfig;
+use fastblock_shard::RecoveryLimits;
 use fastblock_types::api::{BootRequest, ErrorCode, HeartbeatRequest};
 use fastblock_types::Epoch;
 use std::path::PathBuf;
@@ -78,10 +79,10 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             log_retain_entries: config.log_retain_entries,
             log_lag_max_entries: config.log_lag_max_entries,
             seed: seed.wrapping_add(u64::from(index)),
-            recovery: crate::shard::recovery::RecoveryLimits {
-                max_active: (config.recovery_max_active / identity.shards as usize).max(1),
-                bytes_per_sec: (config.recovery_bytes_per_sec / u64::from(identity.shards)).max(1),
-            },
+            recovery: RecoveryLimits::osd(
+                (config.recovery_max_active / identity.shards as usize).max(1),
+                (config.recovery_bytes_per_sec / u64::from(identity.shards)).max(1),
+            ),
             stages: metrics.osd.shard(index),
         };
         shards.push(shard::spawn(spec, listener, events_tx.clone())?);
@@ -154,7 +155,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
                         }
                     });
                 }
-                Some(ShardEvent::Fatal { shard, reason }) => break Err(anyhow::anyhow!("shard {shard} failed: {reason}")),
+                Some(ShardEvent::Fatal { shard, failure }) => break Err(anyhow::anyhow!("shard {shard} failed: {failure}")),
                 None => break Err(anyhow::anyhow!("all shards stopped")),
             },
         }

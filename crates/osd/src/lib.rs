@@ -5,15 +5,18 @@
 //! - [`identity`]: the OSD's id, uuid and shard count beside its data (`<data>.osd.json`).
 //! - [`region`]: each shard's region of the device.
 //! - [`mkfs`]: formatting a device and registering a new OSD id with the monitor.
-//! - [`shard`]: one data-path thread: store, PG replicas, connections, the group-commit loop.
+//! - [`shard`]: one data-path thread: the runtime around the shard core
+//!   ([`fastblock_shard::ShardCore`], which holds the store and the PG replicas and makes
+//!   every protocol and durability decision) with the shard's connections, timers and clock.
 //! - [`control`]: boot, heartbeats (with IO counters), following the map by long-poll,
 //!   reporting new PG leaders, fail-stop.
-//! - [`stages`]: per-stage latency histograms of the IO path; [`metrics`]: `/metrics`.
+//! - [`stages`]: per-stage latency histograms of the IO path (the core times the stages, the
+//!   runtime records them); [`metrics`]: `/metrics`.
 //!
-//! Threads: one per shard (each a single-threaded runtime owning its io_uring, PGs and
-//! sockets; a PG belongs to exactly one shard, chosen by `route::pg_shard`) and its flusher
-//! (the metadata commit of each flush), plus the control runtime. Shards share nothing; the
-//! control task talks to them over channels.
+//! Threads: one per shard (each a single-threaded tokio runtime owning its core, with its
+//! io_uring, PGs and store, and its sockets; a PG belongs to exactly one shard, chosen by
+//! `route::pg_shard`) and its flusher (the metadata commit of each flush), plus the control
+//! runtime. Shards share nothing; the control task talks to them over channels.
 
 pub mod control;
 pub mod identity;

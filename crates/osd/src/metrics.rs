@@ -1,6 +1,7 @@
 //! The OSD's Prometheus endpoint: `GET /metrics` on `--metrics-addr` (off unless given), in
 //! the OpenMetrics text format. What it exports is listed in `docs/metrics.md`; the per-stage
-//! histograms are in [`crate::stages`].
+//! histograms are in [`crate::stages`] (timed by the shard core, recorded by each shard's
+//! runtime).
 //!
 //! The server runs on the control runtime, never on a shard thread: a scrape reads the
 //! shards' histograms (each behind an uncontended lock) and does not disturb their loops.

@@ -22,15 +22,18 @@
 //! max(own commit, network + follower commit + network) plus loop time. `wal_commit_ops`
 //! counts log entries per group commit (how much batching there is).
 //!
-//! Observing costs two clock reads and one uncontended lock per stage; the shard thread is
-//! the only writer of its histograms, and a scrape only reads them.
+//! Who measures what: the shard core (`fastblock_shard`) times every stage but `reply` on
+//! the shard's clock and returns the timings with each step's effects; the runtime
+//! (`crate::shard::runtime`) records them here, and measures `reply` (it owns the sockets)
+//! and counts loop iterations itself. Observing costs one uncontended lock per stage; the
+//! shard thread is the only writer of its histograms, and a scrape only reads them.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bucket bounds in microseconds: 1-2-5 steps from 5 µs to 2 s.
 pub const LATENCY_BUCKETS_US: [f64; 18] = [
@@ -56,53 +59,8 @@ pub const LATENCY_BUCKETS_US: [f64; 18] = [
 /// Bucket bounds of the log entries per group commit.
 pub const BATCH_BUCKETS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0];
 
-/// The stages of [the module doc](self).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
-    Queue,
-    WalCommit,
-    Replication,
-    Apply,
-    ReadIndex,
-    Read,
-    Reply,
-    OpWrite,
-    OpRead,
-    RaftQueue,
-    Flush,
-}
-
-impl Stage {
-    pub const ALL: [Stage; 11] = [
-        Stage::Queue,
-        Stage::WalCommit,
-        Stage::Replication,
-        Stage::Apply,
-        Stage::ReadIndex,
-        Stage::Read,
-        Stage::Reply,
-        Stage::OpWrite,
-        Stage::OpRead,
-        Stage::RaftQueue,
-        Stage::Flush,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Queue => "queue",
-            Stage::WalCommit => "wal_commit",
-            Stage::Replication => "replication",
-            Stage::Apply => "apply",
-            Stage::ReadIndex => "read_index",
-            Stage::Read => "read",
-            Stage::Reply => "reply",
-            Stage::OpWrite => "op_write",
-            Stage::OpRead => "op_read",
-            Stage::RaftQueue => "raft_queue",
-            Stage::Flush => "flush",
-        }
-    }
-}
+/// The stages of [the module doc](self), timed by the shard core.
+pub use fastblock_shard::Stage;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StageLabels {
@@ -202,13 +160,9 @@ impl ShardStages {
         self.histograms[stage as usize].observe(micros(took));
     }
 
-    /// Observes the time from `since` to `now`.
-    pub fn since(&self, stage: Stage, since: Instant, now: Instant) {
-        self.observe(stage, now.saturating_duration_since(since));
-    }
-
-    pub fn wal_commit(&self, took: Duration, entries: usize) {
-        self.observe(Stage::WalCommit, took);
+    /// Counts the log entries of one WAL group commit (its time is the `wal_commit` stage,
+    /// observed with the other stages).
+    pub fn wal_commit(&self, entries: usize) {
         self.wal_commit_ops.observe(entries as f64);
     }
 
@@ -236,9 +190,9 @@ mod tests {
         let s0 = metrics.shard(0);
         let _s1 = metrics.shard(1);
         s0.observe(Stage::WalCommit, Duration::from_micros(150));
-        s0.wal_commit(Duration::from_micros(300), 3);
-        let t = Instant::now();
-        s0.since(Stage::Reply, t, t + Duration::from_micros(7));
+        s0.observe(Stage::WalCommit, Duration::from_micros(300));
+        s0.wal_commit(3);
+        s0.observe(Stage::Reply, Duration::from_micros(7));
         s0.iteration();
         let mut text = String::new();
         encode(&mut text, &registry).expect("encodes");

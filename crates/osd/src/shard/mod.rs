@@ -1,31 +1,30 @@
-//! One data-path shard: a thread with a single-threaded tokio runtime that owns one store
-//! (its region of the device, its WAL, its io_uring), the PGs that hash to it, and its
-//! connections. The control task talks to it only through [`ShardCommand`] and
-//! [`ShardEvent`].
+//! One data-path shard: a thread with a single-threaded tokio runtime that owns one shard
+//! core (with its store: its region of the device, its WAL, its io_uring; and the PGs that
+//! hash to it) and the shard's connections. The control task talks to it only through
+//! [`ShardCommand`] and [`ShardEvent`].
 //!
-//! - [`net`]: connections and peer links.
-//! - [`core`]: the loop: inputs → PG replicas → one WAL commit → apply → replies.
-//! - [`hosting`]: which PGs live here, from the cluster map.
-//! - [`requests`]: client and peer requests.
-//! - [`recovery`]: snapshot transfer of PGs to members that need one, rate-limited.
-//! - [`wal_fit`]: cutting log writes into WAL batches; mutations too large for one.
+//! Every protocol and durability decision is made by the sans-IO core,
+//! [`fastblock_shard::ShardCore`] (the simulator drives the same core). This module is only
+//! its runtime:
+//!
+//! - [`net`]: connections and peer links; reader tasks turn frames into the core's inputs.
+//! - [`runtime`]: the loop: waits for sockets, timers, commands and the flusher thread,
+//!   steps the core, and carries out its effects (replies, peer frames, reports, stage
+//!   timings, the WAL commit cycle).
 
-pub mod core;
-pub mod hosting;
 pub mod net;
-pub mod recovery;
-pub mod requests;
-pub mod wal_fit;
+pub mod runtime;
 
 use crate::region::RegionDisk;
 use fastblock_pg::PgConfig;
+use fastblock_shard::{Micros, RecoveryLimits, ShardFailure};
 use fastblock_store::{Store, StoreOptions, UringDisk};
 use fastblock_types::api::{LeaderElectedRequest, MembershipFinishedRequest, PgIoCounters};
 use fastblock_types::map::ClusterMap;
 use fastblock_types::{OsdId, PgId};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 pub type ShardDisk = RegionDisk<UringDisk>;
@@ -46,8 +45,10 @@ pub struct ShardSpec {
     pub log_retain_entries: u64,
     /// A member further behind than this is caught up by snapshot, not from the log.
     pub log_lag_max_entries: u64,
+    /// Seed of the replicas' election timeouts.
     pub seed: u64,
-    pub recovery: recovery::RecoveryLimits,
+    /// Snapshot transfers this shard sends at a time, and their bandwidth.
+    pub recovery: RecoveryLimits,
     /// Where the shard records its per-stage latencies.
     pub stages: crate::stages::ShardStages,
 }
@@ -72,8 +73,28 @@ pub enum ShardEvent {
     /// The shard stopped serving (an I/O error or a corrupt log): the OSD must stop.
     Fatal {
         shard: u32,
-        reason: String,
+        failure: ShardFailure,
     },
+}
+
+/// The shard's monotonic clock: microseconds since the shard started. Stamps requests as
+/// they are read, gives every step its `now`, and is the core's metrics clock, so all of
+/// them are on one time line.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    pub fn start() -> Clock {
+        Clock {
+            origin: Instant::now(),
+        }
+    }
+
+    pub fn now(&self) -> Micros {
+        Micros(u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX))
+    }
 }
 
 pub struct ShardHandle {
@@ -111,7 +132,7 @@ pub fn spawn(
             };
             let local = tokio::task::LocalSet::new();
             local.block_on(&runtime, async move {
-                let shard = match core::Shard::open(spec, listener, events) {
+                let shard = match runtime::Runtime::open(spec, listener, events) {
                     Ok(shard) => {
                         let _ = ready_tx.send(Ok(()));
                         shard

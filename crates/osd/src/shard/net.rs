@@ -1,15 +1,19 @@
 //! Connections of one shard. Everything runs on the shard's thread (a `LocalSet`), so state is
 //! shared with `Rc<RefCell<..>>` and never locked.
 //!
-//! - Reader tasks decode frames and queue [`Input`]s for the shard loop, then wake it.
+//! - Reader tasks decode frames into the core's [`Input`]s (`Request`, `BadRequest`, and
+//!   `Closed` when the connection ends), queue them for the runtime, then wake it.
 //! - Outgoing bytes are appended to a connection's buffer and written at once with
-//!   `try_write` by the loop itself (so replies and Raft messages leave before the loop blocks
-//!   on the next fdatasync); whatever the socket does not take is written by the
+//!   `try_write` by the runtime itself (so replies and Raft messages leave before the loop
+//!   blocks on the next fdatasync); whatever the socket does not take is written by the
 //!   connection's writer task when the socket becomes writable.
-//! - Buffers are bounded: a client whose buffer exceeds `out_bytes_max` is disconnected (it
-//!   does not read its replies); a peer link drops Raft messages instead (Raft retransmits).
+//! - Buffers are bounded: a client whose buffer exceeds [`OUT_BYTES_MAX`] is disconnected (it
+//!   does not read its replies); a peer link drops frames instead (Raft retransmits, a
+//!   snapshot transfer times out and restarts).
 
+use super::Clock;
 use bytes::{Buf, BytesMut};
+use fastblock_shard::Input;
 use fastblock_types::{Epoch, OsdId};
 use fastblock_wire::{Frame, FrameDecoder, Request};
 use std::cell::RefCell;
@@ -21,7 +25,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Notify;
 
-pub type ConnId = u64;
+pub use fastblock_shard::ConnId;
 
 /// Largest frame payload accepted (an object of 64 MiB plus headers would not fit; IO is split
 /// by clients into pieces ≤ 4 MiB + slack).
@@ -29,27 +33,7 @@ pub const FRAME_PAYLOAD_BYTES_MAX: u32 = 16 << 20;
 /// Per-connection unsent bytes before a client is dropped or a peer's messages are shed.
 pub const OUT_BYTES_MAX: usize = 64 << 20;
 
-/// What reader tasks hand to the loop.
-pub enum Input {
-    Request {
-        conn: ConnId,
-        request_id: u64,
-        req: Request,
-        /// When its bytes were read (for the `queue` stage).
-        arrived: Instant,
-    },
-    /// A well-framed request the decoder could not parse: answered with an error.
-    BadRequest {
-        conn: ConnId,
-        request_id: u64,
-        reason: String,
-    },
-    Closed {
-        conn: ConnId,
-        reason: String,
-    },
-}
-
+/// What reader tasks hand to the runtime, in arrival order.
 pub type InputQueue = Rc<RefCell<VecDeque<Input>>>;
 
 /// The sending side of a connection.
@@ -131,6 +115,7 @@ pub async fn reader_task(
     mut stream: OwnedReadHalf,
     inputs: InputQueue,
     wake_loop: Arc<Notify>,
+    clock: Clock,
 ) {
     let mut buf = BytesMut::with_capacity(256 << 10);
     let mut decoder = FrameDecoder::new(FRAME_PAYLOAD_BYTES_MAX);
@@ -140,7 +125,7 @@ pub async fn reader_task(
             Ok(_) => {}
             Err(e) => break format!("read error: {e}"),
         }
-        let arrived = Instant::now();
+        let arrived = clock.now();
         let mut framing_error = None;
         loop {
             match decoder.decode(&mut buf) {
@@ -162,13 +147,12 @@ pub async fn reader_task(
             break reason;
         }
     };
-    inputs
-        .borrow_mut()
-        .push_back(Input::Closed { conn, reason });
+    tracing::debug!(conn, "connection closed: {reason}");
+    inputs.borrow_mut().push_back(Input::Closed { conn });
     wake_loop.notify_one();
 }
 
-fn decode_request(conn: ConnId, frame: &Frame, arrived: Instant) -> Input {
+fn decode_request(conn: ConnId, frame: &Frame, arrived: fastblock_shard::Micros) -> Input {
     match Request::decode(frame) {
         Ok(req) => Input::Request {
             conn,
@@ -176,10 +160,10 @@ fn decode_request(conn: ConnId, frame: &Frame, arrived: Instant) -> Input {
             req,
             arrived,
         },
-        Err(e) => Input::BadRequest {
+        Err(error) => Input::BadRequest {
             conn,
             request_id: frame.request_id,
-            reason: e.to_string(),
+            error,
         },
     }
 }

@@ -1,0 +1,494 @@
+//! The shard's runtime around [`ShardCore`]: it owns the sockets, the timers and the clock,
+//! and makes no protocol or durability decision of its own.
+//!
+//! One loop iteration:
+//!
+//! 1. wait for a command, a wake-up (a socket read, an accepted connection, the flusher
+//!    thread), the tick timer or the flush timer (`select!`, biased towards commands);
+//! 2. hand everything that arrived to ONE [`ShardCore::step_batch`]: the new map, the flush
+//!    timer, a finished flush, every queued network input, then the tick. One batch lets the
+//!    PGs of all those inputs share the next WAL commit (group commit across PGs);
+//! 3. carry out the effects: replies into connection buffers, frames to peer links, reports
+//!    to the control task, stage timings into histograms; then write the sockets at once;
+//! 4. only then, when the core asks for it ([`Effects::wal_commit_due`]), step `WalCommit`
+//!    (one write, one fdatasync): the replies and a leader's Raft appends are already on the
+//!    wire, so the followers' fdatasync overlaps ours. The io_uring disk syncs before
+//!    returning, so the commit is durable when that step returns: step `WalDurable` at once
+//!    (`wal_commits_in_flight_max` is 1). Carry out each step's effects the same way until a
+//!    step asks for neither.
+//!
+//! After [`Report::Fatal`] the runtime keeps serving: the core answers client requests with
+//! `IoError` itself, and the control task, told at once, stops the OSD.
+
+use super::net::{self, InputQueue, Outbox, PeerLink, SharedOutbox, OUT_BYTES_MAX};
+use super::{Clock, ShardCommand, ShardDisk, ShardEvent, ShardSpec, ShardStore};
+use crate::region::RegionDisk;
+use crate::stages::Stage;
+use bytes::BytesMut;
+use fastblock_shard::{ConnId, Effects, Input, PeerSend, Report, ShardConfig, ShardCore};
+use fastblock_store::{UringDisk, UringOptions};
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{Epoch, OsdId};
+use fastblock_wire::{Reply, Request};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Notify};
+
+/// A flush starts before its interval is up once the log advanced by this share (1/N) of the
+/// WAL since the last one began.
+const FLUSH_WAL_SHARE_DIVISOR: u64 = 8;
+
+pub struct Runtime {
+    spec: ShardSpec,
+    core: ShardCore<ShardDisk>,
+    clock: Clock,
+    /// The newest map: where peers are (the core keeps its own for its decisions).
+    map: Arc<ClusterMap>,
+    inputs: InputQueue,
+    wake: Arc<Notify>,
+    /// Set by the flusher thread when a flush's metadata commit finished (before it wakes the
+    /// loop): the next batch carries `FlushDone`.
+    flush_finished: Arc<AtomicBool>,
+    conns: BTreeMap<ConnId, SharedOutbox>,
+    peers: BTreeMap<(OsdId, u16), PeerLink>,
+    /// Connection ids of accepted connections and of peer links alike.
+    next_conn: ConnId,
+    events: mpsc::UnboundedSender<ShardEvent>,
+    listener: Option<std::net::TcpListener>,
+}
+
+impl Runtime {
+    pub fn open(
+        spec: ShardSpec,
+        listener: std::net::TcpListener,
+        events: mpsc::UnboundedSender<ShardEvent>,
+    ) -> anyhow::Result<Runtime> {
+        let clock = Clock::start();
+        let disk = UringDisk::open(
+            &spec.data,
+            UringOptions {
+                sync_mode: spec.wal_sync,
+                ..UringOptions::default()
+            },
+        )?;
+        let disk = RegionDisk::new(disk, spec.index, spec.count)?;
+        let meta = crate::shard_meta_path(&spec.data, spec.index);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(false)
+            .open(&meta)
+            .map_err(|e| anyhow::anyhow!("opening {}: {e}", meta.display()))?;
+        let backend = redb::backends::FileBackend::new(file)?;
+        let mut store = ShardStore::open(disk, backend, super::store_options())?;
+        // Flushes commit their metadata on a thread of their own, which wakes this loop when
+        // one is durable; the loop then steps `FlushDone` (the core compacts behind it).
+        let wake = Arc::new(Notify::new());
+        let flush_finished = Arc::new(AtomicBool::new(false));
+        {
+            let wake = wake.clone();
+            let finished = flush_finished.clone();
+            store.start_flusher(
+                format!("flush-{}", spec.index),
+                Box::new(move || {
+                    finished.store(true, Ordering::Release);
+                    wake.notify_one();
+                }),
+            )?;
+        }
+        let cfg = shard_config(&spec, transfer_id_base(spec.osd, spec.index));
+        let core = ShardCore::new(cfg, store, Box::new(move || clock.now()));
+        Ok(Runtime {
+            spec,
+            core,
+            clock,
+            map: Arc::new(ClusterMap::default()),
+            inputs: Rc::new(RefCell::new(VecDeque::new())),
+            wake,
+            flush_finished,
+            conns: BTreeMap::new(),
+            peers: BTreeMap::new(),
+            next_conn: 1,
+            events,
+            listener: Some(listener),
+        })
+    }
+
+    pub async fn run(mut self, mut commands: mpsc::UnboundedReceiver<ShardCommand>) {
+        let accepted = self.accept_connections();
+        let mut ticker = tokio::time::interval(self.spec.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut flusher = tokio::time::interval(self.spec.flush_interval);
+        flusher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let mut batch = Vec::new();
+            let mut tick = false;
+            tokio::select! {
+                biased;
+                cmd = commands.recv() => match cmd {
+                    Some(ShardCommand::Map(map)) => {
+                        if map.epoch >= self.map.epoch {
+                            self.map = map.clone();
+                        }
+                        batch.push(Input::Map(map));
+                    }
+                    Some(ShardCommand::Stats(reply)) => { let _ = reply.send(self.core.stats()); }
+                    Some(ShardCommand::Shutdown(done)) => {
+                        self.shutdown();
+                        let _ = done.send(());
+                        return;
+                    }
+                    None => { self.shutdown(); return; }
+                },
+                _ = self.wake.notified() => {}
+                _ = ticker.tick() => tick = true,
+                _ = flusher.tick() => batch.push(Input::FlushDue),
+            }
+            while let Some(stream) = accepted.borrow_mut().pop_front() {
+                self.add_conn(stream);
+            }
+            self.iterate(batch, tick);
+        }
+    }
+
+    /// Accepts connections on the shard's port, queueing them for the loop.
+    fn accept_connections(&mut self) -> Rc<RefCell<VecDeque<tokio::net::TcpStream>>> {
+        let listener = self.listener.take().expect("listener");
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking listener");
+        let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+        let accepted: Rc<RefCell<VecDeque<tokio::net::TcpStream>>> =
+            Rc::new(RefCell::new(VecDeque::new()));
+        let queue = accepted.clone();
+        let wake = self.wake.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        queue.borrow_mut().push_back(stream);
+                        wake.notify_one();
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+        accepted
+    }
+
+    fn add_conn(&mut self, stream: tokio::net::TcpStream) {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let (read, write) = stream.into_split();
+        let outbox = Outbox::new(Some(write));
+        tokio::task::spawn_local(net::writer_task(outbox.clone()));
+        tokio::task::spawn_local(net::reader_task(
+            conn,
+            read,
+            self.inputs.clone(),
+            self.wake.clone(),
+            self.clock,
+        ));
+        self.conns.insert(conn, outbox);
+    }
+
+    /// Steps 2-4 of the loop (see the module doc). `batch` holds what the wait delivered.
+    fn iterate(&mut self, mut batch: Vec<Input>, tick: bool) {
+        self.spec.stages.iteration();
+        if self.flush_finished.swap(false, Ordering::Acquire) {
+            batch.push(Input::FlushDone);
+        }
+        let queued: Vec<Input> = self.inputs.borrow_mut().drain(..).collect();
+        for input in queued {
+            if let Input::Closed { conn } = input {
+                self.drop_conn(conn);
+            }
+            batch.push(input);
+        }
+        if tick {
+            batch.push(Input::Tick);
+        }
+        let eff = self.core.step_batch(batch, self.clock.now());
+        self.drive(eff);
+    }
+
+    /// Carries out `eff`, then runs the WAL commit cycle it asks for, carrying out each
+    /// step's effects in turn, until a step asks for neither a commit nor its durability.
+    fn drive(&mut self, mut eff: Effects) {
+        loop {
+            let due = eff.wal_commit_due;
+            let submitted = eff.wal_commit_submitted.is_some();
+            // One commit in flight at a time: a step that wrote one ran no rounds after it.
+            assert!(
+                !(due && submitted),
+                "osd {} shard {}: a commit due while one is in flight",
+                self.spec.osd,
+                self.spec.index
+            );
+            self.carry_out(eff);
+            // Replies and a leader's Raft appends leave before its own fdatasync.
+            self.flush_conns();
+            let next = if submitted {
+                // The io_uring disk synced before `WalCommit` returned.
+                Input::WalDurable
+            } else if due {
+                Input::WalCommit
+            } else {
+                return;
+            };
+            eff = self.core.step(next, self.clock.now());
+        }
+    }
+
+    /// Carries out one step's effects, except the WAL commit cycle (see [`Runtime::drive`]).
+    fn carry_out(&mut self, eff: Effects) {
+        let Effects {
+            replies,
+            peers,
+            reports,
+            stages,
+            wal_commit_submitted,
+            // Driven by `drive`.
+            wal_commit_due: _,
+            // The core logs these; the simulator checks them.
+            events: _,
+            flush_started: _,
+            probes: _,
+            opened: _,
+            removed: _,
+            snapshots_installed: _,
+            applied: _,
+        } = eff;
+        for (conn, request_id, reply) in &replies {
+            self.reply(*conn, *request_id, reply);
+        }
+        for send in peers {
+            self.send_peer(send);
+        }
+        for report in reports {
+            self.report(report);
+        }
+        for (stage, us) in stages {
+            self.spec.stages.observe(stage, Duration::from_micros(us));
+        }
+        // The commit's own time came in `stages` (`Stage::WalCommit`).
+        if let Some(commit) = wal_commit_submitted {
+            self.spec.stages.wal_commit(commit.entries);
+        }
+    }
+
+    fn report(&mut self, report: Report) {
+        let event = match report {
+            Report::LeaderElected { pg, req } => ShardEvent::LeaderElected { pg, req },
+            Report::MembershipFinished { pg, req } => ShardEvent::MembershipFinished { pg, req },
+            Report::Fatal(failure) => ShardEvent::Fatal {
+                shard: self.spec.index,
+                failure,
+            },
+        };
+        let _ = self.events.send(event);
+    }
+
+    /// Flushes and compacts before the process exits, then writes what is left to send.
+    fn shutdown(&mut self) {
+        let eff = self.core.step(Input::Shutdown, self.clock.now());
+        self.drive(eff);
+    }
+
+    /// Queues a reply on a connection (dropped if the connection went away).
+    fn reply(&mut self, conn: ConnId, request_id: u64, reply: &Reply) {
+        let Some(outbox) = self.conns.get(&conn) else {
+            return;
+        };
+        let mut o = outbox.borrow_mut();
+        o.reply_since.get_or_insert_with(Instant::now);
+        reply.encode(request_id, &mut o.buf);
+        if o.buf.len() > OUT_BYTES_MAX {
+            // The client does not read its replies: stop serving it rather than buffer
+            // without bound.
+            o.closed = true;
+            o.buf.clear();
+            o.stream = None;
+        }
+    }
+
+    /// Queues a frame on the link to the shard of `to` that hosts the frame's PG.
+    fn send_peer(&mut self, send: PeerSend) {
+        let map = self.map.clone();
+        let Some(info) = map.osds.get(&send.to) else {
+            return; // not in our map yet: Raft retries, a transfer times out and restarts
+        };
+        let port = info.port_for(send.pg);
+        let link = self.peer_link(send.to, &info.address, port, info.boot_epoch);
+        let mut o = link.borrow_mut();
+        if o.buf.len() > OUT_BYTES_MAX {
+            return; // the peer is not keeping up: shed (Raft retransmits)
+        }
+        send.req.encode(0, &mut o.buf);
+    }
+
+    /// The link to one shard of a peer, connecting a new one if there is none or the peer
+    /// moved or restarted (its address or boot epoch changed) or the link broke.
+    fn peer_link(&mut self, osd: OsdId, address: &str, port: u16, epoch: Epoch) -> SharedOutbox {
+        let addr = format!("{address}:{port}");
+        let key = (osd, port);
+        let stale = self
+            .peers
+            .get(&key)
+            .is_some_and(|l| l.addr != addr || l.epoch != epoch || l.outbox.borrow().closed);
+        if stale {
+            self.peers.remove(&key);
+        }
+        if let Some(link) = self.peers.get(&key) {
+            return link.outbox.clone();
+        }
+        let outbox = Outbox::new(None);
+        self.peers.insert(
+            key,
+            PeerLink {
+                osd,
+                addr: addr.clone(),
+                outbox: outbox.clone(),
+                epoch,
+            },
+        );
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let hello = Request::Hello {
+            osd: self.spec.osd,
+            boot_epoch: self
+                .map
+                .osds
+                .get(&self.spec.osd)
+                .map(|o| o.boot_epoch)
+                .unwrap_or_default(),
+        };
+        tokio::task::spawn_local(connect_peer(
+            addr,
+            hello,
+            outbox.clone(),
+            conn,
+            self.inputs.clone(),
+            self.wake.clone(),
+            self.clock,
+        ));
+        outbox
+    }
+
+    /// A connection's reader ended: stop writing to it.
+    fn drop_conn(&mut self, conn: ConnId) {
+        if let Some(o) = self.conns.remove(&conn) {
+            let mut o = o.borrow_mut();
+            o.closed = true;
+            o.wake_writer.notify_one();
+        }
+    }
+
+    /// Writes what every socket takes now; forgets connections that broke or were dropped.
+    fn flush_conns(&mut self) {
+        let mut closed = Vec::new();
+        for (id, outbox) in &self.conns {
+            let mut o = outbox.borrow_mut();
+            o.flush_now();
+            if o.buf.is_empty() {
+                if let Some(since) = o.reply_since.take() {
+                    self.spec.stages.observe(Stage::Reply, since.elapsed());
+                }
+            }
+            if o.closed {
+                closed.push(*id);
+            }
+        }
+        for conn in closed {
+            self.conns.remove(&conn);
+            // The core stops counting its operations in flight against a limit.
+            self.inputs.borrow_mut().push_back(Input::Closed { conn });
+        }
+        for link in self.peers.values() {
+            link.outbox.borrow_mut().flush_now();
+        }
+    }
+}
+
+/// Connects a peer link: the frames queued meanwhile follow a `Hello`. A failed attempt
+/// leaves the link closed (after a pause), so the next send connects again.
+async fn connect_peer(
+    addr: String,
+    hello: Request,
+    target: SharedOutbox,
+    conn: ConnId,
+    inputs: InputQueue,
+    wake: Arc<Notify>,
+    clock: Clock,
+) {
+    let connected = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect(&addr),
+    )
+    .await;
+    let stream = match connected {
+        Ok(Ok(s)) => s,
+        _ => {
+            // Pace reconnects: the link counts as connecting (not closed) a little longer, so
+            // a down peer is retried every 100 ms, not every iteration.
+            target.borrow_mut().buf.clear();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            target.borrow_mut().closed = true;
+            return;
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    {
+        let mut o = target.borrow_mut();
+        let mut first = BytesMut::new();
+        hello.encode(0, &mut first);
+        let pending = std::mem::replace(&mut o.buf, first);
+        o.buf.extend_from_slice(&pending);
+        o.stream = Some(Rc::new(write));
+        o.flush_now();
+    }
+    tokio::task::spawn_local(net::writer_task(target.clone()));
+    // Peers never reply on this link, but reading notices when it closes.
+    net::reader_task(conn, read, inputs, wake, clock).await;
+    target.borrow_mut().closed = true;
+}
+
+/// The core's configuration from the OSD's shard spec.
+fn shard_config(spec: &ShardSpec, transfer_id_base: u64) -> ShardConfig {
+    ShardConfig {
+        osd: spec.osd,
+        index: spec.index,
+        count: spec.count,
+        pg: spec.pg_config,
+        pg_seed: spec.seed,
+        log_retain_entries: spec.log_retain_entries,
+        log_lag_max_entries: spec.log_lag_max_entries,
+        recovery: spec.recovery,
+        data_reserve_bytes: ShardConfig::DATA_RESERVE_BYTES,
+        transfer_id_base,
+        flush_wal_share_divisor: FLUSH_WAL_SHARE_DIVISOR,
+        // The io_uring disk syncs synchronously: a commit is durable when it returns.
+        wal_commits_in_flight_max: 1,
+        record_applies: false,
+    }
+}
+
+/// The first snapshot transfer id of this shard's incarnation: the high bits say who
+/// (OSD, shard) and when it started, the low 24 bits count transfers. A receiver tells a
+/// restarted sender's transfers from the old ones by it.
+fn transfer_id_base(osd: OsdId, shard: u32) -> u64 {
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    (u64::from(osd.0) << 48) ^ (u64::from(shard) << 40) ^ (now_ns << 24)
+}
