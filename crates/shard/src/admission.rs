@@ -48,6 +48,26 @@ struct Mutation {
     op: ClientOp,
 }
 
+/// A discard or zeroing: a range and no data.
+fn range_op(
+    addr: ObjectAddr,
+    offset: u32,
+    length: u32,
+    epoch: Epoch,
+    op: impl FnOnce(ObjectRef) -> ClientOp,
+) -> Mutation {
+    Mutation {
+        addr,
+        offset,
+        length,
+        epoch,
+        op: op(ObjectRef {
+            image: addr.image,
+            index: addr.object_index,
+        }),
+    }
+}
+
 /// A mutating request as its log operation; any other request back as it was.
 fn mutation(req: Request) -> Result<Mutation, Request> {
     let object = |a: &ObjectAddr| ObjectRef {
@@ -76,33 +96,25 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
             offset,
             length,
             epoch,
-        } => Ok(Mutation {
-            addr,
-            offset,
-            length,
-            epoch,
-            op: ClientOp::Discard {
-                object: object(&addr),
+        } => Ok(range_op(addr, offset, length, epoch, |object| {
+            ClientOp::Discard {
+                object,
                 offset,
                 length,
-            },
-        }),
+            }
+        })),
         Request::WriteZeroes {
             addr,
             offset,
             length,
             epoch,
-        } => Ok(Mutation {
-            addr,
-            offset,
-            length,
-            epoch,
-            op: ClientOp::WriteZeroes {
-                object: object(&addr),
+        } => Ok(range_op(addr, offset, length, epoch, |object| {
+            ClientOp::WriteZeroes {
+                object,
                 offset,
                 length,
-            },
-        }),
+            }
+        })),
         other => Err(other),
     }
 }

@@ -132,9 +132,9 @@ fn a_client_with_an_old_map_never_gets_an_answer_from_a_replica_that_left() {
     assert_eq!(c.reply(r), Some(&Reply::Data(vec![5u8; 512].into())));
 }
 
-#[test]
-fn a_pg_that_cannot_commit_refuses_writes_alone() {
-    // PG 0 on OSDs 1 and 2 (needs both to commit), PG 1 on OSD 1 alone.
+/// PG 0 on OSDs 1 and 2 (it needs both to commit), PG 1 on OSD 1 alone, both led by OSD 1;
+/// then OSD 2 goes silent, so PG 0 can no longer commit.
+fn stuck_pg0_beside_pg1() -> Cluster {
     let mut c = Cluster::new(&[1, 2]);
     c.map(harness::map(
         1,
@@ -143,8 +143,13 @@ fn a_pg_that_cannot_commit_refuses_writes_alone() {
     ));
     c.elect(1, pg(0));
     c.elect(1, pg(1));
-    // OSD 2 goes silent: PG 0 can no longer commit.
     c.cut.insert(OsdId(2));
+    c
+}
+
+#[test]
+fn a_pg_that_cannot_commit_refuses_writes_alone() {
+    let mut c = stuck_pg0_beside_pg1();
     let chunk = vec![3u8; 32 << 10];
     let mut busy = None;
     for i in 0..64 {
@@ -202,15 +207,7 @@ fn a_connection_closing_frees_its_inflight_count() {
 fn a_pg_that_cannot_commit_does_not_fill_the_wal_for_the_others() {
     // PG 0 needs OSDs 1 and 2; OSD 2 goes silent with PG 0's writes logged, uncommitted, in
     // the oldest WAL segment. PG 1 on OSD 1 alone then writes four times the WAL's size.
-    let mut c = Cluster::new(&[1, 2]);
-    c.map(harness::map(
-        1,
-        &[1, 2],
-        &[(0, &[1, 2], &[]), (1, &[1], &[])],
-    ));
-    c.elect(1, pg(0));
-    c.elect(1, pg(1));
-    c.cut.insert(OsdId(2));
+    let mut c = stuck_pg0_beside_pg1();
     for i in 0..4 {
         c.request(1, write(pg(0), i, 0, &[1u8; 32 << 10], 1));
     }
