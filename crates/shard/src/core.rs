@@ -478,7 +478,17 @@ impl<D: Disk + 'static> ShardCore<D> {
                 self.commits.due = Some(round);
                 eff.wal_commit_due = true;
             }
-            Ok((round, false)) => self.persisted(round, eff),
+            // Nothing to sync, but a round is durable only once every round before it is:
+            // with a commit still in flight, this one completes with it (a follower must not
+            // acknowledge entries of that earlier round before they are durable). Found by the
+            // simulator (seed 17628629206118725206).
+            Ok((round, false)) => match self.commits.in_flight.back_mut() {
+                Some(last) => {
+                    last.persisted.extend(round.persisted);
+                    last.installed.extend(round.installed);
+                }
+                None => self.persisted(round, eff),
+            },
             Err(e) => self.fail(ShardFailure::store(Operation::WalCommit, None, e), eff),
         }
     }

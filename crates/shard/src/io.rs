@@ -132,6 +132,8 @@ pub struct Probes {
     pub wal_pressure: u64,
     /// A PG's live entries were moved forward to free the oldest WAL segment.
     pub log_rewrites: u64,
+    /// The entries pinning the oldest segment did not fit the free space.
+    pub log_rewrites_skipped: u64,
     /// Requests answered `StaleEpoch`.
     pub stale_epoch: u64,
 }

@@ -6,9 +6,95 @@
 //! - each replica applies committed entries in order without gaps, from the applied index it
 //!   opened with.
 
-use crate::node::AppliedEntry;
+use fastblock_pg::Apply;
+use fastblock_shard::AppliedRecord;
 use fastblock_types::{OsdId, PgId};
 use std::collections::BTreeMap;
+
+/// A committed entry a replica applied, or a snapshot it installed (`snapshot`: the replica
+/// continues after `index`), in the order they happened.
+#[derive(Clone, Copy, Debug)]
+pub struct AppliedEntry {
+    pub pg: PgId,
+    pub index: u64,
+    pub term: u64,
+    /// The entry's content.
+    pub hash: u32,
+    /// What applying it did: the operation, or the configuration it produced (0: none, the
+    /// change was refused).
+    pub result: u32,
+    pub snapshot: bool,
+}
+
+impl AppliedEntry {
+    /// The checker's record of an entry the core applied.
+    pub fn applied(r: &AppliedRecord) -> AppliedEntry {
+        // The entry's content: a client operation as decoded, or the raw entry (empty, or a
+        // configuration change: what the leader proposed, whatever applying it did here).
+        let hash = match (&r.apply, &r.entry) {
+            (Apply::Op { .. }, _) => apply_hash(&r.apply),
+            (Apply::Noop { .. }, Some(e)) => {
+                crc32c::crc32c_append(crc32c::crc32c(&[e.get_entry_type() as u8]), &e.data)
+            }
+            (Apply::Noop { .. }, None) => 0,
+        };
+        AppliedEntry {
+            pg: r.pg,
+            index: r.index,
+            term: r.term,
+            hash,
+            result: apply_hash(&r.apply),
+            snapshot: false,
+        }
+    }
+
+    /// The checker's record of a snapshot a replica installed at `index`.
+    pub fn snapshot(pg: PgId, index: u64) -> AppliedEntry {
+        AppliedEntry {
+            pg,
+            index,
+            term: 0,
+            hash: 0,
+            result: 0,
+            snapshot: true,
+        }
+    }
+}
+
+/// The hash of what applying an entry did, as the checker compares it across replicas.
+fn apply_hash(a: &Apply) -> u32 {
+    match a {
+        Apply::Op { op, .. } => {
+            let (ctx, data) = op.encode();
+            crc32c::crc32c_append(crc32c::crc32c(&ctx), &data)
+        }
+        Apply::Noop {
+            conf_state: None, ..
+        } => 0,
+        Apply::Noop {
+            conf_state: Some(cs),
+            ..
+        } => {
+            // raft-rs lists members in hash-set order, which differs between replicas with
+            // different histories: compare the sets.
+            let mut crc = 1u32;
+            for list in [
+                &cs.voters,
+                &cs.learners,
+                &cs.voters_outgoing,
+                &cs.learners_next,
+            ] {
+                let mut ids = list.clone();
+                ids.sort_unstable();
+                for id in ids {
+                    crc = crc32c::crc32c_append(crc, &id.to_le_bytes());
+                }
+                crc = crc32c::crc32c_append(crc, &[0xFF]);
+            }
+            crc32c::crc32c_append(crc, &[u8::from(cs.auto_leave)]) | 1
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct Safety {

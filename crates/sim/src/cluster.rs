@@ -12,23 +12,29 @@
 //! complete, and every block must read back as the model allows, within a bounded virtual
 //! time.
 
-use crate::checker::Safety;
+use crate::checker::{AppliedEntry, Safety};
 use crate::model::{decode_block, stamp_block, At, Found, ImageModel, BLOCK_BYTES};
-use crate::node::{ClientReply, ClientReq, ClientTag, Effects, Input, Node, PeerMsg};
+use crate::node::{ClientReply, ClientTag, Node, PEER_CONN};
 use crate::options::{RngExt, SimOptions, MS};
 use crate::probes::Probes;
 use bytes::{Bytes, BytesMut};
 use fastblock_mon_core::MonState;
-use fastblock_pg::{Event, LeaderReport, ObjectRef};
+use fastblock_pg::{Event, ObjectRef};
+use fastblock_shard::{Effects, Input, Micros, PeerSend, Report};
 use fastblock_store::ObjectId;
 use fastblock_types::api::{
     BootRequest, CreatePoolRequest, LeaderElectedRequest, MembershipFinishedRequest,
 };
-use fastblock_types::map::{FailureDomain, PgInfo};
+use fastblock_types::map::{ClusterMap, FailureDomain, PgInfo};
 use fastblock_types::rng::SplitMix64;
 use fastblock_types::route::object_pg;
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
-use std::collections::{BTreeMap, BTreeSet};
+use fastblock_wire::{ObjectAddr, Reply, Request, Status};
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+use std::sync::Arc;
 
 const IMAGE: ImageId = ImageId(1);
 
@@ -48,26 +54,33 @@ enum Ev {
         node: OsdId,
         life: u64,
     },
+    /// The flush timer of a node.
     Flush {
         node: OsdId,
         life: u64,
     },
+    /// The flush a node started finishes: its metadata commit runs now.
+    FlushDone {
+        node: OsdId,
+        life: u64,
+    },
+    /// The simulated fdatasync of a slow WAL commit completes.
     CommitDone {
         node: OsdId,
         life: u64,
     },
+    /// A peer request reaches `to` (a `RaftBatch` of one envelope, a chunk or an ack).
     Packet {
         from: OsdId,
         to: OsdId,
         pg: PgId,
-        msg: PeerMsg,
+        req: Request,
         link_seq: u64,
     },
     ClientSend {
         node: OsdId,
         tag: ClientTag,
-        pg: PgId,
-        req: ClientReq,
+        req: Request,
     },
     ClientReply {
         tag: ClientTag,
@@ -136,11 +149,21 @@ struct Client {
     op: Option<ClientOp>,
     attempt: u64,
     hints: BTreeMap<PgId, OsdId>,
+    /// The map the client routes by, and whose epoch its requests carry: the monitor's at the
+    /// start of each operation and at each back-off (the client library's map watch delivers
+    /// new maps meanwhile); redirects follow without a new map.
+    map: Arc<ClusterMap>,
     stopped: bool,
     /// Driven by a scenario: one attempt per operation, no retries, the reply kept in
     /// `result` (reads and acknowledgements still go through the model).
     scripted: bool,
     result: Option<ClientReply>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        crate::keep_probes(std::mem::take(&mut self.probes));
+    }
 }
 
 /// What a finished run reports.
@@ -171,6 +194,8 @@ pub struct Cluster {
     pool: PoolId,
     /// The map epoch last sent to the nodes.
     published: Epoch,
+    /// The monitor's map as last shared with a node or client (replaced when the epoch moves).
+    map_snapshot: Arc<ClusterMap>,
     partition: Option<BTreeSet<OsdId>>,
     faults_on: bool,
     faults_end_us: u64,
@@ -229,15 +254,15 @@ impl Cluster {
             .map_err(|e| format!("create pool: {e:?}"))?;
         mon.finish(&before);
         let mut nodes = BTreeMap::new();
-        let mut formatted = Vec::new();
         let pg_seed = rng.next_u64();
+        // Virtual time, set by each node before it steps its core: the cores' metrics clock.
+        let clock = Rc::new(Cell::new(0));
         for id in mon.map.osds.keys() {
-            let mut eff = Effects::default();
-            let node = Node::format(&o, *id, &mon.map, pg_seed ^ u64::from(id.0), &mut eff)?;
+            let node = Node::format(&o, *id, pg_seed ^ u64::from(id.0), clock.clone())?;
             nodes.insert(*id, node);
-            formatted.push((*id, eff));
         }
         let published = mon.map.epoch;
+        let map_snapshot = Arc::new(mon.map.clone());
         let mut c = Cluster {
             rng,
             now: 0,
@@ -247,6 +272,7 @@ impl Cluster {
             mon,
             pool: pool.id,
             published,
+            map_snapshot,
             partition: None,
             faults_on: true,
             faults_end_us: o.fault_phase_us,
@@ -267,8 +293,10 @@ impl Cluster {
             trace,
             o,
         };
-        for (id, eff) in formatted {
-            c.dispatch(id, eff);
+        let ids: Vec<OsdId> = c.nodes.keys().copied().collect();
+        let map = c.current_map();
+        for id in ids {
+            c.run_node(id, Input::Map(map.clone()));
             c.schedule_timers(id);
         }
         for client in 0..c.o.clients {
@@ -381,17 +409,16 @@ impl Cluster {
         match ev {
             Ev::Tick { node, life } => self.on_tick(node, life),
             Ev::Flush { node, life } => self.on_flush(node, life),
+            Ev::FlushDone { node, life } => self.on_flush_done(node, life),
             Ev::CommitDone { node, life } => self.on_commit_done(node, life),
             Ev::Packet {
                 from,
                 to,
                 pg,
-                msg,
+                req,
                 link_seq,
-            } => self.on_packet(from, to, pg, msg, link_seq),
-            Ev::ClientSend { node, tag, pg, req } => {
-                self.deliver(node, Input::Client { tag, pg, req }, Some(tag))
-            }
+            } => self.on_packet(from, to, pg, req, link_seq),
+            Ev::ClientSend { node, tag, req } => self.on_client_send(node, tag, req),
             Ev::ClientReply { tag, reply } => self.on_client_reply(tag, reply),
             Ev::ClientTimeout { tag } => {
                 if self.current_attempt(tag) && self.clients[tag.client as usize].scripted {
@@ -404,6 +431,7 @@ impl Cluster {
                         let pg = op.pg;
                         self.clients[client].hints.remove(&pg);
                     }
+                    self.clients[client].map = self.current_map();
                     self.retry(tag.client, 0);
                 }
             }
@@ -466,64 +494,167 @@ impl Cluster {
         self.after(f, Ev::Flush { node: id, life });
     }
 
-    fn step(&mut self, id: OsdId, f: impl FnOnce(&mut Node, &mut Effects)) {
-        let mut eff = Effects {
-            tracing: self.trace,
-            ..Effects::default()
-        };
+    /// Whether `id` is up in incarnation `life` (events of an earlier life are stale).
+    fn alive(&self, id: OsdId, life: u64) -> bool {
+        let node = &self.nodes[&id];
+        node.incarnation == life && node.is_up()
+    }
+
+    /// Runs `f` on a node. A panic caused by an injected I/O error (it reached raft-rs
+    /// through `PgStorage`, and raft-rs panicked) crashes the node, as the OSD aborts on any
+    /// panic (fail-stop): `None` then, and whatever the step produced is dropped, as an abort
+    /// drops unsent buffers. Any other panic fails the run.
+    fn guarded<T>(&mut self, id: OsdId, f: impl FnOnce(&mut Node) -> T) -> Option<T> {
         let node = self.nodes.get_mut(&id).expect("known node");
-        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(node, &mut eff)));
-        if let Err(payload) = stepped {
-            if node.fuse_blown_at().is_none() {
-                std::panic::resume_unwind(payload);
+        match catch_unwind(AssertUnwindSafe(|| f(node))) {
+            Ok(t) => Some(t),
+            Err(payload) => {
+                if node.fuse_blown_at().is_none() {
+                    resume_unwind(payload);
+                }
+                crate::take_panic_message();
+                self.probes.hit("fuse.raft_panic");
+                self.crash_and_restart_later(id);
+                None
             }
-            // An injected I/O error reached raft-rs through `PgStorage` and raft-rs panicked;
-            // the OSD aborts on any panic (fail-stop), so the node crashes here too. What the
-            // step produced before the panic is dropped, as an abort drops unflushed buffers.
-            crate::take_panic_message();
-            self.probes.hit("fuse.raft_panic");
-            self.crash_and_restart_later(id);
-            return;
         }
-        self.dispatch(id, eff);
+    }
+
+    /// Steps a node's core with `input` and carries out the effects, then the WAL commits
+    /// they ask for, all within this event: when a step's effects set `wal_commit_due`, its
+    /// messages and replies leave first (as in the OSD: a leader's appends go out before its
+    /// own fdatasync), then the core steps `WalCommit`. On a slow disk the commit's fdatasync
+    /// is deferred: the commit stays in flight until its `CommitDone` event (the core queues
+    /// what arrives meanwhile, or with two commits allowed in flight, writes a second one);
+    /// otherwise `WalDurable` follows at once.
+    fn run_node(&mut self, id: OsdId, input: Input) {
+        let life = self.nodes[&id].incarnation;
+        let mut next = VecDeque::from([input]);
+        while let Some(input) = next.pop_front() {
+            if !self.alive(id, life) {
+                return;
+            }
+            let commit = matches!(input, Input::WalCommit);
+            let slow = self.nodes[&id].slow_commit_us.is_some();
+            let name = self.trace.then(|| input_name(&input));
+            if commit {
+                self.nodes[&id].defer_next_sync(slow);
+            }
+            let now = self.now;
+            let Some(Some(eff)) = self.guarded(id, |n| n.step(input, now)) else {
+                return;
+            };
+            if let Some(name) = name {
+                eprintln!(
+                    "               osd {id}: step {name}: {} replies, {} peer requests, {} applied, \
+                     commit due {}, commit written {}, in flight {}",
+                    eff.replies.len(),
+                    eff.peers.len(),
+                    eff.applied.len(),
+                    eff.wal_commit_due,
+                    eff.wal_commit_submitted.is_some(),
+                    self.nodes[&id].core().map_or(0, |c| c.commits_in_flight()),
+                );
+            }
+            if commit {
+                let node = &self.nodes[&id];
+                node.defer_next_sync(false);
+                if eff.wal_commit_submitted.is_some() {
+                    if node.sync_owed() {
+                        self.commit_in_flight(id);
+                    } else {
+                        // Synced already (a fast disk, or a later sync in the same step
+                        // covered it): durable now.
+                        next.push_front(Input::WalDurable);
+                    }
+                }
+            }
+            let due = eff.wal_commit_due;
+            self.dispatch(id, eff);
+            let serving = self.alive(id, life)
+                && self.nodes[&id]
+                    .core()
+                    .is_some_and(|c| c.failure().is_none());
+            if due && serving {
+                // Before the `WalDurable` of this step's commit, if any: with two commits
+                // allowed in flight, the core wrote this round while the other was in flight,
+                // and its second commit goes out before the first is acknowledged.
+                next.push_front(Input::WalCommit);
+            }
+        }
+    }
+
+    /// A slow WAL commit is in flight: its fdatasync completes after a delay, unless power
+    /// fails first.
+    fn commit_in_flight(&mut self, id: OsdId) {
+        self.probes.hit("slow.commit");
+        let max = self.nodes[&id].slow_commit_us.unwrap_or(MS).max(MS);
+        let d = self.rng.range(MS / 2, max);
+        let life = self.nodes[&id].incarnation;
+        self.after(d, Ev::CommitDone { node: id, life });
+        let down = self.nodes.values().filter(|n| !n.is_up()).count();
+        if self.o.crash_every_us > 0 && down < self.o.down_max as usize && self.rng.chance_pct(10) {
+            // Power fails while the commit is in flight: the torn WAL tail.
+            let at = self.rng.range(0, d - 1);
+            self.after(at, Ev::CrashNode { node: id, life });
+        }
     }
 
     fn on_tick(&mut self, id: OsdId, life: u64) {
-        let node = &self.nodes[&id];
-        if node.incarnation != life || !node.is_up() {
+        if !self.alive(id, life) {
             return;
         }
-        let busy = node.is_busy();
         let jitter = self.o.tick_us * self.o.tick_jitter_pct / 100;
         let next = self.o.tick_us - jitter + self.rng.range(0, 2 * jitter);
         self.after(next, Ev::Tick { node: id, life });
-        if busy {
-            let run = self.nodes.get_mut(&id).and_then(|n| n.run.as_mut());
-            run.expect("up").tick_missed = true;
-            return;
-        }
-        let now = self.now;
-        self.step(id, |n, eff| n.iterate(now, Vec::new(), true, eff));
+        self.run_node(id, Input::Tick);
     }
 
     fn on_flush(&mut self, id: OsdId, life: u64) {
-        let node = &self.nodes[&id];
-        if node.incarnation != life || !node.is_up() {
+        if !self.alive(id, life) {
             return;
         }
         let every = self.o.flush_us;
         self.after(every, Ev::Flush { node: id, life });
-        self.step(id, |n, eff| n.flush(eff));
+        self.run_node(id, Input::FlushDue);
     }
 
+    /// A flush the node started finishes: its metadata commit runs now (a crash point may
+    /// strike in it), then the core compacts behind it.
+    fn on_flush_done(&mut self, id: OsdId, life: u64) {
+        if !self.alive(id, life) {
+            return;
+        }
+        if self.guarded(id, Node::release_flush).is_none() {
+            return;
+        }
+        self.run_node(id, Input::FlushDone);
+    }
+
+    /// The simulated fdatasync of a slow commit completed: the owed sync happens, and the core
+    /// hears that its oldest commit in flight is durable. (With two commits in flight the
+    /// second one's sync completed the first's already; each `CommitDone` still completes
+    /// exactly one commit, the oldest.)
     fn on_commit_done(&mut self, id: OsdId, life: u64) {
-        let node = &self.nodes[&id];
-        if node.incarnation != life || !node.is_busy() {
+        if !self.alive(id, life) {
+            return;
+        }
+        match self.guarded(id, Node::complete_sync) {
+            None => return,
+            Some(Err(e)) => {
+                self.fail(format!("osd {id}: completing a WAL commit's sync: {e}"));
+                return;
+            }
+            Some(Ok(())) => {}
+        }
+        let waiting = self.nodes[&id]
+            .core()
+            .is_some_and(|c| c.failure().is_none() && c.commits_in_flight() > 0);
+        if !waiting {
             return;
         }
         let leading_before: Vec<PgId> = self.leaders_on(id);
-        let now = self.now;
-        self.step(id, |n, eff| n.resume(now, eff));
+        self.run_node(id, Input::WalDurable);
         let leading_after = self.leaders_on(id);
         if leading_before.iter().any(|pg| !leading_after.contains(pg)) {
             self.probes.hit("slow.leader_deposed");
@@ -531,105 +662,109 @@ impl Cluster {
     }
 
     fn leaders_on(&self, id: OsdId) -> Vec<PgId> {
-        self.nodes[&id]
-            .run
-            .as_ref()
-            .map(|r| {
-                r.pgs
-                    .iter()
-                    .filter(|(_, rep)| rep.is_leader())
-                    .map(|(pg, _)| *pg)
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Delivers one input to a node: queued while it is busy, dropped while it is down (a
-    /// client then hears "connection refused").
-    fn deliver(&mut self, id: OsdId, input: Input, client: Option<ClientTag>) {
-        let node = self.nodes.get_mut(&id).expect("known node");
-        let busy = node.is_busy();
-        let Some(run) = node.run.as_mut() else {
-            if let Some(tag) = client {
-                let d = self.client_delay();
-                self.after(
-                    d,
-                    Ev::ClientReply {
-                        tag,
-                        reply: ClientReply::Refused(format!("osd {id} is down")),
-                    },
-                );
-            }
-            return;
+        let Some(core) = self.nodes[&id].core() else {
+            return Vec::new();
         };
-        if busy {
-            run.inbox.push_back(input);
-            return;
-        }
-        let now = self.now;
-        self.step(id, |n, eff| n.iterate(now, vec![input], false, eff));
+        core.hosted()
+            .filter(|pg| core.replica(*pg).is_some_and(|r| r.is_leader()))
+            .collect()
     }
 
-    /// Performs what a node step produced.
-    fn dispatch(&mut self, id: OsdId, mut eff: Effects) {
-        for n in &eff.notes {
-            eprintln!("               osd {id}: {n}");
+    /// A client's request reaches a node: stepped at once (the core queues it while a commit
+    /// blocks it), or refused while the node is down ("connection refused").
+    fn on_client_send(&mut self, id: OsdId, tag: ClientTag, req: Request) {
+        if !self.nodes[&id].is_up() {
+            let d = self.client_delay();
+            let reply = ClientReply::Refused(format!("osd {id} is down"));
+            self.after(d, Ev::ClientReply { tag, reply });
+            return;
         }
+        let input = Input::Request {
+            conn: u64::from(tag.client),
+            request_id: tag.attempt,
+            req,
+            arrived: Micros(self.now),
+        };
+        self.run_node(id, input);
+    }
+
+    /// Carries out what a node's step produced (except the WAL commit it may ask for: see
+    /// [`Cluster::run_node`]).
+    fn dispatch(&mut self, id: OsdId, eff: Effects) {
         for (pg, applied) in &eff.opened {
             self.safety.on_open(id, *pg, *applied);
         }
-        for (pg, to, msg) in eff.messages {
-            self.send(id, to, pg, msg);
+        for send in eff.peers {
+            self.send_peer(id, send);
         }
-        for (pg, report) in eff.leader_reports.drain(..) {
-            self.report_leader(id, pg, report);
+        let mut fatal = None;
+        for report in eff.reports {
+            match report {
+                Report::LeaderElected { pg, req } => {
+                    let d = self.rng.range(MS, 20 * MS);
+                    self.after(d, Ev::MonLeader { pg, req });
+                }
+                Report::MembershipFinished { pg, req } => {
+                    let d = self.rng.range(MS, 20 * MS);
+                    self.after(d, Ev::MonFinished { pg, req });
+                }
+                Report::Fatal(failure) => fatal = Some(failure),
+            }
         }
-        self.probes.add("snapshot.started", eff.transfers_started);
-        self.probes
-            .add("snapshot.interrupted", eff.transfers_abandoned);
-        self.probes
-            .add("snapshot.dropped_unstaged", eff.snapshots_unstaged);
+        self.count_probes(&eff.probes);
         self.probes
             .add("snapshot.installed", eff.snapshots_installed.len() as u64);
         self.probes
             .add("member.pg_removed", eff.removed.len() as u64);
-        for (tag, reply) in eff.replies {
+        for (conn, request_id, reply) in eff.replies {
+            let Some(client) = u32::try_from(conn).ok().filter(|_| conn < PEER_CONN) else {
+                self.fail(format!(
+                    "osd {id}: a reply to peer connection {conn:#x}: {reply:?}"
+                ));
+                continue;
+            };
+            let tag = ClientTag {
+                client,
+                attempt: request_id,
+            };
             let d = self.client_delay();
+            let reply = ClientReply::Osd(reply);
             self.after(d, Ev::ClientReply { tag, reply });
         }
         for (pg, event) in eff.events {
             self.on_pg_event(id, pg, event);
         }
-        for e in &eff.applied {
-            self.mix(e.index ^ u64::from(e.hash));
+        // A step installs snapshots (when the round that staged them is durable) before its
+        // rounds apply anything, so the installs go to the checker first.
+        let installed = eff
+            .snapshots_installed
+            .iter()
+            .map(|(pg, index)| AppliedEntry::snapshot(*pg, *index));
+        let applied = eff.applied.iter().map(AppliedEntry::applied);
+        for e in installed.chain(applied) {
+            if !e.snapshot {
+                self.mix(e.index ^ u64::from(e.hash));
+            }
             let differed = self.safety.results_differ;
-            if let Err(m) = self.safety.on_applied(id, e) {
+            if let Err(m) = self.safety.on_applied(id, &e) {
                 self.fail(m);
             }
             if self.safety.results_differ > differed {
                 self.probes.hit("restart.conf_change_reapplied");
             }
         }
-        if eff.wal_full {
-            self.probes.hit("wal.full");
-        }
-        if eff.commit_started {
-            self.probes.hit("slow.commit");
-            let max = self.nodes[&id].slow_commit_us.unwrap_or(MS).max(MS);
-            let d = self.rng.range(MS / 2, max);
+        if eff.flush_started {
+            // The metadata commit takes a few milliseconds of virtual time (now and then
+            // tens, as a slow fsync): commits, applies and client IO interleave with it.
+            let d = if self.rng.chance_pct(10) {
+                self.rng.range(4 * MS, 40 * MS)
+            } else {
+                self.rng.range(0, 4 * MS)
+            };
             let life = self.nodes[&id].incarnation;
-            self.after(d, Ev::CommitDone { node: id, life });
-            let down = self.nodes.values().filter(|n| !n.is_up()).count();
-            if self.o.crash_every_us > 0
-                && down < self.o.down_max as usize
-                && self.rng.chance_pct(10)
-            {
-                // Power fails while the commit is in flight: the torn WAL tail.
-                let at = self.rng.range(0, d - 1);
-                self.after(at, Ev::CrashNode { node: id, life });
-            }
+            self.after(d, Ev::FlushDone { node: id, life });
         }
-        if let Some(reason) = eff.failed {
+        if let Some(failure) = fatal {
             match self.nodes[&id].fuse_blown_at() {
                 Some(at) => {
                     self.probes.hit(match at {
@@ -643,10 +778,32 @@ impl Cluster {
                     self.crash_and_restart_later(id);
                 }
                 None => self.fail(format!(
-                    "osd {id}: store failed without an injected fault: {reason}"
+                    "osd {id}: the shard failed without an injected fault: {failure}"
                 )),
             }
         }
+    }
+
+    /// The core's counters of rare paths, as probes.
+    fn count_probes(&mut self, p: &fastblock_shard::Probes) {
+        self.probes.add("wal.full", p.wal_full);
+        self.probes
+            .add("wal.must_sync_skipped", p.must_sync_skipped);
+        self.probes
+            .add("wal.commits_overlapped", p.commits_overlapped);
+        self.probes
+            .add("flush.done_during_commit", p.flush_done_during_commit);
+        self.probes.add("snapshot.started", p.transfers_started);
+        self.probes
+            .add("snapshot.interrupted", p.transfers_abandoned);
+        self.probes
+            .add("snapshot.dropped_unstaged", p.snapshots_unstaged);
+        self.probes.add("admission.stale_epoch", p.stale_epoch);
+        self.probes.add("admission.pg_log_full", p.pg_log_full);
+        self.probes.add("wal.pressure", p.wal_pressure);
+        self.probes.add("wal.log_moved", p.log_rewrites);
+        self.probes
+            .add("wal.log_move_skipped", p.log_rewrites_skipped);
     }
 
     fn on_pg_event(&mut self, id: OsdId, pg: PgId, event: Event) {
@@ -660,20 +817,9 @@ impl Cluster {
                     self.probes.hit("member.joint_leader_change");
                 }
                 self.leading.insert((id, pg), report.term.0);
-                self.report_leader(id, pg, report);
             }
-            Event::MembershipFinished(report) => {
-                let req = MembershipFinishedRequest {
-                    leader: id,
-                    term: report.term,
-                    conf_index: report.conf_index,
-                    voters: report.voters,
-                    learners: report.learners,
-                };
-                let d = self.rng.range(MS, 20 * MS);
-                self.after(d, Ev::MonFinished { pg, req });
-            }
-            Event::ConfigurationChanged(report) => self.report_leader(id, pg, report),
+            // The core reports these to the monitor itself (`Report`).
+            Event::MembershipFinished(_) | Event::ConfigurationChanged(_) => {}
             Event::ConfChangeRefused { .. } => self.probes.hit("member.conf_change_refused"),
             Event::LeaderChanged { leader, term } => {
                 if let Some(led) = self.leading.remove(&(id, pg)) {
@@ -686,20 +832,6 @@ impl Cluster {
                 "pg {pg} osd {id}: replica failed at {index}: {reason}"
             )),
         }
-    }
-
-    /// The OSD's leader report to the monitor (after a network delay).
-    fn report_leader(&mut self, id: OsdId, pg: PgId, report: LeaderReport) {
-        let req = LeaderElectedRequest {
-            leader: id,
-            term: report.term,
-            conf_index: report.conf_index,
-            voters: report.voters,
-            voters_outgoing: report.voters_outgoing,
-            learners: report.learners,
-        };
-        let d = self.rng.range(MS, 20 * MS);
-        self.after(d, Ev::MonLeader { pg, req });
     }
 
     // ---- monitor ----
@@ -737,12 +869,20 @@ impl Cluster {
     }
 
     fn on_map_to(&mut self, id: OsdId, life: u64) {
-        let node = &self.nodes[&id];
-        if node.incarnation != life || !node.is_up() {
+        if !self.alive(id, life) {
             return;
         }
-        let map = self.mon.map.clone();
-        self.step(id, |n, eff| n.on_map(&map, eff));
+        let map = self.current_map();
+        self.run_node(id, Input::Map(map));
+    }
+
+    /// The monitor's current map, shared.
+    fn current_map(&mut self) -> Arc<ClusterMap> {
+        if self.map_snapshot.epoch != self.mon.map.epoch {
+            // An epoch names one map: `MonState::finish` bumps it on every change.
+            self.map_snapshot = Arc::new(self.mon.map.clone());
+        }
+        self.map_snapshot.clone()
     }
 
     /// The PGs of the pool, as the monitor has them.
@@ -767,7 +907,32 @@ impl Cluster {
             .is_some_and(|side| side.contains(&a) != side.contains(&b))
     }
 
-    fn send(&mut self, from: OsdId, to: OsdId, pg: PgId, msg: PeerMsg) {
+    /// Sends a peer request of a node's step. A `RaftBatch` is split into one request per
+    /// envelope, so that each Raft message is lost, delayed, duplicated and reordered on its
+    /// own (the OSD sends the batch as one frame; Raft must not depend on that).
+    fn send_peer(&mut self, from: OsdId, send: PeerSend) {
+        let PeerSend { to, pg, req } = send;
+        match req {
+            Request::RaftBatch {
+                from: sender,
+                to: receiver,
+                msgs,
+            } => {
+                for env in msgs {
+                    let pg = env.pg;
+                    let req = Request::RaftBatch {
+                        from: sender,
+                        to: receiver,
+                        msgs: vec![env],
+                    };
+                    self.send(from, to, pg, req);
+                }
+            }
+            req => self.send(from, to, pg, req),
+        }
+    }
+
+    fn send(&mut self, from: OsdId, to: OsdId, pg: PgId, req: Request) {
         if self.partitioned(from, to) {
             self.probes.hit("net.partition_drop");
             return;
@@ -789,7 +954,7 @@ impl Cluster {
         // the sender start over); losses model a dropped connection. Raft messages may also
         // be reordered and duplicated: Raft must not depend on order, and testing it against
         // more than TCP does costs nothing.
-        let fifo = !matches!(msg, PeerMsg::Raft(_));
+        let fifo = !matches!(req, Request::RaftBatch { .. });
         for _ in 0..copies {
             let mut d = self.rng.range(self.o.delay_us_min, self.o.delay_us_max);
             if self.faults_on && self.rng.chance_ppm(self.o.spike_ppm) {
@@ -806,14 +971,15 @@ impl Cluster {
                     from,
                     to,
                     pg,
-                    msg: msg.clone(),
+                    req: req.clone(),
                     link_seq,
                 },
             );
         }
     }
 
-    fn on_packet(&mut self, from: OsdId, to: OsdId, pg: PgId, msg: PeerMsg, link_seq: u64) {
+    /// A peer request arrives: the receiving core steps it (a node that is down drops it).
+    fn on_packet(&mut self, from: OsdId, to: OsdId, pg: PgId, req: Request, link_seq: u64) {
         if self.partitioned(from, to) {
             self.probes.hit("net.partition_drop");
             return;
@@ -825,7 +991,20 @@ impl Cluster {
             self.probes.hit("net.duplicate");
         }
         *last = (*last).max(link_seq);
-        self.deliver(to, Input::Peer { from, pg, msg }, None);
+        if !self.nodes[&to].is_up() {
+            return;
+        }
+        debug_assert!(
+            req.kind().is_osd_to_osd(),
+            "pg {pg}: a client request on a peer link"
+        );
+        let input = Input::Request {
+            conn: PEER_CONN | u64::from(from.0),
+            request_id: 0,
+            req,
+            arrived: Micros(self.now),
+        };
+        self.run_node(to, input);
     }
 
     // ---- faults ----
@@ -958,9 +1137,8 @@ impl Cluster {
         }
         self.crashes += 1;
         let lsn = node
-            .run
-            .as_ref()
-            .map(|r| r.store.borrow().wal().durable_lsn())
+            .core()
+            .map(|c| c.store().wal().durable_lsn())
             .unwrap_or(0);
         let seed = self.rng.next_u64();
         let node = self.nodes.get_mut(&id).expect("known node");
@@ -981,27 +1159,12 @@ impl Cluster {
         if self.nodes[&id].is_up() {
             return;
         }
-        let map = self.mon.map.clone();
-        let mut eff = Effects {
-            tracing: self.trace,
-            ..Effects::default()
-        };
-        if let Err(e) = self
-            .nodes
-            .get_mut(&id)
-            .expect("known")
-            .restart(&map, &mut eff)
-        {
+        if let Err(e) = self.nodes.get_mut(&id).expect("known").restart() {
             self.fail(e);
             return;
         }
-        let node = &self.nodes[&id];
-        let run = node.run.as_ref().expect("just opened");
-        let lsn = run.store.borrow().wal().durable_lsn();
-        let reapplied = run.pgs.iter().any(|(pg, r)| {
-            let s = run.store.borrow();
-            r.commit_index().0 > s.applied_index(*pg) && s.applied_index(*pg) > 0
-        });
+        let core = self.nodes[&id].core().expect("just started");
+        let lsn = core.store().wal().durable_lsn();
         if let Some((before, owed)) = self.crash_state.remove(&id) {
             if lsn < before && !owed {
                 self.fail(format!(
@@ -1014,10 +1177,20 @@ impl Cluster {
                 self.probes.hit("restart.unsynced_commit_survived");
             }
         }
+        // The store is open; the core hosts PGs once it has the current map.
+        let map = self.current_map();
+        self.run_node(id, Input::Map(map));
+        let reapplied = self.nodes[&id].core().is_some_and(|core| {
+            let store = core.store();
+            core.hosted().any(|pg| {
+                let applied = store.applied_index(pg);
+                core.replica(pg)
+                    .is_some_and(|r| r.commit_index().0 > applied && applied > 0)
+            })
+        });
         if reapplied {
             self.probes.hit("restart.reapplied");
         }
-        self.dispatch(id, eff);
         self.schedule_timers(id);
         self.mon_op(|m| boot(m, id));
     }
@@ -1086,16 +1259,23 @@ impl Cluster {
         let blocks = self
             .rng
             .range(1, self.o.write_blocks_max.min(blocks_per_object - block));
-        let first_block = object * blocks_per_object + block;
-        let pg = object_pg(self.pool, self.o.pg_count, IMAGE, object);
         let read_pct = if client == 0 && self.o.reader_client {
             100
         } else {
             self.o.read_pct
         };
-        let kind = if self.rng.chance_pct(read_pct) {
-            ClientOpKind::Read
-        } else {
+        let write = !self.rng.chance_pct(read_pct);
+        self.clients[c].op = Some(self.new_op(write, object, block, blocks));
+        self.clients[c].map = self.current_map();
+        self.send_attempt(client);
+    }
+
+    /// A new operation: a write of fresh stamps to `blocks` blocks of `object` from `block`
+    /// on (the model records it as issued now), or a read of them.
+    fn new_op(&mut self, write: bool, object: u64, block: u64, blocks: u64) -> ClientOp {
+        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
+        let first_block = object * blocks_per_object + block;
+        let kind = if write {
             let id = self.model.begin_write(self.at_now(), first_block, blocks);
             let mut data = BytesMut::zeroed(blocks as usize * BLOCK_BYTES);
             for (i, b) in data.chunks_exact_mut(BLOCK_BYTES).enumerate() {
@@ -1110,10 +1290,12 @@ impl Cluster {
                 id,
                 data: data.freeze(),
             }
+        } else {
+            ClientOpKind::Read
         };
-        self.clients[c].op = Some(ClientOp {
+        ClientOp {
             kind,
-            pg,
+            pg: object_pg(self.pool, self.o.pg_count, IMAGE, object),
             object: ObjectRef {
                 image: IMAGE,
                 index: object,
@@ -1123,27 +1305,21 @@ impl Cluster {
             blocks,
             started: self.now,
             attempt_started: self.at_now(),
-        });
-        self.send_attempt(client);
+        }
     }
 
-    /// Where a client sends its next attempt: the last leader it heard of, else the
-    /// monitor's, else any member.
+    /// Where a client sends its next attempt: the last leader it heard of, else its map's
+    /// leader, else any member in its map.
     fn target(&mut self, client: u32, pg: PgId) -> OsdId {
-        if let Some(h) = self.clients[client as usize].hints.get(&pg) {
+        let c = &self.clients[client as usize];
+        if let Some(h) = c.hints.get(&pg) {
             return *h;
         }
-        let map_leader = self
-            .mon
-            .map
-            .pgmaps
-            .get(&pg.pool)
-            .and_then(|m| m.pgs.get(&pg.seq))
-            .and_then(|i| i.leader);
-        match map_leader {
+        let map = c.map.clone();
+        let info = &map.pgmaps[&pg.pool].pgs[&pg.seq];
+        match info.leader {
             Some(l) if self.rng.chance_pct(70) => l,
             _ => {
-                let info = &self.mon.map.pgmaps[&pg.pool].pgs[&pg.seq];
                 let mut members = info.osdlist.clone();
                 members.extend(info.newosdlist.iter().filter(|o| !info.osdlist.contains(o)));
                 self.rng.pick(&members)
@@ -1160,29 +1336,31 @@ impl Cluster {
         op.attempt_started = now;
         let op = op.clone();
         let node = self.target(client, op.pg);
+        // The request carries the epoch of the map the client routes by: an OSD whose map is
+        // older or newer and that does not host the PG answers `StaleEpoch`.
+        let epoch = self.clients[c].map.epoch;
+        let addr = ObjectAddr {
+            pg: op.pg,
+            image: op.object.image,
+            object_index: op.object.index,
+        };
         let req = match &op.kind {
-            ClientOpKind::Write { data, .. } => ClientReq::Write {
-                object: op.object,
+            ClientOpKind::Write { data, .. } => Request::Write {
+                addr,
                 offset: op.offset,
+                epoch,
                 data: data.clone(),
             },
-            ClientOpKind::Read => ClientReq::Read {
-                object: op.object,
+            ClientOpKind::Read => Request::Read {
+                addr,
                 offset: op.offset,
                 length: (op.blocks as usize * BLOCK_BYTES) as u32,
+                epoch,
             },
         };
         let tag = ClientTag { client, attempt };
         let d = self.client_delay();
-        self.after(
-            d,
-            Ev::ClientSend {
-                node,
-                tag,
-                pg: op.pg,
-                req,
-            },
-        );
+        self.after(d, Ev::ClientSend { node, tag, req });
         let t = self.o.attempt_timeout_us;
         self.after(t, Ev::ClientTimeout { tag });
     }
@@ -1235,9 +1413,13 @@ impl Cluster {
             .op
             .clone()
             .expect("current attempt has an op");
+        if let Err(m) = expected_reply(&reply, &op.kind) {
+            self.fail(format!("client {}: {m} (to {op:?})", tag.client));
+            return;
+        }
         if self.clients[c].scripted {
             self.clients[c].result = Some(reply.clone());
-            if !matches!(reply, ClientReply::Ok | ClientReply::Data(_)) {
+            if !reply.is_ok() && !reply.is_data() {
                 if let ClientOpKind::Write { id, .. } = op.kind {
                     self.model.give_up(id, self.at_now());
                 }
@@ -1246,11 +1428,11 @@ impl Cluster {
             }
         }
         match (reply, &op.kind) {
-            (ClientReply::Ok, ClientOpKind::Write { id, .. }) => {
+            (ClientReply::Osd(Reply::Ok), ClientOpKind::Write { id, .. }) => {
                 self.model.ack(*id, self.at_now());
                 self.finish_op(tag.client);
             }
-            (ClientReply::Data(data), ClientOpKind::Read) => {
+            (ClientReply::Osd(Reply::Data(data)), ClientOpKind::Read) => {
                 for i in 0..op.blocks {
                     let block = &data[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES];
                     let found = decode_block(block);
@@ -1281,28 +1463,43 @@ impl Cluster {
                 }
                 self.finish_op(tag.client);
             }
-            (ClientReply::NotLeader(Some(l)), _) => {
-                self.clients[c].hints.insert(op.pg, l);
-                let d = self.rng.range(0, MS);
-                self.retry(tag.client, d);
-            }
-            (reply, _) => {
-                match reply {
-                    ClientReply::Dropped if matches!(op.kind, ClientOpKind::Write { .. }) => {
-                        self.probes.hit("client.dropped")
-                    }
-                    ClientReply::Busy => self.probes.hit("client.busy"),
-                    ClientReply::Ok | ClientReply::Data(_) => {
-                        self.fail(format!("client {}: reply {reply:?} to {op:?}", tag.client));
-                        return;
-                    }
-                    _ => {}
+            (
+                ClientReply::Osd(Reply::Error {
+                    status,
+                    leader,
+                    message,
+                }),
+                kind,
+            ) => {
+                let write = matches!(kind, ClientOpKind::Write { .. });
+                if status == Status::NotLeader && write && message.contains(DROPPED_MESSAGE) {
+                    self.probes.hit("client.dropped");
                 }
-                self.clients[c].hints.remove(&op.pg);
-                let d = self.rng.range(10 * MS, 200 * MS);
-                self.retry(tag.client, d);
+                if status == Status::Busy {
+                    self.probes.hit("client.busy");
+                }
+                match leader.filter(|h| status == Status::NotLeader && h.osd.0 != 0) {
+                    // Redirected: follow the hint at once.
+                    Some(hint) => {
+                        self.clients[c].hints.insert(op.pg, hint.osd);
+                        let d = self.rng.range(0, MS);
+                        self.retry(tag.client, d);
+                    }
+                    None => self.back_off(tag.client, op.pg),
+                }
             }
+            (ClientReply::Refused(_), _) => self.back_off(tag.client, op.pg),
+            (reply, _) => unreachable!("checked by expected_reply: {reply:?}"),
         }
+    }
+
+    /// Forgets the leader the client believed in and retries after a pause, with the current
+    /// map.
+    fn back_off(&mut self, client: u32, pg: PgId) {
+        self.clients[client as usize].hints.remove(&pg);
+        self.clients[client as usize].map = self.current_map();
+        let d = self.rng.range(10 * MS, 200 * MS);
+        self.retry(client, d);
     }
 
     // ---- scenarios ----
@@ -1325,35 +1522,11 @@ impl Cluster {
         // A scenario's action is an event of its own: it comes after everything handled so far.
         self.events += 1;
         assert!(self.clients[c].op.is_none(), "client {client} is busy");
-        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
-        let first_block = object * blocks_per_object + block;
-        let pg = object_pg(self.pool, self.o.pg_count, IMAGE, object);
-        let kind = if write {
-            let id = self.model.begin_write(self.at_now(), first_block, 1);
-            let mut data = BytesMut::zeroed(BLOCK_BYTES);
-            stamp_block(&mut data, IMAGE.0, first_block * BLOCK_BYTES as u64, id);
-            ClientOpKind::Write {
-                id,
-                data: data.freeze(),
-            }
-        } else {
-            ClientOpKind::Read
-        };
+        let op = self.new_op(write, object, block, 1);
         self.clients[c].result = None;
-        self.clients[c].hints.insert(pg, node);
-        self.clients[c].op = Some(ClientOp {
-            kind,
-            pg,
-            object: ObjectRef {
-                image: IMAGE,
-                index: object,
-            },
-            offset: (block * BLOCK_BYTES as u64) as u32,
-            first_block,
-            blocks: 1,
-            started: self.now,
-            attempt_started: self.at_now(),
-        });
+        self.clients[c].hints.insert(op.pg, node);
+        self.clients[c].op = Some(op);
+        self.clients[c].map = self.current_map();
         self.send_attempt(client);
     }
 
@@ -1413,17 +1586,16 @@ impl Cluster {
         let members = &info.osdlist;
         let mut leader = None;
         for m in members {
-            let node = &self.nodes[m];
-            let Some(run) = node.run.as_ref() else {
+            let Some(core) = self.nodes[m].core() else {
                 return Err(format!("pg {pg}: osd {m} is down"));
             };
-            if node.is_busy() {
-                return Err(format!("pg {pg}: osd {m} is busy"));
+            if core.commit_pending() {
+                return Err(format!("pg {pg}: osd {m} has a WAL commit in flight"));
             }
-            if run.map_epoch != self.mon.map.epoch {
+            if core.map_epoch() != self.mon.map.epoch {
                 return Err(format!("pg {pg}: osd {m} has not seen the current map"));
             }
-            let Some(r) = run.pgs.get(&pg) else {
+            let Some(r) = core.replica(pg) else {
                 return Err(format!("pg {pg}: member osd {m} does not host it"));
             };
             if r.is_leader() {
@@ -1452,7 +1624,8 @@ impl Cluster {
             ));
         }
         for m in members {
-            let r = &self.nodes[m].run.as_ref().expect("up").pgs[&pg];
+            let core = self.nodes[m].core().expect("up");
+            let r = core.replica(pg).expect("hosted");
             if r.leader() != Some(l) || r.term() != term {
                 return Err(format!(
                     "pg {pg}: osd {m} follows {:?} in term {}, the leader is osd {l} in term {term}",
@@ -1471,8 +1644,8 @@ impl Cluster {
             if members.contains(id) {
                 continue;
             }
-            if let Some(run) = node.run.as_ref() {
-                if run.pgs.contains_key(&pg) || run.store.borrow().pg_log(pg).is_some() {
+            if let Some(core) = node.core() {
+                if core.replica(pg).is_some() || core.store().pg_log(pg).is_some() {
                     return Err(format!("pg {pg}: osd {id} is no member but still holds it"));
                 }
             }
@@ -1517,19 +1690,17 @@ impl Cluster {
             let pg = object_pg(self.pool, self.o.pg_count, IMAGE, object);
             let member = infos[&pg].osdlist[0];
             let mut buf = vec![0u8; BLOCK_BYTES];
-            let run = self.nodes[&member].run.as_ref().expect("up");
-            run.store
-                .borrow_mut()
-                .read_object(
-                    pg,
-                    ObjectId {
-                        image: IMAGE,
-                        index: object,
-                    },
-                    (block % blocks_per_object) * BLOCK_BYTES as u64,
-                    &mut buf,
-                )
-                .map_err(|e| format!("final read of block {block} on osd {member}: {e}"))?;
+            let core = self.nodes[&member].core().expect("up");
+            core.read_object(
+                pg,
+                ObjectId {
+                    image: IMAGE,
+                    index: object,
+                },
+                (block % blocks_per_object) * BLOCK_BYTES as u64,
+                &mut buf,
+            )
+            .map_err(|e| format!("final read of block {block} on osd {member}: {e}"))?;
             let found = decode_block(&buf);
             let now = self.at_now();
             self.model
@@ -1540,21 +1711,50 @@ impl Cluster {
     }
 
     fn replica_content(&self, id: OsdId, pg: PgId) -> Result<Content, String> {
-        let run = self.nodes[&id].run.as_ref().expect("up");
-        let mut store = run.store.borrow_mut();
-        let mut objects = store
+        let core = self.nodes[&id].core().expect("up");
+        let mut objects = core
             .list_objects(pg)
             .map_err(|e| format!("listing pg {pg} on osd {id}: {e}"))?;
         objects.sort();
         let mut out = Vec::new();
         for object in objects {
             let mut buf = vec![0u8; self.o.object_bytes as usize];
-            store
-                .read_object(pg, object, 0, &mut buf)
+            core.read_object(pg, object, 0, &mut buf)
                 .map_err(|e| format!("reading pg {pg} {object:?} on osd {id}: {e}"))?;
             out.push((object, buf));
         }
         Ok(out)
+    }
+}
+
+/// What the shard core says when a pending operation was dropped by a leader change
+/// (`PgError::Dropped`, answered `NotLeader`): the outcome of a write is then unknown.
+const DROPPED_MESSAGE: &str = "leadership changed";
+
+/// Whether a client of this simulation can get `reply` for an operation of `kind`: the
+/// success of its kind, or an error it retries. Anything else is a bug.
+fn expected_reply(reply: &ClientReply, kind: &ClientOpKind) -> Result<(), String> {
+    match (reply, kind) {
+        (ClientReply::Refused(_), _)
+        | (ClientReply::Osd(Reply::Ok), ClientOpKind::Write { .. })
+        | (ClientReply::Osd(Reply::Data(_)), ClientOpKind::Read) => Ok(()),
+        (ClientReply::Osd(Reply::Error { status, .. }), _) if status.is_retryable() => Ok(()),
+        // A full OSD, or one whose shard failed at a crash point: another replica may serve.
+        (
+            ClientReply::Osd(Reply::Error {
+                status: Status::NoSpace | Status::IoError,
+                ..
+            }),
+            _,
+        ) => Ok(()),
+        (reply, _) => Err(format!("unexpected reply {}", describe_reply(reply))),
+    }
+}
+
+fn describe_reply(reply: &ClientReply) -> String {
+    match reply {
+        ClientReply::Osd(Reply::Data(d)) => format!("Data({} bytes)", d.len()),
+        other => format!("{other:?}"),
     }
 }
 
@@ -1598,14 +1798,26 @@ fn boot(mon: &mut MonState, id: OsdId) -> Result<(), String> {
     .map_err(|e| format!("boot osd {id}: {e:?}"))
 }
 
+/// An input as the trace names it.
+fn input_name(input: &Input) -> String {
+    match input {
+        Input::Request { conn, req, .. } => format!("{:?} from conn {conn:#x}", req.kind()),
+        Input::Map(map) => format!("Map(epoch {})", map.epoch.0),
+        other => format!("{other:?}"),
+    }
+}
+
 fn trace_line(ev: &Ev) -> String {
     match ev {
         Ev::Packet {
-            from, to, pg, msg, ..
-        } => match msg {
-            PeerMsg::Raft(bytes) => {
+            from, to, pg, req, ..
+        } => match req {
+            Request::RaftBatch { msgs, .. } => {
                 use protobuf::Message as _;
-                let m = raft::eraftpb::Message::parse_from_bytes(bytes).unwrap_or_default();
+                let m = msgs
+                    .first()
+                    .and_then(|env| raft::eraftpb::Message::parse_from_bytes(&env.msg).ok())
+                    .unwrap_or_default();
                 format!(
                     "packet {from}->{to} pg {pg} {:?} term {} index {} logterm {} commit {} entries {} reject {}",
                     m.get_msg_type(),
@@ -1617,7 +1829,7 @@ fn trace_line(ev: &Ev) -> String {
                     m.reject
                 )
             }
-            PeerMsg::Chunk(c) => format!(
+            Request::SnapChunk(c) => format!(
                 "packet {from}->{to} pg {pg} SnapChunk transfer {:#x} seq {} last {} object {} offset {} bytes {}",
                 c.transfer,
                 c.seq,
@@ -1626,42 +1838,49 @@ fn trace_line(ev: &Ev) -> String {
                 c.offset,
                 c.data.len()
             ),
-            PeerMsg::Ack { transfer, seq, ok } => {
+            Request::SnapAck {
+                transfer, seq, ok, ..
+            } => {
                 format!("packet {from}->{to} pg {pg} SnapAck transfer {transfer:#x} seq {seq} ok {ok}")
             }
+            other => format!("packet {from}->{to} pg {pg} {:?}", other.kind()),
         },
-        Ev::ClientSend { node, tag, pg, req } => {
+        Ev::ClientSend { node, tag, req } => {
             let what = match req {
-                ClientReq::Write {
-                    object,
+                Request::Write {
+                    addr,
                     offset,
+                    epoch,
                     data,
-                } => {
-                    format!("write obj {} off {offset} len {}", object.index, data.len())
-                }
-                ClientReq::Read {
-                    object,
+                } => format!(
+                    "pg {} write obj {} off {offset} len {} epoch {}",
+                    addr.pg,
+                    addr.object_index,
+                    data.len(),
+                    epoch.0
+                ),
+                Request::Read {
+                    addr,
                     offset,
                     length,
-                } => {
-                    format!("read obj {} off {offset} len {length}", object.index)
-                }
+                    epoch,
+                } => format!(
+                    "pg {} read obj {} off {offset} len {length} epoch {}",
+                    addr.pg, addr.object_index, epoch.0
+                ),
+                other => format!("{:?}", other.kind()),
             };
             format!(
-                "client {} attempt {} -> osd {node} pg {pg}: {what}",
+                "client {} attempt {} -> osd {node}: {what}",
                 tag.client, tag.attempt
             )
         }
-        Ev::ClientReply { tag, reply } => {
-            let r = match reply {
-                ClientReply::Data(d) => format!("Data({} bytes)", d.len()),
-                other => format!("{other:?}"),
-            };
-            format!(
-                "reply to client {} attempt {}: {r}",
-                tag.client, tag.attempt
-            )
-        }
+        Ev::ClientReply { tag, reply } => format!(
+            "reply to client {} attempt {}: {}",
+            tag.client,
+            tag.attempt,
+            describe_reply(reply)
+        ),
         other => format!("{other:?}"),
     }
 }

@@ -6,13 +6,15 @@
 //!   writes unsynced and fails, and every later call fails. The store fail-stops, and the
 //!   simulator crashes the node at once, so a crash can land between any two I/Os of a WAL
 //!   commit, a flush or a redb transaction.
-//! - **Slow commit**: while `defer_syncs` is set (the driver sets it around its WAL commits
-//!   on a slow node), a sync request writes its data unsynced and leaves the sync owed; the
-//!   driver keeps the node busy until the simulated fdatasync completes, then calls
-//!   [`NodeDisk::complete_sync`]. A crash in between tears the commit at sector granularity:
-//!   the torn WAL tail the store's recovery must cut. A second sync request while one is owed
-//!   first completes the owed one, so writes are never reordered across a sync barrier (a real
-//!   disk cannot do that either).
+//! - **Slow commit**: when `defer_syncs` is set (the cluster sets it for the core's
+//!   `WalCommit` step on a slow node), the next sync request writes its data unsynced, leaves
+//!   the sync owed and clears the flag, so only the WAL commit's own fdatasync is deferred
+//!   (a flush later in the same step syncs for real). The core keeps the commit in flight
+//!   until the simulated fdatasync completes: the cluster calls [`NodeDisk::complete_sync`],
+//!   then steps `WalDurable`. A crash in between tears the commit at sector granularity: the
+//!   torn WAL tail the store's recovery must cut. A sync request while one is owed first
+//!   completes the owed one, so writes are never reordered across a sync barrier (a real disk
+//!   cannot do that either), and every sync covers everything written before it.
 //!
 //! Both wrappers share one [`DiskFaults`]; redb requires its backend to be `Send + Sync`, hence
 //! the `Arc<Mutex<_>>` (there are no threads).
@@ -39,7 +41,9 @@ pub struct DiskFaults {
     pub blown: bool,
     /// Where the fuse blew (for probes): "disk read", "disk write", "meta write", ...
     pub blown_at: Option<&'static str>,
+    /// Defer the next sync request (one-shot: cleared by it).
     pub defer_syncs: bool,
+    /// A deferred sync has not completed yet.
     pub sync_owed: bool,
 }
 
@@ -123,6 +127,7 @@ impl Disk for NodeDisk {
             }
         }
         if sync && f.defer_syncs {
+            f.defer_syncs = false;
             let owed = f.sync_owed;
             f.sync_owed = true;
             drop(f);

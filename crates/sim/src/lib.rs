@@ -1,18 +1,21 @@
 //! fastblock-sim (test only): a deterministic simulator of a whole cluster in one thread, after
 //! TigerBeetle's VOPR and FoundationDB's simulation. Design page: `docs/design/simulator.md`.
 //!
-//! What runs is the real code: each simulated OSD is the real [`fastblock_pg::PgReplica`] of
-//! each PG it hosts over one real [`fastblock_store::Store`] on the store's simulated disk;
-//! placement and PG leader bookkeeping are the monitor's real [`fastblock_mon_core::MonState`].
-//! What is simulated is everything around it: virtual time, the network, the disks' faults,
-//! the clients, and the OSD's event loop (mirrored in [`node`]).
+//! What runs is the real code: each simulated OSD is the real shard core
+//! ([`fastblock_shard::ShardCore`], the code the OSD daemon runs: admission, WAL group
+//! commit, apply, flush and compaction, hosting, snapshot transfer) with the real
+//! [`fastblock_pg::PgReplica`] of each PG it hosts over one real [`fastblock_store::Store`] on
+//! the store's simulated disk; placement and PG leader bookkeeping are the monitor's real
+//! [`fastblock_mon_core::MonState`]. What is simulated is everything around it: virtual time,
+//! the network, the disks' faults, the clients, and the runtime that steps the core (the
+//! adapter in [`node`] and [`cluster`]).
 //!
 //! Module map:
 //! - [`options`]: a run's configuration, drawn from its seed (swarm testing).
-//! - [`cluster`]: the world: event queue, network, faults, clients, phases.
-//! - [`node`]: one OSD: replicas + store + the shard loop's driver logic.
-//! - [`hosting`]: which PGs a node hosts, from the cluster map (the OSD's `hosting.rs`).
-//! - [`recovery`]: snapshot transfer between nodes (the OSD's `recovery.rs`).
+//! - [`cluster`]: the world: event queue, network, faults, clients, phases; carries out what
+//!   the cores produce.
+//! - [`node`]: one OSD: its disks, incarnation and shard core.
+//! - [`flush`]: the flush runner that lets a flush finish at a moment the simulator picks.
 //! - [`disk`]: crash points and slow commits on top of the simulated disk.
 //! - [`model`]: stamped blocks and the image model that checks every read.
 //! - [`checker`]: Raft safety asserted along the way.
@@ -21,8 +24,8 @@
 //!
 //! Determinism: one [`fastblock_types::rng::SplitMix64`] seeded from the run's seed drives
 //! every choice; the PG replicas and the disk crashes get their seeds from it; collections
-//! that are iterated are `BTreeMap`s; there is no clock and no thread. The same seed gives the
-//! same run, event for event ([`RunSummary::fingerprint`]).
+//! that are iterated are `BTreeMap`s; there is no clock and no thread (the cores read virtual
+//! time). The same seed gives the same run, event for event ([`RunSummary::fingerprint`]).
 //!
 //! Entry points: [`run_seed`] (one seed, panics caught and reported), the `vopr` binary
 //! (`scripts/sim.sh`) and the CI test `tests/seeds.rs`.
@@ -30,12 +33,11 @@
 pub mod checker;
 pub mod cluster;
 pub mod disk;
-pub mod hosting;
+pub mod flush;
 pub mod model;
 pub mod node;
 pub mod options;
 pub mod probes;
-pub mod recovery;
 pub mod scenario;
 
 pub use cluster::{Cluster, RunSummary};
@@ -50,6 +52,13 @@ thread_local! {
     static VIRTUAL_TIME: Cell<u64> = const { Cell::new(0) };
     static PANIC_MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
     static CAPTURE_PANICS: Cell<bool> = const { Cell::new(false) };
+    static LAST_PROBES: RefCell<Probes> = RefCell::new(Probes::default());
+}
+
+/// Keeps the probes of a cluster being dropped (at the end of a run, or unwound by a panic),
+/// so that a failed run still reports what it reached.
+pub(crate) fn keep_probes(probes: Probes) {
+    LAST_PROBES.with(|p| *p.borrow_mut() = probes);
 }
 
 /// Records the virtual time of the current event, for failure reports.
@@ -61,13 +70,7 @@ pub(crate) fn set_virtual_time(us: u64) {
 /// yet: (what the message contains, the diagnosis). The CI budget reports a seed that fails
 /// this way as a known open bug instead of failing; any other failure fails it. Each entry
 /// is in the "Open" table of `docs/design/simulator.md`.
-pub const KNOWN_OPEN: &[(&str, &str)] = &[(
-    "no space left in the Wal area",
-    "WAL full: the WAL is a ring that frees a segment only when no live entry is left in it, \
-     so a PG whose entries cannot commit or apply (it lost its majority, or lags) pins every \
-     later segment while the other PGs keep writing; the commit then fails and the OSD stops \
-     (store: live entries need moving forward, or the OSD must stop admitting writes first)",
-)];
+pub const KNOWN_OPEN: &[(&str, &str)] = &[];
 
 /// The known open bug a failure message matches, if any.
 pub fn known_open(message: &str) -> Option<&'static str> {
@@ -91,6 +94,8 @@ pub struct SimFailure {
     pub options: Box<SimOptions>,
     /// Run with OSDs going out and in (replay with `--membership`).
     pub membership: bool,
+    /// The coverage probes the run reached before it failed.
+    pub probes: Probes,
 }
 
 impl SimFailure {
@@ -154,10 +159,30 @@ pub fn run_seed_membership(seed: u64, trace: bool) -> Result<RunSummary, SimFail
     failure
 }
 
-/// Runs one configuration (tests adjust the options of a seed).
+/// Stamps the shard cores' log lines (`--trace`) with the virtual time of the event.
+struct VirtualClock;
+
+impl tracing_subscriber::fmt::time::FormatTime for VirtualClock {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(w, "[{:>12}]", VIRTUAL_TIME.with(Cell::get))
+    }
+}
+
+/// Runs one configuration (tests adjust the options of a seed). With `trace`, every event
+/// and the shard cores' log lines (debug level) go to stderr.
 pub fn run_options(options: SimOptions, trace: bool) -> Result<RunSummary, SimFailure> {
     install_panic_hook();
     set_virtual_time(0);
+    keep_probes(Probes::default());
+    let _trace = trace.then(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_timer(VirtualClock)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    });
     CAPTURE_PANICS.with(|c| c.set(true));
     let o = options.clone();
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
@@ -170,6 +195,7 @@ pub fn run_options(options: SimOptions, trace: bool) -> Result<RunSummary, SimFa
         message,
         options: Box::new(options.clone()),
         membership: false,
+        probes: LAST_PROBES.with(|p| std::mem::take(&mut *p.borrow_mut())),
     };
     match result {
         Ok(Ok(summary)) => Ok(summary),

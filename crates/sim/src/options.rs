@@ -55,6 +55,11 @@ pub struct SimOptions {
     /// configurations before it existed.
     pub lease_reads: bool,
     pub flush_us: u64,
+    /// WAL commits written and not yet durable before the core waits (1 or 2; the core's
+    /// `ShardConfig::wal_commits_in_flight_max`). With 2, a slow disk has a second commit
+    /// written while the first one's fdatasync is owed. Drawn apart from the other options,
+    /// like `lease_reads`.
+    pub wal_commits_in_flight_max: usize,
     pub log_retain_entries: u64,
     /// A member further behind than this is caught up by snapshot (`--log-lag-max-entries`).
     pub log_lag_max_entries: u64,
@@ -128,8 +133,8 @@ impl SimOptions {
 
     /// The replicas' lease (0: off). A follower refuses votes for `election_ticks` of its
     /// ticks after hearing from its leader; here a tick may land `tick_jitter_pct` early, and
-    /// a node resuming from a stall may take its late tick just before the next one (up to
-    /// two ticks early in all). So the lease is `election_ticks - 2` ticks at their shortest,
+    /// a core that a slow WAL commit kept waiting handles the tick it deferred once the commit
+    /// is durable, possibly just before the next one (up to two ticks early in all). So the lease is `election_ticks - 2` ticks at their shortest,
     /// less half a tick.
     pub fn lease_ms(&self) -> u64 {
         if !self.lease_reads {
@@ -160,7 +165,7 @@ impl SimOptions {
             append_bytes_max: r.pick(&[4 << 10, 64 << 10, 1 << 20]),
             inflight_appends_max: r.pick(&[1, 4, 256]) as usize,
             pending_ops_max: r.pick(&[2, 64, 1024]) as usize,
-            // Set per node from the final options (`NodeConfig::of`, `lease_ms`).
+            // Set per node from the final options (`node::shard_config`, `lease_ms`).
             lease_ms: 0,
         };
         pg.validate().expect("sim picks a valid PG config");
@@ -185,6 +190,12 @@ impl SimOptions {
             tick_jitter_pct: r.pick(&[0, 5, 10]),
             lease_reads: SplitMix64::new(seed ^ 0x1EA5_E0F0_0000_0001).chance_pct(75),
             flush_us: r.pick(&[50 * MS, 200 * MS, 1000 * MS]),
+            wal_commits_in_flight_max: if SplitMix64::new(seed ^ 0xC0_3317_F11E_0002).chance_pct(50)
+            {
+                2
+            } else {
+                1
+            },
             log_retain_entries,
             log_lag_max_entries: r.pick(&[16, 256, 65536]),
             snap_chunk_bytes: r.pick(&[4 << 10, 16 << 10, 128 << 10]),

@@ -1,6 +1,7 @@
-//! Coverage probes: how often a run reached each rare path (FoundationDB's `CODE_PROBE`,
-//! observed from the driver's side since the cores carry no hooks). A multi-seed run prints
-//! the probes no seed reached: a fault the simulator never produces finds no bugs.
+//! Coverage probes: how often a run reached each rare path (FoundationDB's `CODE_PROBE`),
+//! observed from the cluster's side or counted by the shard core (`fastblock_shard::Probes`).
+//! A multi-seed run prints the probes no seed reached: a fault the simulator never produces
+//! finds no bugs.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -62,10 +63,13 @@ pub const PROBES: &[(&str, &str)] = &[
         "a message overtook an earlier one on the same link",
     ),
     ("net.partition_drop", "a partition dropped a message"),
-    ("slow.commit", "a WAL commit was slow (the node stalled)"),
+    (
+        "slow.commit",
+        "a WAL commit was slow (in flight until its simulated fdatasync completed)",
+    ),
     (
         "slow.leader_deposed",
-        "a leader stalled by a slow commit found itself deposed when it resumed",
+        "a leader found itself deposed when its slow commit became durable",
     ),
     (
         "raft.check_quorum_stepdown",
@@ -74,6 +78,39 @@ pub const PROBES: &[(&str, &str)] = &[
     (
         "wal.full",
         "the WAL filled: every applied entry was compacted",
+    ),
+    (
+        "wal.must_sync_skipped",
+        "a hard state that moved only the commit index was staged without a sync of its own \
+         (MustSync)",
+    ),
+    (
+        "wal.commits_overlapped",
+        "a WAL commit was written while an earlier one was not yet durable (two in flight)",
+    ),
+    (
+        "flush.done_during_commit",
+        "a flush finished between a WAL commit and its durability (before the apply it allows)",
+    ),
+    (
+        "wal.pressure",
+        "free WAL segments fell to the reserve: transfers abandoned, everything applied compacted",
+    ),
+    (
+        "wal.log_moved",
+        "a PG's live entries were moved forward to free the oldest WAL segment",
+    ),
+    (
+        "wal.log_move_skipped",
+        "the entries pinning the oldest WAL segment did not fit the free space and were not moved",
+    ),
+    (
+        "admission.stale_epoch",
+        "a request was refused with StaleEpoch (the client's and the OSD's maps disagree)",
+    ),
+    (
+        "admission.pg_log_full",
+        "a write was refused because its PG's uncommitted writes reached their share of the WAL",
     ),
     (
         "client.dropped",
@@ -142,6 +179,15 @@ pub const PROBES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Probes the CI budget must reach (`tests/seeds.rs`): the interleavings the simulator's
+/// adapter exists to explore. A change that makes them unreachable makes the simulator blind
+/// to them.
+pub const REQUIRED: &[&str] = &[
+    "wal.must_sync_skipped",
+    "wal.commits_overlapped",
+    "flush.done_during_commit",
+];
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Probes {
     hits: BTreeMap<&'static str, u64>,
@@ -170,6 +216,15 @@ impl Probes {
         for (name, n) in &other.hits {
             *self.hits.entry(name).or_default() += n;
         }
+    }
+
+    /// Required probes ([`REQUIRED`]) never reached.
+    pub fn required_unreached(&self) -> Vec<&'static str> {
+        REQUIRED
+            .iter()
+            .copied()
+            .filter(|name| self.count(name) == 0)
+            .collect()
     }
 
     /// Probes never reached, with their descriptions.

@@ -100,9 +100,9 @@ impl Scenario {
         let pg = self.pg();
         self.c
             .node(node)
-            .run
-            .as_ref()
-            .is_some_and(|r| r.pgs.get(&pg).is_some_and(|rep| rep.is_leader()))
+            .core()
+            .and_then(|core| core.replica(pg))
+            .is_some_and(|r| r.is_leader())
     }
 
     /// The members that believe they lead (more than one during a stale leadership).

@@ -4,6 +4,7 @@
 use fastblock_sim::node::ClientReply;
 use fastblock_sim::options::{MS, SEC};
 use fastblock_sim::scenario::Scenario;
+use fastblock_wire::Reply;
 
 /// Goal: a leader cut off from its followers must not serve a read that misses a write the
 /// new leader acknowledged (reads are linearizable, also under check-quorum leases).
@@ -18,7 +19,7 @@ fn isolated_leader_serves_no_stale_read() {
         let mut t = Scenario::new(seed, 3, 3).unwrap();
         let old = t.wait_leader().unwrap();
         t.run_for(300 * MS).unwrap();
-        assert!(matches!(t.write(0, old, 0).unwrap(), ClientReply::Ok));
+        assert!(t.write(0, old, 0).unwrap().is_ok());
         t.isolate(&[old]);
         t.run_until(10 * SEC, |s| s.leaders().len() >= 2 || !s.leads(old))
             .unwrap();
@@ -26,7 +27,7 @@ fn isolated_leader_serves_no_stale_read() {
             continue; // the old leader stepped down first: no overlap with this seed
         };
         assert!(
-            matches!(t.write(1, new, 0).unwrap(), ClientReply::Ok),
+            t.write(1, new, 0).unwrap().is_ok(),
             "seed {seed}: the new leader takes writes"
         );
         if !t.leads(old) {
@@ -59,9 +60,9 @@ fn isolated_leader_with_a_lease_serves_no_stale_read() {
         let mut t = Scenario::with_options(seed, 3, 3, |o| o.lease_reads = true).unwrap();
         let old = t.wait_leader().unwrap();
         t.run_for(300 * MS).unwrap();
-        assert!(matches!(t.write(0, old, 0).unwrap(), ClientReply::Ok));
+        assert!(t.write(0, old, 0).unwrap().is_ok());
         for _ in 0..5 {
-            assert!(matches!(t.read(0, old, 0).unwrap(), ClientReply::Data(_)));
+            assert!(t.read(0, old, 0).unwrap().is_data());
             t.run_for(50 * MS).unwrap();
         }
         t.isolate(&[old]);
@@ -69,12 +70,12 @@ fn isolated_leader_with_a_lease_serves_no_stale_read() {
         for _ in 0..200 {
             // A read at the cut-off leader: answered from its lease, or not at all (the
             // scripted client gives up); the model checks what it returns.
-            if let Ok(ClientReply::Data(_)) = t.read(0, old, 0) {
+            if t.read(0, old, 0).is_ok_and(|r| r.is_data()) {
                 lease_reads_after_cut += 1;
             }
             if !wrote {
                 if let Some(new) = t.leaders().into_iter().find(|l| *l != old) {
-                    wrote = matches!(t.write(1, new, 0), Ok(ClientReply::Ok));
+                    wrote = t.write(1, new, 0).is_ok_and(|r| r.is_ok());
                 }
             }
             t.run_for(50 * MS).unwrap();
@@ -93,7 +94,9 @@ fn isolated_leader_with_a_lease_serves_no_stale_read() {
 
 fn describe(reply: &ClientReply) -> String {
     match reply {
-        ClientReply::Data(d) => format!("{:?}", fastblock_sim::model::decode_block(&d[..4096])),
+        ClientReply::Osd(Reply::Data(d)) => {
+            format!("{:?}", fastblock_sim::model::decode_block(&d[..4096]))
+        }
         other => format!("{other:?}"),
     }
 }
@@ -122,5 +125,5 @@ fn isolated_leader_with_a_full_wal_refuses_instead_of_failing() {
     t.run_for(2 * SEC).unwrap();
     t.heal();
     let new = t.wait_leader().unwrap();
-    assert!(matches!(t.write(0, new, 0).unwrap(), ClientReply::Ok));
+    assert!(t.write(0, new, 0).unwrap().is_ok());
 }

@@ -8,7 +8,15 @@ mod common;
 use common::*;
 use raft::eraftpb::{ConfState, Entry};
 
-/// PG 0 logs 3 entries that never get compacted; PG 1 writes and compacts until the WAL
+/// Appends `entries` in runs of 4 (each fits a 16 KiB batch), committing after each run.
+fn append_in_runs(s: &mut fastblock_store::Store<fastblock_store::SimDisk>, entries: &[Entry]) {
+    for run in entries.chunks(4) {
+        s.append_entries(pg(0), run).unwrap();
+        s.commit().unwrap();
+    }
+}
+
+/// PG 0 logs 10 entries (two batches' worth) that never get compacted; PG 1 writes and compacts until the WAL
 /// (6 segments of 64 KiB) is nearly full behind PG 0's pin.
 fn pinned_store() -> (
     fastblock_store::SimDisk,
@@ -22,11 +30,11 @@ fn pinned_store() -> (
     for p in 0..2 {
         s.set_conf_state(pg(p), &cs).unwrap();
     }
-    let stuck: Vec<Entry> = (1..=3).map(|i| entry(i, 1, 3000)).collect();
-    s.append_entries(pg(0), &stuck).unwrap();
-    s.commit().unwrap();
+    let stuck: Vec<Entry> = (1..=10).map(|i| entry(i, 1, 3000)).collect();
+    append_in_runs(&mut s, &stuck);
     let mut index = 1;
     while s.wal().free_segment_count() > 1 {
+        s.commit().unwrap();
         s.append_entries(pg(1), &[entry(index, 1, 8 << 10)])
             .unwrap();
         s.commit().unwrap();
@@ -46,44 +54,55 @@ fn moving_entries_forward_frees_the_pinned_segment() {
     let (_disk, _meta, mut s, stuck) = pinned_store();
     let (oldest, pgs) = s.wal().oldest_pinned_segment().expect("a pinned segment");
     assert_eq!(pgs, vec![pg(0)]);
-    s.append_entries(pg(0), &stuck).unwrap();
-    s.commit().unwrap();
-    assert_eq!(s.log_bounds(pg(0)), (1, 3));
+    append_in_runs(&mut s, &stuck);
+    assert_eq!(s.log_bounds(pg(0)), (1, 10));
     // The old segment holds nothing live any more.
     let after = s.wal().oldest_pinned_segment();
     assert!(
         after.as_ref().is_none_or(|(seq, _)| *seq > oldest),
         "{after:?}"
     );
-    assert_eq!(s.entries(pg(0), 1, 4, None).unwrap(), stuck);
+    assert_eq!(s.entries(pg(0), 1, 11, None).unwrap(), stuck);
 }
 
 #[test]
 fn a_crash_during_or_after_the_move_keeps_the_log() {
-    for seed in 0..24u64 {
+    // Moving an entry whose index and term the log holds replaces its record and nothing
+    // else, so a move cut short by a crash (some runs durable, the rest lost or torn) leaves
+    // every entry readable from its old or its new record.
+    for seed in 0..36u64 {
         let (disk, meta, mut s, stuck) = pinned_store();
-        s.append_entries(pg(0), &stuck).unwrap();
-        if seed % 2 == 0 {
-            // Durable, then the ring moves on over the freed segment (with one free slot
-            // before the move, 20 entries of 8 KiB need it).
-            s.commit().unwrap();
-            let next = s.log_bounds(pg(1)).1 + 1;
-            for index in next..next + 20 {
-                // Compaction records are pending: commit them, so the entry may roll.
-                s.commit().unwrap();
-                s.append_entries(pg(1), &[entry(index, 1, 8 << 10)])
-                    .unwrap();
-                s.commit().unwrap();
-                s.set_applied(pg(1), index).unwrap();
-                s.flush().unwrap();
-                s.compact(pg(1), index).unwrap();
+        match seed % 3 {
+            0 => {
+                // Durable, then the ring moves on over the freed segment (with one free slot
+                // before the move, 20 entries of 8 KiB need it).
+                append_in_runs(&mut s, &stuck);
+                let next = s.log_bounds(pg(1)).1 + 1;
+                for index in next..next + 20 {
+                    // Compaction records are pending: commit them, so the entry may roll.
+                    s.commit().unwrap();
+                    s.append_entries(pg(1), &[entry(index, 1, 8 << 10)])
+                        .unwrap();
+                    s.commit().unwrap();
+                    s.set_applied(pg(1), index).unwrap();
+                    s.flush().unwrap();
+                    s.compact(pg(1), index).unwrap();
+                }
+            }
+            1 => {
+                // The first run durable, the second pending at the crash.
+                append_in_runs(&mut s, &stuck[..4]);
+                s.append_entries(pg(0), &stuck[4..8]).unwrap();
+            }
+            _ => {
+                // Nothing durable: the moved records are lost or torn by the crash.
+                s.append_entries(pg(0), &stuck[..4]).unwrap();
             }
         }
-        // Odd seeds crash with the moved records unsynced (lost or torn by the crash).
         drop(s);
         crash(&disk, &meta, seed);
         let mut s = reopen(&disk, &meta).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
-        assert_eq!(s.log_bounds(pg(0)), (1, 3), "seed {seed}");
-        assert_eq!(s.entries(pg(0), 1, 4, None).unwrap(), stuck, "seed {seed}");
+        assert_eq!(s.log_bounds(pg(0)), (1, 10), "seed {seed}");
+        assert_eq!(s.entries(pg(0), 1, 11, None).unwrap(), stuck, "seed {seed}");
     }
 }

@@ -40,6 +40,17 @@ pub(crate) struct EntryMeta {
     pub loc: Option<Loc>,
 }
 
+/// What [`PgLog::push`] did with an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// Appended at the end (after truncating a conflicting suffix).
+    Appended,
+    /// The same entry (index and term) now lives in the new record; nothing else changed.
+    Moved,
+    /// It would leave a gap, or lies at or below the compaction point.
+    Rejected,
+}
+
 /// Live segments: sequence number to slot and number of live entries it holds.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct SegmentInfo {
@@ -133,22 +144,32 @@ impl PgLog {
         }
     }
 
-    /// Appends one entry after truncating anything at or after its index. Returns false if
-    /// the index would leave a gap or lies at or below the compaction point.
-    pub(crate) fn push(&mut self, index: u64, meta: EntryMeta, segments: &mut Segments) -> bool {
+    /// Appends one entry after truncating anything at or after its index; or, if the log holds
+    /// an entry with the same index and term, moves that entry to the new record without
+    /// touching the entries after it (Raft's log matching: same index and term, same entry;
+    /// raft-rs persists only entries that conflict or extend, so this happens only when a
+    /// shard moves live entries forward to free an old segment). Returns `Rejected` if the
+    /// index would leave a gap or lies at or below the compaction point.
+    pub(crate) fn push(&mut self, index: u64, meta: EntryMeta, segments: &mut Segments) -> Pushed {
         if index <= self.snap_index || index > self.last_index() + 1 {
-            return false;
+            return Pushed::Rejected;
         }
-        self.truncate_from(index, segments);
         if let Some(loc) = meta.loc {
             segments
                 .get_mut(&loc.seq)
                 .unwrap_or_else(|| panic!("entry in unknown segment {}", loc.seq))
                 .live_entries += 1;
         }
+        let slot = (index - self.snap_index - 1) as usize;
+        if self.entries.get(slot).is_some_and(|m| m.term == meta.term) {
+            let old = std::mem::replace(&mut self.entries[slot], meta);
+            Self::release(segments, &old);
+            return Pushed::Moved;
+        }
+        self.truncate_from(index, segments);
         self.entries.push_back(meta);
         assert_eq!(self.last_index(), index);
-        true
+        Pushed::Appended
     }
 
     pub(crate) fn push_cache(&mut self, e: Entry) {
@@ -314,6 +335,17 @@ impl Wal {
     /// Segments the log currently occupies (for tests and metrics).
     pub fn live_segment_count(&self) -> u64 {
         self.cur_seq - self.live_start_seq() + 1
+    }
+
+    /// Bytes of the records of `pg`'s live entries (what moving them forward writes).
+    pub fn live_entry_bytes(&self, pg: PgId) -> u64 {
+        self.pgs.get(&pg).map_or(0, |l| {
+            l.entries
+                .iter()
+                .filter_map(|m| m.loc)
+                .map(|loc| u64::from(loc.len_bytes))
+                .sum()
+        })
     }
 
     /// Segment slots the log does not occupy: how many more segments it can open before

@@ -15,7 +15,7 @@ use super::segment::{
     BatchHeader, SegmentHeader, BATCH_HEADER_BYTES, INDEX_MAX, SEGMENT_HEADER_BYTES,
 };
 use super::writer::io_err;
-use super::{EntryMeta, Loc, PgLog, SegmentInfo, Segments, Wal, WalOptions};
+use super::{EntryMeta, Loc, PgLog, Pushed, SegmentInfo, Segments, Wal, WalOptions};
 use crate::codec::Reader;
 use crate::disk::{AlignedBuf, Disk, ReadOp};
 use crate::error::{Error, Result};
@@ -365,7 +365,7 @@ impl Replay {
                 };
                 let segments = &mut wal.segments;
                 let log = wal.pgs.entry(rec.pg).or_default();
-                if !log.push(index, meta, segments) {
+                if log.push(index, meta, segments) == Pushed::Rejected {
                     return Err(corrupt(
                         loc.seq,
                         u64::from(loc.offset_bytes),

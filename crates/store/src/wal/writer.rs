@@ -7,7 +7,7 @@
 
 use super::record::{self, PgCheckpoint, RecordKind, RECORD_HEADER_BYTES};
 use super::segment::{BatchHeader, SegmentHeader, BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
-use super::{EntryMeta, Loc, PgLog, SegmentInfo, Wal};
+use super::{EntryMeta, Loc, PgLog, Pushed, SegmentInfo, Wal};
 use crate::disk::{AlignedBuf, Disk, WriteOp};
 use crate::error::{Error, Result, SpaceArea};
 use crate::superblock::Anchor;
@@ -161,12 +161,16 @@ impl Wal {
             let durable = self.durable_lsn;
             let segments = &mut self.segments;
             let log = self.pgs.entry(pg).or_default();
-            assert!(
-                log.push(e.index, meta, segments),
-                "validated entry rejected"
-            );
-            log.push_cache(e.clone());
-            log.trim_cache(cache_max, durable);
+            match log.push(e.index, meta, segments) {
+                Pushed::Appended => {
+                    log.push_cache(e.clone());
+                    log.trim_cache(cache_max, durable);
+                }
+                // The cache (a suffix of the log) holds the same entry, or it is read back
+                // from its new record once that is written.
+                Pushed::Moved => {}
+                Pushed::Rejected => panic!("validated entry rejected"),
+            }
         }
         Ok(())
     }
