@@ -90,6 +90,17 @@ struct Background {
     error: Option<io::Error>,
 }
 
+/// Resubmissions of a batch whose entries a signal interrupted, before the error is returned.
+const INTERRUPTED_RETRIES_MAX: u32 = 64;
+
+/// An entry that ended without effect because of a signal (see [`UringDisk::run`]).
+fn interrupted_op(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::ECANCELED)
+    )
+}
+
 impl Background {
     fn complete(&mut self, user_data: u64, res: i32) {
         let (buf, expect) = self
@@ -202,7 +213,27 @@ impl UringDisk {
     }
 
     /// Submits `sqes` (at most the ring size) and waits for all of them.
+    /// Runs `sqes` to completion; resubmits them all (reads and writes of the same buffers at
+    /// the same offsets, and syncs, are idempotent) when an entry ended without effect because
+    /// of a signal: -EINTR or -EAGAIN from the operation, or -ECANCELED for the entries linked
+    /// after it. Seen under load with a signal storm (`tests/uring_signals.rs`).
     fn run(
+        ring: &mut IoUring,
+        background: &mut Background,
+        sqes: &[(squeue::Entry, usize)],
+    ) -> io::Result<()> {
+        let mut attempts = 0;
+        loop {
+            match Self::run_once(ring, background, sqes) {
+                Err(e) if interrupted_op(&e) && attempts < INTERRUPTED_RETRIES_MAX => {
+                    attempts += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn run_once(
         ring: &mut IoUring,
         background: &mut Background,
         sqes: &[(squeue::Entry, usize)],
@@ -257,7 +288,13 @@ impl UringDisk {
                 let (_, expect) = sqes[cqe.user_data() as usize];
                 let res = cqe.result();
                 if res < 0 {
-                    first_err.get_or_insert(io::Error::from_raw_os_error(-res));
+                    let e = io::Error::from_raw_os_error(-res);
+                    // A real error outranks an interrupted entry (which is retried).
+                    if first_err.as_ref().is_none_or(interrupted_op) && !interrupted_op(&e) {
+                        first_err = Some(e);
+                    } else {
+                        first_err.get_or_insert(e);
+                    }
                 } else if res as usize != expect {
                     first_err.get_or_insert(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
