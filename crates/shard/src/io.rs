@@ -85,7 +85,7 @@ pub struct PeerSend {
 }
 
 /// Something the monitor must hear.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Report {
     /// This OSD leads `pg` (or changed its configuration as leader).
     LeaderElected { pg: PgId, req: LeaderElectedRequest },
@@ -179,14 +179,5 @@ pub struct CommitStats {
 impl Effects {
     pub(crate) fn stage(&mut self, stage: Stage, from: Micros, to: Micros) {
         self.stages.push((stage, to.since(from)));
-    }
-
-    /// Whether the step produced nothing for the runtime to carry out.
-    pub fn is_empty(&self) -> bool {
-        self.replies.is_empty()
-            && self.peers.is_empty()
-            && self.reports.is_empty()
-            && !self.wal_commit_due
-            && self.wal_commit_submitted.is_none()
     }
 }

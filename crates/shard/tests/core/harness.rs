@@ -235,18 +235,7 @@ impl Cluster {
             self.wire.push_back((osd, *to, req.clone()));
         }
         for r in &eff.reports {
-            let copy = match r {
-                Report::LeaderElected { pg, req } => Report::LeaderElected {
-                    pg: *pg,
-                    req: req.clone(),
-                },
-                Report::MembershipFinished { pg, req } => Report::MembershipFinished {
-                    pg: *pg,
-                    req: req.clone(),
-                },
-                Report::Fatal(f) => Report::Fatal(f.clone()),
-            };
-            self.reports.push((osd, copy));
+            self.reports.push((osd, r.clone()));
         }
         let summary = Effects {
             probes: eff.probes.clone(),
