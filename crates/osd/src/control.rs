@@ -30,6 +30,8 @@ pub struct OsdConfig {
     pub flush_interval: Duration,
     /// How a WAL commit makes its write durable (`--wal-sync`).
     pub wal_sync: fastblock_store::disk::SyncMode,
+    /// WAL group commits in flight per shard (`--wal-commits-in-flight`).
+    pub wal_commits_in_flight_max: usize,
     pub log_retain_entries: u64,
     pub log_lag_max_entries: u64,
     pub pg_config: PgConfig,
@@ -76,6 +78,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             tick: config.tick,
             flush_interval: config.flush_interval,
             wal_sync: config.wal_sync,
+            wal_commits_in_flight_max: config.wal_commits_in_flight_max,
             log_retain_entries: config.log_retain_entries,
             log_lag_max_entries: config.log_lag_max_entries,
             seed: seed.wrapping_add(u64::from(index)),

@@ -1,7 +1,9 @@
 //! A window of a disk: each shard owns one equal, aligned region of the OSD's device and runs
 //! its own store (WAL and objects) in it, so shards never share a lock or a queue.
 
-use fastblock_store::disk::{AlignedBuf, BackgroundRun, ReadOp, WriteOp};
+use fastblock_store::disk::{
+    AlignedBuf, BackgroundRun, OwnedWrite, ReadOp, Reaped, Submitted, WriteOp,
+};
 use fastblock_store::Disk;
 use std::io;
 
@@ -111,6 +113,24 @@ impl<D: Disk> Disk for RegionDisk<D> {
 
     fn wait_background(&mut self) -> io::Result<()> {
         self.inner.wait_background()
+    }
+
+    fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {
+        let shifted = writes
+            .into_iter()
+            .map(|w| {
+                self.check(w.offset_bytes, w.buf.len());
+                OwnedWrite {
+                    offset_bytes: w.offset_bytes + self.offset_bytes,
+                    buf: w.buf,
+                }
+            })
+            .collect();
+        self.inner.submit_durable(shifted)
+    }
+
+    fn reap_durable(&mut self, wait: bool) -> io::Result<Reaped> {
+        self.inner.reap_durable(wait)
     }
 
     fn sync(&mut self) -> io::Result<()> {

@@ -11,13 +11,15 @@
 //!    followers' fdatasync overlaps ours);
 //! 4. stages every PG's log write in the WAL. When a record needs a sync, the step ends with
 //!    [`Effects::wal_commit_due`]: the runtime carries out the effects, then steps
-//!    `WalCommit` (one write, one fdatasync for all PGs: group commit) and, once durable,
-//!    `WalDurable`, which tells the replicas (`on_persisted`) and runs the next rounds. A hard
-//!    state that moves only the commit index needs no sync of its own (etcd's MustSync
-//!    rule): the round goes on at once.
+//!    `WalCommit` (one write, one fdatasync for all PGs: group commit, submitted without
+//!    waiting) and, when the disk reports completions, `WalDurable`: each round whose LSN is
+//!    now durable tells its replicas (`on_persisted`), oldest first, and the next rounds run.
+//!    A hard state that moves only the commit index needs no sync of its own (etcd's
+//!    MustSync rule): the round completes with the newest commit in flight, or at once.
 //!
-//! Inputs that arrive while a commit is due or in flight wait in the core (ticks and flush
-//! timers coalesced, only the newest map kept) and are handled once it is durable.
+//! Inputs that arrive while a commit is due, or while `wal_commits_in_flight_max` are in
+//! flight, wait in the core (ticks and flush timers coalesced, only the newest map kept) and
+//! are handled once one completes.
 //!
 //! A store error stops the shard (fail-stop): every later client request gets `IoError`,
 //! and [`Report::Fatal`] tells the runtime so the OSD exits.
@@ -84,9 +86,9 @@ pub(crate) struct PendingOp {
 }
 
 /// The WAL commit cycle: at most one round staged and waiting for `WalCommit`, then up to
-/// `wal_commits_in_flight_max` written and waiting for `WalDurable`, oldest first. Durability
-/// comes in order (a sync covers every earlier write), so `WalDurable` always completes the
-/// oldest.
+/// `wal_commits_in_flight_max` submitted and waiting until the store reports their LSNs
+/// durable, oldest first. The store reports durability in submission order, so rounds
+/// complete in order: a round is persisted only when it and every round before it are.
 #[derive(Default)]
 struct Commits {
     due: Option<Round>,
@@ -95,6 +97,8 @@ struct Commits {
 
 /// What a round left to do once its log writes are durable.
 struct Round {
+    /// The WAL LSN that makes this round durable (set when its commit is submitted).
+    lsn: u64,
     /// Highest ready number staged per PG.
     persisted: Vec<(PgId, u64)>,
     /// Snapshots installed by this round: (PG, index).
@@ -249,13 +253,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                 assert!(self.commits.due.is_some(), "WalCommit without a commit due");
                 self.commit_wal(eff)
             }
-            Input::WalDurable => {
-                assert!(
-                    !self.commits.in_flight.is_empty(),
-                    "WalDurable without a commit in flight"
-                );
-                self.wal_durable(eff)
-            }
+            Input::WalDurable => self.wal_durable(eff),
             Input::FlushDone => {
                 // Compacting needs no round, so it never waits; a flush finishing while a WAL
                 // commit is in flight (between a commit and the apply it allows) is one of
@@ -315,6 +313,9 @@ impl<D: Disk + 'static> ShardCore<D> {
     /// snapshot chunks within the rate limit, and an early flush if the WAL advanced.
     fn settle(&mut self, eff: &mut Effects) {
         loop {
+            // A synchronous WAL commit of this step (a full batch, a flush) made the commits
+            // in flight before it durable too.
+            self.complete_durable(eff);
             self.run_rounds(eff);
             if self.commit_blocks() {
                 return;
@@ -500,6 +501,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         eff: &mut Effects,
     ) -> fastblock_store::Result<(Round, bool)> {
         let mut round = Round {
+            lsn: 0,
             persisted: Vec::new(),
             installed: Vec::new(),
             entries: 0,
@@ -556,42 +558,66 @@ impl<D: Disk + 'static> ShardCore<D> {
         Ok((round, needs_sync))
     }
 
-    /// `Input::WalCommit`: one write and one sync for everything staged.
+    /// `Input::WalCommit`: one write and one sync for everything staged, submitted without
+    /// waiting. A disk that syncs synchronously completes the round at once.
     fn commit_wal(&mut self, eff: &mut Effects) {
-        let round = self.commits.due.take().expect("checked by handle");
+        let mut round = self.commits.due.take().expect("checked by handle");
         if self.failed.is_some() {
             return;
         }
         let start = self.metrics_now();
-        let r = self.store.borrow_mut().commit();
+        let r = self.store.borrow_mut().commit_submit();
         match r {
-            Ok(_) => {
+            Ok(lsn) => {
                 let took_us = self.metrics_now().since(start);
                 eff.stages.push((Stage::WalCommit, took_us));
                 eff.wal_commit_submitted = Some(crate::io::CommitStats {
                     entries: round.entries,
                     took_us,
                 });
+                assert!(
+                    self.commits.in_flight.back().is_none_or(|r| r.lsn <= lsn),
+                    "commit LSNs must not go back"
+                );
+                round.lsn = lsn;
                 self.commits.in_flight.push_back(round);
                 if self.commits.in_flight.len() > 1 {
                     eff.probes.commits_overlapped += 1;
                 }
+                self.wal_durable(eff);
             }
             Err(e) => self.fail(ShardFailure::store(Operation::WalCommit, None, e), eff),
         }
     }
 
-    /// `Input::WalDurable`: the replicas hear that their writes are persisted.
+    /// `Input::WalDurable` (the disk finished something): collects the finished commits and
+    /// tells the replicas of every round now durable that their writes are persisted.
     fn wal_durable(&mut self, eff: &mut Effects) {
-        let round = self
-            .commits
-            .in_flight
-            .pop_front()
-            .expect("checked by handle");
+        if self.failed.is_some() || self.commits.in_flight.is_empty() {
+            return;
+        }
+        let r = self.store.borrow_mut().commit_reap();
+        match r {
+            Ok(_) => self.complete_durable(eff),
+            Err(e) => self.fail(ShardFailure::store(Operation::WalCommit, None, e), eff),
+        }
+    }
+
+    /// Completes the rounds in flight whose LSN the store knows durable, oldest first.
+    fn complete_durable(&mut self, eff: &mut Effects) {
         if self.failed.is_some() {
             return;
         }
-        self.persisted(round, eff);
+        let durable = self.store.borrow().wal().durable_lsn();
+        while self
+            .commits
+            .in_flight
+            .front()
+            .is_some_and(|r| r.lsn <= durable)
+        {
+            let round = self.commits.in_flight.pop_front().expect("checked");
+            self.persisted(round, eff);
+        }
     }
 
     fn persisted(&mut self, round: Round, eff: &mut Effects) {

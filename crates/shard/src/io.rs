@@ -68,7 +68,9 @@ pub enum Input {
     /// The runtime carried out the effects that asked for a WAL commit
     /// ([`Effects::wal_commit_due`]); now write the batch and sync it.
     WalCommit,
-    /// The oldest WAL commit written and not yet durable is durable now.
+    /// The disk completed something while commits are in flight: the core collects the
+    /// commits it finished (`Store::commit_reap`) and completes every round now durable.
+    /// Nothing finished is fine (a spurious wake-up).
     WalDurable,
     /// Flush and compact before the process exits.
     Shutdown,
@@ -151,8 +153,9 @@ pub struct Effects {
     /// Log records are staged: after carrying out these effects (so a leader's appends and
     /// the replies leave before its own fdatasync), step `Input::WalCommit`.
     pub wal_commit_due: bool,
-    /// A WAL commit was written: step `Input::WalDurable` once it is durable (at once for a
-    /// disk whose sync is synchronous).
+    /// A WAL commit was submitted. Unless the disk synced it at once (then the core already
+    /// completed it: [`crate::ShardCore::commits_in_flight`] says), step `Input::WalDurable`
+    /// when the disk reports a completion.
     pub wal_commit_submitted: Option<CommitStats>,
     /// A flush was handed to the flush runner: expect `Input::FlushDone`.
     pub flush_started: bool,

@@ -526,7 +526,7 @@ impl Cluster {
     /// own fdatasync), then the core steps `WalCommit`. On a slow disk the commit's fdatasync
     /// is deferred: the commit stays in flight until its `CommitDone` event (the core queues
     /// what arrives meanwhile, or with two commits allowed in flight, writes a second one);
-    /// otherwise `WalDurable` follows at once.
+    /// otherwise it is durable when the step returns.
     fn run_node(&mut self, id: OsdId, input: Input) {
         let life = self.nodes[&id].incarnation;
         let mut next = VecDeque::from([input]);
@@ -559,14 +559,10 @@ impl Cluster {
             if commit {
                 let node = &self.nodes[&id];
                 node.defer_next_sync(false);
-                if eff.wal_commit_submitted.is_some() {
-                    if node.sync_owed() {
-                        self.commit_in_flight(id);
-                    } else {
-                        // Synced already (a fast disk, or a later sync in the same step
-                        // covered it): durable now.
-                        next.push_front(Input::WalDurable);
-                    }
+                // On a fast disk the commit synced at once and the core completed it in the
+                // same step; on a slow one its fdatasync completes at a later event.
+                if eff.wal_commit_submitted.is_some() && node.sync_owed() {
+                    self.commit_in_flight(id);
                 }
             }
             let due = eff.wal_commit_due;

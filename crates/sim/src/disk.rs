@@ -7,19 +7,20 @@
 //!   simulator crashes the node at once, so a crash can land between any two I/Os of a WAL
 //!   commit, a flush or a redb transaction.
 //! - **Slow commit**: when `defer_syncs` is set (the cluster sets it for the core's
-//!   `WalCommit` step on a slow node), the next sync request writes its data unsynced, leaves
-//!   the sync owed and clears the flag, so only the WAL commit's own fdatasync is deferred
-//!   (a flush later in the same step syncs for real). The core keeps the commit in flight
-//!   until the simulated fdatasync completes: the cluster calls [`NodeDisk::complete_sync`],
-//!   then steps `WalDurable`. A crash in between tears the commit at sector granularity: the
-//!   torn WAL tail the store's recovery must cut. A sync request while one is owed first
-//!   completes the owed one, so writes are never reordered across a sync barrier (a real disk
-//!   cannot do that either), and every sync covers everything written before it.
+//!   `WalCommit` step on a slow node), the WAL commit's submission ([`Disk::submit_durable`])
+//!   writes its data unsynced and stays in flight (owed), as on the OSD's io_uring disk; the
+//!   flag clears. Otherwise a submission is synced at once. The core keeps the commit in
+//!   flight until the simulated fdatasync completes: the cluster calls
+//!   [`NodeDisk::complete_sync`] (one owed commit becomes durable and reportable), then steps
+//!   `WalDurable`, whose [`Disk::reap_durable`] reports it. A crash in between tears the
+//!   commit at sector granularity: the torn WAL tail the store's recovery must cut. A
+//!   synchronous sync while commits are owed covers them too (every sync covers everything
+//!   written before it), so they become reportable.
 //!
 //! Both wrappers share one [`DiskFaults`]; redb requires its backend to be `Send + Sync`, hence
 //! the `Arc<Mutex<_>>` (there are no threads).
 
-use fastblock_store::disk::{ReadOp, WriteOp};
+use fastblock_store::disk::{write_durable_now, OwnedWrite, ReadOp, Reaped, Submitted, WriteOp};
 use fastblock_store::{Disk, SimDisk, SimFile};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,10 +42,12 @@ pub struct DiskFaults {
     pub blown: bool,
     /// Where the fuse blew (for probes): "disk read", "disk write", "meta write", ...
     pub blown_at: Option<&'static str>,
-    /// Defer the next sync request (one-shot: cleared by it).
+    /// Defer the next commit submission's sync (one-shot: cleared by it).
     pub defer_syncs: bool,
-    /// A deferred sync has not completed yet.
-    pub sync_owed: bool,
+    /// Commits submitted whose sync has not completed yet.
+    pub owed: usize,
+    /// Commits durable and not yet reported by `reap_durable`.
+    pub durable_unreported: usize,
 }
 
 pub type SharedFaults = Arc<Mutex<DiskFaults>>;
@@ -91,13 +94,17 @@ pub struct NodeDisk {
 }
 
 impl NodeDisk {
-    /// The simulated fdatasync of a slow commit completed: the owed sync happens now.
+    /// The simulated fdatasync of the oldest owed commit completed: the sync happens now
+    /// (covering everything written), and that one commit becomes reportable.
     pub fn complete_sync(&mut self) -> io::Result<()> {
-        let owed = std::mem::take(&mut lock(&self.faults).sync_owed);
-        if owed {
-            self.inner.sync()?;
+        let mut f = lock(&self.faults);
+        if f.owed == 0 {
+            return Ok(());
         }
-        Ok(())
+        f.owed -= 1;
+        f.durable_unreported += 1;
+        drop(f);
+        self.inner.sync()
     }
 }
 
@@ -126,21 +133,48 @@ impl Disk for NodeDisk {
                 return Err(crash_point());
             }
         }
-        if sync && f.defer_syncs {
-            f.defer_syncs = false;
-            let owed = f.sync_owed;
-            f.sync_owed = true;
-            drop(f);
-            if owed {
-                self.inner.sync()?;
-            }
-            return self.inner.write_many(writes, false);
-        }
         if sync {
-            f.sync_owed = false;
+            // Covers the commits in flight too.
+            f.durable_unreported += std::mem::take(&mut f.owed);
         }
         drop(f);
         self.inner.write_many(writes, sync)
+    }
+
+    fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {
+        let mut f = lock(&self.faults);
+        if !std::mem::take(&mut f.defer_syncs) {
+            drop(f);
+            return write_durable_now(self, writes);
+        }
+        match f.fuse_state("disk write") {
+            Fuse::Intact => {}
+            Fuse::Blown => return Err(crash_point()),
+            Fuse::BlowsNow => {
+                drop(f);
+                let ops = as_ops(&writes);
+                self.inner.write_many(&ops, false)?;
+                return Err(crash_point());
+            }
+        }
+        f.owed += 1;
+        drop(f);
+        self.inner.write_many(&as_ops(&writes), false)?;
+        Ok(Submitted::InFlight)
+    }
+
+    fn reap_durable(&mut self, wait: bool) -> io::Result<Reaped> {
+        if wait && lock(&self.faults).owed > 0 {
+            self.sync()?;
+        }
+        let mut f = lock(&self.faults);
+        if f.blown {
+            return Err(crash_point());
+        }
+        Ok(Reaped {
+            count: std::mem::take(&mut f.durable_unreported),
+            bufs: Vec::new(),
+        })
     }
 
     fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
@@ -196,4 +230,14 @@ impl redb::StorageBackend for NodeFile {
         }
         self.inner.write(offset, data)
     }
+}
+
+fn as_ops(writes: &[OwnedWrite]) -> Vec<WriteOp<'_>> {
+    writes
+        .iter()
+        .map(|w| WriteOp {
+            offset_bytes: w.offset_bytes,
+            buf: &w.buf[..],
+        })
+        .collect()
 }

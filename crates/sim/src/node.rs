@@ -214,10 +214,7 @@ impl Node {
 
     /// Whether a sync of a WAL commit is owed (written, not yet durable).
     pub fn sync_owed(&self) -> bool {
-        self.faults
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .sync_owed
+        self.faults.lock().unwrap_or_else(|e| e.into_inner()).owed > 0
     }
 
     /// Defers the next sync request of this node's disk (a slow WAL commit), or stops
@@ -250,7 +247,7 @@ impl Node {
         let owed = {
             let mut f = self.faults.lock().unwrap_or_else(|e| e.into_inner());
             f.blown = true;
-            f.sync_owed
+            f.owed > 0
         };
         self.core = None;
         self.flush = None;

@@ -114,7 +114,7 @@ pub fn recover_image(image: &[u8]) -> Result<u64> {
         });
     }
     let mut disk = SimDisk::from_bytes(image.to_vec());
-    let wal = Wal::recover(&mut disk, &sb, WalOptions::default())?;
+    let mut wal = Wal::recover(&mut disk, &sb, WalOptions::default())?;
     let mut n = 0;
     let pgs: Vec<PgId> = wal.pg_ids().collect();
     for pg in pgs {

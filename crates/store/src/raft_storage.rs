@@ -56,13 +56,23 @@ impl Wal {
 
     /// Entries `[low, high)` limited to `max_size_bytes` (at least one entry).
     pub(crate) fn entries(
-        &self,
+        &mut self,
         disk: &mut dyn Disk,
         pg: PgId,
         low: u64,
         high: u64,
         max_size_bytes: Option<u64>,
     ) -> Result<Vec<Entry>> {
+        // An entry no longer cached is read from its record; if that record's commit is
+        // still in flight (an entry moved forward), wait for it so the read sees it.
+        let uncached_in_flight = !self.in_flight.is_empty()
+            && self.pg(pg).is_some_and(|l| {
+                (low..high.min(l.cache_first_index()))
+                    .any(|i| l.meta(i).is_some_and(|m| m.lsn > self.durable_lsn))
+            });
+        if uncached_in_flight {
+            self.reap(disk, true)?;
+        }
         let mut out = Vec::with_capacity((high.saturating_sub(low)) as usize);
         let mut size = 0u64;
         for i in low..high {

@@ -406,6 +406,27 @@ impl<D: Disk> Store<D> {
         })
     }
 
+    /// Group commit without waiting: submits the pending batch with its fdatasync and
+    /// returns the LSN that is durable once [`Store::commit_reap`] reports it. Applied data
+    /// is not carried along (with `data_with_commit` this commits synchronously instead).
+    /// Several commits may be in flight; they are reported durable in submission order.
+    pub fn commit_submit(&mut self) -> Result<u64> {
+        if self.data_with_commit {
+            return self.commit();
+        }
+        self.guard(|s| s.wal.commit_submit(&mut s.disk))
+    }
+
+    /// The durable LSN after collecting the commits the disk finished (never blocks).
+    pub fn commit_reap(&mut self) -> Result<u64> {
+        self.guard(|s| s.wal.reap(&mut s.disk, false))
+    }
+
+    /// WAL commits submitted and not yet reported durable.
+    pub fn commits_in_flight(&self) -> usize {
+        self.wal.commits_in_flight()
+    }
+
     /// `(first_index, last_index)` of a PG's log (`(1, 0)` for an unknown PG).
     pub fn log_bounds(&self, pg: PgId) -> (u64, u64) {
         self.wal
@@ -593,9 +614,9 @@ impl<D: Disk> Store<D> {
             if s.flush_in_flight() {
                 return Ok(false);
             }
-            if s.wal.pending_bytes() > 0 {
-                s.wal.commit(&mut s.disk, &[])?;
-            }
+            // Pending records and commits in flight become durable first (`Wal::commit`
+            // waits for those): flushed state never runs ahead of the log (see flush_inner).
+            s.wal.commit(&mut s.disk, &[])?;
             let lsn = s.wal.durable_lsn();
             let commit = s.objects.flush_prepare(&mut s.disk, lsn)?;
             match s.flusher.as_mut() {
@@ -658,9 +679,9 @@ impl<D: Disk> Store<D> {
         // queues WAL records too (the configuration of an applied membership change), and a
         // crash must not leave such an entry applied with the old configuration (found by the
         // simulator, seed 16774686455695070254).
-        if self.wal.pending_bytes() > 0 {
-            self.wal.commit(&mut self.disk, &[])?;
-        }
+        // `Wal::commit` also waits for the commits in flight (a hard state in one of them
+        // may carry the commit index the flushed applied index relies on).
+        self.wal.commit(&mut self.disk, &[])?;
         let lsn = self.wal.durable_lsn();
         self.objects.flush(&mut self.disk, lsn)
     }

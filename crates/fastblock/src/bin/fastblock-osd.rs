@@ -88,13 +88,19 @@ struct Args {
     /// How a WAL commit makes its write durable: `two-step` (the write, then an io_uring
     /// fdatasync, as fio's `fdatasync=1`; io_uring runs it on an io-wq worker thread),
     /// `syscall` (the write through io_uring, then fdatasync(2) on the shard thread), `linked`
-    /// (write and fdatasync linked in one submission) or `dsync` (RWF_DSYNC writes). Which is
+    /// (write and fdatasync linked in one submission; a commit left in flight, see
+    /// `--wal-commits-in-flight`, runs as `two-step`) or `dsync` (RWF_DSYNC writes). Which is
     /// fastest depends on kernel, device and load. On the 2-vCPU test VM, one writer:
     /// `two-step` 115 µs per commit, `linked` 140 (store_bench); three OSDs, 3-replica 4 KiB
     /// writes: `syscall` won three side-by-side runs by 10-25 % and lost the next two by
     /// 5 %, so no mode is better there beyond the noise.
     #[arg(long, value_enum, default_value_t = WalSync::TwoStep)]
     wal_sync: WalSync,
+    /// WAL group commits a shard keeps in flight at once (1-8): while one commit's fdatasync
+    /// runs, the shard keeps serving and writes the next. Only with io_uring and a `--wal-sync`
+    /// other than `syscall`; otherwise each commit waits for its fdatasync.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+    wal_commits_in_flight: u32,
     /// Log entries kept behind the flushed applied index for lagging followers.
     #[arg(long, default_value_t = 1024)]
     log_retain_entries: u64,
@@ -196,6 +202,7 @@ async fn main() {
             heartbeat_interval: args.heartbeat_interval,
             flush_interval: args.flush_interval,
             wal_sync: args.wal_sync.into(),
+            wal_commits_in_flight_max: args.wal_commits_in_flight as usize,
             log_retain_entries: args.log_retain_entries,
             log_lag_max_entries: args.log_lag_max_entries,
             pg_config,

@@ -41,6 +41,8 @@ pub struct ShardSpec {
     pub flush_interval: Duration,
     /// How a WAL commit makes its write durable.
     pub wal_sync: fastblock_store::disk::SyncMode,
+    /// WAL group commits in flight at once (1: each waits for its fdatasync).
+    pub wal_commits_in_flight_max: usize,
     /// Log entries kept behind the flushed applied index, for followers that fall behind.
     pub log_retain_entries: u64,
     /// A member further behind than this is caught up by snapshot, not from the log.

@@ -4,18 +4,21 @@
 //! One loop iteration:
 //!
 //! 1. wait for a command, a wake-up (a socket read, an accepted connection, the flusher
-//!    thread), the tick timer or the flush timer (`select!`, biased towards commands);
+//!    thread), a completion on the disk's io_uring (its eventfd), the tick timer or the flush
+//!    timer (`select!`, biased towards commands);
 //! 2. hand everything that arrived to ONE [`ShardCore::step_batch`]: the new map, the flush
-//!    timer, a finished flush, every queued network input, then the tick. One batch lets the
-//!    PGs of all those inputs share the next WAL commit (group commit across PGs);
+//!    timer, a finished flush, `WalDurable` if the disk completed something while commits are
+//!    in flight, every queued network input, then the tick. One batch lets the PGs of all
+//!    those inputs share the next WAL commit (group commit across PGs);
 //! 3. carry out the effects: replies into connection buffers, frames to peer links, reports
 //!    to the control task, stage timings into histograms; then write the sockets at once;
-//! 4. only then, when the core asks for it ([`Effects::wal_commit_due`]), step `WalCommit`
-//!    (one write, one fdatasync): the replies and a leader's Raft appends are already on the
-//!    wire, so the followers' fdatasync overlaps ours. The io_uring disk syncs before
-//!    returning, so the commit is durable when that step returns: step `WalDurable` at once
-//!    (`wal_commits_in_flight_max` is 1). Carry out each step's effects the same way until a
-//!    step asks for neither.
+//! 4. only then, when the core asks for it ([`Effects::wal_commit_due`]), step `WalCommit`:
+//!    the replies and a leader's Raft appends are already on the wire, so the followers'
+//!    fdatasync overlaps ours. The commit's write and fdatasync go to the io_uring without
+//!    waiting; the core keeps stepping (and writes up to `--wal-commits-in-flight` commits)
+//!    while they run, and the ring's eventfd brings the loop back to step `WalDurable` when
+//!    they complete. Carry out each step's effects the same way until a step asks for no
+//!    commit.
 //!
 //! After [`Report::Fatal`] the runtime keeps serving: the core answers client requests with
 //! `IoError` itself, and the control task, told at once, stops the OSD.
@@ -32,6 +35,7 @@ use fastblock_types::{Epoch, OsdId};
 use fastblock_wire::{Reply, Request};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -59,6 +63,29 @@ pub struct Runtime {
     next_conn: ConnId,
     events: mpsc::UnboundedSender<ShardEvent>,
     listener: Option<std::net::TcpListener>,
+    /// Signalled by the kernel for every completion on the disk's io_uring (None: no
+    /// io_uring, commits are synchronous).
+    completions: Option<OwnedFd>,
+}
+
+/// A non-blocking eventfd for the disk's io_uring to signal completions on.
+fn completion_eventfd(disk: &UringDisk) -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd(2) with valid flags; the result is checked before use.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    disk.register_eventfd(fd.as_raw_fd())?;
+    Ok(fd)
+}
+
+/// Empties the eventfd's counter (it is non-blocking: nothing to read is fine).
+fn drain_eventfd(fd: &OwnedFd) {
+    let mut counter = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into a valid buffer of 8.
+    let _ = unsafe { libc::read(fd.as_raw_fd(), counter.as_mut_ptr().cast(), counter.len()) };
 }
 
 impl Runtime {
@@ -75,6 +102,15 @@ impl Runtime {
                 ..UringOptions::default()
             },
         )?;
+        // Commits go in flight only if the loop can hear them complete.
+        let completions = match completion_eventfd(&disk) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                tracing::warn!(shard = spec.index, error = %e,
+                    "no completion eventfd; WAL commits wait for their fdatasync");
+                None
+            }
+        };
         let disk = RegionDisk::new(disk, spec.index, spec.count)?;
         let meta = crate::shard_meta_path(&spec.data, spec.index);
         let file = std::fs::OpenOptions::new()
@@ -100,7 +136,10 @@ impl Runtime {
                 }),
             )?;
         }
-        let cfg = shard_config(&spec, transfer_id_base(spec.osd, spec.index));
+        let mut cfg = shard_config(&spec, transfer_id_base(spec.osd, spec.index));
+        if completions.is_none() {
+            cfg.wal_commits_in_flight_max = 1;
+        }
         let core = ShardCore::new(cfg, store, Box::new(move || clock.now()));
         Ok(Runtime {
             spec,
@@ -115,6 +154,7 @@ impl Runtime {
             next_conn: 1,
             events,
             listener: Some(listener),
+            completions,
         })
     }
 
@@ -124,6 +164,22 @@ impl Runtime {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut flusher = tokio::time::interval(self.spec.flush_interval);
         flusher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let completions = match self.completions.take() {
+            // SAFETY: the runtime owns `fd` (an eventfd it created) and keeps it open for as
+            // long as the AsyncFd lives; nothing else registers or closes it.
+            Some(fd) => match unsafe { tokio::io::unix::AsyncFd::register(fd) } {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    let (_, e) = e.into_parts();
+                    // Cannot happen once the fd exists; the commits would then never be
+                    // heard of, so stop here rather than hang.
+                    tracing::error!(error = %e, "registering the completion eventfd");
+                    self.shutdown();
+                    return;
+                }
+            },
+            None => None,
+        };
         loop {
             let mut batch = Vec::new();
             let mut tick = false;
@@ -145,6 +201,15 @@ impl Runtime {
                     None => { self.shutdown(); return; }
                 },
                 _ = self.wake.notified() => {}
+                ready = readable(&completions) => {
+                    if let Ok(mut guard) = ready {
+                        drain_eventfd(guard.get_inner());
+                        guard.clear_ready();
+                    }
+                    if self.core.commits_in_flight() > 0 {
+                        batch.push(Input::WalDurable);
+                    }
+                }
                 _ = ticker.tick() => tick = true,
                 _ = flusher.tick() => batch.push(Input::FlushDue),
             }
@@ -220,31 +285,19 @@ impl Runtime {
         self.drive(eff);
     }
 
-    /// Carries out `eff`, then runs the WAL commit cycle it asks for, carrying out each
-    /// step's effects in turn, until a step asks for neither a commit nor its durability.
+    /// Carries out `eff`, then steps the WAL commits it asks for, carrying out each step's
+    /// effects in turn, until a step asks for none. Commits in flight complete later: the
+    /// ring's eventfd wakes the loop (or, without io_uring, the commit step waited).
     fn drive(&mut self, mut eff: Effects) {
         loop {
             let due = eff.wal_commit_due;
-            let submitted = eff.wal_commit_submitted.is_some();
-            // One commit in flight at a time: a step that wrote one ran no rounds after it.
-            assert!(
-                !(due && submitted),
-                "osd {} shard {}: a commit due while one is in flight",
-                self.spec.osd,
-                self.spec.index
-            );
             self.carry_out(eff);
             // Replies and a leader's Raft appends leave before its own fdatasync.
             self.flush_conns();
-            let next = if submitted {
-                // The io_uring disk synced before `WalCommit` returned.
-                Input::WalDurable
-            } else if due {
-                Input::WalCommit
-            } else {
+            if !due {
                 return;
-            };
-            eff = self.core.step(next, self.clock.now());
+            }
+            eff = self.core.step(Input::WalCommit, self.clock.now());
         }
     }
 
@@ -476,8 +529,7 @@ fn shard_config(spec: &ShardSpec, transfer_id_base: u64) -> ShardConfig {
         data_reserve_bytes: ShardConfig::DATA_RESERVE_BYTES,
         transfer_id_base,
         flush_wal_share_divisor: FLUSH_WAL_SHARE_DIVISOR,
-        // The io_uring disk syncs synchronously: a commit is durable when it returns.
-        wal_commits_in_flight_max: 1,
+        wal_commits_in_flight_max: spec.wal_commits_in_flight_max.max(1),
         record_applies: false,
     }
 }
@@ -491,4 +543,14 @@ fn transfer_id_base(osd: OsdId, shard: u32) -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     (u64::from(osd.0) << 48) ^ (u64::from(shard) << 40) ^ (now_ns << 24)
+}
+
+/// Waits until the completion eventfd is readable (forever without one).
+async fn readable(
+    fd: &Option<tokio::io::unix::AsyncFd<OwnedFd>>,
+) -> std::io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, OwnedFd>> {
+    match fd {
+        Some(fd) => fd.readable().await,
+        None => std::future::pending().await,
+    }
 }

@@ -5,13 +5,14 @@ use fastblock_pg::PgConfig;
 use fastblock_shard::{
     ConnId, Effects, Input, Micros, PeerSend, RecoveryLimits, Report, ShardConfig, ShardCore,
 };
-use fastblock_store::{MkfsOptions, SimDisk, SimFile, Store, StoreOptions};
+use fastblock_store::disk::{OwnedWrite, ReadOp, Reaped, Submitted, WriteOp};
+use fastblock_store::{Disk, MkfsOptions, SimDisk, SimFile, Store, StoreOptions};
 use fastblock_types::map::{ClusterMap, FailureDomain, OsdInfo, PgInfo, PgMap, PoolInfo};
 use fastblock_types::pg_state::PgState;
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
 use fastblock_wire::{ObjectAddr, Reply, Request};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub const POOL: PoolId = PoolId(1);
 pub const IMAGE: ImageId = ImageId(7);
@@ -34,9 +35,65 @@ pub fn addr(pg: PgId, object_index: u64) -> ObjectAddr {
     }
 }
 
+/// The in-memory disk with WAL commits that stay in flight (written, not synced) until the
+/// test's disk completes them ([`HeldDisk::complete`]), as the OSD's io_uring disk does.
+#[derive(Clone)]
+pub struct HeldDisk {
+    inner: SimDisk,
+    /// (submitted and not synced, synced and not reported)
+    state: Arc<Mutex<(usize, usize)>>,
+}
+
+impl HeldDisk {
+    /// The disk finishes every commit in flight.
+    pub fn complete(&mut self) {
+        self.inner.sync().expect("sim sync");
+        let mut s = self.state.lock().unwrap();
+        s.1 += std::mem::take(&mut s.0);
+    }
+}
+
+impl Disk for HeldDisk {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> std::io::Result<()> {
+        self.inner.read_many(reads)
+    }
+    fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> std::io::Result<()> {
+        self.inner.write_many(writes, sync)?;
+        if sync {
+            // A sync covers the commits in flight too.
+            let mut s = self.state.lock().unwrap();
+            s.1 += std::mem::take(&mut s.0);
+        }
+        Ok(())
+    }
+    fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> std::io::Result<()> {
+        self.inner.discard(offset_bytes, len_bytes)
+    }
+    fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> std::io::Result<Submitted> {
+        for w in &writes {
+            self.inner.write(w.offset_bytes, &w.buf, false)?;
+        }
+        self.state.lock().unwrap().0 += 1;
+        Ok(Submitted::InFlight)
+    }
+    fn reap_durable(&mut self, wait: bool) -> std::io::Result<Reaped> {
+        if wait {
+            self.complete();
+        }
+        let count = std::mem::take(&mut self.state.lock().unwrap().1);
+        Ok(Reaped {
+            count,
+            bufs: Vec::new(),
+        })
+    }
+}
+
 /// Small WAL: 8 segments of 256 KiB, batches of 64 KiB (a shard may have 512 KiB of writes
 /// unanswered, one PG 256 KiB).
-pub fn mkfs(id: OsdId) -> Store<SimDisk> {
+pub fn mkfs(id: OsdId) -> (HeldDisk, Store<HeldDisk>) {
     let mut uuid = [0u8; 16];
     uuid[..4].copy_from_slice(&id.0.to_le_bytes());
     let opts = MkfsOptions {
@@ -50,7 +107,12 @@ pub fn mkfs(id: OsdId) -> Store<SimDisk> {
         meta_cache_bytes: 1 << 20,
         ..StoreOptions::default()
     };
-    Store::mkfs(SimDisk::new(16 << 20), SimFile::new(), &opts, so).expect("mkfs")
+    let disk = HeldDisk {
+        inner: SimDisk::new(16 << 20),
+        state: Arc::new(Mutex::new((0, 0))),
+    };
+    let store = Store::mkfs(disk.clone(), SimFile::new(), &opts, so).expect("mkfs");
+    (disk, store)
 }
 
 pub fn config(id: OsdId) -> ShardConfig {
@@ -158,7 +220,9 @@ pub fn read(pg: PgId, object: u64, offset: u32, length: u32, epoch: u64) -> Requ
 
 /// Several cores and the frames between them.
 pub struct Cluster {
-    pub cores: BTreeMap<OsdId, ShardCore<SimDisk>>,
+    pub cores: BTreeMap<OsdId, ShardCore<HeldDisk>>,
+    /// Each core's disk, to complete its commits in flight.
+    pub disks: BTreeMap<OsdId, HeldDisk>,
     pub now: Micros,
     /// Frames in flight: (to, frame). Delivered in order by [`Cluster::settle`].
     pub wire: VecDeque<(OsdId, OsdId, Request)>,
@@ -181,15 +245,16 @@ impl Cluster {
 
     pub fn with(osds: &[u32], cfg: impl Fn(OsdId) -> ShardConfig) -> Cluster {
         let mut cores = BTreeMap::new();
+        let mut disks = BTreeMap::new();
         for o in osds {
             let id = OsdId(*o);
-            cores.insert(
-                id,
-                ShardCore::new(cfg(id), mkfs(id), Box::new(|| Micros(0))),
-            );
+            let (disk, store) = mkfs(id);
+            disks.insert(id, disk);
+            cores.insert(id, ShardCore::new(cfg(id), store, Box::new(|| Micros(0))));
         }
         Cluster {
             cores,
+            disks,
             now: Micros(1),
             wire: VecDeque::new(),
             cut: BTreeSet::new(),
@@ -201,13 +266,26 @@ impl Cluster {
         }
     }
 
-    pub fn core(&self, id: u32) -> &ShardCore<SimDisk> {
+    pub fn core(&self, id: u32) -> &ShardCore<HeldDisk> {
         &self.cores[&OsdId(id)]
     }
 
     /// Steps one core and carries out its effects (peer frames queued, replies recorded,
     /// WAL commits driven if `auto_commit`). Returns the effects of the step itself.
+    /// `WalDurable` comes after the core's disk completed its commits in flight, as the
+    /// OSD's runtime steps it when the disk signals a completion.
     pub fn step(&mut self, id: u32, input: Input) -> Effects {
+        if matches!(input, Input::WalDurable) {
+            self.disks
+                .get_mut(&OsdId(id))
+                .expect("known osd")
+                .complete();
+        }
+        self.step_raw(id, input)
+    }
+
+    /// [`Cluster::step`] without completing the disk's commits first.
+    pub fn step_raw(&mut self, id: u32, input: Input) -> Effects {
         let osd = OsdId(id);
         let now = self.now;
         let eff = self
@@ -219,7 +297,10 @@ impl Cluster {
         if self.auto_commit && eff.wal_commit_due {
             self.step(id, Input::WalCommit);
         }
-        if self.auto_commit && eff.wal_commit_submitted.is_some() {
+        if self.auto_commit
+            && eff.wal_commit_submitted.is_some()
+            && self.cores[&osd].commits_in_flight() > 0
+        {
             self.step(id, Input::WalDurable);
         }
         eff

@@ -3,7 +3,7 @@
 
 mod harness;
 
-use fastblock_shard::{Input, Micros, Report};
+use fastblock_shard::{Input, Micros, Report, ShardConfig};
 use fastblock_types::OsdId;
 use fastblock_wire::{Reply, Request, Status};
 use harness::{pg, read, write, Cluster};
@@ -254,6 +254,14 @@ fn a_write_is_answered_only_after_its_commit_is_durable() {
     let eff = c.step(1, Input::WalCommit);
     assert!(eff.wal_commit_submitted.is_some());
     assert!(c.reply(id).is_none(), "written but not durable: no answer");
+    assert_eq!(c.core(1).commits_in_flight(), 1);
+    // A wake-up before the disk finished the commit completes nothing.
+    c.step_raw(1, Input::WalDurable);
+    assert!(
+        c.reply(id).is_none(),
+        "the disk has not finished the commit"
+    );
+    assert_eq!(c.core(1).commits_in_flight(), 1);
     c.step(1, Input::WalDurable);
     // Durable and committed (one member): applied and answered; the queued write went on.
     assert_eq!(c.reply(id), Some(&Reply::Ok));
@@ -270,10 +278,51 @@ fn a_write_is_answered_only_after_its_commit_is_durable() {
 }
 
 #[test]
-#[should_panic(expected = "WalDurable without a commit in flight")]
-fn a_durability_notice_without_a_commit_is_a_runtime_bug() {
-    let mut c = single();
+fn two_commits_in_flight_complete_in_order_and_only_when_durable() {
+    let mut c = Cluster::with(&[1], |id| ShardConfig {
+        wal_commits_in_flight_max: 2,
+        ..harness::config(id)
+    });
+    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    c.auto_commit = false;
+    let first = c.request(1, write(pg(0), 1, 0, &[1u8; 512], 1));
+    assert!(c.step(1, Input::WalCommit).wal_commit_submitted.is_some());
+    // The core keeps serving while the first commit is in flight: a second one goes out.
+    let second = c.request(1, write(pg(0), 2, 0, &[2u8; 512], 1));
+    assert!(c.core(1).commit_pending());
+    let eff = c.step(1, Input::WalCommit);
+    assert!(eff.wal_commit_submitted.is_some());
+    assert_eq!(c.core(1).commits_in_flight(), 2);
+    assert!(eff.probes.commits_overlapped > 0);
+    assert!(c.reply(first).is_none() && c.reply(second).is_none());
+    // A third waits in the core: two are in flight.
+    let third = c.request(1, write(pg(0), 3, 0, &[3u8; 512], 1));
+    assert_eq!(c.core(1).commits_in_flight(), 2);
     c.step(1, Input::WalDurable);
+    let answered: Vec<u64> = c.replies.iter().map(|(_, id, _)| *id).collect();
+    let at = |id: u64| answered.iter().position(|x| *x == id);
+    assert!(
+        at(first).is_some() && at(first) < at(second),
+        "answered in log order: {answered:?}"
+    );
+    for _ in 0..4 {
+        if c.core(1).commit_pending() {
+            if c.core(1).commits_in_flight() == 0 {
+                c.step(1, Input::WalCommit);
+            }
+            c.step(1, Input::WalDurable);
+        }
+    }
+    assert_eq!(c.reply(third), Some(&Reply::Ok));
+}
+
+#[test]
+fn a_durability_notice_without_a_commit_changes_nothing() {
+    let mut c = single();
+    let eff = c.step_raw(1, Input::WalDurable);
+    assert!(eff.replies.is_empty() && eff.peers.is_empty() && !eff.wal_commit_due);
+    assert!(!c.core(1).commit_pending());
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //! them durable with one fdatasync. That is what group commit is built on.
 
 mod aligned;
+mod inflight;
 mod sim;
 mod uring;
 
@@ -39,6 +40,31 @@ pub struct BackgroundRun {
     pub buf_offset: usize,
     pub len: usize,
     pub disk_offset_bytes: u64,
+}
+
+/// A write whose buffer the disk owns until it is durable (see [`Disk::submit_durable`]).
+pub struct OwnedWrite {
+    pub offset_bytes: u64,
+    /// Written whole.
+    pub buf: AlignedBuf,
+}
+
+/// How [`Disk::submit_durable`] went.
+pub enum Submitted {
+    /// Durable already (a disk that syncs synchronously); the buffers come back.
+    Durable(Vec<AlignedBuf>),
+    /// In flight: [`Disk::reap_durable`] reports it.
+    InFlight,
+}
+
+/// Submissions [`Disk::reap_durable`] found durable since the last call.
+#[derive(Default)]
+pub struct Reaped {
+    /// How many, always the oldest ones in flight: durability is reported in submission
+    /// order, so a submission reported durable means every earlier one is too.
+    pub count: usize,
+    /// Their buffers, for reuse.
+    pub bufs: Vec<AlignedBuf>,
 }
 
 /// A fixed-size block device or preallocated file.
@@ -96,6 +122,24 @@ pub trait Disk {
         self.write_many(&writes, false)
     }
 
+    /// Starts writing `writes` and making them durable, and may return before they are
+    /// (several WAL group commits in flight at once). Until reported durable they are
+    /// "in flight": reads of their ranges are the caller's to avoid, and
+    /// `write_many(.., sync: true)`, `sync` and `write_durable_with` wait for them first, so a
+    /// synchronous sync still covers every earlier write. A failed submission is reported by
+    /// the `reap_durable` that finds it; the caller must then fail-stop. Default: synchronous.
+    fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {
+        write_durable_now(self, writes)
+    }
+
+    /// Reports the submissions of [`Disk::submit_durable`] that became durable since the last
+    /// call, oldest first. With `wait`, waits until every one in flight is. Default: nothing
+    /// is ever in flight.
+    fn reap_durable(&mut self, wait: bool) -> io::Result<Reaped> {
+        let _ = wait;
+        Ok(Reaped::default())
+    }
+
     /// Waits for every background write; returns the first error among them.
     fn wait_background(&mut self) -> io::Result<()> {
         Ok(())
@@ -117,6 +161,25 @@ pub trait Disk {
     fn write(&mut self, offset_bytes: u64, buf: &[u8], sync: bool) -> io::Result<()> {
         self.write_many(&[WriteOp { offset_bytes, buf }], sync)
     }
+}
+
+/// [`Disk::submit_durable`] done synchronously: written and synced before returning.
+pub fn write_durable_now<D: Disk + ?Sized>(
+    disk: &mut D,
+    writes: Vec<OwnedWrite>,
+) -> io::Result<Submitted> {
+    let ops: Vec<WriteOp<'_>> = writes
+        .iter()
+        .map(|w| WriteOp {
+            offset_bytes: w.offset_bytes,
+            buf: &w.buf[..],
+        })
+        .collect();
+    disk.write_durable_with(&ops, &[])?;
+    drop(ops);
+    Ok(Submitted::Durable(
+        writes.into_iter().map(|w| w.buf).collect(),
+    ))
 }
 
 /// Checks the alignment preconditions shared by every implementation. A violation is an engine

@@ -2,7 +2,11 @@
 //! synchronously (submit a batch, wait for all of it). If the ring cannot be set up (old
 //! kernel, seccomp, RLIMIT_MEMLOCK) it falls back to pread/pwrite with O_DIRECT and logs why.
 
-use super::{assert_io_aligned, AlignedBuf, BackgroundRun, Disk, ReadOp, WriteOp};
+use super::inflight::{InFlight, WRITES_PER_COMMIT_MAX};
+use super::{
+    assert_io_aligned, write_durable_now, AlignedBuf, BackgroundRun, Disk, OwnedWrite, ReadOp,
+    Reaped, Submitted, WriteOp,
+};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -52,6 +56,8 @@ pub struct UringDisk {
     size_bytes: u64,
     options: UringOptions,
     background: Background,
+    /// WAL commits submitted without waiting ([`Disk::submit_durable`]).
+    commits: InFlight,
     /// Some write since the last fdatasync was not itself durable. With
     /// [`SyncMode::DsyncWrites`], RWF_DSYNC makes only its own write durable (a FUA write
     /// does not flush the device cache), so `write_many(.., sync: true)`, which promises
@@ -67,6 +73,9 @@ impl Drop for UringDisk {
         if self.ring.is_some() {
             if let Err(e) = self.wait_background() {
                 tracing::error!(error = %e, "background write failed at close");
+            }
+            if let Err(e) = self.wait_commits() {
+                tracing::error!(error = %e, "WAL commit failed at close");
             }
         }
     }
@@ -142,7 +151,20 @@ impl UringDisk {
     /// its final size (see [`UringDisk::create_file`]).
     /// fdatasyncs issued so far (io_uring or syscall).
     pub fn fdatasync_count(&self) -> u64 {
-        self.fdatasyncs
+        self.fdatasyncs + self.commits.fsyncs
+    }
+
+    /// Has the kernel signal `eventfd` whenever an operation completes, so that an event
+    /// loop can wait for commits in flight (then call [`Disk::reap_durable`]). Fails without
+    /// io_uring, where every commit is synchronous and nothing needs waiting for.
+    pub fn register_eventfd(&self, eventfd: std::os::fd::RawFd) -> io::Result<()> {
+        match &self.ring {
+            Some(ring) => ring.submitter().register_eventfd(eventfd),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "no io_uring: WAL commits are synchronous",
+            )),
+        }
     }
 
     pub fn open(path: &Path, options: UringOptions) -> io::Result<Self> {
@@ -175,8 +197,13 @@ impl UringDisk {
                 }
             }
         };
+        let commits = InFlight::new(
+            types::Fd(file.as_raw_fd()),
+            options.sync_mode == SyncMode::DsyncWrites,
+        );
         Ok(UringDisk {
             file,
+            commits,
             ring,
             size_bytes: size_bytes - size_bytes % super::SECTOR_SIZE_BYTES,
             options,
@@ -220,11 +247,12 @@ impl UringDisk {
     fn run(
         ring: &mut IoUring,
         background: &mut Background,
+        commits: &mut InFlight,
         sqes: &[(squeue::Entry, usize)],
     ) -> io::Result<()> {
         let mut attempts = 0;
         loop {
-            match Self::run_once(ring, background, sqes) {
+            match Self::run_once(ring, background, commits, sqes) {
                 Err(e) if interrupted_op(&e) && attempts < INTERRUPTED_RETRIES_MAX => {
                     attempts += 1;
                 }
@@ -236,6 +264,7 @@ impl UringDisk {
     fn run_once(
         ring: &mut IoUring,
         background: &mut Background,
+        commits: &mut InFlight,
         sqes: &[(squeue::Entry, usize)],
     ) -> io::Result<()> {
         {
@@ -264,9 +293,12 @@ impl UringDisk {
                             return Err(e);
                         }
                         let _ = ring.submit_and_wait(sqes.len() - seen);
-                        for cqe in ring.completion() {
+                        let cqes: Vec<_> = ring.completion().collect();
+                        for cqe in cqes {
                             if cqe.user_data() & BACKGROUND_TAG != 0 {
                                 background.complete(cqe.user_data(), cqe.result());
+                            } else if InFlight::owns(cqe.user_data()) {
+                                commits.complete(cqe.user_data(), cqe.result());
                             } else {
                                 seen += 1;
                             }
@@ -279,9 +311,14 @@ impl UringDisk {
                     );
                 }
             }
-            for cqe in ring.completion() {
+            let cqes: Vec<_> = ring.completion().collect();
+            for cqe in cqes {
                 if cqe.user_data() & BACKGROUND_TAG != 0 {
                     background.complete(cqe.user_data(), cqe.result());
+                    continue;
+                }
+                if InFlight::owns(cqe.user_data()) {
+                    commits.complete(cqe.user_data(), cqe.result());
                     continue;
                 }
                 seen += 1;
@@ -302,13 +339,68 @@ impl UringDisk {
                     ));
                 }
             }
+            // Commits whose writes completed meanwhile start their fdatasync now.
+            commits.push(ring)?;
         }
         assert_eq!(
             seen,
             sqes.len(),
             "io_uring returned more completions than submissions"
         );
+
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// Handles the completions waiting in the ring while no synchronous batch is running:
+    /// background writes and commits in flight (whose next operations go out).
+    fn route_async(
+        ring: &mut IoUring,
+        background: &mut Background,
+        commits: &mut InFlight,
+    ) -> io::Result<()> {
+        let cqes: Vec<_> = ring.completion().collect();
+        for cqe in cqes {
+            if cqe.user_data() & BACKGROUND_TAG != 0 {
+                background.complete(cqe.user_data(), cqe.result());
+            } else {
+                assert!(
+                    InFlight::owns(cqe.user_data()),
+                    "foreground completion while only background writes and commits are in flight"
+                );
+                commits.complete(cqe.user_data(), cqe.result());
+            }
+        }
+        commits.push(ring)
+    }
+
+    /// Waits until every commit in flight finished (durable or failed); they stay queued for
+    /// [`Disk::reap_durable`] to report.
+    fn wait_commits_finished(&mut self) -> io::Result<()> {
+        let Some(ring) = self.ring.as_mut() else {
+            return Ok(());
+        };
+        while !self.commits.all_finished() {
+            match ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+                Err(e) => return Err(e),
+            }
+            Self::route_async(ring, &mut self.background, &mut self.commits)?;
+        }
+        Ok(())
+    }
+
+    /// [`UringDisk::wait_commits_finished`], failing if one of them failed.
+    fn wait_commits(&mut self) -> io::Result<()> {
+        if self.commits.is_empty() {
+            return Ok(());
+        }
+        self.wait_commits_finished()?;
+        match self.commits.failure() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn chunk_len(&self) -> usize {
@@ -327,8 +419,10 @@ impl UringDisk {
         cover_earlier: bool,
     ) -> io::Result<()> {
         if sync {
-            // A sync covers every earlier write, background ones included.
+            // A sync covers every earlier write, background ones and commits in flight
+            // included.
             self.wait_background()?;
+            self.wait_commits()?;
         }
         for w in writes {
             assert_io_aligned("write", w.offset_bytes, w.buf.len() as u64, self.size_bytes);
@@ -376,7 +470,7 @@ impl UringDisk {
             // writes at all) needs an fdatasync.
             let syscall = self.options.sync_mode == SyncMode::FdatasyncSyscall;
             if last && sync && self.options.sync_mode == SyncMode::TwoStep && !sqes.is_empty() {
-                Self::run(ring, &mut self.background, &sqes)?;
+                Self::run(ring, &mut self.background, &mut self.commits, &sqes)?;
                 sqes.clear();
                 self.fdatasyncs += 1;
                 let fsync = opcode::Fsync::new(fd)
@@ -384,7 +478,7 @@ impl UringDisk {
                     .build()
                     .user_data(0);
                 sqes.push((fsync, 0));
-                Self::run(ring, &mut self.background, &sqes)?;
+                Self::run(ring, &mut self.background, &mut self.commits, &sqes)?;
                 continue;
             }
             if last && sync && !syscall && (!dsync || dsync_fsync) {
@@ -398,7 +492,7 @@ impl UringDisk {
                 sqes.push((fsync, 0));
             }
             if !sqes.is_empty() {
-                Self::run(ring, &mut self.background, &sqes)?;
+                Self::run(ring, &mut self.background, &mut self.commits, &sqes)?;
             }
             if last && sync && syscall {
                 self.file.sync_data()?;
@@ -448,7 +542,7 @@ impl Disk for UringDisk {
                     (sqe, len)
                 })
                 .collect();
-            Self::run(ring, &mut self.background, &sqes)?;
+            Self::run(ring, &mut self.background, &mut self.commits, &sqes)?;
         }
         Ok(())
     }
@@ -462,6 +556,8 @@ impl Disk for UringDisk {
         durable: &[WriteOp<'_>],
         background: &[WriteOp<'_>],
     ) -> io::Result<()> {
+        // Durable after the commits in flight, as every sync is.
+        self.wait_commits()?;
         let total = durable.len() + background.len() + 1;
         let Some(ring) = self.ring.as_mut() else {
             for w in background.iter().chain(durable) {
@@ -502,7 +598,7 @@ impl Disk for UringDisk {
                 .build()
                 .user_data(0);
             let ring = self.ring.as_mut().expect("checked above");
-            Self::run(ring, &mut self.background, &[(fsync, 0)])?;
+            Self::run(ring, &mut self.background, &mut self.commits, &[(fsync, 0)])?;
             self.unsynced = false;
             return Ok(());
         }
@@ -538,7 +634,7 @@ impl Disk for UringDisk {
             // Not linked to the fdatasync: they may complete after it.
             self.unsynced = true;
         }
-        Self::run(ring, &mut self.background, &sqes)
+        Self::run(ring, &mut self.background, &mut self.commits, &sqes)
     }
 
     fn write_background(&mut self, buf: AlignedBuf, runs: &[BackgroundRun]) -> io::Result<()> {
@@ -620,18 +716,50 @@ impl Disk for UringDisk {
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
                 Err(e) => return Err(e),
             }
-            for cqe in ring.completion() {
-                assert!(
-                    cqe.user_data() & BACKGROUND_TAG != 0,
-                    "foreground completion while only background writes are in flight"
-                );
-                self.background.complete(cqe.user_data(), cqe.result());
-            }
+            Self::route_async(ring, &mut self.background, &mut self.commits)?;
         }
         match self.background.error.take() {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {
+        let asynchronous = self.ring.is_some()
+            && self.options.sync_mode != SyncMode::FdatasyncSyscall
+            && writes.len() <= WRITES_PER_COMMIT_MAX
+            && !writes.is_empty();
+        if !asynchronous {
+            return write_durable_now(self, writes);
+        }
+        for w in &writes {
+            assert_io_aligned(
+                "commit write",
+                w.offset_bytes,
+                w.buf.len() as u64,
+                self.size_bytes,
+            );
+        }
+        self.commits.add(
+            writes
+                .into_iter()
+                .map(|w| (w.offset_bytes, w.buf))
+                .collect(),
+        );
+        let ring = self.ring.as_mut().expect("checked");
+        self.commits.push(ring)?;
+        Ok(Submitted::InFlight)
+    }
+
+    fn reap_durable(&mut self, wait: bool) -> io::Result<Reaped> {
+        if let Some(ring) = self.ring.as_mut() {
+            Self::route_async(ring, &mut self.background, &mut self.commits)?;
+            if wait {
+                self.wait_commits_finished()?;
+            }
+        }
+        let (count, bufs) = self.commits.take_done()?;
+        Ok(Reaped { count, bufs })
     }
 
     fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {

@@ -96,7 +96,7 @@ impl PgLog {
         self.meta(index).map(|m| m.term)
     }
 
-    fn cache_first_index(&self) -> u64 {
+    pub(crate) fn cache_first_index(&self) -> u64 {
         self.last_index() + 1 - self.cache.len() as u64
     }
 
@@ -296,6 +296,10 @@ pub struct Wal {
     pub(crate) batch_first_lsn: u64,
     /// Segment header and checkpoint batch of a segment opened for the pending batch.
     pub(crate) roll_prefix: Option<AlignedBuf>,
+    /// The last LSN of each commit submitted and not yet reported durable, oldest first.
+    pub(crate) in_flight: std::collections::VecDeque<u64>,
+    /// Batch buffers back from finished commits, for the next ones.
+    pub(crate) spare_bufs: Vec<AlignedBuf>,
 }
 
 impl Wal {
@@ -310,6 +314,16 @@ impl Wal {
     /// The highest LSN known durable.
     pub fn durable_lsn(&self) -> u64 {
         self.durable_lsn
+    }
+
+    /// The highest LSN handed to the disk (durable or in flight).
+    pub fn submitted_lsn(&self) -> u64 {
+        self.in_flight.back().copied().unwrap_or(self.durable_lsn)
+    }
+
+    /// Commits submitted and not yet reported durable.
+    pub fn commits_in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// Bytes of records waiting for `commit`.

@@ -8,6 +8,11 @@
 //! - In the last segment, the first invalid batch is the tail, unless a later intact batch in
 //!   that segment says (through its `durable_lsn`) that the invalid one had been synced: then
 //!   it is corruption, reported loudly, never skipped.
+//! - Intact batches after the tail that vouch for nothing are commits that were in flight
+//!   together with the torn one (several can be). They are cut with it, and their headers
+//!   are zeroed and synced before the log takes a new write: otherwise a later batch written
+//!   at the tail could end exactly where one of them starts, and the next replay would take
+//!   that stale batch (with the LSNs that follow) for part of the log.
 
 use super::record::RECORD_HEADER_BYTES;
 use super::record::{self, PgCheckpoint, RawRecord, RecordKind};
@@ -50,6 +55,8 @@ impl Wal {
             batch_records: 0,
             batch_first_lsn: 1,
             roll_prefix: None,
+            in_flight: std::collections::VecDeque::new(),
+            spare_bufs: Vec::new(),
         }
     }
 
@@ -179,7 +186,8 @@ impl Wal {
                     }
                 }
                 Some(end) => {
-                    check_tail(seq, &seg, end, replay.expected_lsn)?;
+                    let stale = check_tail(seq, &seg, end, replay.expected_lsn)?;
+                    erase_stale_batches(disk, base, seq, &stale)?;
                     replay.finish_at(seq, h.slot, end);
                 }
             }
@@ -254,21 +262,46 @@ fn parse_batch(
     (records.len() == h.record_count as usize).then_some((h, records))
 }
 
-/// Whether an intact later batch of this segment vouches that the damaged one was durable.
-fn check_tail(seq: u64, seg: &[u8], end: u64, expected_lsn: u64) -> Result<()> {
+/// Whether an intact later batch of this segment vouches that the damaged one was durable
+/// (an error). Otherwise returns the offsets of the intact later batches: commits in flight
+/// at the stop, cut with the tail.
+fn check_tail(seq: u64, seg: &[u8], end: u64, expected_lsn: u64) -> Result<Vec<u64>> {
+    let mut stale = Vec::new();
     let mut p = end + SECTOR_SIZE_BYTES;
     while p + BATCH_HEADER_BYTES as u64 <= seg.len() as u64 {
         let b = &seg[p as usize..];
         if let Some(h) = BatchHeader::peek(b) {
             let fits = p + h.padded_bytes() <= seg.len() as u64;
-            if h.segment_seq == seq && h.durable_lsn >= expected_lsn && fits && h.verify(b) {
-                return Err(corrupt(seq, end, format!(
-                    "damaged batch at LSN {expected_lsn}, but a later batch at byte {p} was written after it was durable")));
+            if h.segment_seq == seq && fits && h.verify(b) {
+                if h.durable_lsn >= expected_lsn {
+                    return Err(corrupt(seq, end, format!(
+                        "damaged batch at LSN {expected_lsn}, but a later batch at byte {p} was written after it was durable")));
+                }
+                stale.push(p);
             }
         }
         p += SECTOR_SIZE_BYTES;
     }
-    Ok(())
+    Ok(stale)
+}
+
+/// Zeroes the first sector (the header) of each stale batch at `offsets` of the segment at
+/// `base`, and syncs, so no later replay can take one for part of the log.
+fn erase_stale_batches(disk: &mut dyn Disk, base: u64, seq: u64, offsets: &[u64]) -> Result<()> {
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    tracing::warn!(
+        segment = seq,
+        batches = offsets.len(),
+        "WAL replay: erasing batches written after the torn tail (commits in flight at the stop)"
+    );
+    let zero = AlignedBuf::zeroed(SECTOR_SIZE_BYTES as usize);
+    for off in offsets {
+        disk.write(base + off, &zero, false)
+            .map_err(|e| io_err("WAL tail erase", base + off, e))?;
+    }
+    disk.sync().map_err(|e| io_err("WAL tail erase", base, e))
 }
 
 struct Replay {

@@ -2,13 +2,18 @@
 //!
 //! Every mutation validates first and changes nothing on error. A record's final disk
 //! location is known when it is appended: the segment roll is decided when the first record
-//! of a batch arrives (the batch is then empty, so the in-memory state equals the durable
-//! state and can be checkpointed into the new segment).
+//! of a batch arrives (the batch is then empty and a roll first waits for the commits in
+//! flight, so the in-memory state equals the durable state and can be checkpointed into the
+//! new segment).
+//!
+//! Group commits are synchronous ([`Wal::commit`]) or submitted ([`Wal::commit_submit`]) and
+//! collected later ([`Wal::reap`]); the durable LSN moves only over commits the disk
+//! reported durable, in submission order.
 
 use super::record::{self, PgCheckpoint, RecordKind, RECORD_HEADER_BYTES};
 use super::segment::{BatchHeader, SegmentHeader, BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use super::{EntryMeta, Loc, PgLog, Pushed, SegmentInfo, Wal};
-use crate::disk::{AlignedBuf, Disk, WriteOp};
+use crate::disk::{AlignedBuf, Disk, OwnedWrite, Submitted, WriteOp};
 use crate::error::{Error, Result, SpaceArea};
 use crate::superblock::Anchor;
 use fastblock_types::units::SECTOR_SIZE_BYTES;
@@ -273,6 +278,10 @@ impl Wal {
     pub(crate) fn roll(&mut self, disk: &mut dyn Disk) -> Result<()> {
         assert_eq!(self.batch_records, 0, "roll with a pending batch");
         assert!(self.roll_prefix.is_none(), "double roll");
+        // Recovery reads a segment before the last as ending exactly where the next one says:
+        // a torn batch of this segment behind a durable next one would be corruption, not a
+        // tail. So no commit of this segment may be in flight when the next one is written.
+        self.reap(disk, true)?;
         let live_start = self.live_start_seq();
         let slot = match self.free_slot() {
             Some(s) => s,
@@ -363,23 +372,17 @@ impl Wal {
         })
     }
 
-    /// Writes the pending batch (and the new segment's prefix, and `extra` writes such as
-    /// applied object data) in one submission with one fdatasync. Returns the durable LSN.
-    pub fn commit(&mut self, disk: &mut dyn Disk, extra: &[WriteOp<'_>]) -> Result<u64> {
-        if self.batch_records == 0 {
-            assert!(self.roll_prefix.is_none(), "rolled for an empty batch");
-            if !extra.is_empty() {
-                disk.write_many(extra, false)
-                    .map_err(|e| io_err("data write", extra[0].offset_bytes, e))?;
-            }
-            return Ok(self.durable_lsn);
-        }
+    /// Finishes the pending batch's header in `batch_buf`; returns the batch's offset in
+    /// the current segment and its padded length.
+    fn seal_batch(&mut self) -> (u64, usize) {
         let batch_offset = self.batch_offset();
         let header = BatchHeader {
             body_bytes: self.batch_body_bytes as u32,
             record_count: self.batch_records,
             first_lsn: self.batch_first_lsn,
             segment_seq: self.cur_seq,
+            // Only what is known durable now: a batch submitted while an earlier one is in
+            // flight must not vouch for it (recovery reads this as "synced before me").
             durable_lsn: self.durable_lsn,
         };
         assert_eq!(
@@ -396,6 +399,33 @@ impl Wal {
         self.batch_buf.resize(padded);
         self.batch_buf[used..padded].fill(0);
         header.write(&mut self.batch_buf);
+        (batch_offset, padded)
+    }
+
+    /// The sealed batch went to the disk: the next one starts behind it.
+    fn batch_sent(&mut self, batch_offset: u64, padded: usize) {
+        self.roll_prefix = None;
+        self.cur_offset_bytes = batch_offset + padded as u64;
+        self.batch_body_bytes = 0;
+        self.batch_records = 0;
+        self.batch_buf.resize(0);
+    }
+
+    /// Writes the pending batch (and the new segment's prefix, and `extra` writes such as
+    /// applied object data) in one submission with one fdatasync, and waits for it. Commits
+    /// still in flight become durable first, so the durable LSN never passes one. Returns the
+    /// durable LSN.
+    pub fn commit(&mut self, disk: &mut dyn Disk, extra: &[WriteOp<'_>]) -> Result<u64> {
+        self.reap(disk, true)?;
+        if self.batch_records == 0 {
+            assert!(self.roll_prefix.is_none(), "rolled for an empty batch");
+            if !extra.is_empty() {
+                disk.write_many(extra, false)
+                    .map_err(|e| io_err("data write", extra[0].offset_bytes, e))?;
+            }
+            return Ok(self.durable_lsn);
+        }
+        let (batch_offset, padded) = self.seal_batch();
         let seg_base = self.sb.segment_offset_bytes(self.cur_slot);
         let mut writes = Vec::with_capacity(2);
         if let Some(prefix) = &self.roll_prefix {
@@ -410,15 +440,97 @@ impl Wal {
         });
         disk.write_durable_with(&writes, extra)
             .map_err(|e| io_err("WAL commit", seg_base + batch_offset, e))?;
-        self.roll_prefix = None;
-        self.cur_offset_bytes = batch_offset + padded as u64;
+        self.batch_sent(batch_offset, padded);
         self.durable_lsn = self.next_lsn - 1;
-        self.batch_body_bytes = 0;
-        self.batch_records = 0;
-        self.batch_buf.resize(0);
         Ok(self.durable_lsn)
     }
+
+    /// Submits the pending batch (and the new segment's prefix) with its sync and returns
+    /// without waiting: several group commits can be in flight. Returns the LSN that is
+    /// durable once [`Wal::reap`] has seen this commit finish (the last submitted one if
+    /// nothing is pending).
+    pub fn commit_submit(&mut self, disk: &mut dyn Disk) -> Result<u64> {
+        if self.batch_records == 0 {
+            assert!(self.roll_prefix.is_none(), "rolled for an empty batch");
+            return Ok(self.submitted_lsn());
+        }
+        let (batch_offset, padded) = self.seal_batch();
+        let seg_base = self.sb.segment_offset_bytes(self.cur_slot);
+        // The disk owns the batch's buffer until it is durable; the next batch fills another.
+        let capacity = self.batch_buf.capacity();
+        let next = self
+            .spare_bufs
+            .pop()
+            .unwrap_or_else(|| AlignedBuf::zeroed(capacity));
+        let batch = std::mem::replace(&mut self.batch_buf, next);
+        assert_eq!(batch.len(), padded, "sealed batch length");
+        let mut writes = Vec::with_capacity(2);
+        if let Some(prefix) = self.roll_prefix.take() {
+            writes.push(OwnedWrite {
+                offset_bytes: seg_base,
+                buf: prefix,
+            });
+        }
+        writes.push(OwnedWrite {
+            offset_bytes: seg_base + batch_offset,
+            buf: batch,
+        });
+        let lsn = self.next_lsn - 1;
+        let submitted = disk
+            .submit_durable(writes)
+            .map_err(|e| io_err("WAL commit", seg_base + batch_offset, e))?;
+        self.batch_sent(batch_offset, padded);
+        match submitted {
+            Submitted::Durable(bufs) => {
+                // A synchronous sync covered every earlier write: those in flight are
+                // durable too, and are collected (in order) before the durable LSN moves.
+                self.reap(disk, true)?;
+                self.durable_lsn = lsn;
+                self.recycle(bufs);
+            }
+            Submitted::InFlight => self.in_flight.push_back(lsn),
+        }
+        Ok(lsn)
+    }
+
+    /// Collects the commits the disk finished since the last call (all of them with `wait`)
+    /// and returns the durable LSN.
+    pub fn reap(&mut self, disk: &mut dyn Disk, wait: bool) -> Result<u64> {
+        while !self.in_flight.is_empty() {
+            let reaped = disk
+                .reap_durable(wait)
+                .map_err(|e| io_err("WAL commit", 0, e))?;
+            assert!(
+                reaped.count <= self.in_flight.len(),
+                "{} commits reported durable, {} in flight",
+                reaped.count,
+                self.in_flight.len()
+            );
+            for _ in 0..reaped.count {
+                let lsn = self.in_flight.pop_front().expect("counted above");
+                assert!(lsn > self.durable_lsn, "durable LSN went back");
+                self.durable_lsn = lsn;
+            }
+            self.recycle(reaped.bufs);
+            if !wait {
+                break;
+            }
+        }
+        Ok(self.durable_lsn)
+    }
+
+    /// Keeps buffers of finished batches for the next ones (a segment prefix is dropped).
+    fn recycle(&mut self, bufs: Vec<AlignedBuf>) {
+        for b in bufs {
+            if b.capacity() == self.batch_buf.capacity() && self.spare_bufs.len() < SPARE_BUFS_MAX {
+                self.spare_bufs.push(b);
+            }
+        }
+    }
 }
+
+/// Batch buffers kept for reuse: one per commit in flight is plenty.
+const SPARE_BUFS_MAX: usize = 4;
 
 pub(crate) fn io_err(op: &'static str, offset_bytes: u64, source: io::Error) -> Error {
     Error::Io {
