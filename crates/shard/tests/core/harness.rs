@@ -284,6 +284,20 @@ impl Cluster {
         self.step_raw(id, input)
     }
 
+    /// Drives the commit cycle of a core with `auto_commit` off until nothing is pending
+    /// (bounded: a core that keeps asking is a bug the caller's assertions catch).
+    pub fn finish_commits(&mut self, id: u32) {
+        for _ in 0..4 {
+            if !self.core(id).commit_pending() {
+                return;
+            }
+            if self.core(id).commits_in_flight() == 0 {
+                self.step(id, Input::WalCommit);
+            }
+            self.step(id, Input::WalDurable);
+        }
+    }
+
     /// [`Cluster::step`] without completing the disk's commits first.
     pub fn step_raw(&mut self, id: u32, input: Input) -> Effects {
         let osd = OsdId(id);

@@ -266,14 +266,7 @@ fn a_write_is_answered_only_after_its_commit_is_durable() {
     // Durable and committed (one member): applied and answered; the queued write went on.
     assert_eq!(c.reply(id), Some(&Reply::Ok));
     assert!(c.reply(queued).is_none() || c.reply(queued) == Some(&Reply::Ok));
-    for _ in 0..4 {
-        if c.core(1).commit_pending() {
-            if c.core(1).commits_in_flight() == 0 {
-                c.step(1, Input::WalCommit);
-            }
-            c.step(1, Input::WalDurable);
-        }
-    }
+    c.finish_commits(1);
     assert_eq!(c.reply(queued), Some(&Reply::Ok));
 }
 
@@ -306,14 +299,7 @@ fn two_commits_in_flight_complete_in_order_and_only_when_durable() {
         at(first).is_some() && at(first) < at(second),
         "answered in log order: {answered:?}"
     );
-    for _ in 0..4 {
-        if c.core(1).commit_pending() {
-            if c.core(1).commits_in_flight() == 0 {
-                c.step(1, Input::WalCommit);
-            }
-            c.step(1, Input::WalDurable);
-        }
-    }
+    c.finish_commits(1);
     assert_eq!(c.reply(third), Some(&Reply::Ok));
 }
 

@@ -373,6 +373,22 @@ impl UringDisk {
         commits.push(ring)
     }
 
+    /// Waits for at least one completion (a signal or a busy ring just retries), then handles
+    /// what arrived ([`UringDisk::route_async`]).
+    fn wait_async(
+        ring: &mut IoUring,
+        background: &mut Background,
+        commits: &mut InFlight,
+    ) -> io::Result<()> {
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => return Err(e),
+        }
+        Self::route_async(ring, background, commits)
+    }
+
     /// Waits until every commit in flight finished (durable or failed); they stay queued for
     /// [`Disk::reap_durable`] to report.
     fn wait_commits_finished(&mut self) -> io::Result<()> {
@@ -380,13 +396,7 @@ impl UringDisk {
             return Ok(());
         };
         while !self.commits.all_finished() {
-            match ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => return Err(e),
-            }
-            Self::route_async(ring, &mut self.background, &mut self.commits)?;
+            Self::wait_async(ring, &mut self.background, &mut self.commits)?;
         }
         Ok(())
     }
@@ -710,13 +720,7 @@ impl Disk for UringDisk {
     fn wait_background(&mut self) -> io::Result<()> {
         while !self.background.ops.is_empty() {
             let ring = self.ring.as_mut().expect("background writes need the ring");
-            match ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-                Err(e) => return Err(e),
-            }
-            Self::route_async(ring, &mut self.background, &mut self.commits)?;
+            Self::wait_async(ring, &mut self.background, &mut self.commits)?;
         }
         match self.background.error.take() {
             Some(e) => Err(e),
