@@ -158,14 +158,14 @@ impl Cluster {
                 Ok(target) => return Ok(target.osd),
                 Err(why) => last = why,
             }
-            if tokio::time::Instant::now() + crate::retry::BACKOFF_MAX >= deadline {
+            if tokio::time::Instant::now() + crate::policy::BACKOFF_MAX >= deadline {
                 return Err(ClientError::Timeout {
                     pg,
                     deadline: self.config.op_deadline,
                     last,
                 });
             }
-            tokio::time::sleep(crate::retry::BACKOFF_MAX).await;
+            tokio::time::sleep(crate::policy::BACKOFF_MAX).await;
         }
     }
 

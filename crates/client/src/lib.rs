@@ -13,9 +13,12 @@
 //!   in-flight semaphore, the background map watch. Built by `connect` (monitor) or
 //!   `with_map` (tests: an injected map, no monitor).
 //! - `map_cache`: the current cluster map and the PG → leader cache.
-//! - `route`: pure routing: object → PG, leader candidates, OSD → address and port.
+//! - [`route`]: pure routing: object → PG, leader candidates, OSD → address and port.
+//! - [`policy`]: pure retry decisions: reply classification, redirect and backoff pacing.
+//!   The simulator's clients call [`route`] and [`policy`] too, so it tests these decisions.
 //! - `leader`: leader discovery (`GetLeader` to the PG's members).
-//! - `retry`: the per-object-request loop: reply classification, backoff, deadline.
+//! - `retry`: the per-object-request loop: carries out `policy` in real time, keeps the
+//!   caches, enforces the deadline.
 //! - `conn`: one multiplexed TCP connection per (address, port): a writer task batching
 //!   frames into one `write_all`, a reader task matching replies to requests by id.
 //! - [`split`]: pure IO splitting at object boundaries.
@@ -45,8 +48,9 @@ pub mod error;
 pub mod image;
 mod leader;
 mod map_cache;
+pub mod policy;
 mod retry;
-mod route;
+pub mod route;
 pub mod split;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -61,7 +61,7 @@ pub(crate) fn target_from_hint(map: &ClusterMap, hint: &LeaderHint, pg: PgId) ->
 /// The OSDs to ask `GetLeader` for `pg`, in order: the leader the map last recorded, then the
 /// current members, then the target members of a remap, each once and only if the map says it
 /// is up. Empty when the map has no such PG or no member is up.
-pub(crate) fn leader_candidates(map: &ClusterMap, pg: PgId) -> Vec<OsdId> {
+pub fn leader_candidates(map: &ClusterMap, pg: PgId) -> Vec<OsdId> {
     let Some(info) = map.pg(pg) else {
         return Vec::new();
     };

@@ -854,7 +854,12 @@ impl<D: Disk + 'static> ShardCore<D> {
                 let (addr, offset, length) = (*addr, *offset, *length);
                 self.allocation_reply(addr, offset, length, eff)
             }
-            (OpOutcome::Failed(e), _) => self.error_reply(pending.pg, e),
+            (OpOutcome::Failed(e), kind) => {
+                if matches!(e, PgError::Dropped) && matches!(kind, OpKind::Mutation { .. }) {
+                    eff.probes.writes_dropped += 1;
+                }
+                self.error_reply(pending.pg, e)
+            }
             (other, _) => Reply::error(
                 Status::Internal,
                 None,

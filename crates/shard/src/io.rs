@@ -138,6 +138,8 @@ pub struct Probes {
     pub log_rewrites_skipped: u64,
     /// Requests answered `StaleEpoch`.
     pub stale_epoch: u64,
+    /// Pending mutations dropped by a leader change (their outcome unknown to the client).
+    pub writes_dropped: u64,
 }
 
 /// What one step produced.

@@ -18,6 +18,8 @@ use crate::node::{ClientReply, ClientTag, Node, PEER_CONN};
 use crate::options::{RngExt, SimOptions, MS};
 use crate::probes::Probes;
 use bytes::{Bytes, BytesMut};
+use fastblock_client::policy::{classify, Pacer, Retry, Verdict};
+use fastblock_client::route::leader_candidates;
 use fastblock_mon_core::MonState;
 use fastblock_pg::{Event, ObjectRef};
 use fastblock_shard::{Effects, Input, Micros, PeerSend, Report};
@@ -148,6 +150,10 @@ struct ClientOp {
 struct Client {
     op: Option<ClientOp>,
     attempt: u64,
+    /// Where the current attempt went: the OSD `policy::classify` weighs a hint against.
+    asked: Option<OsdId>,
+    /// The pacing of the current operation's attempts (the client library's, per request).
+    pacer: Option<Pacer>,
     hints: BTreeMap<PgId, OsdId>,
     /// The map the client routes by, and whose epoch its requests carry: the monitor's at the
     /// start of each operation and at each back-off (the client library's map watch delivers
@@ -425,14 +431,10 @@ impl Cluster {
                     let reply = ClientReply::Refused("timeout".into());
                     self.on_client_reply(tag, reply);
                 } else if self.current_attempt(tag) {
+                    // As the library: the attempt failed without a reply; forget the
+                    // leader, retry after a pause.
                     self.probes.hit("client.timeout");
-                    let client = tag.client as usize;
-                    if let Some(op) = &self.clients[client].op {
-                        let pg = op.pg;
-                        self.clients[client].hints.remove(&pg);
-                    }
-                    self.clients[client].map = self.current_map();
-                    self.retry(tag.client, 0);
+                    self.back_off(tag.client);
                 }
             }
             Ev::ClientRetry { tag } => {
@@ -795,6 +797,7 @@ impl Cluster {
         self.probes
             .add("snapshot.dropped_unstaged", p.snapshots_unstaged);
         self.probes.add("admission.stale_epoch", p.stale_epoch);
+        self.probes.add("client.dropped", p.writes_dropped);
         self.probes.add("admission.pg_log_full", p.pg_log_full);
         self.probes.add("wal.pressure", p.wal_pressure);
         self.probes.add("wal.log_moved", p.log_rewrites);
@@ -1262,6 +1265,7 @@ impl Cluster {
         };
         let write = !self.rng.chance_pct(read_pct);
         self.clients[c].op = Some(self.new_op(write, object, block, blocks));
+        self.clients[c].pacer = Some(Pacer::new(self.rng.next_u64()));
         self.clients[c].map = self.current_map();
         self.send_attempt(client);
     }
@@ -1304,23 +1308,24 @@ impl Cluster {
         }
     }
 
-    /// Where a client sends its next attempt: the last leader it heard of, else its map's
-    /// leader, else any member in its map.
-    fn target(&mut self, client: u32, pg: PgId) -> OsdId {
+    /// Where a client sends its next attempt: the last leader it heard of, else one of the
+    /// library's leader candidates for its map (`route::leader_candidates`: the recorded
+    /// leader first, then the up members). The library asks the candidates `GetLeader` in
+    /// order; the simulator sends the request itself, to the first candidate most of the
+    /// time and to any other now and then, so requests reach non-leaders too. `None` when
+    /// no member is up in the client's map.
+    fn target(&mut self, client: u32, pg: PgId) -> Option<OsdId> {
         let c = &self.clients[client as usize];
         if let Some(h) = c.hints.get(&pg) {
-            return *h;
+            return Some(*h);
         }
-        let map = c.map.clone();
-        let info = &map.pgmaps[&pg.pool].pgs[&pg.seq];
-        match info.leader {
-            Some(l) if self.rng.chance_pct(70) => l,
-            _ => {
-                let mut members = info.osdlist.clone();
-                members.extend(info.newosdlist.iter().filter(|o| !info.osdlist.contains(o)));
-                self.rng.pick(&members)
-            }
-        }
+        let candidates = leader_candidates(&c.map, pg);
+        let first = *candidates.first()?;
+        Some(if self.rng.chance_pct(70) {
+            first
+        } else {
+            self.rng.pick(&candidates)
+        })
     }
 
     fn send_attempt(&mut self, client: u32) {
@@ -1331,7 +1336,13 @@ impl Cluster {
         let op = self.clients[c].op.as_mut().expect("an operation");
         op.attempt_started = now;
         let op = op.clone();
-        let node = self.target(client, op.pg);
+        let Some(node) = self.target(client, op.pg) else {
+            // The library's discovery finds no member up: it retries after a pause.
+            self.probes.hit("client.no_member_up");
+            self.back_off(client);
+            return;
+        };
+        self.clients[c].asked = Some(node);
         // The request carries the epoch of the map the client routes by: an OSD whose map is
         // older or newer and that does not host the PG answers `StaleEpoch`.
         let epoch = self.clients[c].map.epoch;
@@ -1459,43 +1470,83 @@ impl Cluster {
                 }
                 self.finish_op(tag.client);
             }
-            (
-                ClientReply::Osd(Reply::Error {
-                    status,
-                    leader,
-                    message,
-                }),
-                kind,
-            ) => {
-                let write = matches!(kind, ClientOpKind::Write { .. });
-                if status == Status::NotLeader && write && message.contains(DROPPED_MESSAGE) {
-                    self.probes.hit("client.dropped");
-                }
-                if status == Status::Busy {
-                    self.probes.hit("client.busy");
-                }
-                match leader.filter(|h| status == Status::NotLeader && h.osd.0 != 0) {
-                    // Redirected: follow the hint at once.
-                    Some(hint) => {
-                        self.clients[c].hints.insert(op.pg, hint.osd);
-                        let d = self.rng.range(0, MS);
-                        self.retry(tag.client, d);
-                    }
-                    None => self.back_off(tag.client, op.pg),
-                }
+            (ClientReply::Osd(reply), kind) => {
+                let asked = self.clients[c].asked.expect("an attempt was sent");
+                self.on_client_error(tag.client, &op, kind, classify(&reply, asked));
             }
-            (ClientReply::Refused(_), _) => self.back_off(tag.client, op.pg),
-            (reply, _) => unreachable!("checked by expected_reply: {reply:?}"),
+            // As the library on a connection error: forget the leader, retry after a pause.
+            (ClientReply::Refused(_), _) => self.back_off(tag.client),
         }
     }
 
-    /// Forgets the leader the client believed in and retries after a pause, with the current
-    /// map.
-    fn back_off(&mut self, client: u32, pg: PgId) {
-        self.clients[client as usize].hints.remove(&pg);
-        self.clients[client as usize].map = self.current_map();
-        let d = self.rng.range(10 * MS, 200 * MS);
-        self.retry(client, d);
+    /// Carries out the library's verdict on an error reply (`policy::classify`), as its request
+    /// loop does: the same cache changes and the same pacing, in virtual time.
+    fn on_client_error(&mut self, client: u32, op: &ClientOp, kind: &ClientOpKind, v: Verdict) {
+        let c = client as usize;
+        let retry = match v {
+            Verdict::Done => unreachable!("an error reply is never Done"),
+            Verdict::Redirect(hint) => {
+                self.clients[c].hints.insert(op.pg, hint.osd);
+                Retry::Now
+            }
+            Verdict::Rediscover => {
+                self.clients[c].hints.remove(&op.pg);
+                Retry::Later
+            }
+            Verdict::RefreshMap => {
+                self.clients[c].hints.remove(&op.pg);
+                let before = self.clients[c].map.epoch;
+                self.clients[c].map = self.current_map();
+                if self.clients[c].map.epoch > before {
+                    Retry::Now
+                } else {
+                    Retry::Later
+                }
+            }
+            Verdict::BackOff => {
+                self.probes.hit("client.busy");
+                Retry::Later
+            }
+            Verdict::Fail(status, message) => {
+                // The library hands the error to its caller. Once the faults have stopped,
+                // nothing may fail an operation: every OSD is back and has room.
+                self.probes.hit("client.failed");
+                if op.started >= self.faults_end_us {
+                    self.fail(format!(
+                        "client {client}: {status:?} ({message}) for an operation on pg {} \
+                         issued at {} after the faults stopped",
+                        op.pg, op.started
+                    ));
+                }
+                if let ClientOpKind::Write { id, .. } = kind {
+                    self.model.give_up(*id, self.at_now());
+                }
+                self.finish_op(client);
+                return;
+            }
+        };
+        let pause = self.pause(client, retry);
+        self.retry(client, pause);
+    }
+
+    /// The client's next pause, from the library's pacer, in virtual microseconds.
+    fn pause(&mut self, client: u32, retry: Retry) -> u64 {
+        let pacer = self.clients[client as usize]
+            .pacer
+            .as_mut()
+            .expect("an operation has a pacer");
+        pacer.pause(retry).as_micros() as u64
+    }
+
+    /// Forgets the leader the client believed in and retries after the pacer's pause, with
+    /// the current map (the library's map watch delivers new maps meanwhile).
+    fn back_off(&mut self, client: u32) {
+        let c = client as usize;
+        let pg = self.clients[c].op.as_ref().expect("an operation").pg;
+        self.clients[c].hints.remove(&pg);
+        self.clients[c].map = self.current_map();
+        let pause = self.pause(client, Retry::Later);
+        self.retry(client, pause);
     }
 
     // ---- scenarios ----
@@ -1522,6 +1573,7 @@ impl Cluster {
         self.clients[c].result = None;
         self.clients[c].hints.insert(op.pg, node);
         self.clients[c].op = Some(op);
+        self.clients[c].pacer = Some(Pacer::new(self.rng.next_u64()));
         self.clients[c].map = self.current_map();
         self.send_attempt(client);
     }
@@ -1722,10 +1774,6 @@ impl Cluster {
         Ok(out)
     }
 }
-
-/// What the shard core says when a pending operation was dropped by a leader change
-/// (`PgError::Dropped`, answered `NotLeader`): the outcome of a write is then unknown.
-const DROPPED_MESSAGE: &str = "leadership changed";
 
 /// Whether a client of this simulation can get `reply` for an operation of `kind`: the
 /// success of its kind, or an error it retries. Anything else is a bug.

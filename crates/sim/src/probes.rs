@@ -114,11 +114,19 @@ pub const PROBES: &[(&str, &str)] = &[
     ),
     (
         "client.dropped",
-        "a pending write was dropped by a leader change (outcome unknown)",
+        "a pending write was dropped by a leader change (outcome unknown; counted by the core)",
     ),
     (
         "client.busy",
-        "a PG refused an operation with Busy (backpressure)",
+        "a reply told a client to back off (Busy, Timeout: the library's BackOff verdict)",
+    ),
+    (
+        "client.no_member_up",
+        "a client's map had no member of the PG up (the library backs off)",
+    ),
+    (
+        "client.failed",
+        "a client got a non-retryable error (NoSpace, IoError) and handed it to its caller",
     ),
     (
         "client.timeout",
