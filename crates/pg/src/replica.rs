@@ -507,16 +507,22 @@ impl<S: Storage> PgReplica<S> {
         if self.failed.is_some() {
             return;
         }
-        // A replica outside its own configuration does not vote: it is either a new member
-        // still waiting for its snapshot (its empty log is behind everyone's, so it would
-        // grant any vote, in terms it may have voted in before it was removed and its hard
-        // state deleted: two leaders in one term, found by the simulator, seed
-        // 512441540235244796), or a removed member, whose vote no longer counts. raft-rs
-        // itself grants votes without looking at membership.
+        // A new member still waiting for its snapshot does not vote: its empty log is behind
+        // everyone's, so it would grant any vote, in terms it may have voted in before it was
+        // removed and its hard state deleted (two leaders in one term, found by the
+        // simulator, seed 512441540235244796). raft-rs itself grants votes without looking at
+        // membership.
+        //
+        // A removed member that still has its log (and so its hard state) votes, as in Raft:
+        // the others may not have learned that its removal committed, and while they are
+        // joint they need its vote. A leader that applies its own removal steps down and
+        // hands over before its followers hear the commit; refusing then left the PG without
+        // a leader for good (simulator, seed 3277779685366851248 with --membership).
         if matches!(
             msg.get_msg_type(),
             MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
         ) && !self.has_member(self.me)
+            && self.node.raft.raft_log.last_index() == 0
         {
             return;
         }

@@ -694,3 +694,42 @@ fn a_restarted_follower_does_not_vote_within_an_election_timeout() {
         }
     }
 }
+
+/// Goal: a member removed from the configuration still votes while it has its log, and a new
+/// member without a log does not. Method: a replica of node 2 whose configuration is `[3, 4]`
+/// (it applied its own removal) gets a vote request from 3 at a newer term; the same request
+/// goes to a replica of 2 with the same configuration and an empty log. Without the removed
+/// member's vote, members that are still joint (`[3, 4]` and `[2, 3]`) elect no one.
+#[test]
+fn a_removed_member_still_votes_and_a_member_without_a_log_does_not() {
+    use raft::eraftpb::{Entry, MessageType};
+    for (log_entries, votes) in [(3u64, true), (0, false)] {
+        let storage = MemStorage::new_with_conf_state(ConfState::from((vec![3, 4], vec![])));
+        let entries: Vec<Entry> = (1..=log_entries)
+            .map(|index| Entry {
+                index,
+                term: 1,
+                ..Default::default()
+            })
+            .collect();
+        storage.wl().append(&entries).unwrap();
+        let mut replica =
+            PgReplica::new(PG, OsdId(2), storage, 0, PgConfig::default(), 1).expect("replica");
+        let mut request = Message::default();
+        request.set_msg_type(MessageType::MsgRequestVote);
+        request.from = 3;
+        request.to = 2;
+        request.term = 2;
+        request.index = log_entries;
+        request.log_term = 1;
+        replica.step(request, &mut Output::default());
+        let raft = &replica.raw_node().raft;
+        assert_eq!(
+            raft.vote == 3,
+            votes,
+            "log of {log_entries} entries: vote {} in term {}",
+            raft.vote,
+            raft.term
+        );
+    }
+}

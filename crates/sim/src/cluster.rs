@@ -1776,7 +1776,8 @@ impl Cluster {
 }
 
 /// Whether a client of this simulation can get `reply` for an operation of `kind`: the
-/// success of its kind, or an error it retries. Anything else is a bug.
+/// success of its kind, an error the library retries, or one it hands to its caller that a
+/// fault can cause (`NoSpace`, `IoError`). Anything else is a bug.
 fn expected_reply(reply: &ClientReply, kind: &ClientOpKind) -> Result<(), String> {
     match (reply, kind) {
         (ClientReply::Refused(_), _)
