@@ -257,11 +257,13 @@ impl<D: Disk + 'static> ShardCore<D> {
                     return;
                 }
                 eff.stage(Stage::RaftQueue, arrived, self.now);
+                let mut room_bytes = self.append_room_bytes();
                 for env in msgs {
                     if !self.pgs.contains_key(&env.pg) {
                         continue;
                     }
-                    match raft::eraftpb::Message::parse_from_carllerche_bytes(&env.msg) {
+                    let parsed = raft::eraftpb::Message::parse_from_carllerche_bytes(&env.msg);
+                    match parsed.map(|m| self.trim_append(env.pg, m, &mut room_bytes, eff)) {
                         // Persisting a snapshot installs its objects, so one is stepped only
                         // once they are all staged here.
                         Ok(msg) if !self.snapshot_ready(env.pg, &msg) => {
@@ -296,6 +298,30 @@ impl<D: Disk + 'static> ShardCore<D> {
                 }
             }
         }
+    }
+
+    /// Keeps the entries of an append that fit `room_bytes` (see
+    /// [`ShardCore::append_room_bytes`]) and takes their bytes from it. The append stays, with
+    /// fewer or no entries: a shorter append is one the leader could have sent, and its commit
+    /// index still lets this replica apply (and so compact) what it has.
+    fn trim_append(
+        &self,
+        pg: PgId,
+        mut msg: raft::eraftpb::Message,
+        room_bytes: &mut u64,
+        eff: &mut Effects,
+    ) -> raft::eraftpb::Message {
+        if msg.get_msg_type() != raft::eraftpb::MessageType::MsgAppend || msg.entries.is_empty() {
+            return msg;
+        }
+        let (keep, bytes) = crate::wal_fit::prefix_that_fits(&msg.entries, *room_bytes);
+        *room_bytes -= bytes;
+        if keep < msg.entries.len() {
+            eff.probes.appends_trimmed += 1;
+            tracing::debug!(%pg, kept = keep, sent = msg.entries.len(), "append trimmed to the WAL's room");
+            msg.entries.truncate(keep);
+        }
+        msg
     }
 
     /// Checks shared by every client operation: range, connection limit, the PG, epochs.

@@ -14,10 +14,13 @@ use fastblock_store::Disk;
 use fastblock_types::PgId;
 
 impl<D: Disk + 'static> ShardCore<D> {
-    /// `FlushDue`: starts a flush if anything was applied since the last one. A flush still
-    /// running makes this one a no-op (the next timer tries again).
+    /// `FlushDue`: starts a flush if anything was applied since the last one, or if blocks
+    /// wait to be freed (only a flush gives them back: a replica that applies nothing while
+    /// its snapshot transfers are aborted would otherwise never get their staging back). A
+    /// flush still running makes this one a no-op (the next timer tries again).
     pub(crate) fn maybe_flush(&mut self, eff: &mut Effects) {
-        if !self.applied_since_flush || self.failed.is_some() {
+        let frees_waiting = self.store.borrow().pending_free_bytes() > 0;
+        if !(self.applied_since_flush || frees_waiting) || self.failed.is_some() {
             return;
         }
         let begun = self.store.borrow_mut().flush_begin();

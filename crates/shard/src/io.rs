@@ -140,6 +140,8 @@ pub struct Probes {
     pub stale_epoch: u64,
     /// Pending mutations dropped by a leader change (their outcome unknown to the client).
     pub writes_dropped: u64,
+    /// Appends whose entries did not all fit the WAL's room and were trimmed.
+    pub appends_trimmed: u64,
 }
 
 /// What one step produced.

@@ -50,8 +50,23 @@ pub fn pg_uncommitted_bytes_max(segment_size_bytes: u64, segment_count: u32) -> 
 }
 
 /// Bytes of an entry's WAL record.
-fn record_bytes(entry: &Entry) -> usize {
+pub(crate) fn record_bytes(entry: &Entry) -> usize {
     RECORD_HEADER_BYTES + entry_payload_bytes(entry)
+}
+
+/// How many of `entries`, from the first, have records that fit `room_bytes`, and their
+/// bytes. A follower logs only that prefix of an append: a shorter append is one the leader
+/// could have sent, and the leader sends the rest again once this one is acknowledged.
+pub fn prefix_that_fits(entries: &[Entry], room_bytes: u64) -> (usize, u64) {
+    let mut used = 0u64;
+    for (i, entry) in entries.iter().enumerate() {
+        let bytes = record_bytes(entry) as u64;
+        if used + bytes > room_bytes {
+            return (i, used);
+        }
+        used += bytes;
+    }
+    (entries.len(), used)
 }
 
 /// Cuts `entries` into consecutive runs whose records fit an empty batch of
@@ -108,6 +123,22 @@ mod tests {
                 .collect::<Vec<_>>(),
             [1, 1, 1]
         );
+    }
+
+    #[test]
+    fn the_prefix_that_fits_stops_at_the_first_entry_over_the_room() {
+        let entries: Vec<Entry> = [100, 200, 50].into_iter().map(entry).collect();
+        let sizes: Vec<u64> = entries.iter().map(|e| record_bytes(e) as u64).collect();
+        assert_eq!(prefix_that_fits(&entries, 0), (0, 0));
+        assert_eq!(prefix_that_fits(&entries, sizes[0]), (1, sizes[0]));
+        // The third would fit after the first, but a prefix cannot skip the second.
+        assert_eq!(
+            prefix_that_fits(&entries, sizes[0] + sizes[2]),
+            (1, sizes[0])
+        );
+        let all: u64 = sizes.iter().sum();
+        assert_eq!(prefix_that_fits(&entries, all), (3, all));
+        assert_eq!(prefix_that_fits(&[], 0), (0, 0));
     }
 
     #[test]

@@ -10,15 +10,20 @@
 //! Two bounds and one move, as raft-engine does with its log rewrite:
 //! - admission bounds the unanswered writes of the shard and of each PG
 //!   ([`crate::wal_fit`]): such a PG alone refuses writes with `Busy`;
-//! - when free segments fall to a quarter of the WAL plus one, snapshot transfers are
-//!   abandoned (their log floors would pin the ring) and everything applied is flushed and
-//!   compacted (as a full WAL did before); what is left live is about the unanswered writes,
-//!   at most a quarter of the WAL;
+//! - when free segments fall to a quarter of the WAL plus one, everything applied is flushed
+//!   and compacted (keeping only the log behind snapshots being sent); what is left live is
+//!   about the unanswered writes (at most a quarter of the WAL) and those logs;
 //! - then the live entries of the PGs that still pin the oldest segment are re-appended at
-//!   the head of the log, if they fit the free space, and committed. The store moves an entry
+//!   the head of the log, if they fit the free space, and committed;
+//! - only if that moved nothing and the WAL is still pressed are the snapshot transfers
+//!   abandoned (their log floors go, compaction and the move run again): a transfer is
+//!   abandoned when the ring truly cannot keep its log, not each time the ring comes round. The store moves an entry
 //!   whose index and term it holds to its new record without touching the entries after it
 //!   (Raft's log matching), so a move cut short by a crash loses nothing; the old segment is
 //!   reused once no live entry is left in it.
+//!
+//! And followers take in no more than the WAL can hold ([`ShardCore::append_room_bytes`]):
+//! an append is trimmed to the entries that fit, the leader sends the rest again.
 
 use crate::core::ShardCore;
 use crate::error::{Operation, ShardFailure};
@@ -33,32 +38,75 @@ use fastblock_types::PgId;
 pub const WAL_FREE_SHARE_DIVISOR: u64 = 4;
 
 impl<D: Disk + 'static> ShardCore<D> {
-    /// Called when a step is done and no WAL commit is pending.
+    /// Bytes of log records a follower may still take in before its next commit: half of
+    /// each free segment (the other half is a margin for batch headers and padding, as for a
+    /// move, and for the leaders' own proposals), less the records staged and not committed
+    /// and those the replicas' outputs hold for the next round. While a slow commit is in flight, leaders keep sending appends;
+    /// taken whole, they made a log write larger than the WAL and the commit failed with
+    /// `NoSpace`, stopping the shard (simulator, seed 14852178357259321636 with
+    /// `--membership`). Appends are trimmed to this room instead (`admission`).
+    pub(crate) fn append_room_bytes(&self) -> u64 {
+        let store = self.store.borrow();
+        let wal = store.wal();
+        let room = wal.free_segment_count() * (store.superblock().segment_size_bytes / 2);
+        let waiting: u64 = self
+            .outs
+            .values()
+            .flat_map(|o| &o.log_writes)
+            .flat_map(|w| &w.entries)
+            .map(|e| crate::wal_fit::record_bytes(e) as u64)
+            .sum();
+        room.saturating_sub(wal.pending_bytes())
+            .saturating_sub(waiting)
+    }
+
+    /// Called when a step is done and no WAL commit is pending. Cheapest relief first:
+    /// compaction of everything applied (keeping the log behind snapshots being sent), then
+    /// moving the live entries that pin the oldest segment; only if the WAL is still pressed
+    /// are the transfers abandoned, so that their log floors go too. Abandoning first, as
+    /// before, restarted a transfer each time the ring came round: under steady writes a
+    /// transfer that outlasts a few segments never finished, and the receiver's aborted
+    /// stagings filled its data area (simulator, seed 624121348245308800).
     pub(crate) fn relieve_wal_pressure(&mut self, eff: &mut Effects) {
-        if self.failed.is_some() || self.commit_pending() {
-            return;
-        }
-        let (free, segments) = {
-            let store = self.store.borrow();
-            (
-                store.wal().free_segment_count(),
-                u64::from(store.superblock().segment_count),
-            )
-        };
-        let reserve = segments / WAL_FREE_SHARE_DIVISOR + 1;
-        if free > reserve {
+        if self.failed.is_some() || self.commit_pending() || !self.wal_pressed() {
             return;
         }
         eff.probes.wal_pressure += 1;
-        let abandoned = self.abandon_all_sends();
-        eff.probes.transfers_abandoned += abandoned as u64;
         if let Err(e) = self.flush_and_compact(0) {
             self.fail(ShardFailure::store(Operation::Flush, None, e), eff);
             return;
         }
+        if !self.wal_pressed() || self.move_pinned_entries(eff) || self.failed.is_some() {
+            return;
+        }
+        let abandoned = self.abandon_all_sends();
+        eff.probes.transfers_abandoned += abandoned as u64;
+        if abandoned == 0 {
+            return;
+        }
+        tracing::info!(osd = %self.cfg.osd, shard = self.cfg.index, abandoned, "WAL pressed: snapshot transfers abandoned to free their log");
+        if let Err(e) = self.flush_and_compact(0) {
+            self.fail(ShardFailure::store(Operation::Flush, None, e), eff);
+            return;
+        }
+        if self.wal_pressed() {
+            self.move_pinned_entries(eff);
+        }
+    }
+
+    /// Whether free WAL segments are down to the reserve.
+    fn wal_pressed(&self) -> bool {
+        let store = self.store.borrow();
+        let segments = u64::from(store.superblock().segment_count);
+        store.wal().free_segment_count() <= segments / WAL_FREE_SHARE_DIVISOR + 1
+    }
+
+    /// Moves the live entries of the PGs that pin the oldest segment to the head of the log,
+    /// if they fit the free space. Returns whether it moved anything.
+    fn move_pinned_entries(&mut self, eff: &mut Effects) -> bool {
         let pinned = self.store.borrow().wal().oldest_pinned_segment();
         let Some((seq, pgs)) = pinned else {
-            return;
+            return false;
         };
         // Only a move that fits: half of each free segment counts (the rest is room for
         // segment headers and checkpoints, with a wide margin).
@@ -72,7 +120,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         if needed > room {
             eff.probes.log_rewrites_skipped += 1;
             tracing::warn!(osd = %self.cfg.osd, shard = self.cfg.index, segment = seq, needed, room, "WAL: the live entries pinning the oldest segment do not fit the free space; not moved");
-            return;
+            return false;
         }
         for pg in pgs {
             match self.rewrite_log(pg) {
@@ -82,10 +130,11 @@ impl<D: Disk + 'static> ShardCore<D> {
                 }
                 Err(e) => {
                     self.fail(ShardFailure::store(Operation::WalCommit, Some(pg), e), eff);
-                    return;
+                    return false;
                 }
             }
         }
+        true
     }
 
     /// Re-appends every live entry of `pg`'s log (same indexes, terms and data) at the head of

@@ -798,6 +798,7 @@ impl Cluster {
             .add("snapshot.dropped_unstaged", p.snapshots_unstaged);
         self.probes.add("admission.stale_epoch", p.stale_epoch);
         self.probes.add("client.dropped", p.writes_dropped);
+        self.probes.add("wal.append_trimmed", p.appends_trimmed);
         self.probes.add("admission.pg_log_full", p.pg_log_full);
         self.probes.add("wal.pressure", p.wal_pressure);
         self.probes.add("wal.log_moved", p.log_rewrites);

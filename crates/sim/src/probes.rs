@@ -94,7 +94,8 @@ pub const PROBES: &[(&str, &str)] = &[
     ),
     (
         "wal.pressure",
-        "free WAL segments fell to the reserve: transfers abandoned, everything applied compacted",
+        "free WAL segments fell to the reserve: everything applied compacted (transfers \
+         abandoned only if that and a move did not relieve it)",
     ),
     (
         "wal.log_moved",
@@ -103,6 +104,10 @@ pub const PROBES: &[(&str, &str)] = &[
     (
         "wal.log_move_skipped",
         "the entries pinning the oldest WAL segment did not fit the free space and were not moved",
+    ),
+    (
+        "wal.append_trimmed",
+        "a follower took only the entries of an append that fit its WAL's room",
     ),
     (
         "admission.stale_epoch",

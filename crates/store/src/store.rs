@@ -310,7 +310,9 @@ impl<D: Disk> Store<D> {
         self.guard(|s| s.wal.apply_snapshot(&mut s.disk, pg, index, term, cs))
     }
 
-    /// Stages one chunk of a snapshot being received (see `objects/snapshot.rs`).
+    /// Stages one chunk of a snapshot being received (see `objects/snapshot.rs`). As
+    /// [`Store::write_object`], a full data region with blocks waiting to be freed (an
+    /// aborted transfer's staging, say) flushes once and retries.
     pub fn snapshot_write(
         &mut self,
         pg: PgId,
@@ -320,8 +322,17 @@ impl<D: Disk> Store<D> {
         data: &[u8],
     ) -> Result<()> {
         self.guard(|s| {
-            s.objects
-                .snapshot_write(&mut s.disk, pg, transfer, object, offset_bytes, data)
+            let stage = |s: &mut Self| {
+                s.objects
+                    .snapshot_write(&mut s.disk, pg, transfer, object, offset_bytes, data)
+            };
+            match stage(s) {
+                Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {
+                    s.flush_inner()?;
+                    stage(s)
+                }
+                r => r,
+            }
         })
     }
 

@@ -512,3 +512,53 @@ fn snapshot_chunks_respect_the_rate_limit() {
         "sent {chunk_bytes} bytes in {elapsed_s} s, limit {allowed}"
     );
 }
+
+/// Goal: the staging of an aborted snapshot transfer comes back at the next flush timer,
+/// though the replica applied nothing (a member that only receives transfers, each aborted
+/// by a newer one, filled its data area: simulator seed 624121348245308800). Method: osd 2,
+/// a target member of PG 0, stages a chunk of one transfer, then the first chunk of a newer
+/// one; the flush timer must run a flush that frees the first transfer's blocks.
+#[test]
+fn a_flush_gives_back_an_aborted_transfers_staging_though_nothing_was_applied() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(harness::map(1, &[1, 2], &[(0, &[1], &[1, 2])]));
+    let chunk = |transfer: u64| {
+        Request::SnapChunk(fastblock_wire::SnapChunk {
+            from: OsdId(1),
+            to: OsdId(2),
+            pg: pg(0),
+            transfer,
+            index: 10,
+            term: 1,
+            seq: 0,
+            last: false,
+            image: harness::addr(pg(0), 0).image,
+            object_index: 0,
+            offset: 0,
+            data: vec![7u8; 8192].into(),
+        })
+    };
+    for (request_id, transfer) in [(1, 100), (2, 101)] {
+        let eff = c.step(
+            2,
+            Input::Request {
+                conn: 9,
+                request_id,
+                req: chunk(transfer),
+                arrived: c.now,
+            },
+        );
+        assert!(
+            eff.peers
+                .iter()
+                .any(|p| matches!(p.req, Request::SnapAck { ok: true, .. })),
+            "transfer {transfer}: chunk staged"
+        );
+    }
+    assert!(c.core(2).store().pending_free_bytes() >= 8192);
+    let eff = c.step(2, Input::FlushDue);
+    assert!(eff.flush_started, "frees waiting start a flush");
+    assert_eq!(c.core(2).store().pending_free_bytes(), 0);
+    // Nothing applied and nothing to free: the next timer does nothing.
+    assert!(!c.step(2, Input::FlushDue).flush_started);
+}
