@@ -7,7 +7,7 @@
 use crate::disk::{AlignedBuf, Disk};
 use crate::error::{Error, Result};
 use crate::store::Store;
-use crate::wal::record::{self, RecordKind};
+use crate::wal::record;
 use crate::wal::writer::io_err;
 use crate::wal::Wal;
 use fastblock_types::units::SECTOR_SIZE_BYTES;
@@ -43,7 +43,7 @@ impl Wal {
         };
         let rec = record::decode(&buf[at..at + loc.len_bytes as usize])
             .map_err(|e| bad(format!("PG {pg} entry {index}: {e:?}")))?;
-        if rec.kind != RecordKind::Entry || rec.pg != pg || rec.lsn != meta.lsn {
+        if !rec.kind.is_entry() || rec.pg != pg || rec.lsn != meta.lsn {
             return Err(bad(format!(
                 "PG {pg} entry {index}: record is not this entry"
             )));

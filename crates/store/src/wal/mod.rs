@@ -172,6 +172,37 @@ impl PgLog {
         Pushed::Appended
     }
 
+    /// Replay of a moved entry: gives entry `index` its new location. The log holds it with
+    /// the same term, or as a placeholder of the start checkpoint (term unknown), which it
+    /// fills; nothing after it is dropped. `false` if the log holds no such entry.
+    pub(crate) fn relocate(
+        &mut self,
+        index: u64,
+        meta: EntryMeta,
+        segments: &mut Segments,
+    ) -> bool {
+        if index <= self.snap_index {
+            return false;
+        }
+        let slot = (index - self.snap_index - 1) as usize;
+        let Some(old) = self.entries.get(slot) else {
+            return false;
+        };
+        let placeholder = old.term == 0 && old.loc.is_none();
+        if !placeholder && old.term != meta.term {
+            return false;
+        }
+        if let Some(loc) = meta.loc {
+            segments
+                .get_mut(&loc.seq)
+                .unwrap_or_else(|| panic!("entry in unknown segment {}", loc.seq))
+                .live_entries += 1;
+        }
+        let old = std::mem::replace(&mut self.entries[slot], meta);
+        Self::release(segments, &old);
+        true
+    }
+
     pub(crate) fn push_cache(&mut self, e: Entry) {
         assert_eq!(
             e.index,

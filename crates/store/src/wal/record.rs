@@ -19,9 +19,18 @@ pub enum RecordKind {
     Snapshot = 5,
     PgRemove = 6,
     Checkpoint = 7,
+    /// An entry the PG holds with this index and term, written again at the head of the log
+    /// (a move, to free its old segment). Same payload as `Entry`; replay only relocates it
+    /// (or fills a checkpoint placeholder) and drops nothing after it.
+    EntryMoved = 8,
 }
 
 impl RecordKind {
+    /// Whether the record carries a Raft entry (written fresh or moved).
+    pub fn is_entry(self) -> bool {
+        matches!(self, RecordKind::Entry | RecordKind::EntryMoved)
+    }
+
     fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             1 => RecordKind::Entry,
@@ -31,6 +40,7 @@ impl RecordKind {
             5 => RecordKind::Snapshot,
             6 => RecordKind::PgRemove,
             7 => RecordKind::Checkpoint,
+            8 => RecordKind::EntryMoved,
             _ => return None,
         })
     }

@@ -156,7 +156,20 @@ impl Wal {
         self.reserve(disk, total, false)?;
         for e in entries {
             let fixed = record::entry_fixed(e);
-            let loc = self.put(pg, RecordKind::Entry, &[&fixed, &e.context, &e.data]);
+            // An entry the log holds with the same term is a move: its record says so, so
+            // that replay relocates it without dropping what follows, even where the start
+            // checkpoint left only a placeholder of unknown term.
+            let moved = self
+                .pgs
+                .get(&pg)
+                .and_then(|l| l.meta(e.index))
+                .is_some_and(|m| m.term == e.term);
+            let kind = if moved {
+                RecordKind::EntryMoved
+            } else {
+                RecordKind::Entry
+            };
+            let loc = self.put(pg, kind, &[&fixed, &e.context, &e.data]);
             let meta = EntryMeta {
                 term: e.term,
                 lsn: self.next_lsn - 1,
@@ -168,6 +181,11 @@ impl Wal {
             let log = self.pgs.entry(pg).or_default();
             match log.push(e.index, meta, segments) {
                 Pushed::Appended => {
+                    assert!(
+                        !moved,
+                        "pg {pg}: entry {} recorded as moved was appended",
+                        e.index
+                    );
                     log.push_cache(e.clone());
                     log.trim_cache(cache_max, durable);
                 }
