@@ -540,11 +540,26 @@ impl<S: Storage> PgReplica<S> {
         }
         // A heartbeat that commits past this replica's log means the leader counts entries
         // this replica does not have: it deleted them while the leader still counted it (the
-        // window described in `retention`). raft-rs would stop the replica; ignoring the
-        // heartbeat is always safe, and the leader's next change removes the stalled member.
+        // window described in `retention`). raft-rs would stop the replica (its commit index
+        // may not pass its log), and committing only up to its log could commit a suffix
+        // that differs from the leader's. So the heartbeat is not stepped; it is answered,
+        // as raft-rs would answer it, so that the leader resumes sending to this replica:
+        // its appends then fail the log-matching check, and it probes back to what this
+        // replica has, or sends a snapshot. Silence left such a member stalled for good while
+        // a target named it (simulator, seed 10816532062083025736 with --membership).
         if msg.get_msg_type() == MessageType::MsgHeartbeat
             && msg.commit > self.node.raft.raft_log.last_index()
         {
+            if msg.term == self.node.raft.term {
+                let mut reply = Message::default();
+                reply.set_msg_type(MessageType::MsgHeartbeatResponse);
+                reply.to = msg.from;
+                reply.from = msg.to;
+                reply.term = msg.term;
+                reply.commit = self.node.raft.raft_log.committed;
+                reply.context = msg.context;
+                out.messages.push(reply);
+            }
             return;
         }
         // Errors here are stale or misdirected messages (for example from a removed peer);

@@ -26,8 +26,9 @@
 //! One window remains: the leader re-adds the member (fresh progress) and matches its old log
 //! before the monitor hears of the re-add, and in that moment the monitor cancels the change and
 //! the member deletes. The member then comes back empty while the leader counts entries it had;
-//! `PgReplica::step` drops the heartbeat that would make raft-rs stop, the learner stalls, and
-//! the leader removes it as soon as no target names it.
+//! `PgReplica::step` does not step the heartbeat that would make raft-rs stop but answers it,
+//! so the leader resumes sending: its appends fail the log-matching check and it probes back
+//! to what the member has, or sends a snapshot.
 
 use raft::eraftpb::ConfState;
 

@@ -733,3 +733,48 @@ fn a_removed_member_still_votes_and_a_member_without_a_log_does_not() {
         );
     }
 }
+
+/// Goal: a replica whose log is shorter than the commit index its leader sends (the leader
+/// counts entries the replica lost) answers the heartbeat without committing anything, so the
+/// leader resumes sending to it and finds what it lacks. Method: node 2 with three entries
+/// gets a heartbeat of its term committing 10.
+#[test]
+fn a_heartbeat_past_the_log_is_answered_and_commits_nothing() {
+    use raft::eraftpb::{Entry, HardState, MessageType};
+    let storage = MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])));
+    let entries: Vec<Entry> = (1..=3)
+        .map(|index| Entry {
+            index,
+            term: 1,
+            ..Default::default()
+        })
+        .collect();
+    storage.wl().append(&entries).unwrap();
+    storage.wl().set_hardstate(HardState {
+        term: 1,
+        ..Default::default()
+    });
+    let mut replica =
+        PgReplica::new(PG, OsdId(2), storage, 0, PgConfig::default(), 1).expect("replica");
+    let mut heartbeat = Message::default();
+    heartbeat.set_msg_type(MessageType::MsgHeartbeat);
+    heartbeat.from = 1;
+    heartbeat.to = 2;
+    heartbeat.term = 1;
+    heartbeat.commit = 10;
+    heartbeat.context = b"ctx".to_vec().into();
+    let mut out = Output::default();
+    replica.step(heartbeat, &mut out);
+    let reply = out
+        .messages
+        .iter()
+        .find(|m| m.get_msg_type() == MessageType::MsgHeartbeatResponse)
+        .expect("the heartbeat is answered");
+    assert_eq!((reply.to, reply.from, reply.term), (1, 2, 1));
+    assert_eq!(&reply.context[..], b"ctx");
+    assert_eq!(
+        replica.commit_index().0,
+        0,
+        "nothing committed past the log"
+    );
+}

@@ -177,6 +177,8 @@ const FIXED_SEEDS: &[(u64, bool)] = &[
     (624121348245308800, false),
     // A move replayed from a start checkpoint dropped the entries after it (WAL corrupt).
     (16595073271290314718, false),
+    // A member whose log the leader over-counted dropped its heartbeats and stalled.
+    (10816532062083025736, true),
 ];
 
 #[test]
