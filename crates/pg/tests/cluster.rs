@@ -695,6 +695,20 @@ fn a_restarted_follower_does_not_vote_within_an_election_timeout() {
     }
 }
 
+/// A replica's storage with configuration `voters` and entries 1..=`entries` of term 1.
+fn storage_with_log(voters: &[u64], entries: u64) -> MemStorage {
+    let storage = MemStorage::new_with_conf_state(ConfState::from((voters.to_vec(), vec![])));
+    let log: Vec<raft::eraftpb::Entry> = (1..=entries)
+        .map(|index| raft::eraftpb::Entry {
+            index,
+            term: 1,
+            ..Default::default()
+        })
+        .collect();
+    storage.wl().append(&log).unwrap();
+    storage
+}
+
 /// Goal: a member removed from the configuration still votes while it has its log, and a new
 /// member without a log does not. Method: a replica of node 2 whose configuration is `[3, 4]`
 /// (it applied its own removal) gets a vote request from 3 at a newer term; the same request
@@ -702,17 +716,9 @@ fn a_restarted_follower_does_not_vote_within_an_election_timeout() {
 /// member's vote, members that are still joint (`[3, 4]` and `[2, 3]`) elect no one.
 #[test]
 fn a_removed_member_still_votes_and_a_member_without_a_log_does_not() {
-    use raft::eraftpb::{Entry, MessageType};
+    use raft::eraftpb::MessageType;
     for (log_entries, votes) in [(3u64, true), (0, false)] {
-        let storage = MemStorage::new_with_conf_state(ConfState::from((vec![3, 4], vec![])));
-        let entries: Vec<Entry> = (1..=log_entries)
-            .map(|index| Entry {
-                index,
-                term: 1,
-                ..Default::default()
-            })
-            .collect();
-        storage.wl().append(&entries).unwrap();
+        let storage = storage_with_log(&[3, 4], log_entries);
         let mut replica =
             PgReplica::new(PG, OsdId(2), storage, 0, PgConfig::default(), 1).expect("replica");
         let mut request = Message::default();
@@ -740,16 +746,8 @@ fn a_removed_member_still_votes_and_a_member_without_a_log_does_not() {
 /// gets a heartbeat of its term committing 10.
 #[test]
 fn a_heartbeat_past_the_log_is_answered_and_commits_nothing() {
-    use raft::eraftpb::{Entry, HardState, MessageType};
-    let storage = MemStorage::new_with_conf_state(ConfState::from((vec![1, 2, 3], vec![])));
-    let entries: Vec<Entry> = (1..=3)
-        .map(|index| Entry {
-            index,
-            term: 1,
-            ..Default::default()
-        })
-        .collect();
-    storage.wl().append(&entries).unwrap();
+    use raft::eraftpb::{HardState, MessageType};
+    let storage = storage_with_log(&[1, 2, 3], 3);
     storage.wl().set_hardstate(HardState {
         term: 1,
         ..Default::default()

@@ -16,9 +16,9 @@ fn append_in_runs(s: &mut fastblock_store::Store<fastblock_store::SimDisk>, entr
     }
 }
 
-/// PG 0 logs 10 entries (two batches' worth) that never get compacted; PG 1 writes and compacts until the WAL
-/// (6 segments of 64 KiB) is nearly full behind PG 0's pin.
-fn pinned_store() -> (
+/// PGs 0 and 1 on one voter; PG 0 logs 10 entries (two batches' worth) that never get
+/// compacted.
+fn stuck_store() -> (
     fastblock_store::SimDisk,
     fastblock_store::SimFile,
     fastblock_store::Store<fastblock_store::SimDisk>,
@@ -32,6 +32,18 @@ fn pinned_store() -> (
     }
     let stuck: Vec<Entry> = (1..=10).map(|i| entry(i, 1, 3000)).collect();
     append_in_runs(&mut s, &stuck);
+    (disk, meta, s, stuck)
+}
+
+/// PG 0 logs 10 entries (two batches' worth) that never get compacted; PG 1 writes and compacts until the WAL
+/// (6 segments of 64 KiB) is nearly full behind PG 0's pin.
+fn pinned_store() -> (
+    fastblock_store::SimDisk,
+    fastblock_store::SimFile,
+    fastblock_store::Store<fastblock_store::SimDisk>,
+    Vec<Entry>,
+) {
+    let (disk, meta, mut s, stuck) = stuck_store();
     let mut index = 1;
     while s.wal().free_segment_count() > 1 {
         s.commit().unwrap();
@@ -115,14 +127,7 @@ fn a_crash_during_or_after_the_move_keeps_the_log() {
 /// 16595073271290314718). Moves are recorded as such (`EntryMoved`) and only relocate.
 #[test]
 fn a_move_split_over_two_segments_replays_from_either() {
-    let (disk, meta, mut s) = new_sim(DEVICE_BYTES);
-    let mut cs = ConfState::default();
-    cs.voters = vec![1];
-    for p in 0..2 {
-        s.set_conf_state(pg(p), &cs).unwrap();
-    }
-    let stuck: Vec<Entry> = (1..=10).map(|i| entry(i, 1, 3000)).collect();
-    append_in_runs(&mut s, &stuck);
+    let (disk, meta, mut s, stuck) = stuck_store();
     let pg1_write = |s: &mut fastblock_store::Store<fastblock_store::SimDisk>, index: u64| {
         s.commit().unwrap();
         s.append_entries(pg(1), &[entry(index, 1, 8 << 10)])
