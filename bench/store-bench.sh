@@ -19,7 +19,7 @@ DIR="${1:-$ROOT/bench/results/store}"
 SECONDS_EACH="${2:-5}"
 ROUNDS="${3:-3}"
 DATASET_MIB="${DATASET_MIB:-256}"
-SYNC="${SYNC:-twostep}"
+SYNC="${SYNC:-dsync}"
 FIO="${FIO:-/usr/bin/fio}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-store}"
 

@@ -39,6 +39,13 @@ fn wait_signalled(fd: &OwnedFd) {
     unsafe { libc::read(fd.as_raw_fd(), counter.as_mut_ptr().cast(), 8) };
 }
 
+/// Empties the eventfd; whether it held a signal.
+fn drain(fd: &OwnedFd) -> bool {
+    let mut counter = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into a buffer of 8 (non-blocking descriptor).
+    unsafe { libc::read(fd.as_raw_fd(), counter.as_mut_ptr().cast(), 8) == 8 }
+}
+
 /// Reaps until `lsn` is durable, waiting on the eventfd between attempts.
 fn wait_durable(s: &mut Store<UringDisk>, fd: Option<&OwnedFd>, lsn: u64) {
     let deadline = Instant::now() + COMMIT_WAIT_MAX;
@@ -129,6 +136,24 @@ fn run(name: &str, sync_mode: SyncMode, asynchronous: bool) {
     }
     wait_durable(&mut s, Some(&efd), *submitted.last().unwrap());
     assert_eq!(s.commits_in_flight(), 0);
+    if asynchronous {
+        // With nothing in flight, the disk's own synchronous operations do not signal: an
+        // event loop is woken by commits only.
+        drain(&efd);
+        let p = pg(1);
+        let idx = s.log_bounds(p).1 + 1;
+        s.append_entries(p, &[entry(idx, 1, 4096)]).unwrap();
+        s.commit().unwrap();
+        assert!(
+            !drain(&efd),
+            "{name}: a synchronous commit signalled the eventfd"
+        );
+        // A commit in flight signals again.
+        s.append_entries(p, &[entry(idx + 1, 1, 4096)]).unwrap();
+        let lsn = s.commit_submit().unwrap();
+        wait_durable(&mut s, Some(&efd), lsn);
+        assert_eq!(s.commits_in_flight(), 0);
+    }
     assert!(
         s.wal().current_segment_seq() >= segments_before + 3,
         "{name}: the workload should roll segments under commits in flight"

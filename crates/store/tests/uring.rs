@@ -79,9 +79,13 @@ fn round_trip(name: &str, uring: UringOptions, data_with_commit: bool) {
 }
 
 #[test]
-fn io_uring_two_step_default() {
-    round_trip("twostep", UringOptions::default(), false);
-    round_trip("twostep-data", UringOptions::default(), true);
+fn io_uring_two_step() {
+    let o = UringOptions {
+        sync_mode: SyncMode::TwoStep,
+        ..UringOptions::default()
+    };
+    round_trip("twostep", o.clone(), false);
+    round_trip("twostep-data", o, true);
 }
 
 #[test]
@@ -95,12 +99,10 @@ fn io_uring_linked_fsync() {
 }
 
 #[test]
-fn io_uring_dsync_writes() {
-    let o = UringOptions {
-        sync_mode: SyncMode::DsyncWrites,
-        ..UringOptions::default()
-    };
-    round_trip("dsync", o, false);
+fn io_uring_dsync_writes_default() {
+    assert_eq!(UringOptions::default().sync_mode, SyncMode::DsyncWrites);
+    round_trip("dsync", UringOptions::default(), false);
+    round_trip("dsync-data", UringOptions::default(), true);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Signals delivered to a thread blocked in io_uring (a profiler, ptrace, SIGCHLD) interrupt
 //! the wait; the disk must wait again, not lose completions or report an I/O error.
 
+use fastblock_store::disk::SyncMode;
 use fastblock_store::{Disk, UringDisk, UringOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,14 +10,28 @@ extern "C" fn ignore(_: libc::c_int) {}
 
 #[test]
 fn interrupted_waits_are_retried() {
-    let dir = std::env::temp_dir().join(format!("fastblock-uring-sig-{}", std::process::id()));
+    // The default (RWF_DSYNC writes) and the mode with the most waits (write, then fsync).
+    for mode in [SyncMode::DsyncWrites, SyncMode::TwoStep] {
+        writes_survive_signals(mode);
+    }
+}
+
+fn writes_survive_signals(sync_mode: SyncMode) {
+    let dir = std::env::temp_dir().join(format!(
+        "fastblock-uring-sig-{}-{sync_mode:?}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("disk");
     std::fs::File::create(&path)
         .unwrap()
         .set_len(64 << 20)
         .unwrap();
-    let mut disk = UringDisk::open(&path, UringOptions::default()).unwrap();
+    let options = UringOptions {
+        sync_mode,
+        ..UringOptions::default()
+    };
+    let mut disk = UringDisk::open(&path, options).unwrap();
     if !disk.uses_io_uring() {
         eprintln!("io_uring unavailable here; the fallback path has no such wait");
         return;

@@ -3,9 +3,9 @@
 //! through the io_uring disk. Prints one `key=value` line per test.
 //!
 //! Usage: `store-bench <file> [--seconds S] [--dataset-mib M] [--data-with-commit 0|1]
-//!         [--sync twostep|linked|dsync|syscall]`
-//! (`twostep`: ring write, then a separate IORING_OP_FSYNC, the default and fastest measured
-//! here; `linked`: write and fsync in one submission; `dsync`: RWF_DSYNC writes; `syscall`:
+//!         [--sync dsync|twostep|linked|syscall]`
+//! (`dsync`: RWF_DSYNC writes, the default, as the OSD's; `twostep`: ring write, then a
+//! separate IORING_OP_FSYNC; `linked`: write and fsync in one submission; `syscall`:
 //! fdatasync(2) after the ring writes.)
 //! A "writer" is a PG: with 32 writers, 32 PGs each append one 4 KiB entry, all 32 share one
 //! commit (one write + one fdatasync), then the 32 writes are applied (their data goes out
@@ -173,7 +173,7 @@ impl Bench {
 fn main() {
     let mut args = std::env::args().skip(1);
     let path = PathBuf::from(args.next().expect("usage: store-bench <file> [options]"));
-    let (mut seconds, mut dataset_mib, mut sync) = (10.0, 256u64, SyncMode::TwoStep);
+    let (mut seconds, mut dataset_mib, mut sync) = (10.0, 256u64, SyncMode::DsyncWrites);
     let mut data_with_commit = false;
     let mut background = true;
     while let Some(a) = args.next() {
@@ -188,7 +188,8 @@ fn main() {
                     "dsync" => SyncMode::DsyncWrites,
                     "syscall" => SyncMode::FdatasyncSyscall,
                     "linked" => SyncMode::Fdatasync,
-                    _ => SyncMode::TwoStep,
+                    "twostep" => SyncMode::TwoStep,
+                    other => panic!("unknown --sync {other}: dsync, twostep, linked or syscall"),
                 }
             }
             _ => panic!("unknown option {a}"),

@@ -22,13 +22,15 @@ pub enum SyncMode {
     /// The writes, then an fdatasync in the same submission: chained to the WAL write
     /// (IOSQE_IO_LINK) in `write_durable_with`, draining all writes (IOSQE_IO_DRAIN) otherwise.
     Fdatasync,
-    /// Each write carries RWF_DSYNC; no separate fdatasync.
+    /// Each write carries RWF_DSYNC; no separate fdatasync. The default: one completion per
+    /// commit, and on the 2-vCPU VM of docs/benchmarks.md 93 µs per commit against
+    /// `TwoStep`'s 118 at one writer (bench/store-bench.sh, 2026-11-24).
     DsyncWrites,
     /// The writes through the ring, then fdatasync(2) called directly (no io-wq hop).
     FdatasyncSyscall,
     /// The writes, waited for, then a separate `IORING_OP_FSYNC` submission (what fio's
-    /// io_uring engine does with `fdatasync=1`). The default: on the test VM it beat the
-    /// single linked submission by ~20 % at one writer (115 vs 140 µs per commit).
+    /// io_uring engine does with `fdatasync=1`). It beat the single linked submission by
+    /// ~20 % at one writer on the test VM (115 vs 140 µs per commit).
     TwoStep,
 }
 
@@ -44,7 +46,7 @@ impl Default for UringOptions {
     fn default() -> Self {
         UringOptions {
             ring_entries: 128,
-            sync_mode: SyncMode::TwoStep,
+            sync_mode: SyncMode::DsyncWrites,
             force_fallback: false,
         }
     }
@@ -65,6 +67,8 @@ pub struct UringDisk {
     unsynced: bool,
     /// fdatasyncs issued (tests check which calls sync).
     fdatasyncs: u64,
+    /// An eventfd is registered with the ring (see [`UringDisk::register_eventfd`]).
+    eventfd_registered: bool,
 }
 
 impl Drop for UringDisk {
@@ -154,16 +158,43 @@ impl UringDisk {
         self.fdatasyncs + self.commits.fsyncs
     }
 
-    /// Has the kernel signal `eventfd` whenever an operation completes, so that an event
-    /// loop can wait for commits in flight (then call [`Disk::reap_durable`]). Fails without
-    /// io_uring, where every commit is synchronous and nothing needs waiting for.
-    pub fn register_eventfd(&self, eventfd: std::os::fd::RawFd) -> io::Result<()> {
-        match &self.ring {
-            Some(ring) => ring.submitter().register_eventfd(eventfd),
+    /// Has the kernel signal `eventfd` when operations complete while WAL commits are in
+    /// flight, so that an event loop can wait for them (then call [`Disk::reap_durable`]).
+    /// With no commit in flight the signal is switched off (`IORING_CQ_EVENTFD_DISABLED`, a
+    /// flag in the shared ring, no system call): the reads and synchronous writes this disk
+    /// waits for itself would otherwise wake the loop once more for nothing (measured: two
+    /// loop iterations per 4 KiB read instead of one). Fails without io_uring, where every
+    /// commit is synchronous and nothing needs waiting for.
+    pub fn register_eventfd(&mut self, eventfd: std::os::fd::RawFd) -> io::Result<()> {
+        match &mut self.ring {
+            Some(ring) => {
+                ring.submitter().register_eventfd(eventfd)?;
+                self.eventfd_registered = true;
+                self.update_eventfd_signal();
+                Ok(())
+            }
             None => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "no io_uring: WAL commits are synchronous",
             )),
+        }
+    }
+
+    /// Signals the eventfd exactly while commits are in flight. Called before a commit's
+    /// operations are submitted (so its completions signal) and after finished commits are
+    /// taken (so later synchronous completions do not).
+    fn update_eventfd_signal(&mut self) {
+        if !self.eventfd_registered {
+            return;
+        }
+        let Some(ring) = self.ring.as_mut() else {
+            return;
+        };
+        let cq = ring.completion();
+        if self.commits.is_empty() {
+            cq.disable_eventfd();
+        } else {
+            cq.enable_eventfd();
         }
     }
 
@@ -210,6 +241,7 @@ impl UringDisk {
             background: Background::default(),
             unsynced: false,
             fdatasyncs: 0,
+            eventfd_registered: false,
         })
     }
 
@@ -750,6 +782,7 @@ impl Disk for UringDisk {
                 .map(|w| (w.offset_bytes, w.buf))
                 .collect(),
         );
+        self.update_eventfd_signal();
         let ring = self.ring.as_mut().expect("checked");
         self.commits.push(ring)?;
         Ok(Submitted::InFlight)
@@ -762,7 +795,9 @@ impl Disk for UringDisk {
                 self.wait_commits_finished()?;
             }
         }
-        let (count, bufs) = self.commits.take_done()?;
+        let taken = self.commits.take_done();
+        self.update_eventfd_signal();
+        let (count, bufs) = taken?;
         Ok(Reaped { count, bufs })
     }
 
