@@ -7,7 +7,7 @@
 //! | stage | from | to | per |
 //! |---|---|---|---|
 //! | `queue` | the request's bytes were read from the socket | proposed to its PG (write) or read index asked (read) | op |
-//! | `wal_commit` | the shard's group commit starts | its WAL write and fdatasync returned | commit |
+//! | `wal_commit` | the shard's group commit is submitted | the shard hears its WAL write durable | commit |
 //! | `replication` | proposed | committed on a majority: the shard starts applying it | write |
 //! | `apply` | an apply batch starts | the batch is in the object store (staged) | batch |
 //! | `read_index` | read index asked | the lease confirmed it and everything before it is applied | read |

@@ -99,6 +99,9 @@ struct Commits {
 struct Round {
     /// The WAL LSN that makes this round durable (set when its commit is submitted).
     lsn: u64,
+    /// When its commit was submitted, by the metrics clock (`Stage::WalCommit` runs from
+    /// here to when the core hears it durable).
+    submitted: Micros,
     /// Highest ready number staged per PG.
     persisted: Vec<(PgId, u64)>,
     /// Snapshots installed by this round: (PG, index).
@@ -215,6 +218,13 @@ impl<D: Disk + 'static> ShardCore<D> {
     /// WAL commits written and not yet durable.
     pub fn commits_in_flight(&self) -> usize {
         self.commits.in_flight.len()
+    }
+
+    /// Whether new inputs would only wait in the core until a WAL commit completes: as many
+    /// commits are in flight as the configuration allows. A runtime may then block on the
+    /// disk rather than read inputs it cannot hand over yet.
+    pub fn inputs_wait_for_commit(&self) -> bool {
+        self.commits.due.is_none() && self.commit_blocks()
     }
 
     /// Whether new inputs wait in the core: a commit is due (the runtime steps `WalCommit`
@@ -502,6 +512,7 @@ impl<D: Disk + 'static> ShardCore<D> {
     ) -> fastblock_store::Result<(Round, bool)> {
         let mut round = Round {
             lsn: 0,
+            submitted: Micros(0),
             persisted: Vec::new(),
             installed: Vec::new(),
             entries: 0,
@@ -569,12 +580,10 @@ impl<D: Disk + 'static> ShardCore<D> {
         let r = self.store.borrow_mut().commit_submit();
         match r {
             Ok(lsn) => {
-                let took_us = self.metrics_now().since(start);
-                eff.stages.push((Stage::WalCommit, took_us));
                 eff.wal_commit_submitted = Some(crate::io::CommitStats {
                     entries: round.entries,
-                    took_us,
                 });
+                round.submitted = start;
                 assert!(
                     self.commits.in_flight.back().is_none_or(|r| r.lsn <= lsn),
                     "commit LSNs must not go back"
@@ -616,6 +625,8 @@ impl<D: Disk + 'static> ShardCore<D> {
             .is_some_and(|r| r.lsn <= durable)
         {
             let round = self.commits.in_flight.pop_front().expect("checked");
+            let now = self.metrics_now();
+            eff.stage(Stage::WalCommit, round.submitted, now);
             self.persisted(round, eff);
         }
     }

@@ -179,8 +179,6 @@ pub struct Effects {
 pub struct CommitStats {
     /// Log entries it carries.
     pub entries: usize,
-    /// How long the write and sync took by the metrics clock (0 in the simulator).
-    pub took_us: u64,
 }
 
 impl Effects {

@@ -3,7 +3,7 @@
 
 mod harness;
 
-use fastblock_shard::{Input, Micros, Report, ShardConfig};
+use fastblock_shard::{Effects, Input, Micros, Report, ShardConfig, Stage};
 use fastblock_types::OsdId;
 use fastblock_wire::{Reply, Request, Status};
 use harness::{pg, read, write, Cluster};
@@ -249,12 +249,23 @@ fn a_write_is_answered_only_after_its_commit_is_durable() {
     let id = c.request(1, write(pg(0), 1, 0, &[9u8; 512], 1));
     assert!(c.reply(id).is_none());
     assert!(c.core(1).commit_pending());
+    assert!(
+        !c.core(1).inputs_wait_for_commit(),
+        "a commit due is the runtime's to step, not to wait for"
+    );
     // The runtime must step WalCommit next; meanwhile inputs wait in the core.
     let queued = c.request(1, write(pg(0), 2, 0, &[8u8; 512], 1));
     let eff = c.step(1, Input::WalCommit);
     assert!(eff.wal_commit_submitted.is_some());
+    let timed = |eff: &Effects| eff.stages.iter().any(|(s, _)| *s == Stage::WalCommit);
+    assert!(
+        !timed(&eff),
+        "the commit stage ends when it is durable, not submitted"
+    );
     assert!(c.reply(id).is_none(), "written but not durable: no answer");
     assert_eq!(c.core(1).commits_in_flight(), 1);
+    // One commit in flight is all this core allows: the runtime may block on the disk.
+    assert!(c.core(1).inputs_wait_for_commit());
     // A wake-up before the disk finished the commit completes nothing.
     c.step_raw(1, Input::WalDurable);
     assert!(
@@ -262,12 +273,18 @@ fn a_write_is_answered_only_after_its_commit_is_durable() {
         "the disk has not finished the commit"
     );
     assert_eq!(c.core(1).commits_in_flight(), 1);
-    c.step(1, Input::WalDurable);
+    let eff = c.step(1, Input::WalDurable);
+    assert!(timed(&eff), "the durable commit is timed");
     // Durable and committed (one member): applied and answered; the queued write went on.
     assert_eq!(c.reply(id), Some(&Reply::Ok));
     assert!(c.reply(queued).is_none() || c.reply(queued) == Some(&Reply::Ok));
     c.finish_commits(1);
     assert_eq!(c.reply(queued), Some(&Reply::Ok));
+    assert_eq!(c.core(1).commits_in_flight(), 0);
+    assert!(
+        !c.core(1).inputs_wait_for_commit(),
+        "nothing in flight: inputs are taken at once"
+    );
 }
 
 #[test]
@@ -281,12 +298,17 @@ fn two_commits_in_flight_complete_in_order_and_only_when_durable() {
     c.auto_commit = false;
     let first = c.request(1, write(pg(0), 1, 0, &[1u8; 512], 1));
     assert!(c.step(1, Input::WalCommit).wal_commit_submitted.is_some());
+    assert!(
+        !c.core(1).inputs_wait_for_commit(),
+        "one of two in flight: the core still takes inputs"
+    );
     // The core keeps serving while the first commit is in flight: a second one goes out.
     let second = c.request(1, write(pg(0), 2, 0, &[2u8; 512], 1));
     assert!(c.core(1).commit_pending());
     let eff = c.step(1, Input::WalCommit);
     assert!(eff.wal_commit_submitted.is_some());
     assert_eq!(c.core(1).commits_in_flight(), 2);
+    assert!(c.core(1).inputs_wait_for_commit());
     assert!(eff.probes.commits_overlapped > 0);
     assert!(c.reply(first).is_none() && c.reply(second).is_none());
     // A third waits in the core: two are in flight.
