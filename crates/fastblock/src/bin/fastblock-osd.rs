@@ -85,21 +85,25 @@ struct Args {
     /// p99; the cost is more log to replay after a crash.
     #[arg(long, default_value = "1s", value_parser = duration)]
     flush_interval: Duration,
-    /// How a WAL commit makes its write durable: `two-step` (the write, then an io_uring
+    /// How a WAL commit makes its write durable: `dsync` (the write carries RWF_DSYNC: durable
+    /// when it completes, one completion per commit), `two-step` (the write, then an io_uring
     /// fdatasync, as fio's `fdatasync=1`; io_uring runs it on an io-wq worker thread),
-    /// `syscall` (the write through io_uring, then fdatasync(2) on the shard thread), `linked`
-    /// (write and fdatasync linked in one submission; a commit left in flight, see
-    /// `--wal-commits-in-flight`, runs as `two-step`) or `dsync` (RWF_DSYNC writes). Which is
-    /// fastest depends on kernel, device and load. On the 2-vCPU test VM, one writer:
-    /// `two-step` 115 µs per commit, `linked` 140 (store_bench); three OSDs, 3-replica 4 KiB
-    /// writes: `syscall` won three side-by-side runs by 10-25 % and lost the next two by
-    /// 5 %, so no mode is better there beyond the noise.
-    #[arg(long, value_enum, default_value_t = WalSync::TwoStep)]
+    /// `syscall` (the write through io_uring, then fdatasync(2) on the shard thread) or
+    /// `linked` (write and fdatasync linked in one submission; a commit left in flight, see
+    /// `--wal-commits-in-flight`, runs as `two-step`). Which is fastest depends on kernel,
+    /// device and load: on the 2-vCPU VM of docs/benchmarks.md (2026-11-24), one writer,
+    /// `dsync` 93 µs per commit, `two-step` 118 (bench/store-bench.sh); three OSDs,
+    /// `dsync` against `two-step` side by side: 1-replica QD32 writes +17 %, 3-replica QD32
+    /// +15 %, 3-replica QD1 latency -22 %, with 20-28 % less OSD CPU per write.
+    #[arg(long, value_enum, default_value_t = WalSync::Dsync)]
     wal_sync: WalSync,
-    /// WAL group commits a shard keeps in flight at once (1-8): while one commit's fdatasync
+    /// WAL group commits a shard keeps in flight at once (1-8): while one commit's write
     /// runs, the shard keeps serving and writes the next. Only with io_uring and a `--wal-sync`
-    /// other than `syscall`; otherwise each commit waits for its fdatasync.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+    /// other than `syscall`; otherwise each commit waits for its fdatasync. More than one
+    /// splits the same load into smaller commits: on the 2-vCPU VM (CPU-bound) 2 did 16 %
+    /// fewer 1-replica QD32 writes than 1 and the same 3-replica figures; a device with
+    /// parallel queues and spare cores is where more can pay.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
     wal_commits_in_flight: u32,
     /// Log entries kept behind the flushed applied index for lagging followers.
     #[arg(long, default_value_t = 1024)]

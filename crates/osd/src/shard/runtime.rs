@@ -14,11 +14,19 @@
 //!    to the control task, stage timings into histograms; then write the sockets at once;
 //! 4. only then, when the core asks for it ([`Effects::wal_commit_due`]), step `WalCommit`:
 //!    the replies and a leader's Raft appends are already on the wire, so the followers'
-//!    fdatasync overlaps ours. The commit's write and fdatasync go to the io_uring without
-//!    waiting; the core keeps stepping (and writes up to `--wal-commits-in-flight` commits)
-//!    while they run, and the ring's eventfd brings the loop back to step `WalDurable` when
-//!    they complete. Carry out each step's effects the same way until a step asks for no
+//!    commits overlap ours. The commit's durable write (and fdatasync, per `--wal-sync`) goes
+//!    to the io_uring without waiting; the core keeps stepping (and writes up to
+//!    `--wal-commits-in-flight` commits) while it runs, and the ring's eventfd brings the
+//!    loop back to step `WalDurable` when it completes. Carry out each step's effects the same way until a step asks for no
 //!    commit.
+//!
+//! When the core can take no new input until a commit completes (as many are in flight as
+//! `--wal-commits-in-flight` allows), the loop blocks on the ring's eventfd instead of going
+//! back to the sockets: a request read then would only wait in the core, and reading it
+//! costs a wake-up and a step. The requests that arrive meanwhile stay in the sockets and
+//! are read together afterwards, as one batch that shares the next commit. The wait is cut
+//! into slices of [`COMMIT_WAIT_SLICE`] so that a slow disk never holds off the timers and
+//! commands for longer.
 //!
 //! After [`Report::Fatal`] the runtime keeps serving: the core answers client requests with
 //! `IoError` itself, and the control task, told at once, stops the OSD.
@@ -35,7 +43,7 @@ use fastblock_types::{Epoch, OsdId};
 use fastblock_wire::{Reply, Request};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,6 +53,9 @@ use tokio::sync::{mpsc, Notify};
 /// A flush starts before its interval is up once the log advanced by this share (1/N) of the
 /// WAL since the last one began.
 const FLUSH_WAL_SHARE_DIVISOR: u64 = 8;
+/// Longest the loop blocks on the disk at once while the core waits for a commit (see the
+/// module doc); then it serves timers and commands before it waits again.
+const COMMIT_WAIT_SLICE: Duration = Duration::from_millis(10);
 
 pub struct Runtime {
     spec: ShardSpec,
@@ -66,10 +77,12 @@ pub struct Runtime {
     /// Signalled by the kernel for every completion on the disk's io_uring (None: no
     /// io_uring, commits are synchronous).
     completions: Option<OwnedFd>,
+    /// The same eventfd while [`Runtime::run`] owns it, for blocking waits.
+    completion_fd: Option<RawFd>,
 }
 
 /// A non-blocking eventfd for the disk's io_uring to signal completions on.
-fn completion_eventfd(disk: &UringDisk) -> std::io::Result<OwnedFd> {
+fn completion_eventfd(disk: &mut UringDisk) -> std::io::Result<OwnedFd> {
     // SAFETY: eventfd(2) with valid flags; the result is checked before use.
     let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
     if fd < 0 {
@@ -82,10 +95,30 @@ fn completion_eventfd(disk: &UringDisk) -> std::io::Result<OwnedFd> {
 }
 
 /// Empties the eventfd's counter (it is non-blocking: nothing to read is fine).
-fn drain_eventfd(fd: &OwnedFd) {
+fn drain_eventfd(fd: RawFd) {
     let mut counter = [0u8; 8];
     // SAFETY: reads at most 8 bytes into a valid buffer of 8.
-    let _ = unsafe { libc::read(fd.as_raw_fd(), counter.as_mut_ptr().cast(), counter.len()) };
+    let _ = unsafe { libc::read(fd, counter.as_mut_ptr().cast(), counter.len()) };
+}
+
+/// Blocks until the eventfd is readable or `timeout` passed; drains it if it was. Draining
+/// before the next `epoll_wait` also keeps tokio from waking the loop once more for the
+/// same completions (epoll re-checks an edge-triggered event's readiness before reporting).
+fn wait_eventfd(fd: RawFd, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd, count 1.
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if n <= 0 {
+        // Timed out, or interrupted by a signal: the caller goes back to its loop.
+        return false;
+    }
+    drain_eventfd(fd);
+    true
 }
 
 impl Runtime {
@@ -95,7 +128,7 @@ impl Runtime {
         events: mpsc::UnboundedSender<ShardEvent>,
     ) -> anyhow::Result<Runtime> {
         let clock = Clock::start();
-        let disk = UringDisk::open(
+        let mut disk = UringDisk::open(
             &spec.data,
             UringOptions {
                 sync_mode: spec.wal_sync,
@@ -103,7 +136,7 @@ impl Runtime {
             },
         )?;
         // Commits go in flight only if the loop can hear them complete.
-        let completions = match completion_eventfd(&disk) {
+        let completions = match completion_eventfd(&mut disk) {
             Ok(fd) => Some(fd),
             Err(e) => {
                 tracing::warn!(shard = spec.index, error = %e,
@@ -155,6 +188,7 @@ impl Runtime {
             events,
             listener: Some(listener),
             completions,
+            completion_fd: None,
         })
     }
 
@@ -164,6 +198,7 @@ impl Runtime {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut flusher = tokio::time::interval(self.spec.flush_interval);
         flusher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.completion_fd = self.completions.as_ref().map(|fd| fd.as_raw_fd());
         let completions = match self.completions.take() {
             // SAFETY: the runtime owns `fd` (an eventfd it created) and keeps it open for as
             // long as the AsyncFd lives; nothing else registers or closes it.
@@ -203,7 +238,7 @@ impl Runtime {
                 _ = self.wake.notified() => {}
                 ready = readable(&completions) => {
                     if let Ok(mut guard) = ready {
-                        drain_eventfd(guard.get_inner());
+                        drain_eventfd(guard.get_inner().as_raw_fd());
                         guard.clear_ready();
                     }
                     if self.core.commits_in_flight() > 0 {
@@ -287,18 +322,31 @@ impl Runtime {
 
     /// Carries out `eff`, then steps the WAL commits it asks for, carrying out each step's
     /// effects in turn, until a step asks for none. Commits in flight complete later: the
-    /// ring's eventfd wakes the loop (or, without io_uring, the commit step waited).
+    /// ring's eventfd wakes the loop (or, without io_uring, the commit step waited) — or,
+    /// while the core takes no new input until one completes, this waits for it here (see
+    /// the module doc).
     fn drive(&mut self, mut eff: Effects) {
         loop {
             let due = eff.wal_commit_due;
             self.carry_out(eff);
             // Replies and a leader's Raft appends leave before its own fdatasync.
             self.flush_conns();
-            if !due {
+            let input = if due {
+                Input::WalCommit
+            } else if self.core.inputs_wait_for_commit() && self.wait_for_disk() {
+                Input::WalDurable
+            } else {
                 return;
-            }
-            eff = self.core.step(Input::WalCommit, self.clock.now());
+            };
+            eff = self.core.step(input, self.clock.now());
         }
+    }
+
+    /// Blocks (one slice at most) until the disk completes something. False without an
+    /// eventfd or when the slice ended first: the loop's `select!` takes over.
+    fn wait_for_disk(&self) -> bool {
+        self.completion_fd
+            .is_some_and(|fd| wait_eventfd(fd, COMMIT_WAIT_SLICE))
     }
 
     /// Carries out one step's effects, except the WAL commit cycle (see [`Runtime::drive`]).
