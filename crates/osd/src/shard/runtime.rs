@@ -17,8 +17,8 @@
 //!    commits overlap ours. The commit's durable write (and fdatasync, per `--wal-sync`) goes
 //!    to the io_uring without waiting; the core keeps stepping (and writes up to
 //!    `--wal-commits-in-flight` commits) while it runs, and the ring's eventfd brings the
-//!    loop back to step `WalDurable` when it completes. Carry out each step's effects the same way until a step asks for no
-//!    commit.
+//!    loop back to step `WalDurable` when it completes. Carry out each step's effects the
+//!    same way until a step asks for no commit.
 //!
 //! When the core can take no new input until a commit completes (as many are in flight as
 //! `--wal-commits-in-flight` allows), the loop blocks on the ring's eventfd instead of going
@@ -74,8 +74,8 @@ pub struct Runtime {
     next_conn: ConnId,
     events: mpsc::UnboundedSender<ShardEvent>,
     listener: Option<std::net::TcpListener>,
-    /// Signalled by the kernel for every completion on the disk's io_uring (None: no
-    /// io_uring, commits are synchronous).
+    /// Signalled by the kernel for completions on the disk's io_uring while WAL commits are in
+    /// flight (`UringDisk::register_eventfd`; None: no io_uring, commits are synchronous).
     completions: Option<OwnedFd>,
     /// The same eventfd while [`Runtime::run`] owns it, for blocking waits.
     completion_fd: Option<RawFd>,
