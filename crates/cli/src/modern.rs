@@ -4,18 +4,12 @@ use crate::command::{default_monitors, split_image_spec, Command, Invocation, St
 use crate::{EXIT_FAILURE, EXIT_USAGE};
 use clap::{Parser, Subcommand};
 use fastblock_types::map::FailureDomain;
-use fastblock_types::units::{parse_duration_ms, parse_size};
+use fastblock_types::units::{duration_arg, parse_size};
 use fastblock_types::OsdId;
 use std::time::Duration;
 
 fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration_ms(s)
-        .map(Duration::from_millis)
-        .map_err(|e| e.to_string())
 }
 
 /// Administer a fastblock cluster.
@@ -34,7 +28,7 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     /// How long to keep retrying while no monitor answers.
-    #[arg(long, global = true, default_value = "30s", value_parser = duration)]
+    #[arg(long, global = true, default_value = "30s", value_parser = duration_arg)]
     timeout: Duration,
     #[command(subcommand)]
     command: Top,

@@ -198,9 +198,40 @@ pub fn parse_duration_ms(input: &str) -> Result<u64, DurationParseError> {
     n.checked_mul(mult).ok_or_else(bad)
 }
 
+/// A duration command-line argument (`parse_duration_ms`), for clap's `value_parser`.
+pub fn duration_arg(input: &str) -> Result<std::time::Duration, String> {
+    parse_duration_ms(input)
+        .map(std::time::Duration::from_millis)
+        .map_err(|e| e.to_string())
+}
+
+/// An interval command-line argument: a duration greater than zero (a timer of 0 would spin
+/// or panic), for clap's `value_parser`.
+pub fn interval_arg(input: &str) -> Result<std::time::Duration, String> {
+    let d = duration_arg(input)?;
+    if d.is_zero() {
+        return Err(format!(
+            "{input:?} is zero: an interval must be at least 1ms"
+        ));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod duration_tests {
     use super::*;
+
+    #[test]
+    fn intervals_must_be_positive() {
+        assert_eq!(
+            interval_arg("100ms"),
+            Ok(std::time::Duration::from_millis(100))
+        );
+        assert!(interval_arg("0").unwrap_err().contains("zero"));
+        assert!(interval_arg("0ms").is_err());
+        assert_eq!(duration_arg("0s"), Ok(std::time::Duration::ZERO));
+        assert!(duration_arg("soon").is_err());
+    }
 
     #[test]
     fn parses_durations() {

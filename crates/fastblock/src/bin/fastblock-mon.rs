@@ -4,15 +4,9 @@ use clap::Parser;
 use fastblock_mon::etcd_proc::EtcdMemberConfig;
 use fastblock_mon::server::{run, MonConfig};
 use fastblock_mon_core::liveness::LivenessConfig;
-use fastblock_types::units::parse_duration_ms;
+use fastblock_types::units::interval_arg;
 use std::path::PathBuf;
 use std::time::Duration;
-
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration_ms(s)
-        .map(Duration::from_millis)
-        .map_err(|e| e.to_string())
-}
 
 /// The fastblock monitor: keeps the cluster map in etcd and serves it over HTTP.
 #[derive(Parser, Debug)]
@@ -47,16 +41,16 @@ struct Args {
     #[arg(long, default_value = "/fastblock")]
     key_prefix: String,
     /// Up → down after this long without a heartbeat.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = interval_arg)]
     osd_down_after: Duration,
     /// Down → out after this much longer (unless noout).
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    #[arg(long, default_value = "30s", value_parser = interval_arg)]
     osd_out_after: Duration,
     /// How often OSD liveness is checked.
-    #[arg(long, default_value = "500ms", value_parser = duration)]
+    #[arg(long, default_value = "500ms", value_parser = interval_arg)]
     tick_interval: Duration,
     /// TTL of the monitor's etcd lease: a dead leader is replaced within about this long.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = interval_arg)]
     lease_ttl: Duration,
 }
 

@@ -5,15 +5,9 @@ use clap::Parser;
 use fastblock_osd::control::{run, OsdConfig};
 use fastblock_osd::mkfs::{mkfs, MkfsArgs};
 use fastblock_pg::PgConfig;
-use fastblock_types::units::{parse_duration_ms, parse_size};
+use fastblock_types::units::{interval_arg, parse_size};
 use std::path::PathBuf;
 use std::time::Duration;
-
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration_ms(s)
-        .map(Duration::from_millis)
-        .map_err(|e| e.to_string())
-}
 
 fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
@@ -64,7 +58,7 @@ struct Args {
     #[arg(long)]
     host: Option<String>,
     /// Raft tick.
-    #[arg(long, default_value = "100ms", value_parser = duration)]
+    #[arg(long, default_value = "100ms", value_parser = interval_arg)]
     tick: Duration,
     /// Followers campaign after [N, 2N) ticks without a leader.
     #[arg(long, default_value_t = 10)]
@@ -77,13 +71,13 @@ struct Args {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     lease_reads: bool,
     /// Monitor heartbeat interval.
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    #[arg(long, default_value = "1s", value_parser = interval_arg)]
     heartbeat_interval: Duration,
     /// How often applied data is flushed and logs compacted (sooner when the log has
     /// advanced by an eighth of the WAL). Each flush syncs the metadata file, which slows
     /// the WAL's fdatasyncs on the same disk for a few milliseconds: less often is a lower
     /// p99; the cost is more log to replay after a crash.
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    #[arg(long, default_value = "1s", value_parser = interval_arg)]
     flush_interval: Duration,
     /// How a WAL commit makes its write durable: `dsync` (the write carries RWF_DSYNC: durable
     /// when it completes, one completion per commit), `two-step` (the write, then an io_uring
