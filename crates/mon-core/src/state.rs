@@ -34,6 +34,7 @@ impl MonState {
     /// `before`. Returns whether anything changed.
     pub fn finish(&mut self, before: &MonState) -> bool {
         self.derive_pg_states();
+        self.derive_data_map();
         for (pool_id, pgmap) in self.map.pgmaps.iter_mut() {
             let old_map = before.map.pgmaps.get(pool_id);
             let mut pool_changed = old_map.is_none();
@@ -91,61 +92,86 @@ impl MonState {
 
     /// Asserts the state invariants; a failure is a monitor bug, never bad input.
     pub fn check_invariants(&self) {
-        for (pool_id, pgmap) in &self.map.pgmaps {
-            assert!(
-                self.map.pools.contains_key(pool_id),
-                "pgmap of unknown pool {pool_id} epoch {}",
+        if let Err(e) = self.validate() {
+            panic!(
+                "monitor state invariant broken at epoch {}: {e}",
                 self.map.epoch
             );
-            assert_eq!(pgmap.pool, *pool_id, "pgmap key/pool mismatch");
+        }
+    }
+
+    /// The state invariants, as an error: what a state loaded from etcd must satisfy before
+    /// the monitor acts on it (a damaged or hand-edited store is reported, not a panic).
+    pub fn validate(&self) -> Result<(), String> {
+        let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
+        for (pool_id, pool) in &self.map.pools {
+            let Some(pgmap) = self.map.pgmaps.get(pool_id) else {
+                return Err(format!("pool {pool_id} ({}) has no PG map", pool.name));
+            };
+            check(
+                pgmap.pgs.len() == pool.pg_count as usize
+                    && pgmap.pgs.keys().copied().eq(0..pool.pg_count),
+                format!(
+                    "pool {pool_id} has {} PGs, its PG map {}",
+                    pool.pg_count,
+                    pgmap.pgs.len()
+                ),
+            )?;
+        }
+        for (pool_id, pgmap) in &self.map.pgmaps {
+            check(
+                self.map.pools.contains_key(pool_id),
+                format!("PG map of unknown pool {pool_id}"),
+            )?;
+            check(
+                pgmap.pool == *pool_id,
+                format!("PG map {pool_id} names pool {}", pgmap.pool),
+            )?;
             for (seq, pg) in &pgmap.pgs {
                 for list in [&pg.osdlist, &pg.newosdlist] {
                     let distinct: BTreeSet<_> = list.iter().collect();
-                    assert_eq!(
-                        distinct.len(),
-                        list.len(),
-                        "pg {pool_id}.{seq} repeats an OSD"
-                    );
+                    check(
+                        distinct.len() == list.len(),
+                        format!("pg {pool_id}.{seq} repeats an OSD"),
+                    )?;
                     for osd in list {
-                        assert!(
+                        check(
                             self.map.osds.contains_key(osd),
-                            "pg {pool_id}.{seq} names unknown osd {osd} epoch {}",
-                            self.map.epoch
-                        );
+                            format!("pg {pool_id}.{seq} names unknown osd {osd}"),
+                        )?;
                     }
                 }
             }
         }
         for osd in self.map.osds.keys() {
-            assert!(
+            check(
                 osd.0 >= 1 && osd.0 < self.counters.next_osd_id,
-                "osd id {osd} not below counter"
-            );
+                format!("osd id {osd} not below counter"),
+            )?;
         }
         for pool in self.map.pools.keys() {
-            assert!(
+            check(
                 pool.0 >= 1 && pool.0 < self.counters.next_pool_id,
-                "pool id {pool} not below counter"
-            );
+                format!("pool id {pool} not below counter"),
+            )?;
         }
         for image in self.images.values() {
-            assert!(
+            check(
                 image.id.0 < self.counters.next_image_id,
-                "image id {} not below counter",
-                image.id
-            );
-            assert!(
+                format!("image id {} not below counter", image.id),
+            )?;
+            check(
                 self.map.pools.contains_key(&image.pool),
-                "image {} in unknown pool",
-                image.id
-            );
+                format!("image {} in unknown pool", image.id),
+            )?;
         }
         for id in self.reclaim.keys() {
-            assert!(
+            check(
                 *id < self.counters.next_reclaim_id,
-                "reclaim id {id} not below counter"
-            );
+                format!("reclaim id {id} not below counter"),
+            )?;
         }
+        Ok(())
     }
 
     /// The member list a PG is moving to: its target if remapped, else its current members.

@@ -165,6 +165,14 @@ impl Keyspace {
                 });
             }
         }
+        // The map's image table and reclaim list are derived, not stored.
+        state.derive_data_map();
+        // A damaged store (a pool without its PG map, a PG naming an unknown OSD) is an error
+        // every call reports, not a state the monitor's loops would panic on.
+        state.validate().map_err(|reason| KeyError {
+            key: self.root(),
+            reason: format!("inconsistent state: {reason}"),
+        })?;
         Ok(state)
     }
 }
@@ -201,6 +209,39 @@ mod tests {
         assert!(kvs.contains_key("/fb/osds/1"));
         let back = ks.decode(&kvs).unwrap();
         assert_eq!(back, state);
+    }
+
+    #[test]
+    fn decode_reports_a_pool_without_its_pg_map() {
+        use fastblock_types::api::{BootRequest, CreatePoolRequest};
+        use fastblock_types::map::FailureDomain;
+        let ks = Keyspace::new("/fb");
+        let mut state = MonState::default();
+        let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
+        let id = state.apply_id(uuid).unwrap();
+        let boot = BootRequest {
+            uuid: uuid.into(),
+            address: "127.0.0.1".into(),
+            port: 7000,
+            shards: 1,
+            host: "h".into(),
+            capacity_bytes: 1 << 30,
+            config: String::new(),
+        };
+        state.boot(id, &boot).unwrap();
+        let pool = CreatePoolRequest {
+            name: "p".into(),
+            pg_count: 2,
+            size: 1,
+            failure_domain: FailureDomain::Osd,
+        };
+        state.create_pool(&pool).unwrap();
+        state.finish(&MonState::default());
+        let mut kvs = ks.encode(&state);
+        assert!(ks.decode(&kvs).is_ok());
+        kvs.remove("/fb/pgmaps/1").expect("the pool's PG map key");
+        let e = ks.decode(&kvs).unwrap_err();
+        assert!(e.to_string().contains("has no PG map"), "{e}");
     }
 
     #[test]
