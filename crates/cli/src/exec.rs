@@ -472,13 +472,24 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
                                 r.image.to_string(),
                                 format!("{}..{}", r.from_bytes, r.to_bytes),
                                 r.reason.clone(),
+                                r.done_pgs.len().to_string(),
                             ]
                         })
                         .collect();
                     write!(
                         out,
                         "{}",
-                        table(&["ID", "POOL/IMAGE", "IMAGE-ID", "BYTES", "REASON"], &rows)
+                        table(
+                            &[
+                                "ID",
+                                "POOL/IMAGE",
+                                "IMAGE-ID",
+                                "BYTES",
+                                "REASON",
+                                "PGS-DONE"
+                            ],
+                            &rows
+                        )
                     )?;
                 }
             }

@@ -32,7 +32,7 @@ pub enum ClientError {
         last: String,
     },
     /// An OSD answered a non-retryable error (IoError, Checksum, NoSpace, InvalidArgument,
-    /// OutOfRange, Internal, UnknownOp).
+    /// OutOfRange, Internal, UnknownOp, NoSuchImage: the image was removed).
     #[error("PG {pg}: osd.{osd} answered {status:?}: {message}")]
     Io {
         pg: PgId,

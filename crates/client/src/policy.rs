@@ -198,6 +198,7 @@ mod tests {
             Status::Checksum,
             Status::Internal,
             Status::UnknownOp,
+            Status::NoSuchImage,
         ] {
             assert_eq!(
                 classify(&error(status, None), t),

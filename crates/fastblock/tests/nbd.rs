@@ -11,13 +11,12 @@ mod common;
 
 use common::{
     bin, free_port, wait_all_active, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc,
-    Proc, TempDir, WireConn,
+    Proc, TempDir,
 };
 use fastblock_nbd::consts::*;
 use fastblock_nbd::testing::{accepts, pattern, RawClient};
 use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
 use fastblock_types::map::FailureDomain;
-use fastblock_wire::{Reply, Request};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
@@ -122,21 +121,9 @@ impl Setup {
         )
     }
 
-    /// Free data bytes of every OSD (one shard each), counting what their next flush gives
-    /// back (blocks replaced by overwrites are freed only at a flush).
+    /// Free data bytes of every OSD, counting what their next flush gives back.
     async fn free_bytes(&self) -> Vec<u64> {
-        let mut out = Vec::new();
-        for osd in &self.osds {
-            let mut conn = WireConn::connect(&format!("127.0.0.1:{}", osd.port)).await;
-            match conn.call(&Request::ShardSpace).await {
-                Reply::Space {
-                    free_bytes,
-                    pending_free_bytes,
-                } => out.push(free_bytes + pending_free_bytes),
-                other => panic!("ShardSpace answered {other:?}"),
-            }
-        }
-        out
+        common::free_bytes(&self.osds).await
     }
 }
 

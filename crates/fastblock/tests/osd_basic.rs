@@ -6,7 +6,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{wait_all_active, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
-use fastblock_types::api::CreatePoolRequest;
+use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
 use fastblock_types::map::{ClusterMap, FailureDomain};
 use fastblock_types::{Epoch, ImageId, PgId, PoolId};
 use fastblock_wire::{ObjectAddr, Reply, Request, Status};
@@ -28,6 +28,15 @@ async fn cluster(n: usize, pg_count: u32, size: u32) -> (MonCluster, TempDir, Ve
         failure_domain: FailureDomain::Osd,
     };
     client.create_pool(&req).await.unwrap();
+    // Image 1, which the raw requests below address: OSDs refuse IO for images the map
+    // does not have.
+    let image = CreateImageRequest {
+        pool: "fb".into(),
+        name: "img".into(),
+        size_bytes: 1 << 30,
+        object_size_bytes: None,
+    };
+    assert_eq!(client.create_image(&image).await.unwrap().id, ImageId(1));
     wait_all_active(&client, Duration::from_secs(30)).await;
     (mons, dir, osds)
 }
@@ -141,7 +150,7 @@ async fn bad_input_gets_clear_errors_and_the_osd_keeps_serving() {
     let target = leader_addr(&map, pg);
     let addr = ObjectAddr {
         pg,
-        image: ImageId(9),
+        image: ImageId(1),
         object_index: 0,
     };
 
@@ -232,5 +241,22 @@ async fn bad_input_gets_clear_errors_and_the_osd_keeps_serving() {
         data: Bytes::from(vec![5u8; 4096]),
     };
     assert_eq!(conn.call(&write).await, Reply::Ok, "the OSD still serves");
+    // An image the monitor never created is refused, and nothing is stored for it.
+    let stray = Request::Write {
+        addr: ObjectAddr {
+            image: ImageId(9),
+            ..addr
+        },
+        offset: 0,
+        epoch: Epoch(1),
+        data: Bytes::from(vec![6u8; 4096]),
+    };
+    assert!(matches!(
+        conn.call(&stray).await,
+        Reply::Error {
+            status: Status::NoSuchImage,
+            ..
+        }
+    ));
     assert!(osds[0].is_running(), "no crash: {}", osds[0].log_tail());
 }

@@ -41,7 +41,8 @@ async fn large_writes_fit_the_wal_or_are_refused() {
     let mut conn = WireConn::connect(&format!("{}:{}", osd.address, osd.port_for(pg))).await;
     let addr = ObjectAddr {
         pg,
-        image: ImageId(777),
+        // The pool's one image ("big"), the first the monitor created.
+        image: ImageId(1),
         object_index: 0,
     };
     let huge = Request::Write {

@@ -8,10 +8,10 @@ use crate::limits::{
 use crate::state::MonState;
 use crate::{err, OpResult};
 use fastblock_types::api::{CreateImageRequest, ErrorCode, ResizeImageRequest};
-use fastblock_types::map::{ImageInfo, ReclaimEntry};
+use fastblock_types::map::{ImageExtent, ImageInfo, ImageTable, ReclaimEntry};
 use fastblock_types::names::validate_name;
 use fastblock_types::units::format_size;
-use fastblock_types::ImageId;
+use fastblock_types::{ImageId, PgId};
 
 fn check_size(size_bytes: u64) -> OpResult<()> {
     if size_bytes == 0 {
@@ -105,6 +105,7 @@ impl MonState {
             to_bytes,
             reason: reason.to_string(),
             epoch: self.next_epoch(),
+            done_pgs: Default::default(),
         };
         self.reclaim.insert(id, entry);
     }
@@ -127,6 +128,26 @@ impl MonState {
     ) -> OpResult<ImageInfo> {
         check_size(req.size_bytes)?;
         let old = self.image(pool, name)?.clone();
+        if req.size_bytes > old.size_bytes {
+            // A grow over a range still being deleted would let that deletion remove the new
+            // data written there: wait until the leaders confirmed it.
+            if let Some(r) = self
+                .reclaim
+                .values()
+                .find(|r| r.image == old.id && r.from_bytes < req.size_bytes)
+            {
+                return err(
+                    ErrorCode::ReclaimPending,
+                    format!(
+                        "{pool}/{name}: bytes from {} on are still being deleted (reclaim {}, {} of {} PGs done); retry",
+                        r.from_bytes,
+                        r.id,
+                        r.done_pgs.len(),
+                        self.map.pgmaps.get(&r.pool).map_or(0, |m| m.pgs.len())
+                    ),
+                );
+            }
+        }
         if req.size_bytes < old.size_bytes {
             if !req.allow_shrink {
                 return err(
@@ -148,11 +169,55 @@ impl MonState {
         Ok(image.clone())
     }
 
-    /// The data path confirms that a reclaim entry's objects are gone.
-    pub fn reclaim_done(&mut self, id: u64) -> OpResult<()> {
-        match self.reclaim.remove(&id) {
-            Some(_) => Ok(()),
-            None => err(ErrorCode::ReclaimNotFound, format!("no reclaim entry {id}")),
+    /// The leader of `pg` confirms that the range of reclaim entry `id` is deleted from it
+    /// (applied through its log on every member). The entry goes once every PG of its pool
+    /// confirmed. Returns whether it went.
+    pub fn reclaim_pg_done(&mut self, id: u64, pg: PgId) -> OpResult<bool> {
+        let Some(entry) = self.reclaim.get_mut(&id) else {
+            return err(ErrorCode::ReclaimNotFound, format!("no reclaim entry {id}"));
+        };
+        if pg.pool != entry.pool {
+            return err(
+                ErrorCode::InvalidArgument,
+                format!("reclaim {id} is for pool {}, not pg {pg}", entry.pool),
+            );
         }
+        let Some(pgmap) = self.map.pgmaps.get(&entry.pool) else {
+            return err(
+                ErrorCode::PgNotFound,
+                format!("pool {} has no PG map", entry.pool),
+            );
+        };
+        if !pgmap.pgs.contains_key(&pg.seq) {
+            return err(ErrorCode::PgNotFound, format!("no pg {pg}"));
+        }
+        entry.done_pgs.insert(pg.seq);
+        let finished = pgmap.pgs.keys().all(|seq| entry.done_pgs.contains(seq));
+        if finished {
+            self.reclaim.remove(&id);
+        }
+        Ok(finished)
+    }
+
+    /// Copies what the data path needs from the image and reclaim records into the map: the
+    /// image table (for fencing IO) and the pending reclaims (for the PG leaders).
+    pub fn derive_data_map(&mut self) {
+        self.map.images = Some(ImageTable {
+            next_id: self.counters.next_image_id,
+            images: self
+                .images
+                .values()
+                .map(|i| {
+                    (
+                        i.id,
+                        ImageExtent {
+                            size_bytes: i.size_bytes,
+                            object_size_bytes: i.object_size_bytes,
+                        },
+                    )
+                })
+                .collect(),
+        });
+        self.map.reclaim = self.reclaim.clone();
     }
 }

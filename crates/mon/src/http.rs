@@ -7,7 +7,7 @@ use crate::metrics::{ApiLabels, Metrics};
 use crate::service::Monitor;
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -89,7 +89,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/flags", get(get_flags))
         .route("/v1/flags/{flag}", put(set_flag).delete(unset_flag))
         .route("/v1/reclaim", get(list_reclaim))
-        .route("/v1/reclaim/{id}", axum::routing::delete(reclaim_done))
+        .route("/v1/reclaim/{id}/pgs/{pgid}", post(reclaim_pg_done))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             lead_or_forward,
@@ -585,10 +585,15 @@ async fn list_reclaim(State(app): App) -> ApiResult<Vec<ReclaimEntry>> {
     ))
 }
 
-async fn reclaim_done(State(app): App, Path(id): Path<String>) -> Result<StatusCode, ApiErr> {
+/// A PG leader confirms a reclaim entry's range is deleted from its PG.
+async fn reclaim_pg_done(
+    State(app): App,
+    Path((id, pgid)): Path<(String, String)>,
+) -> ApiResult<ReclaimPgDoneResponse> {
     let id: u64 = id
         .parse()
         .map_err(|_| invalid(format!("invalid reclaim id {id:?}")))?;
-    app.mon.apply(|s, _| s.reclaim_done(id)).await?;
-    Ok(StatusCode::NO_CONTENT)
+    let pg = parse_pg(&pgid)?;
+    let finished = app.mon.apply(|s, _| s.reclaim_pg_done(id, pg)).await?;
+    Ok(Json(ReclaimPgDoneResponse { finished }))
 }

@@ -380,15 +380,13 @@ impl MonClient {
         self.get("/v1/reclaim").await
     }
 
-    pub async fn reclaim_done(&self, id: u64) -> Result<(), MonError> {
-        self.call_raw(
-            Method::DELETE,
-            &format!("/v1/reclaim/{id}"),
-            None,
-            self.request_timeout,
-        )
-        .await
-        .map(|_| ())
+    /// A PG leader confirms that reclaim entry `id`'s range is deleted from `pg`.
+    pub async fn reclaim_pg_done(
+        &self,
+        id: u64,
+        pg: PgId,
+    ) -> Result<ReclaimPgDoneResponse, MonError> {
+        self.post(&format!("/v1/reclaim/{id}/pgs/{pg}"), &()).await
     }
 }
 

@@ -158,6 +158,18 @@ pub async fn run(config: OsdConfig) -> Result<()> {
                         }
                     });
                 }
+                Some(ShardEvent::ReclaimDone { pg, id }) => {
+                    let mon = mon.clone();
+                    tokio::spawn(async move {
+                        // A lost confirmation is repeated by the shard while the map still
+                        // lists the PG as not done (`fastblock_shard::reclaim`).
+                        match mon.reclaim_pg_done(id, pg).await {
+                            Ok(r) => tracing::info!(%pg, reclaim = id, finished = r.finished, "reclaim reported"),
+                            Err(e) if e.code() == Some(ErrorCode::ReclaimNotFound) => {}
+                            Err(e) => tracing::warn!(%pg, reclaim = id, "reclaim report failed: {e}"),
+                        }
+                    });
+                }
                 Some(ShardEvent::Fatal { shard, failure }) => break Err(anyhow::anyhow!("shard {shard} failed: {failure}")),
                 None => break Err(anyhow::anyhow!("all shards stopped")),
             },

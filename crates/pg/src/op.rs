@@ -7,13 +7,16 @@
 //! Header (little-endian, 30 bytes):
 //! ```text
 //! 0  u8  version = 1
-//! 1  u8  kind: 1 write, 2 discard, 3 write-zeroes
+//! 1  u8  kind: 1 write, 2 discard, 3 write-zeroes, 4 reclaim
 //! 2  u64 image id
-//! 10 u64 object index
-//! 18 u32 offset in the object
-//! 22 u32 length (write: must equal data.len())
+//! 10 u64 object index (reclaim: 0)
+//! 18 u32 offset in the object (reclaim: 0)
+//! 22 u32 length (write: must equal data.len(); reclaim: 32)
 //! 26 u32 crc32c-free padding, 0 (reserved)
 //! ```
+//!
+//! A reclaim's `data` (32 bytes, little-endian): u64 reclaim entry id, u64 first image byte
+//! to delete, u64 end byte (exclusive), u64 the image's object size.
 
 use bytes::Bytes;
 use fastblock_types::ImageId;
@@ -27,6 +30,9 @@ pub struct ObjectRef {
     pub image: ImageId,
     pub index: u64,
 }
+
+/// Bytes of a reclaim entry's payload.
+const RECLAIM_PAYLOAD_BYTES: usize = 32;
 
 /// A mutation that goes through the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,38 +54,68 @@ pub enum ClientOp {
         offset: u32,
         length: u32,
     },
+    /// Delete what the PG holds of `image` in `from_bytes..to_bytes` (image bytes): whole
+    /// objects inside the range go, the object the range starts in is zeroed from there on.
+    /// Proposed by the PG leader for the monitor's reclaim entry `id` (a removed image or a
+    /// shrunk tail).
+    Reclaim {
+        id: u64,
+        image: ImageId,
+        from_bytes: u64,
+        to_bytes: u64,
+        object_size_bytes: u64,
+    },
 }
 
 impl ClientOp {
-    pub fn object(&self) -> ObjectRef {
+    /// The one object the operation touches (a reclaim spans objects: `None`).
+    pub fn object(&self) -> Option<ObjectRef> {
         match self {
             ClientOp::Write { object, .. }
             | ClientOp::Discard { object, .. }
-            | ClientOp::WriteZeroes { object, .. } => *object,
+            | ClientOp::WriteZeroes { object, .. } => Some(*object),
+            ClientOp::Reclaim { .. } => None,
         }
     }
 
     /// Encodes into (context, data) of a log entry.
     pub fn encode(&self) -> (Bytes, Bytes) {
         let (kind, object, offset, length, data) = match self {
+            ClientOp::Reclaim {
+                id,
+                image,
+                from_bytes,
+                to_bytes,
+                object_size_bytes,
+            } => {
+                let mut d = Vec::with_capacity(RECLAIM_PAYLOAD_BYTES);
+                for v in [*id, *from_bytes, *to_bytes, *object_size_bytes] {
+                    d.extend_from_slice(&v.to_le_bytes());
+                }
+                let object = ObjectRef {
+                    image: *image,
+                    index: 0,
+                };
+                (4u8, object, 0, RECLAIM_PAYLOAD_BYTES as u32, Bytes::from(d))
+            }
             ClientOp::Write {
                 object,
                 offset,
                 data,
             } => {
                 let len = u32::try_from(data.len()).expect("write payload fits in u32");
-                (1u8, object, *offset, len, data.clone())
+                (1u8, *object, *offset, len, data.clone())
             }
             ClientOp::Discard {
                 object,
                 offset,
                 length,
-            } => (2, object, *offset, *length, Bytes::new()),
+            } => (2, *object, *offset, *length, Bytes::new()),
             ClientOp::WriteZeroes {
                 object,
                 offset,
                 length,
-            } => (3, object, *offset, *length, Bytes::new()),
+            } => (3, *object, *offset, *length, Bytes::new()),
         };
         let mut h = Vec::with_capacity(OP_HEADER_BYTES);
         h.push(OP_VERSION);
@@ -134,6 +170,27 @@ impl ClientOp {
                 offset,
                 length,
             }),
+            4 => {
+                if data.len() != RECLAIM_PAYLOAD_BYTES || length as usize != data.len() {
+                    return Err(format!("reclaim payload of {} bytes", data.len()));
+                }
+                let d = |i: usize| {
+                    u64::from_le_bytes(data[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+                };
+                let (from_bytes, to_bytes, object_size_bytes) = (d(1), d(2), d(3));
+                if from_bytes >= to_bytes || object_size_bytes == 0 {
+                    return Err(format!(
+                        "reclaim of {from_bytes}..{to_bytes} with objects of {object_size_bytes} bytes"
+                    ));
+                }
+                Ok(ClientOp::Reclaim {
+                    id: d(0),
+                    image: object.image,
+                    from_bytes,
+                    to_bytes,
+                    object_size_bytes,
+                })
+            }
             k => Err(format!("unknown op kind {k}")),
         }
     }

@@ -262,13 +262,15 @@ impl Cluster {
 }
 
 fn apply_op(objects: &mut BTreeMap<(u64, u64), Vec<u8>>, op: &ClientOp) {
-    let key = (op.object().image.0, op.object().index);
+    let object = op.object().expect("the model issues per-object ops only");
+    let key = (object.image.0, object.index);
     let obj = objects.entry(key).or_default();
     let (offset, data): (usize, Vec<u8>) = match op {
         ClientOp::Write { offset, data, .. } => (*offset as usize, data.to_vec()),
         ClientOp::Discard { offset, length, .. } | ClientOp::WriteZeroes { offset, length, .. } => {
             (*offset as usize, vec![0; *length as usize])
         }
+        ClientOp::Reclaim { .. } => unreachable!("the model issues no reclaims"),
     };
     if obj.len() < offset + data.len() {
         obj.resize(offset + data.len(), 0);

@@ -138,7 +138,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         ));
     }
 
-    fn refuse(
+    pub(crate) fn refuse(
         &mut self,
         conn: ConnId,
         request_id: u64,
@@ -391,7 +391,16 @@ impl<D: Disk + 'static> ShardCore<D> {
         eff: &mut Effects,
     ) {
         let pg = m.addr.pg;
-        if !self.admit(conn, request_id, pg, (m.offset, m.length), m.epoch, eff) {
+        if !self.admit(conn, request_id, pg, (m.offset, m.length), m.epoch, eff)
+            || !self.fence(
+                conn,
+                request_id,
+                &m.addr,
+                (m.offset, m.length),
+                m.epoch,
+                eff,
+            )
+        {
             return;
         }
         let (batch_bytes_max, free, segment_size_bytes, segment_count) = {
@@ -487,7 +496,9 @@ impl<D: Disk + 'static> ShardCore<D> {
         else {
             unreachable!("read admits only reads and block-status queries");
         };
-        if !self.admit(conn, request_id, addr.pg, (offset, length), epoch, eff) {
+        if !self.admit(conn, request_id, addr.pg, (offset, length), epoch, eff)
+            || !self.fence(conn, request_id, &addr, (offset, length), epoch, eff)
+        {
             return;
         }
         let id = self.new_op(PendingOp {

@@ -73,6 +73,8 @@ pub(crate) enum OpKind {
         offset: u32,
         length: u32,
     },
+    /// A reclaim the shard proposed itself (no client waits for it).
+    Reclaim { id: u64 },
 }
 
 pub(crate) struct PendingOp {
@@ -134,6 +136,7 @@ pub struct ShardCore<D: Disk + 'static> {
     pub(crate) failed: Option<ShardFailure>,
     pub(crate) applied_since_flush: bool,
     pub(crate) recovery: Recovery,
+    pub(crate) reclaims: crate::reclaim::Reclaims,
     /// Outputs of the PGs not yet processed by a round.
     pub(crate) outs: BTreeMap<PgId, Output>,
     commits: Commits,
@@ -173,6 +176,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             failed: None,
             applied_since_flush: false,
             recovery,
+            reclaims: Default::default(),
             outs: BTreeMap::new(),
             commits: Commits::default(),
             deferred: Deferred::default(),
@@ -317,6 +321,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                 .tick(now_ms, self.outs.entry(*pg).or_default());
         }
         self.tick_recovery(eff);
+        self.drive_reclaims(eff);
     }
 
     /// Rounds until quiet or a commit is due; then, when idle, what waited for the commit,
@@ -818,6 +823,11 @@ impl<D: Disk + 'static> ShardCore<D> {
         if let Some(n) = self.conn_inflight.get_mut(&pending.conn) {
             *n = n.saturating_sub(1);
         }
+        if let OpKind::Reclaim { id } = pending.kind {
+            let applied = matches!(outcome, OpOutcome::Applied);
+            self.reclaim_finished(pending.pg, id, applied, eff);
+            return;
+        }
         let reply = match (outcome, &pending.kind) {
             (OpOutcome::Applied, OpKind::Mutation { bytes, .. }) => {
                 if let Some(h) = self.pgs.get_mut(&pending.pg) {
@@ -1015,16 +1025,37 @@ pub(crate) fn with_room<D: Disk>(
 }
 
 fn apply_op<D: Disk>(store: &mut Store<D>, pg: PgId, op: &ClientOp) -> fastblock_store::Result<()> {
-    let object = fastblock_store::ObjectId {
-        image: op.object().image,
-        index: op.object().index,
+    let object = |o: &fastblock_pg::ObjectRef| fastblock_store::ObjectId {
+        image: o.image,
+        index: o.index,
     };
     match op {
-        ClientOp::Write { offset, data, .. } => {
-            store.write_object(pg, object, u64::from(*offset), data)
+        ClientOp::Write {
+            object: o,
+            offset,
+            data,
+        } => store.write_object(pg, object(o), u64::from(*offset), data),
+        ClientOp::Discard {
+            object: o,
+            offset,
+            length,
         }
-        ClientOp::Discard { offset, length, .. } | ClientOp::WriteZeroes { offset, length, .. } => {
-            store.zero_object(pg, object, u64::from(*offset), u64::from(*length))
+        | ClientOp::WriteZeroes {
+            object: o,
+            offset,
+            length,
+        } => store.zero_object(pg, object(o), u64::from(*offset), u64::from(*length)),
+        &ClientOp::Reclaim {
+            id,
+            image,
+            from_bytes,
+            to_bytes,
+            object_size_bytes,
+        } => {
+            let touched =
+                store.reclaim_image_range(pg, image, from_bytes, to_bytes, object_size_bytes)?;
+            tracing::info!(%pg, reclaim = id, %image, objects = touched, "reclaim applied");
+            Ok(())
         }
     }
 }

@@ -96,6 +96,9 @@ pub enum Report {
         pg: PgId,
         req: MembershipFinishedRequest,
     },
+    /// This OSD leads `pg`, which applied reclaim entry `id`: the monitor may count the PG
+    /// done (see [`crate::reclaim`]).
+    ReclaimDone { pg: PgId, id: u64 },
     /// The shard stopped serving (an I/O error or a corrupt log): the OSD must stop.
     Fatal(ShardFailure),
 }
@@ -142,6 +145,11 @@ pub struct Probes {
     pub writes_dropped: u64,
     /// Appends whose entries did not all fit the WAL's room and were trimmed.
     pub appends_trimmed: u64,
+    /// Reclaims this shard led to the end (applied on the leader, reported).
+    pub reclaims_applied: u64,
+    /// Requests refused by the map's image table (removed image, beyond its size, or a map
+    /// behind the request's).
+    pub fenced: u64,
 }
 
 /// What one step produced.

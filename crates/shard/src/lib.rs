@@ -16,6 +16,8 @@
 //! - [`hosting`]: which PGs live here, from the cluster map (create, reopen, targets,
 //!   removal, orphans, leader and membership reports).
 //! - [`recovery`]: snapshot transfer to members that need one, rate-limited.
+//! - [`reclaim`]: deleting removed images and shrunk tails through the log; fencing IO by
+//!   the map's image table.
 //! - [`flush`]: flush and compaction.
 //! - [`wal_fit`]: cutting log writes into WAL batches; the uncommitted-write budgets.
 //! - [`wal_space`]: keeping the WAL ring moving when a PG cannot release its log.
@@ -30,6 +32,7 @@ pub mod flush;
 pub mod hosting;
 pub mod inspect;
 pub mod io;
+pub mod reclaim;
 pub mod recovery;
 pub mod stage;
 pub mod wal_fit;

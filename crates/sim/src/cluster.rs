@@ -25,7 +25,8 @@ use fastblock_pg::{Event, ObjectRef};
 use fastblock_shard::{Effects, Input, Micros, PeerSend, Report};
 use fastblock_store::ObjectId;
 use fastblock_types::api::{
-    BootRequest, CreatePoolRequest, LeaderElectedRequest, MembershipFinishedRequest,
+    BootRequest, CreateImageRequest, CreatePoolRequest, LeaderElectedRequest,
+    MembershipFinishedRequest,
 };
 use fastblock_types::map::{ClusterMap, FailureDomain, PgInfo};
 use fastblock_types::rng::SplitMix64;
@@ -259,6 +260,19 @@ impl Cluster {
             })
             .map_err(|e| format!("create pool: {e:?}"))?;
         mon.finish(&before);
+        // The clients' image, in the monitor like any image: the map's image table fences
+        // IO by it (`fastblock_shard::reclaim`).
+        let before = mon.clone();
+        let image = mon
+            .create_image(&CreateImageRequest {
+                name: "sim".into(),
+                pool: "sim".into(),
+                size_bytes: o.objects * o.object_bytes,
+                object_size_bytes: Some(o.object_bytes),
+            })
+            .map_err(|e| format!("create image: {e:?}"))?;
+        mon.finish(&before);
+        assert_eq!(image.id, IMAGE, "the first image gets the first id");
         let mut nodes = BTreeMap::new();
         let pg_seed = rng.next_u64();
         // Virtual time, set by each node before it steps its core: the cores' metrics clock.
@@ -706,6 +720,10 @@ impl Cluster {
                     let d = self.rng.range(MS, 20 * MS);
                     self.after(d, Ev::MonFinished { pg, req });
                 }
+                // The simulator's maps carry no reclaim entries: nothing to confirm.
+                Report::ReclaimDone { pg, id: reclaim } => self.fail(format!(
+                    "osd {id}: reclaim {reclaim} of pg {pg} reported, none was asked"
+                )),
                 Report::Fatal(failure) => fatal = Some(failure),
             }
         }

@@ -8,7 +8,7 @@ use crate::objects::{meta, ObjectRead, Objects};
 use crate::superblock::{Superblock, SUPERBLOCK_SIZE_BYTES};
 use crate::wal::writer::io_err;
 use crate::wal::{PgLog, Wal, WalOptions};
-use fastblock_types::PgId;
+use fastblock_types::{ImageId, PgId};
 use raft::eraftpb::{ConfState, Entry, HardState};
 use redb::{Database, StorageBackend};
 use std::path::{Path, PathBuf};
@@ -513,6 +513,41 @@ impl<D: Disk> Store<D> {
 
     pub fn delete_object(&mut self, pg: PgId, object: ObjectId) -> Result<()> {
         self.guard(|s| s.objects.delete(pg, object))
+    }
+
+    /// Deletes what `pg` holds of `image` in the image bytes `from_bytes..to_bytes`: objects
+    /// that start inside the range go, the object the range starts in is zeroed from
+    /// `from_bytes` to its end (a shrink to a size that is not a whole number of objects).
+    /// Returns the objects deleted or cut. Deterministic: every member applies the same.
+    pub fn reclaim_image_range(
+        &mut self,
+        pg: PgId,
+        image: ImageId,
+        from_bytes: u64,
+        to_bytes: u64,
+        object_size_bytes: u64,
+    ) -> Result<u64> {
+        assert!(
+            object_size_bytes > 0 && from_bytes < to_bytes,
+            "empty reclaim"
+        );
+        let first = from_bytes / object_size_bytes;
+        let cut = from_bytes % object_size_bytes;
+        let end = to_bytes.div_ceil(object_size_bytes);
+        let objects: Vec<(ObjectId, u64)> = self.objects.image_objects(pg, image, first..end);
+        let mut touched = 0;
+        for (object, size_bytes) in objects {
+            if object.index == first && cut > 0 {
+                if size_bytes > cut {
+                    self.zero_object(pg, object, cut, object_size_bytes - cut)?;
+                    touched += 1;
+                }
+            } else {
+                self.delete_object(pg, object)?;
+                touched += 1;
+            }
+        }
+        Ok(touched)
     }
 
     pub fn read_object(

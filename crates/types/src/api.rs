@@ -29,6 +29,9 @@ pub enum ErrorCode {
     PgNotFound,
     StaleReport,
     ReclaimNotFound,
+    /// The range an image would grow into is still being deleted after an earlier shrink:
+    /// retry once it is (`fastblock-client reclaim` shows it).
+    ReclaimPending,
     /// No monitor holds the leadership right now (election in progress).
     NoLeader,
     /// A concurrent change won every retry; try again.
@@ -45,7 +48,10 @@ impl ErrorCode {
     pub fn retryable(self) -> bool {
         matches!(
             self,
-            ErrorCode::NoLeader | ErrorCode::Conflict | ErrorCode::Unavailable
+            ErrorCode::NoLeader
+                | ErrorCode::Conflict
+                | ErrorCode::Unavailable
+                | ErrorCode::ReclaimPending
         )
     }
 
@@ -68,6 +74,7 @@ impl ErrorCode {
             | ErrorCode::ImageExists
             | ErrorCode::UuidExists
             | ErrorCode::StaleReport
+            | ErrorCode::ReclaimPending
             | ErrorCode::Conflict => 409,
             ErrorCode::NoLeader | ErrorCode::Unavailable => 503,
             ErrorCode::Internal | ErrorCode::Unknown => 500,
@@ -298,4 +305,11 @@ pub struct StatusResponse {
     pub pg_states: BTreeMap<String, u32>,
     pub io: IoRates,
     pub recovery: RecoveryStatus,
+}
+
+/// Answer to `POST /v1/reclaim/{id}/pgs/{pg}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReclaimPgDoneResponse {
+    /// Every PG of the pool confirmed: the entry is gone.
+    pub finished: bool,
 }

@@ -7,7 +7,7 @@
 use crate::ids::{Epoch, ImageId, LogIndex, OsdId, PgId, PoolId, Term};
 use crate::pg_state::PgState;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -186,6 +186,74 @@ pub struct ReclaimEntry {
     pub to_bytes: u64,
     pub reason: String,
     pub epoch: Epoch,
+    /// PGs of the pool (by sequence number) whose leaders confirmed the range is deleted; the
+    /// entry goes once every PG of the pool has.
+    #[serde(default)]
+    pub done_pgs: BTreeSet<u32>,
+}
+
+impl ReclaimEntry {
+    /// Whether the whole image goes (it was removed), not only a shrunk tail.
+    pub fn removes_image(&self) -> bool {
+        self.from_bytes == 0
+    }
+}
+
+/// What the data path needs to fence IO by image: the extent of every image that exists and
+/// the next image id. Image ids are never reused, so an id below `next_id` that is not in
+/// `images` belongs to a removed image.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageTable {
+    pub next_id: u64,
+    pub images: BTreeMap<ImageId, ImageExtent>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageExtent {
+    pub size_bytes: u64,
+    pub object_size_bytes: u64,
+}
+
+/// Whether a range of an object may be read or written, by a map's [`ImageTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageFence {
+    Allowed,
+    /// The image was removed.
+    Removed,
+    /// The range ends beyond the image's size.
+    BeyondSize {
+        size_bytes: u64,
+    },
+    /// The image is newer than this map: the map's holder is behind.
+    Unknown,
+}
+
+impl ImageTable {
+    /// Checks `offset_bytes..offset_bytes + length_bytes` of object `object_index` of `image`.
+    pub fn check(
+        &self,
+        image: ImageId,
+        object_index: u64,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> ImageFence {
+        if image.0 >= self.next_id {
+            return ImageFence::Unknown;
+        }
+        let Some(extent) = self.images.get(&image) else {
+            return ImageFence::Removed;
+        };
+        let end_bytes = object_index
+            .checked_mul(extent.object_size_bytes)
+            .and_then(|start| start.checked_add(offset_bytes))
+            .and_then(|start| start.checked_add(length_bytes));
+        match end_bytes {
+            Some(end) if end <= extent.size_bytes => ImageFence::Allowed,
+            _ => ImageFence::BeyondSize {
+                size_bytes: extent.size_bytes,
+            },
+        }
+    }
 }
 
 /// Id counters. Ids are never reused, so the counters only grow and live in etcd.
@@ -216,6 +284,13 @@ pub struct ClusterMap {
     pub pools: BTreeMap<PoolId, PoolInfo>,
     pub pgmaps: BTreeMap<PoolId, PgMap>,
     pub flags: Flags,
+    /// The images, for fencing IO at the OSDs (derived by the monitor from its image records;
+    /// `None` in maps that carry no image table, as the simulator's and unit tests').
+    #[serde(default)]
+    pub images: Option<ImageTable>,
+    /// Data still to delete, for the PG leaders (derived from the monitor's reclaim records).
+    #[serde(default)]
+    pub reclaim: BTreeMap<u64, ReclaimEntry>,
 }
 
 impl ClusterMap {

@@ -79,11 +79,13 @@ pub enum Status {
     Timeout = 11,
     Internal = 12,
     UnknownOp = 13,
+    /// The image was removed: its data is being (or has been) deleted.
+    NoSuchImage = 14,
 }
 
 impl Status {
     /// Every status, for tests and exhaustive tables.
-    pub const ALL: [Status; 14] = [
+    pub const ALL: [Status; 15] = [
         Status::Ok,
         Status::NotLeader,
         Status::NotReady,
@@ -98,6 +100,7 @@ impl Status {
         Status::Timeout,
         Status::Internal,
         Status::UnknownOp,
+        Status::NoSuchImage,
     ];
 
     /// The status with this wire value, if any.
@@ -124,7 +127,8 @@ impl Status {
             | Status::IoError
             | Status::Checksum
             | Status::Internal
-            | Status::UnknownOp => false,
+            | Status::UnknownOp
+            | Status::NoSuchImage => false,
         }
     }
 }

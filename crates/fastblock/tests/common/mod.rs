@@ -131,6 +131,23 @@ impl Drop for Proc {
     }
 }
 
+/// Free data bytes of every OSD (one shard each), counting what their next flush gives
+/// back (blocks replaced by overwrites or deleted are freed only at a flush).
+pub async fn free_bytes(osds: &[OsdProc]) -> Vec<u64> {
+    let mut out = Vec::new();
+    for osd in osds {
+        let mut conn = WireConn::connect(&format!("127.0.0.1:{}", osd.port)).await;
+        match conn.call(&fastblock_wire::Request::ShardSpace).await {
+            fastblock_wire::Reply::Space {
+                free_bytes,
+                pending_free_bytes,
+            } => out.push(free_bytes + pending_free_bytes),
+            other => panic!("ShardSpace answered {other:?}"),
+        }
+    }
+    out
+}
+
 /// Polls `cond` until it returns `Some`, or panics with `what` after `timeout`.
 pub async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut cond: F) -> T
 where

@@ -72,6 +72,11 @@ pub enum ShardEvent {
         pg: PgId,
         req: MembershipFinishedRequest,
     },
+    /// This OSD leads `pg`, which applied reclaim entry `id`: tell the monitor.
+    ReclaimDone {
+        pg: PgId,
+        id: u64,
+    },
     /// The shard stopped serving (an I/O error or a corrupt log): the OSD must stop.
     Fatal {
         shard: u32,

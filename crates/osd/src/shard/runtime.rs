@@ -390,6 +390,7 @@ impl Runtime {
         let event = match report {
             Report::LeaderElected { pg, req } => ShardEvent::LeaderElected { pg, req },
             Report::MembershipFinished { pg, req } => ShardEvent::MembershipFinished { pg, req },
+            Report::ReclaimDone { pg, id } => ShardEvent::ReclaimDone { pg, id },
             Report::Fatal(failure) => ShardEvent::Fatal {
                 shard: self.spec.index,
                 failure,

@@ -584,3 +584,126 @@ fn a_flush_gives_back_an_aborted_transfers_staging_though_nothing_was_applied() 
     // Nothing applied and nothing to free: the next timer does nothing.
     assert!(!c.step(2, Input::FlushDue).flush_started);
 }
+
+// ---- fencing and reclaim (`fastblock_shard::reclaim`) ----
+
+/// Epoch `epoch` of a one-OSD map whose image table holds the harness image at `size_bytes`
+/// (objects of 64 KiB), ids below `next_id` given out, and `reclaim` pending.
+fn map_with_images(
+    epoch: u64,
+    size_bytes: Option<u64>,
+    next_id: u64,
+    reclaim: Vec<fastblock_types::map::ReclaimEntry>,
+) -> std::sync::Arc<fastblock_types::map::ClusterMap> {
+    use fastblock_types::map::{ImageExtent, ImageTable};
+    let mut m = (*harness::map(epoch, &[1], &[(0, &[1], &[])])).clone();
+    m.images = Some(ImageTable {
+        next_id,
+        images: size_bytes
+            .map(|size_bytes| {
+                let extent = ImageExtent {
+                    size_bytes,
+                    object_size_bytes: 64 << 10,
+                };
+                (harness::IMAGE, extent)
+            })
+            .into_iter()
+            .collect(),
+    });
+    m.reclaim = reclaim.into_iter().map(|e| (e.id, e)).collect();
+    std::sync::Arc::new(m)
+}
+
+#[test]
+fn the_image_table_fences_io_and_a_newer_client_map_is_told_to_retry() {
+    let mut c = single();
+    let id = harness::IMAGE.0;
+    c.map(map_with_images(2, Some(128 << 10), id + 1, Vec::new()));
+    // Object 1 ends at 128 KiB: allowed; object 2 is beyond the image.
+    let ok = c.request(1, write(pg(0), 1, 0, &[1u8; 512], 2));
+    assert_eq!(c.reply(ok), Some(&Reply::Ok));
+    let beyond = c.request(1, write(pg(0), 2, 0, &[1u8; 512], 2));
+    assert_eq!(status(c.reply(beyond)), Some(Status::OutOfRange));
+    // A client whose map is newer (the image grew since): retry, not a final error.
+    let newer = c.request(1, read(pg(0), 2, 0, 512, 5));
+    assert_eq!(status(c.reply(newer)), Some(Status::StaleEpoch));
+    // The image removed: refused whatever the client's epoch.
+    c.map(map_with_images(3, None, id + 1, Vec::new()));
+    for epoch in [1, 3, 9] {
+        let r = c.request(1, read(pg(0), 1, 0, 512, epoch));
+        assert_eq!(
+            status(c.reply(r)),
+            Some(Status::NoSuchImage),
+            "epoch {epoch}"
+        );
+    }
+    assert!(c.probe(1, |p| p.fenced) >= 5);
+}
+
+#[test]
+fn a_reclaim_is_applied_through_the_log_and_reported_once_per_pg() {
+    use fastblock_types::map::ReclaimEntry;
+    let mut c = single();
+    let id = harness::IMAGE.0;
+    c.map(map_with_images(2, Some(256 << 10), id + 1, Vec::new()));
+    for object in 0..4 {
+        let w = c.request(1, write(pg(0), object, 0, &[7u8; 40 << 10], 2));
+        assert_eq!(c.reply(w), Some(&Reply::Ok));
+    }
+    // Shrunk to 100 KiB: object 1 is cut at 36 KiB, objects 2 and 3 go.
+    let entry = ReclaimEntry {
+        id: 7,
+        pool: pg(0).pool,
+        image: harness::IMAGE,
+        image_name: "img".into(),
+        object_size_bytes: 64 << 10,
+        from_bytes: 100 << 10,
+        to_bytes: 256 << 10,
+        reason: "image shrunk".into(),
+        epoch: fastblock_types::Epoch(3),
+        done_pgs: Default::default(),
+    };
+    c.map(map_with_images(
+        3,
+        Some(100 << 10),
+        id + 1,
+        vec![entry.clone()],
+    ));
+    c.tick();
+    let done = |c: &Cluster| {
+        c.reports
+            .iter()
+            .filter(|(_, r)| matches!(r, Report::ReclaimDone { pg: p, id: 7 } if *p == pg(0)))
+            .count()
+    };
+    assert_eq!(done(&c), 1, "the leader reports the PG done");
+    assert_eq!(c.probe(1, |p| p.reclaims_applied), 1);
+    let objects: Vec<u64> = c
+        .core(1)
+        .store()
+        .object_sizes(pg(0))
+        .into_iter()
+        .map(|(o, _)| o.index)
+        .collect();
+    assert_eq!(objects, vec![0, 1], "objects past the cut are deleted");
+    // Ticks before the retry interval do not report again; the map showing the PG done ends it.
+    for _ in 0..5 {
+        c.tick();
+    }
+    assert_eq!(done(&c), 1);
+    let mut finished = entry;
+    finished.done_pgs.insert(pg(0).seq);
+    c.map(map_with_images(4, Some(100 << 10), id + 1, vec![finished]));
+    c.tick();
+    assert_eq!(done(&c), 1);
+    // Grown again (the monitor allows it once the reclaim is gone): the cut object keeps its
+    // head and reads zeros from the cut (36 KiB into it) on.
+    c.map(map_with_images(5, Some(256 << 10), id + 1, Vec::new()));
+    let r = c.request(1, read(pg(0), 1, 32 << 10, 8 << 10, 5));
+    let mut want = vec![7u8; 4 << 10];
+    want.resize(8 << 10, 0);
+    assert!(
+        c.reply(r) == Some(&Reply::Data(want.into())),
+        "the tail past the cut reads zeros"
+    );
+}

@@ -492,20 +492,37 @@ impl Objects {
             .collect())
     }
 
+    /// Objects of `image` in a PG whose index is in `indexes`, with their sizes (highest byte
+    /// ever written), in index order.
+    pub fn image_objects(
+        &self,
+        pg: PgId,
+        image: ImageId,
+        indexes: std::ops::Range<u64>,
+    ) -> Vec<(ObjectId, u64)> {
+        if indexes.is_empty() {
+            return Vec::new();
+        }
+        let p = pg_to_u64(pg);
+        self.sizes_in((p, image.0, indexes.start), (p, image.0, indexes.end - 1))
+    }
+
     /// Objects of a PG with their sizes (highest byte ever written), in (image, index) order.
     pub fn sizes(&self, pg: PgId) -> Vec<(ObjectId, u64)> {
         let p = pg_to_u64(pg);
-        let (lo, hi) = ((p, 0u64, 0u64), (p, u64::MAX, u64::MAX));
+        self.sizes_in((p, 0, 0), (p, u64::MAX, u64::MAX))
+    }
+
+    /// Objects with keys in `lo..=hi` and their sizes, in key order.
+    fn sizes_in(&self, lo: (u64, u64, u64), hi: (u64, u64, u64)) -> Vec<(ObjectId, u64)> {
         self.objects
             .range(lo..=hi)
             .map(|(k, end)| {
-                (
-                    ObjectId {
-                        image: ImageId(k.1),
-                        index: k.2,
-                    },
-                    *end,
-                )
+                let object = ObjectId {
+                    image: ImageId(k.1),
+                    index: k.2,
+                };
+                (object, *end)
             })
             .collect()
     }

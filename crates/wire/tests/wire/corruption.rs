@@ -401,7 +401,8 @@ fn retryable_statuses_are_exactly_the_transient_ones() {
     for status in Status::ALL {
         assert_eq!(Status::from_u16(status as u16), Some(status));
     }
-    assert_eq!(Status::from_u16(14), None);
+    assert_eq!(Status::from_u16(14), Some(Status::NoSuchImage));
+    assert_eq!(Status::from_u16(15), None);
 }
 
 #[test]
