@@ -345,6 +345,11 @@ impl<D: Disk> Store<D> {
         self.objects.snapshot_abort(pg);
     }
 
+    /// Bytes a snapshot being staged for `pg` shares with the PG's objects.
+    pub fn snapshot_shared_bytes(&self, pg: PgId) -> u64 {
+        self.objects.snapshot_shared_bytes(pg)
+    }
+
     /// Installs the staged snapshot of `pg` at `index`/`term` with configuration `cs`,
     /// replacing the PG's objects and log. The objects, applied index and a snapshot record
     /// become durable in one metadata commit (flush) before the WAL record is queued; the

@@ -387,7 +387,9 @@ impl Objects {
             let crc = block_crc(&keys[i], dst);
             self.dirty_blocks.insert(keys[i], Some((phys, crc)));
         }
-        self.pending_free.extend(olds.iter().flatten().map(|v| v.0));
+        for old in olds.iter().flatten() {
+            self.release(pg, old.0);
+        }
         self.touch_object(ok, end);
         Ok(())
     }
@@ -437,7 +439,7 @@ impl Objects {
         let olds = self.lookup_many(&keys)?;
         for (k, old) in keys.iter().zip(olds) {
             if let Some((phys, _)) = old {
-                self.pending_free.push(phys);
+                self.release(pg, phys);
                 self.dirty_blocks.insert(*k, None);
             }
         }
@@ -470,7 +472,7 @@ impl Objects {
     pub fn delete(&mut self, pg: PgId, object: ObjectId) -> Result<()> {
         let ok = obj_key(pg, object);
         for (k, (phys, _)) in self.object_blocks(ok)? {
-            self.pending_free.push(phys);
+            self.release(pg, phys);
             self.dirty_blocks.insert(k, None);
         }
         self.objects.remove(&ok);

@@ -7,15 +7,23 @@
 //! index jumps to the snapshot's, and a snapshot record is added; the next flush commits all
 //! of it in one redb transaction. So a crash leaves the old state (the staged blocks are free
 //! again when the allocator is rebuilt from the durable map) or the new one, never a mix.
+//!
+//! A member that already holds a copy of the PG (one that fell behind) does not need room for
+//! two copies: a staged block whose content equals the block the PG holds at the same place
+//! (same checksum, then compared byte for byte) shares that block instead of a new one. A
+//! shared block belongs to both maps until one lets go of it: the live map's write, discard
+//! or delete hands it to the staging alone (it is not freed), an abort frees only what the
+//! staging owns alone, and the install keeps every block the staged map references.
 
 use super::{block_crc, check_range, meta, obj_key, BlockKey, BlockVal, ObjKey, Objects, BS};
+use crate::disk::AlignedBuf;
 use crate::disk::Disk;
 use crate::error::{Error, ObjectId, Result, SpaceArea};
 use crate::wal::record::{pg_from_u64, pg_to_u64};
 use fastblock_types::PgId;
 use raft::eraftpb::ConfState;
 use redb::ReadableTable;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A snapshot being received for one PG.
 pub(super) struct Receiving {
@@ -23,6 +31,19 @@ pub(super) struct Receiving {
     transfer: u64,
     blocks: BTreeMap<BlockKey, BlockVal>,
     objects: BTreeMap<ObjKey, u64>,
+    /// Physical blocks the staged map shares with the PG's live objects.
+    shared: BTreeSet<u64>,
+}
+
+impl Receiving {
+    fn new(transfer: u64) -> Receiving {
+        Receiving {
+            transfer,
+            blocks: BTreeMap::new(),
+            objects: BTreeMap::new(),
+            shared: BTreeSet::new(),
+        }
+    }
 }
 
 /// A durable record of an installed snapshot.
@@ -93,34 +114,67 @@ impl Objects {
         }
         let ok = obj_key(pg, object);
         let first_block = offset_bytes / BS;
-        let count = len / BS;
-        let extents = self.alloc.allocate(count).ok_or(Error::NoSpace {
+        let count = (len / BS) as usize;
+        let keys: Vec<BlockKey> = (0..count)
+            .map(|i| (ok.0, ok.1, ok.2, (first_block + i as u64) as u32))
+            .collect();
+        let block = |i: usize| &data[i * BS as usize..(i + 1) * BS as usize];
+        let crcs: Vec<u32> = (0..count).map(|i| block_crc(&keys[i], block(i))).collect();
+        // Blocks the PG already holds with the same content are shared, not copied.
+        let live = self.lookup_many(&keys)?;
+        let mut same: Vec<Option<u64>> = vec![None; count];
+        let mut buf = AlignedBuf::zeroed(BS as usize);
+        for i in 0..count {
+            let Some((phys, crc)) = live[i] else { continue };
+            if crc != crcs[i] {
+                continue;
+            }
+            self.submit_staged(disk, false)?;
+            if self
+                .read_block(disk, pg, &keys[i], (phys, crc), &mut buf)
+                .is_ok()
+                && buf[..] == *block(i)
+            {
+                same[i] = Some(phys);
+            }
+        }
+        let new_count = same.iter().filter(|s| s.is_none()).count() as u64;
+        let extents = self.alloc.allocate(new_count).ok_or(Error::NoSpace {
             area: SpaceArea::Data,
-            needed_bytes: len,
+            needed_bytes: new_count * BS,
             free_bytes: self.alloc.free_blocks() * BS,
         })?;
-        let physs: Vec<u64> = extents
+        let mut physs = extents
             .iter()
-            .flat_map(|e| e.start_block..e.start_block + e.block_count)
-            .collect();
-        let mut staged = Vec::with_capacity(physs.len());
-        for (i, phys) in physs.into_iter().enumerate() {
-            let key: BlockKey = (ok.0, ok.1, ok.2, (first_block + i as u64) as u32);
-            let at = self.stage_block(disk, phys)?;
-            let src = &data[i * BS as usize..(i + 1) * BS as usize];
-            self.stage.buf[at..at + BS as usize].copy_from_slice(src);
-            staged.push((key, (phys, block_crc(&key, src))));
+            .flat_map(|e| e.start_block..e.start_block + e.block_count);
+        let mut staged = Vec::with_capacity(count);
+        for i in 0..count {
+            let phys = match same[i] {
+                Some(phys) => phys,
+                None => {
+                    let phys = physs.next().expect("allocated one block per new block");
+                    let at = self.stage_block(disk, phys)?;
+                    self.stage.buf[at..at + BS as usize].copy_from_slice(block(i));
+                    phys
+                }
+            };
+            staged.push((keys[i], (phys, crcs[i]), same[i].is_some()));
         }
-        let r = self.receiving.entry(pg).or_insert_with(|| Receiving {
-            transfer,
-            blocks: BTreeMap::new(),
-            objects: BTreeMap::new(),
-        });
-        for (key, val) in staged {
+        let r = self
+            .receiving
+            .entry(pg)
+            .or_insert_with(|| Receiving::new(transfer));
+        for (key, val, shared) in staged {
+            if shared {
+                r.shared.insert(val.0);
+            }
             if let Some((old, _)) = r.blocks.insert(key, val) {
                 // A resent chunk: the earlier copy is garbage (freed after the next flush,
-                // when its staged write has surely been submitted).
-                self.pending_free.push(old);
+                // when its staged write has surely been submitted), unless the PG's objects
+                // still reference it or the new copy is the same block.
+                if old != val.0 && !r.shared.remove(&old) {
+                    self.pending_free.push(old);
+                }
             }
         }
         let end = r.objects.entry(ok).or_insert(0);
@@ -136,23 +190,52 @@ impl Objects {
     /// Drops what was staged for `pg` (a transfer that will not complete).
     pub fn snapshot_abort(&mut self, pg: PgId) {
         if let Some(r) = self.receiving.remove(&pg) {
-            // Not freed at once: a staged write of these blocks may still be queued.
-            self.pending_free.extend(r.blocks.values().map(|v| v.0));
+            // Not freed at once: a staged write of these blocks may still be queued. Blocks
+            // shared with the PG's objects stay theirs.
+            let owned = r.blocks.values().map(|v| v.0);
+            self.pending_free
+                .extend(owned.filter(|phys| !r.shared.contains(phys)));
         }
+    }
+
+    /// A block the PG's live objects no longer reference: freed after the next flush, unless
+    /// a snapshot being staged for the PG shares it (it is then the staging's alone).
+    pub(super) fn release(&mut self, pg: PgId, phys: u64) {
+        let shared = self
+            .receiving
+            .get_mut(&pg)
+            .is_some_and(|r| r.shared.remove(&phys));
+        if !shared {
+            self.pending_free.push(phys);
+        }
+    }
+
+    /// Data bytes of the blocks a snapshot being staged for `pg` shares with its objects
+    /// (room the snapshot did not need).
+    pub fn snapshot_shared_bytes(&self, pg: PgId) -> u64 {
+        self.receiving
+            .get(&pg)
+            .map_or(0, |r| r.shared.len() as u64 * BS)
     }
 
     /// Replaces the PG's objects with the staged snapshot and sets its applied index; durable
     /// (atomically) at the next flush, which the caller does at once.
     pub fn snapshot_install(&mut self, pg: PgId, record: &SnapshotRecord) -> Result<()> {
         assert_eq!(record.pg, pg);
-        let staged = self.receiving.remove(&pg).unwrap_or_else(|| Receiving {
-            transfer: 0,
-            blocks: BTreeMap::new(),
-            objects: BTreeMap::new(),
-        });
+        // The old objects go first, while the staging still says which of their blocks it
+        // shares (those are kept).
         for o in self.list(pg)? {
             self.delete(pg, o)?;
         }
+        let staged = self
+            .receiving
+            .remove(&pg)
+            .unwrap_or_else(|| Receiving::new(0));
+        assert!(
+            staged.shared.is_empty(),
+            "pg {pg}: the old objects were deleted, yet the staging shares {} of their blocks",
+            staged.shared.len()
+        );
         for (k, v) in staged.blocks {
             self.dirty_blocks.insert(k, Some(v));
         }
