@@ -1,6 +1,8 @@
 //! The health summary and the counts `status` prints.
 
 use crate::state::MonState;
+use fastblock_types::api::BackfillTooFull;
+use fastblock_types::units::format_size;
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,4 +86,65 @@ pub fn health(state: &MonState) -> Health {
         "HEALTH_WARN"
     };
     Health { status, checks }
+}
+
+impl Health {
+    /// Adds `PG_BACKFILL_TOOFULL`, one detail per refused copy (from the PG leaders'
+    /// heartbeats): the PG stays degraded or remapped until room is made on the target.
+    pub fn add_backfill_too_full(&mut self, refused: &[BackfillTooFull]) {
+        if refused.is_empty() {
+            return;
+        }
+        let pgs: std::collections::BTreeSet<_> = refused.iter().map(|r| r.pg).collect();
+        let mut check = format!(
+            "PG_BACKFILL_TOOFULL: {} waiting for room on the target:",
+            plural(pgs.len(), "pg")
+        );
+        for r in refused {
+            check.push_str(&format!(
+                " pg {} cannot copy {} to osd.{} ({} free there);",
+                r.pg,
+                format_size(r.needed_bytes),
+                r.osd,
+                format_size(r.free_bytes)
+            ));
+        }
+        check.pop();
+        self.checks.push(check);
+        if self.status == "HEALTH_OK" {
+            self.status = "HEALTH_WARN";
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastblock_types::{OsdId, PgId, PoolId};
+
+    #[test]
+    fn a_refused_backfill_warns_naming_the_pg_the_osd_and_the_sizes() {
+        let mut h = health(&MonState::default());
+        assert_eq!(h.status, "HEALTH_OK");
+        h.add_backfill_too_full(&[]);
+        assert_eq!((h.status, h.checks.len()), ("HEALTH_OK", 0));
+        let refused = |seq, osd| BackfillTooFull {
+            pg: PgId {
+                pool: PoolId(1),
+                seq,
+            },
+            osd: OsdId(osd),
+            needed_bytes: 3 << 20,
+            free_bytes: 1 << 20,
+        };
+        h.add_backfill_too_full(&[refused(2, 4), refused(5, 4)]);
+        assert_eq!(h.status, "HEALTH_WARN");
+        let check = &h.checks[0];
+        assert!(check.starts_with("PG_BACKFILL_TOOFULL: 2 pgs"), "{check}");
+        assert!(
+            check.contains("pg 1.2 cannot copy 3 MiB to osd.4 (1 MiB free there)"),
+            "{check}"
+        );
+        assert!(check.contains("pg 1.5"), "{check}");
+    }
 }

@@ -199,8 +199,10 @@ struct HealthView {
 async fn get_health(State(app): App) -> ApiResult<HealthView> {
     let view = app
         .mon
-        .read(|s, _| {
-            let h = health(s);
+        .read(|s, ctx| {
+            let mut h = health(s);
+            let too_full = ctx.stats.backfill_too_full(app.mon.now_ms());
+            h.add_backfill_too_full(&too_full);
             HealthView {
                 status: h.status,
                 checks: h.checks,
@@ -349,7 +351,8 @@ async fn heartbeat(
                 ));
             }
             side.liveness.heartbeat(id, side.now_ms);
-            side.stats.record(id, side.now_ms, &req.pgs);
+            side.stats
+                .record(id, side.now_ms, &req.pgs, &req.backfill_toofull);
             if !osd.up {
                 s.mark_up(id)?;
             }

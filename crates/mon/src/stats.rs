@@ -5,7 +5,7 @@
 //! rate is the sum over OSDs whose last sample is recent. A restarted OSD (counters going
 //! backwards) starts a new series instead of producing a negative rate.
 
-use fastblock_types::api::{IoRates, PgIoCounters, RecoveryStatus};
+use fastblock_types::api::{BackfillTooFull, IoRates, PgIoCounters, RecoveryStatus};
 use fastblock_types::OsdId;
 use std::collections::BTreeMap;
 
@@ -30,6 +30,8 @@ struct OsdSeries {
     recovering_pgs: u32,
     remaining_bytes: u64,
     remaining_objects: u64,
+    /// Snapshot copies the OSD's PGs could not start for lack of space on the target.
+    backfill_too_full: Vec<BackfillTooFull>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -42,7 +44,13 @@ fn rate(now: u64, before: u64, dt_ms: u64) -> f64 {
 }
 
 impl IoStats {
-    pub fn record(&mut self, osd: OsdId, now_ms: u64, pgs: &[PgIoCounters]) {
+    pub fn record(
+        &mut self,
+        osd: OsdId,
+        now_ms: u64,
+        pgs: &[PgIoCounters],
+        backfill_too_full: &[BackfillTooFull],
+    ) {
         let mut t = Totals::default();
         let mut recovering = 0;
         let (mut rem_bytes, mut rem_objects) = (0, 0);
@@ -79,6 +87,16 @@ impl IoStats {
         series.recovering_pgs = recovering;
         series.remaining_bytes = rem_bytes;
         series.remaining_objects = rem_objects;
+        series.backfill_too_full = backfill_too_full.to_vec();
+    }
+
+    /// The refused snapshot copies the OSDs reported in their last recent heartbeats.
+    pub fn backfill_too_full(&self, now_ms: u64) -> Vec<BackfillTooFull> {
+        self.osds
+            .values()
+            .filter(|s| now_ms.saturating_sub(s.last_ms) <= SAMPLE_FRESH_MS)
+            .flat_map(|s| s.backfill_too_full.iter().copied())
+            .collect()
     }
 
     pub fn forget(&mut self, osd: OsdId) {
@@ -120,16 +138,16 @@ mod tests {
     #[test]
     fn rates_come_from_deltas_and_restarts_reset() {
         let mut s = IoStats::default();
-        s.record(OsdId(1), 1000, &[pg(100, 409_600)]);
-        s.record(OsdId(1), 2000, &[pg(300, 1_228_800)]);
+        s.record(OsdId(1), 1000, &[pg(100, 409_600)], &[]);
+        s.record(OsdId(1), 2000, &[pg(300, 1_228_800)], &[]);
         let (io, _) = s.cluster(2000);
         assert_eq!(io.write_ops_per_sec, 200.0);
         assert_eq!(io.write_bytes_per_sec, 819_200.0);
         // Restart: counters go back; no negative or huge rate.
-        s.record(OsdId(1), 3000, &[pg(5, 20_480)]);
+        s.record(OsdId(1), 3000, &[pg(5, 20_480)], &[]);
         assert_eq!(s.cluster(3000).0.write_ops_per_sec, 0.0);
         // Stale samples stop counting.
-        s.record(OsdId(1), 4000, &[pg(105, 430_080)]);
+        s.record(OsdId(1), 4000, &[pg(105, 430_080)], &[]);
         assert_eq!(s.cluster(4000).0.write_ops_per_sec, 100.0);
         assert_eq!(s.cluster(10_000).0.write_ops_per_sec, 0.0);
     }

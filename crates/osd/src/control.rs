@@ -235,17 +235,20 @@ async fn heartbeat(
     while !*stop.borrow() {
         ticker.tick().await;
         let mut pgs = Vec::new();
+        let mut backfill_toofull = Vec::new();
         for s in &shards {
             let (tx, rx) = oneshot::channel();
             if s.send(ShardCommand::Stats(tx)).is_ok() {
                 if let Ok(Ok(mut stats)) = tokio::time::timeout(Duration::from_secs(1), rx).await {
-                    pgs.append(&mut stats);
+                    pgs.append(&mut stats.pgs);
+                    backfill_toofull.append(&mut stats.backfill_toofull);
                 }
             }
         }
         let req = HeartbeatRequest {
             uuid: identity.uuid.clone(),
             pgs,
+            backfill_toofull,
         };
         match mon.heartbeat(identity.id, &req).await {
             Ok(_) => {}

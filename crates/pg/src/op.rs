@@ -11,12 +11,13 @@
 //! 2  u64 image id
 //! 10 u64 object index (reclaim: 0)
 //! 18 u32 offset in the object (reclaim: 0)
-//! 22 u32 length (write: must equal data.len(); reclaim: 32)
+//! 22 u32 length (write: must equal data.len(); reclaim: 40)
 //! 26 u32 crc32c-free padding, 0 (reserved)
 //! ```
 //!
-//! A reclaim's `data` (32 bytes, little-endian): u64 reclaim entry id, u64 first image byte
-//! to delete, u64 end byte (exclusive), u64 the image's object size.
+//! A reclaim's `data` (40 bytes, little-endian): u64 reclaim entry id, u64 first image byte
+//! to delete, u64 end byte (exclusive), u64 the image's object size, u64 the map epoch that
+//! recorded the entry (a leader whose map is older must not admit IO after applying it).
 
 use bytes::Bytes;
 use fastblock_types::ImageId;
@@ -32,7 +33,7 @@ pub struct ObjectRef {
 }
 
 /// Bytes of a reclaim entry's payload.
-const RECLAIM_PAYLOAD_BYTES: usize = 32;
+const RECLAIM_PAYLOAD_BYTES: usize = 40;
 
 /// A mutation that goes through the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +65,8 @@ pub enum ClientOp {
         from_bytes: u64,
         to_bytes: u64,
         object_size_bytes: u64,
+        /// The map epoch that recorded the reclaim entry.
+        epoch: u64,
     },
 }
 
@@ -87,9 +90,10 @@ impl ClientOp {
                 from_bytes,
                 to_bytes,
                 object_size_bytes,
+                epoch,
             } => {
                 let mut d = Vec::with_capacity(RECLAIM_PAYLOAD_BYTES);
-                for v in [*id, *from_bytes, *to_bytes, *object_size_bytes] {
+                for v in [*id, *from_bytes, *to_bytes, *object_size_bytes, *epoch] {
                     d.extend_from_slice(&v.to_le_bytes());
                 }
                 let object = ObjectRef {
@@ -189,6 +193,7 @@ impl ClientOp {
                     from_bytes,
                     to_bytes,
                     object_size_bytes,
+                    epoch: d(4),
                 })
             }
             k => Err(format!("unknown op kind {k}")),
@@ -210,11 +215,19 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(kind in 0u8..3, image: u64, index: u64, offset: u32, len in 0u32..9000) {
+        fn round_trips(kind in 0u8..4, image: u64, index: u64, offset: u32, len in 0u32..9000, epoch: u64) {
             let op = match kind {
                 0 => ClientOp::Write { object: obj(image, index), offset, data: Bytes::from(vec![7u8; len as usize]) },
                 1 => ClientOp::Discard { object: obj(image, index), offset, length: len },
-                _ => ClientOp::WriteZeroes { object: obj(image, index), offset, length: len },
+                2 => ClientOp::WriteZeroes { object: obj(image, index), offset, length: len },
+                _ => ClientOp::Reclaim {
+                    id: index,
+                    image: ImageId(image),
+                    from_bytes: u64::from(offset),
+                    to_bytes: u64::from(offset) + u64::from(len) + 1,
+                    object_size_bytes: 4 << 20,
+                    epoch,
+                },
             };
             let (ctx, data) = op.encode();
             prop_assert_eq!(ClientOp::decode(&ctx, &data), Ok(op));

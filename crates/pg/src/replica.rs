@@ -80,6 +80,9 @@ pub struct PgReplica<S: Storage> {
     /// Ticks since this replica was opened: it refuses votes until `election_ticks` have
     /// passed when leases are on (a restarted follower forgot whom it followed).
     ticks_since_open: usize,
+    /// As leader: the index of the first entry of its term (raft-rs appends an empty one on
+    /// election). Everything before it is applied once `applied` reaches it.
+    term_start_index: u64,
 }
 
 fn to_osd(id: u64) -> Option<OsdId> {
@@ -167,6 +170,7 @@ impl<S: Storage> PgReplica<S> {
             proposals: VecDeque::new(),
             completed: VecDeque::new(),
             reads_deferred: VecDeque::new(),
+            term_start_index: u64::MAX,
             reads_waiting: VecDeque::new(),
             reads_indexed: VecDeque::new(),
             lease: Lease::new(config.lease_ms),
@@ -206,6 +210,13 @@ impl<S: Storage> PgReplica<S> {
 
     pub fn applied(&self) -> LogIndex {
         LogIndex(self.applied)
+    }
+
+    /// Whether this replica leads and has applied every entry of the terms before its own
+    /// (the log it inherited): what it decides from applied state (the shard's image fencing
+    /// after a reclaim) is then as new as the log.
+    pub fn applied_own_term(&self) -> bool {
+        self.is_leader() && self.applied >= self.term_start_index
     }
 
     pub fn commit_index(&self) -> LogIndex {
@@ -933,6 +944,7 @@ impl<S: Storage> PgReplica<S> {
             });
         }
         if now.role == StateRole::Leader && !was_leader {
+            self.term_start_index = self.node.raft.raft_log.last_index();
             let report = self.leader_report().expect("just became leader");
             out.events.push(Event::BecameLeader(report));
         }

@@ -20,7 +20,7 @@
 //! an up-to-date log, so the intermediate state is never observed.
 //!
 //! Failure: a receiver that restarts loses its staging and refuses chunks of a transfer it has
-//! not seen from seq 0 (`SnapAck` with `ok = false`); a sender that sees no progress for a
+//! not seen from seq 0 (`SnapAck` verdict refused); a sender that sees no progress for a
 //! while, a refusal, or a new leader abandons the transfer; Raft is told the snapshot failed
 //! and asks for a new one, which starts a new transfer with a new id.
 

@@ -492,6 +492,47 @@ fn read_right_after_election_is_answered() {
     assert_eq!(c.outcome(OpId(1)), Some(&OpOutcome::ReadReady));
 }
 
+#[test]
+fn a_new_leader_has_applied_its_own_term_only_after_the_log_it_inherited() {
+    let mut c = Cluster::new(17);
+    let first = c.wait_leader(200);
+    c.propose(first, OpId(1), write(0, 0, 1));
+    c.run_ticks(3);
+    assert!(c.nodes[&first].replica.applied_own_term());
+    for id in c.nodes.keys().copied().filter(|id| *id != first) {
+        assert!(
+            !c.nodes[&id].replica.applied_own_term(),
+            "a follower never has"
+        );
+    }
+    // The leader is cut off; whoever the others elect has, at the moment it leads, not
+    // applied its term's first entry (its followers have not acknowledged it yet).
+    c.isolate(first);
+    let mut next = None;
+    for _ in 0..100_000 {
+        next = c
+            .nodes
+            .keys()
+            .copied()
+            .find(|id| *id != first && c.nodes[id].replica.is_leader());
+        if next.is_some() {
+            break;
+        }
+        if c.network.is_empty() {
+            c.tick_all();
+        } else {
+            c.deliver_one();
+        }
+    }
+    let next = next.expect("the others elect a leader");
+    assert!(
+        !c.nodes[&next].replica.applied_own_term(),
+        "elected, its term's first entry not yet applied"
+    );
+    c.deliver_all();
+    assert!(c.nodes[&next].replica.applied_own_term());
+}
+
 /// Adds an empty node that knows no configuration yet (a new member).
 fn add_empty_node(c: &mut Cluster, id: u64, seed: u64) {
     let storage = MemStorage::new();

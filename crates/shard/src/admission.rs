@@ -8,6 +8,7 @@
 
 use crate::core::{OpKind, PendingOp, ShardCore, CONN_INFLIGHT_OPS_MAX};
 use crate::io::{ConnId, Effects, Micros};
+use crate::reclaim::FenceQuery;
 use crate::stage::Stage;
 use fastblock_pg::{ClientOp, ObjectRef};
 use fastblock_store::Disk;
@@ -165,6 +166,9 @@ impl<D: Disk + 'static> ShardCore<D> {
             }
             return;
         }
+        let Some(req) = self.hold_until_own_term(conn, request_id, req, arrived, eff) else {
+            return;
+        };
         let req = match mutation(req) {
             Ok(m) => return self.propose(conn, request_id, m, arrived, eff),
             Err(req) => req,
@@ -291,10 +295,10 @@ impl<D: Disk + 'static> ShardCore<D> {
                 pg,
                 transfer,
                 seq,
-                ok,
+                verdict,
             } => {
                 if to == self.cfg.osd {
-                    self.on_snap_ack(from, pg, transfer, seq, ok, eff);
+                    self.on_snap_ack(from, pg, transfer, seq, verdict, eff);
                 }
             }
         }
@@ -395,9 +399,12 @@ impl<D: Disk + 'static> ShardCore<D> {
             || !self.fence(
                 conn,
                 request_id,
-                &m.addr,
-                (m.offset, m.length),
-                m.epoch,
+                FenceQuery {
+                    addr: m.addr,
+                    offset: m.offset,
+                    length: m.length,
+                    epoch: m.epoch,
+                },
                 eff,
             )
         {
@@ -423,8 +430,15 @@ impl<D: Disk + 'static> ShardCore<D> {
             self.refuse(conn, request_id, Status::InvalidArgument, msg, eff);
             return;
         }
-        if is_write && free < self.cfg.data_reserve_bytes + u64::from(length) {
-            let msg = format!("osd {} is full ({free} bytes free)", self.cfg.osd);
+        // Room reserved for snapshots being received is not free for writes.
+        let reserved = self.recovery.reserved_bytes();
+        if is_write
+            && free.saturating_sub(reserved) < self.cfg.data_reserve_bytes + u64::from(length)
+        {
+            let msg = format!(
+                "osd {} is full ({free} bytes free, {reserved} of them reserved for recovery)",
+                self.cfg.osd
+            );
             self.refuse(conn, request_id, Status::NoSpace, msg, eff);
             return;
         }
@@ -497,7 +511,17 @@ impl<D: Disk + 'static> ShardCore<D> {
             unreachable!("read admits only reads and block-status queries");
         };
         if !self.admit(conn, request_id, addr.pg, (offset, length), epoch, eff)
-            || !self.fence(conn, request_id, &addr, (offset, length), epoch, eff)
+            || !self.fence(
+                conn,
+                request_id,
+                FenceQuery {
+                    addr,
+                    offset,
+                    length,
+                    epoch,
+                },
+                eff,
+            )
         {
             return;
         }

@@ -35,7 +35,7 @@ use fastblock_pg::{
 use fastblock_store::{Disk, PgStorage, Store};
 use fastblock_types::api::{LeaderElectedRequest, MembershipFinishedRequest, PgIoCounters};
 use fastblock_types::map::ClusterMap;
-use fastblock_types::{LogIndex, OsdId, PgId};
+use fastblock_types::{Epoch, LogIndex, OsdId, PgId};
 use fastblock_wire::{LeaderHint, ObjectAddr, RaftEnvelope, Reply, Request, Status};
 use protobuf::Message as _;
 use raft::GetEntriesContext;
@@ -52,6 +52,10 @@ const ROUNDS_PER_STEP_MAX: usize = 10_000;
 pub struct HostedPg<D: Disk> {
     pub replica: PgReplica<PgStorage<D>>,
     pub io: PgIoCounters,
+    /// The newest map epoch among the reclaims this replica applied since it was opened
+    /// (`crate::reclaim`): a map older than that must not admit IO. A restart fetches a map
+    /// at least that new.
+    pub reclaim_epoch: Epoch,
 }
 
 pub(crate) enum OpKind {
@@ -256,6 +260,11 @@ impl<D: Disk + 'static> ShardCore<D> {
             .collect()
     }
 
+    /// Members that refused a snapshot of a PG this shard leads for lack of space.
+    pub fn backfill_too_full(&self) -> Vec<fastblock_types::api::BackfillTooFull> {
+        self.recovery.backfill_too_full()
+    }
+
     pub(crate) fn metrics_now(&self) -> Micros {
         (self.clock)()
     }
@@ -334,6 +343,9 @@ impl<D: Disk + 'static> ShardCore<D> {
             self.run_rounds(eff);
             if self.commit_blocks() {
                 return;
+            }
+            if self.admit_held(eff) {
+                continue;
             }
             let d = std::mem::take(&mut self.deferred);
             if d.inputs.is_empty() && !d.tick && !d.flush && d.map.is_none() {
@@ -676,6 +688,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
         let mut done = Vec::new();
         let mut failure = None;
+        let mut reclaim_epochs = Vec::new();
         self.apply_started = self.now;
         let start = self.metrics_now();
         {
@@ -701,6 +714,13 @@ impl<D: Disk + 'static> ShardCore<D> {
                         index == expected || last.is_none() && index > applied_before,
                         "pg {pg}: applying {index}, expected {expected}"
                     );
+                    if let Apply::Op {
+                        op: ClientOp::Reclaim { epoch, .. },
+                        ..
+                    } = a
+                    {
+                        reclaim_epochs.push((*pg, Epoch(*epoch)));
+                    }
                     let r = match a {
                         Apply::Op { op, .. } => apply_op(&mut store, *pg, op),
                         Apply::Noop {
@@ -725,6 +745,11 @@ impl<D: Disk + 'static> ShardCore<D> {
                     }
                     done.push((*pg, index));
                 }
+            }
+        }
+        for (pg, epoch) in reclaim_epochs {
+            if let Some(h) = self.pgs.get_mut(&pg) {
+                h.reclaim_epoch = h.reclaim_epoch.max(epoch);
             }
         }
         if let Some(f) = failure {
@@ -1051,6 +1076,7 @@ fn apply_op<D: Disk>(store: &mut Store<D>, pg: PgId, op: &ClientOp) -> fastblock
             from_bytes,
             to_bytes,
             object_size_bytes,
+            ..
         } => {
             let touched =
                 store.reclaim_image_range(pg, image, from_bytes, to_bytes, object_size_bytes)?;

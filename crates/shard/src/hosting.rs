@@ -9,7 +9,7 @@ use fastblock_store::{Disk, PgStorage};
 use fastblock_types::api::PgIoCounters;
 use fastblock_types::map::{ClusterMap, PgInfo};
 use fastblock_types::route::pg_shard;
-use fastblock_types::PgId;
+use fastblock_types::{Epoch, PgId};
 use raft::eraftpb::ConfState;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -148,6 +148,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             HostedPg {
                 replica,
                 io: PgIoCounters::default(),
+                reclaim_epoch: Epoch(0),
             },
         );
         Ok(())

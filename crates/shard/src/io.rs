@@ -150,6 +150,12 @@ pub struct Probes {
     /// Requests refused by the map's image table (removed image, beyond its size, or a map
     /// behind the request's).
     pub fenced: u64,
+    /// Writes held until their PG's new leader applied the log it inherited.
+    pub held_for_term: u64,
+    /// Snapshots a member refused for lack of space (this shard sending).
+    pub backfill_too_full: u64,
+    /// Snapshots this shard refused to receive for lack of space.
+    pub backfill_refused: u64,
 }
 
 /// What one step produced.

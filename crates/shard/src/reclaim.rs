@@ -23,7 +23,7 @@ use fastblock_pg::ClientOp;
 use fastblock_store::Disk;
 use fastblock_types::map::ImageFence;
 use fastblock_types::{Epoch, PgId};
-use fastblock_wire::{ObjectAddr, Status};
+use fastblock_wire::{ObjectAddr, Request, Status};
 use std::collections::BTreeMap;
 
 /// The connection id of operations the shard proposes itself (client connections count
@@ -41,10 +41,12 @@ pub(crate) enum ReclaimState {
     Reported { at: Micros },
 }
 
-/// The reclaims this shard's PG leaders are working on.
+/// The reclaims this shard's PG leaders are working on, and the writes held until a new
+/// leader has applied its inherited log.
 #[derive(Default)]
 pub(crate) struct Reclaims {
     pub(crate) states: BTreeMap<(PgId, u64), ReclaimState>,
+    pub(crate) awaiting_term: BTreeMap<PgId, Vec<Held>>,
 }
 
 impl<D: Disk + 'static> ShardCore<D> {
@@ -94,6 +96,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                             from_bytes: entry.from_bytes,
                             to_bytes: entry.to_bytes,
                             object_size_bytes: entry.object_size_bytes,
+                            epoch: entry.epoch.0,
                         };
                         let id = self.new_op(PendingOp {
                             conn: INTERNAL_CONN,
@@ -131,38 +134,65 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
     }
 
-    /// Whether the map lets a request touch `length` bytes at `offset` of `addr`'s object;
-    /// refuses it (and returns false) otherwise. See the module doc.
+    /// Whether the map lets a request touch `query`'s range; refuses it (and returns false)
+    /// otherwise. See the module doc.
     pub(crate) fn fence(
         &mut self,
         conn: ConnId,
         request_id: u64,
-        addr: &ObjectAddr,
-        (offset, length): (u32, u32),
-        epoch: Epoch,
+        query: FenceQuery,
         eff: &mut Effects,
     ) -> bool {
+        match self.fence_verdict(&query) {
+            Ok(()) => true,
+            Err((status, message)) => {
+                eff.probes.fenced += 1;
+                self.refuse(conn, request_id, status, message, eff);
+                false
+            }
+        }
+    }
+
+    fn fence_verdict(&self, q: &FenceQuery) -> Result<(), (Status, String)> {
         let Some(table) = &self.map.images else {
-            return true;
+            return Ok(());
         };
+        let addr = &q.addr;
+        let map_epoch = self.map.epoch;
+        if let Some(h) = self.pgs.get(&addr.pg) {
+            // A map older than a reclaim this replica applied may still show the deleted
+            // range (a leader elected with a stale map would admit a write the reclaim
+            // already deleted around, and its data would stay for good). Writes reach this
+            // check only once a new leader applied the log it inherited
+            // (`hold_until_own_term`), so a reclaim an earlier leader committed counts.
+            if h.reclaim_epoch > map_epoch {
+                return Err((
+                    Status::StaleEpoch,
+                    format!(
+                        "pg {} applied a reclaim of map epoch {}, newer than this osd's map (epoch {}); retry",
+                        addr.pg, h.reclaim_epoch.0, map_epoch.0
+                    ),
+                ));
+            }
+        }
+        let (offset, length) = (q.offset, q.length);
         let fence = table.check(
             addr.image,
             addr.object_index,
             u64::from(offset),
             u64::from(length),
         );
-        let map_epoch = self.map.epoch;
-        let (status, message) = match fence {
-            ImageFence::Allowed => return true,
+        Err(match fence {
+            ImageFence::Allowed => return Ok(()),
             ImageFence::Removed => (
                 Status::NoSuchImage,
                 format!("image {} was removed", addr.image),
             ),
-            _ if epoch > map_epoch => (
+            _ if q.epoch > map_epoch => (
                 Status::StaleEpoch,
                 format!(
                     "image {} is not in this osd's map (epoch {}) as in the request's (epoch {}); retry",
-                    addr.image, map_epoch.0, epoch.0
+                    addr.image, map_epoch.0, q.epoch.0
                 ),
             ),
             ImageFence::Unknown => (
@@ -176,9 +206,96 @@ impl<D: Disk + 'static> ShardCore<D> {
                     addr.object_index, addr.image
                 ),
             ),
+        })
+    }
+}
+
+/// What [`ShardCore::fence`] checks of a request.
+pub(crate) struct FenceQuery {
+    pub(crate) addr: ObjectAddr,
+    pub(crate) offset: u32,
+    pub(crate) length: u32,
+    /// The request's map epoch.
+    pub(crate) epoch: Epoch,
+}
+
+/// Writes held per PG while its new leader applies the log it inherited; more are refused
+/// `Busy`.
+const AWAITING_TERM_OPS_MAX: usize = 4096;
+
+/// A write held until its PG's new leader has applied the log it inherited.
+pub(crate) struct Held {
+    conn: ConnId,
+    request_id: u64,
+    req: Request,
+    arrived: Micros,
+}
+
+impl<D: Disk + 'static> ShardCore<D> {
+    /// Holds a write for `pg` if its leader has not applied the log of the terms before its
+    /// own yet (a reclaim an earlier leader committed may be among it, and the fencing must
+    /// see it); returns the request back otherwise. Only maps with an image table fence.
+    pub(crate) fn hold_until_own_term(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        req: Request,
+        arrived: Micros,
+        eff: &mut Effects,
+    ) -> Option<Request> {
+        let pg = match &req {
+            Request::Write { addr, .. }
+            | Request::Discard { addr, .. }
+            | Request::WriteZeroes { addr, .. } => addr.pg,
+            _ => return Some(req),
         };
-        eff.probes.fenced += 1;
-        self.refuse(conn, request_id, status, message, eff);
-        false
+        let waiting = self.map.images.is_some()
+            && self
+                .pgs
+                .get(&pg)
+                .is_some_and(|h| h.replica.is_leader() && !h.replica.applied_own_term());
+        if !waiting {
+            return Some(req);
+        }
+        let held = self.reclaims.awaiting_term.entry(pg).or_default();
+        if held.len() >= AWAITING_TERM_OPS_MAX {
+            let m = format!("pg {pg}: its new leader is still applying its log");
+            self.refuse(conn, request_id, Status::Busy, m, eff);
+            return None;
+        }
+        eff.probes.held_for_term += 1;
+        held.push(Held {
+            conn,
+            request_id,
+            req,
+            arrived,
+        });
+        None
+    }
+
+    /// Admits the writes held for PGs whose leader has now applied its term's first entry
+    /// (or that it no longer leads: admission answers them). Returns whether any went.
+    pub(crate) fn admit_held(&mut self, eff: &mut Effects) -> bool {
+        if self.reclaims.awaiting_term.is_empty() {
+            return false;
+        }
+        let ready: Vec<PgId> = self
+            .reclaims
+            .awaiting_term
+            .keys()
+            .copied()
+            .filter(|pg| {
+                self.pgs
+                    .get(pg)
+                    .is_none_or(|h| !h.replica.is_leader() || h.replica.applied_own_term())
+            })
+            .collect();
+        for pg in &ready {
+            let held = self.reclaims.awaiting_term.remove(pg).unwrap_or_default();
+            for h in held {
+                self.on_request(h.conn, h.request_id, h.req, h.arrived, eff);
+            }
+        }
+        !ready.is_empty()
     }
 }

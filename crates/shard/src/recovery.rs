@@ -13,9 +13,10 @@ use crate::error::{Operation, ShardFailure};
 use crate::io::{Effects, Micros, PeerSend};
 use fastblock_pg::transfer::{AckOutcome, ChunkVerdict, ObjectExtent, Receiver, Sender};
 use fastblock_store::Disk;
+use fastblock_types::api::BackfillTooFull;
 use fastblock_types::units::BLOCK_SIZE_BYTES;
 use fastblock_types::{OsdId, PgId};
-use fastblock_wire::{RaftEnvelope, Request, SnapChunk};
+use fastblock_wire::{RaftEnvelope, Request, SnapChunk, SnapVerdict};
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use std::collections::BTreeMap;
@@ -24,6 +25,44 @@ struct ActiveSend {
     sender: Sender,
     /// The `MsgSnapshot` to deliver once every chunk is staged.
     msg: Message,
+}
+
+/// A member refused to reserve room for a snapshot of a PG (a backfill reservation refused):
+/// no new transfer to it before `retry_at`, and the leader reports it to the monitor
+/// (`PG_BACKFILL_TOOFULL`) until a transfer is accepted or the refusals stop.
+#[derive(Clone, Copy, Debug)]
+struct TooFull {
+    needed_bytes: u64,
+    free_bytes: u64,
+    refused_at: Micros,
+    retry_at: Micros,
+}
+
+/// After a member refused a snapshot for lack of space, the leader asks it again this long
+/// later (Ceph's `osd_backfill_retry_interval` is 30 s; ours is shorter because asking costs
+/// one chunk).
+pub const BACKFILL_RETRY_MS: u64 = 5_000;
+/// A refusal not repeated for this long is no longer reported (the member stopped needing
+/// the snapshot, or this OSD stopped leading).
+const TOOFULL_REPORT_MS: u64 = 3 * BACKFILL_RETRY_MS;
+
+/// Room a receiver holds for a snapshot it accepted (a backfill reservation): client
+/// writes and other transfers cannot take it, so staging does not run out half way.
+#[derive(Clone, Copy, Debug)]
+struct Reservation {
+    total_bytes: u64,
+    staged_bytes: u64,
+    last_chunk_at: Micros,
+}
+
+/// A reservation without a chunk for this long is given back with what was staged (well
+/// past the sender's own idle limit, after which it has abandoned the transfer).
+const RESERVATION_IDLE_MS: u64 = 60_000;
+
+impl Reservation {
+    fn remaining_bytes(&self) -> u64 {
+        self.total_bytes.saturating_sub(self.staged_bytes)
+    }
 }
 
 /// The shard's recovery state.
@@ -38,6 +77,10 @@ pub(crate) struct Recovery {
     refilled_at: Option<Micros>,
     /// Bytes this shard sent for snapshots, per PG (reported as recovery progress).
     done_bytes: BTreeMap<PgId, u64>,
+    /// Members that refused a snapshot for lack of space, per (PG, member).
+    too_full: BTreeMap<(PgId, OsdId), TooFull>,
+    /// Room held for the snapshots this shard is receiving, per PG.
+    reserved: BTreeMap<PgId, Reservation>,
 }
 
 impl Recovery {
@@ -50,7 +93,32 @@ impl Recovery {
             tokens_bytes: 0,
             refilled_at: None,
             done_bytes: BTreeMap::new(),
+            too_full: BTreeMap::new(),
+            reserved: BTreeMap::new(),
         }
+    }
+
+    /// Data bytes held for snapshots being received and not staged yet: free space client
+    /// writes must leave alone.
+    pub(crate) fn reserved_bytes(&self) -> u64 {
+        self.reserved
+            .values()
+            .map(Reservation::remaining_bytes)
+            .sum()
+    }
+
+    /// The members that refused a snapshot of a PG this shard leads for lack of space, as
+    /// reported to the monitor.
+    pub(crate) fn backfill_too_full(&self) -> Vec<BackfillTooFull> {
+        self.too_full
+            .iter()
+            .map(|((pg, osd), t)| BackfillTooFull {
+                pg: *pg,
+                osd: *osd,
+                needed_bytes: t.needed_bytes,
+                free_bytes: t.free_bytes,
+            })
+            .collect()
     }
 
     /// Bytes and objects still to send for `pg` (0 when it is not recovering here).
@@ -95,8 +163,13 @@ impl<D: Disk + 'static> ShardCore<D> {
         let key = (pg, to);
         let busy = !self.recovery.sending.contains_key(&key)
             && self.recovery.sending.len() >= self.recovery.limits.max_active;
-        if busy {
-            tracing::debug!(%pg, %to, "snapshot deferred: recovery limit reached");
+        let waiting = self
+            .recovery
+            .too_full
+            .get(&key)
+            .is_some_and(|t| self.now < t.retry_at);
+        if busy || waiting {
+            tracing::debug!(%pg, %to, busy, "snapshot deferred: recovery limit reached or target too full");
             if let Some(h) = self.pgs.get_mut(&pg) {
                 h.replica
                     .report_snapshot(to, false, self.outs.entry(pg).or_default());
@@ -164,6 +237,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                     active.sender.index,
                     active.sender.term,
                 );
+                let total_bytes = active.sender.total_bytes;
                 let mut data = bytes::Bytes::new();
                 if plan.len_bytes > 0 {
                     let mut buf = vec![0u8; plan.len_bytes as usize];
@@ -210,6 +284,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                     image: plan.image,
                     object_index: plan.object_index,
                     offset: plan.offset_bytes,
+                    total_bytes,
                     data,
                 };
                 eff.peers.push(PeerSend {
@@ -253,13 +328,42 @@ impl<D: Disk + 'static> ShardCore<D> {
         pg: PgId,
         transfer: u64,
         seq: u32,
-        ok: bool,
+        verdict: SnapVerdict,
         eff: &mut Effects,
     ) {
         let key = (pg, from);
         let Some(active) = self.recovery.sending.get_mut(&key) else {
             return;
         };
+        if let SnapVerdict::TooFull { free_bytes } = verdict {
+            if transfer != active.sender.transfer {
+                return;
+            }
+            let needed_bytes = active.sender.total_bytes;
+            let first = !self.recovery.too_full.contains_key(&key);
+            let now = self.now;
+            self.recovery.too_full.insert(
+                key,
+                TooFull {
+                    needed_bytes,
+                    free_bytes,
+                    refused_at: now,
+                    retry_at: Micros(now.0 + BACKFILL_RETRY_MS * 1000),
+                },
+            );
+            if first {
+                tracing::warn!(%pg, to = %from, needed_bytes, free_bytes,
+                    "backfill too full: the target has no room for the snapshot; retrying every {BACKFILL_RETRY_MS} ms");
+            }
+            eff.probes.backfill_too_full += 1;
+            self.abandon_send(key);
+            return;
+        }
+        let ok = verdict == SnapVerdict::Staged;
+        if ok && seq == 0 {
+            // The target reserved room for the transfer.
+            self.recovery.too_full.remove(&key);
+        }
         match active.sender.on_ack(transfer, seq, ok) {
             AckOutcome::Stale | AckOutcome::Progress => {}
             AckOutcome::Refused => {
@@ -293,9 +397,10 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
     }
 
-    /// A chunk from a leader: stage it and acknowledge.
+    /// A chunk from a leader: stage it and acknowledge. The first chunk of a transfer
+    /// reserves room for all of it, or is refused `TooFull`.
     pub(crate) fn on_snap_chunk(&mut self, c: SnapChunk, eff: &mut Effects) {
-        let ack = |seq: u32, ok: bool| PeerSend {
+        let ack = |seq: u32, verdict: SnapVerdict| PeerSend {
             to: c.from,
             pg: c.pg,
             req: Request::SnapAck {
@@ -304,11 +409,11 @@ impl<D: Disk + 'static> ShardCore<D> {
                 pg: c.pg,
                 transfer: c.transfer,
                 seq,
-                ok,
+                verdict,
             },
         };
         if c.to != self.cfg.osd || !self.pgs.contains_key(&c.pg) {
-            eff.peers.push(ack(0, false));
+            eff.peers.push(ack(0, SnapVerdict::Refused));
             return;
         }
         let verdict = self
@@ -318,9 +423,17 @@ impl<D: Disk + 'static> ShardCore<D> {
             .or_default()
             .on_chunk(c.transfer, c.seq);
         match verdict {
-            ChunkVerdict::Refuse => eff.peers.push(ack(0, false)),
-            ChunkVerdict::Duplicate { ack: seq } => eff.peers.push(ack(seq, true)),
+            ChunkVerdict::Refuse => eff.peers.push(ack(0, SnapVerdict::Refused)),
+            ChunkVerdict::Duplicate { ack: seq } => eff.peers.push(ack(seq, SnapVerdict::Staged)),
             ChunkVerdict::Stage => {
+                if c.seq == 0 {
+                    if let Err(free_bytes) = self.reserve_snapshot(&c) {
+                        eff.probes.backfill_refused += 1;
+                        self.recovery.receiving.remove(&c.pg);
+                        eff.peers.push(ack(0, SnapVerdict::TooFull { free_bytes }));
+                        return;
+                    }
+                }
                 let r = {
                     let mut store = self.store.borrow_mut();
                     if c.seq == 0 {
@@ -344,7 +457,11 @@ impl<D: Disk + 'static> ShardCore<D> {
                             .entry(c.pg)
                             .or_default()
                             .staged(c.transfer, c.seq, c.last, c.index, c.term);
-                        eff.peers.push(ack(c.seq, true));
+                        if let Some(r) = self.recovery.reserved.get_mut(&c.pg) {
+                            r.staged_bytes += c.data.len() as u64;
+                            r.last_chunk_at = self.now;
+                        }
+                        eff.peers.push(ack(c.seq, SnapVerdict::Staged));
                     }
                     Err(e) if e.is_fatal() => {
                         let f = ShardFailure::store(Operation::SnapshotStage, Some(c.pg), e);
@@ -353,8 +470,15 @@ impl<D: Disk + 'static> ShardCore<D> {
                     Err(e) => {
                         tracing::warn!(pg = %c.pg, "staging a snapshot chunk: {e}");
                         self.recovery.receiving.remove(&c.pg);
+                        self.recovery.reserved.remove(&c.pg);
                         self.store.borrow_mut().snapshot_abort(c.pg);
-                        eff.peers.push(ack(0, false));
+                        let verdict = match e {
+                            fastblock_store::Error::NoSpace { free_bytes, .. } => {
+                                SnapVerdict::TooFull { free_bytes }
+                            }
+                            _ => SnapVerdict::Refused,
+                        };
+                        eff.peers.push(ack(0, verdict));
                     }
                 }
             }
@@ -374,9 +498,44 @@ impl<D: Disk + 'static> ShardCore<D> {
             .is_some_and(|r| r.ready_for(md.index, md.term))
     }
 
-    /// The snapshot of `pg` was installed: its receiving state is done.
+    /// Reserves room for the transfer `c` starts (its seq 0), replacing what this PG held
+    /// for an earlier one; `Err(free bytes)` if the data area cannot hold it: what is free
+    /// now and after the next flush, less the write reserve and what other transfers hold.
+    /// A member that holds an older copy of the PG needs room only for what changed
+    /// (unchanged blocks are shared, see the store's `snapshot` module), so the bytes of
+    /// its copy count as room; if more changed than that, staging runs out and the transfer
+    /// is refused then.
+    fn reserve_snapshot(&mut self, c: &SnapChunk) -> Result<(), u64> {
+        self.recovery.reserved.remove(&c.pg);
+        let (free, pending, held) = {
+            let store = self.store.borrow();
+            let held: u64 = store.object_sizes(c.pg).iter().map(|(_, b)| *b).sum();
+            (store.free_data_bytes(), store.pending_free_bytes(), held)
+        };
+        let available = (free + pending)
+            .saturating_sub(self.cfg.data_reserve_bytes)
+            .saturating_sub(self.recovery.reserved_bytes());
+        let needed = c.total_bytes.saturating_sub(held);
+        if needed > available {
+            tracing::warn!(pg = %c.pg, from = %c.from, total = c.total_bytes, held, available,
+                "refusing a snapshot: no room to reserve for it");
+            return Err(available);
+        }
+        self.recovery.reserved.insert(
+            c.pg,
+            Reservation {
+                total_bytes: needed,
+                staged_bytes: 0,
+                last_chunk_at: self.now,
+            },
+        );
+        Ok(())
+    }
+
+    /// The snapshot of `pg` was installed: its receiving state and reservation are done.
     pub(crate) fn snapshot_installed(&mut self, pg: PgId) {
         self.recovery.receiving.remove(&pg);
+        self.recovery.reserved.remove(&pg);
     }
 
     /// Per tick: abandon transfers that stopped making progress or whose PG this shard no
@@ -396,6 +555,28 @@ impl<D: Disk + 'static> ShardCore<D> {
             self.abandon_send(key);
             eff.probes.transfers_abandoned += 1;
         }
+        let now = self.now;
+        let pgs = &self.pgs;
+        self.recovery.too_full.retain(|(pg, _), t| {
+            pgs.get(pg).is_some_and(|h| h.replica.is_leader())
+                && now.since(t.refused_at) < TOOFULL_REPORT_MS * 1000
+        });
+        // A transfer whose chunks stopped coming (its sender abandoned it or lost the lead)
+        // gives back its reservation and its staged blocks; if it resumes, its next chunk is
+        // refused and the sender starts a new transfer from seq 0.
+        let idle: Vec<PgId> = self
+            .recovery
+            .reserved
+            .iter()
+            .filter(|(_, r)| now.since(r.last_chunk_at) >= RESERVATION_IDLE_MS * 1000)
+            .map(|(pg, _)| *pg)
+            .collect();
+        for pg in idle {
+            tracing::info!(%pg, "no snapshot chunk for {RESERVATION_IDLE_MS} ms; dropping what was staged");
+            self.recovery.reserved.remove(&pg);
+            self.recovery.receiving.remove(&pg);
+            self.store.borrow_mut().snapshot_abort(pg);
+        }
     }
 
     /// Forgets recovery state of a PG this shard no longer hosts.
@@ -403,5 +584,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         self.recovery.sending.retain(|(p, _), _| *p != pg);
         self.recovery.receiving.remove(&pg);
         self.recovery.done_bytes.remove(&pg);
+        self.recovery.too_full.retain(|(p, _), _| *p != pg);
+        self.recovery.reserved.remove(&pg);
     }
 }

@@ -822,6 +822,12 @@ impl Cluster {
         self.probes.add("wal.log_moved", p.log_rewrites);
         self.probes
             .add("wal.log_move_skipped", p.log_rewrites_skipped);
+        self.probes.add("admission.fenced", p.fenced);
+        self.probes.add("admission.held_for_term", p.held_for_term);
+        self.probes
+            .add("snapshot.backfill_too_full", p.backfill_too_full);
+        self.probes
+            .add("snapshot.backfill_refused", p.backfill_refused);
     }
 
     fn on_pg_event(&mut self, id: OsdId, pg: PgId, event: Event) {
@@ -1903,9 +1909,12 @@ fn trace_line(ev: &Ev) -> String {
                 c.data.len()
             ),
             Request::SnapAck {
-                transfer, seq, ok, ..
+                transfer,
+                seq,
+                verdict,
+                ..
             } => {
-                format!("packet {from}->{to} pg {pg} SnapAck transfer {transfer:#x} seq {seq} ok {ok}")
+                format!("packet {from}->{to} pg {pg} SnapAck transfer {transfer:#x} seq {seq} {verdict:?}")
             }
             other => format!("packet {from}->{to} pg {pg} {:?}", other.kind()),
         },

@@ -110,6 +110,22 @@ pub const PROBES: &[(&str, &str)] = &[
         "a follower took only the entries of an append that fit its WAL's room",
     ),
     (
+        "admission.fenced",
+        "a request refused by the map's image table (or a map older than an applied reclaim, or a new leader still applying)",
+    ),
+    (
+        "admission.held_for_term",
+        "a write waited until its PG's new leader applied the log it inherited",
+    ),
+    (
+        "snapshot.backfill_too_full",
+        "a member refused a snapshot for lack of space (the leader waits and retries)",
+    ),
+    (
+        "snapshot.backfill_refused",
+        "a shard refused to reserve room for a snapshot it was sent",
+    ),
+    (
         "admission.stale_epoch",
         "a request was refused with StaleEpoch (the client's and the OSD's maps disagree)",
     ),

@@ -169,6 +169,20 @@ pub struct HeartbeatRequest {
     pub uuid: String,
     #[serde(default)]
     pub pgs: Vec<PgIoCounters>,
+    /// Snapshot copies of PGs this OSD leads that a member refused for lack of space.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backfill_toofull: Vec<BackfillTooFull>,
+}
+
+/// A PG's leader could not start copying the PG to `osd` (a new or lagging member): `osd`
+/// has `free_bytes` for it where the copy needs `needed_bytes` (the health check
+/// `PG_BACKFILL_TOOFULL`). The leader asks again every few seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackfillTooFull {
+    pub pg: PgId,
+    pub osd: OsdId,
+    pub needed_bytes: u64,
+    pub free_bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

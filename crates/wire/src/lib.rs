@@ -48,4 +48,6 @@ pub use reply::{
     AllocatedRange, LeaderHint, ObjectDigest, Reply, Status, ADDRESS_BYTES_MAX,
     ALLOCATED_RANGES_MAX, DIGEST_OBJECTS_MAX, MESSAGE_BYTES_MAX,
 };
-pub use request::{ObjectAddr, RaftEnvelope, Request, SnapChunk, RAFT_BATCH_ENVELOPES_MAX};
+pub use request::{
+    ObjectAddr, RaftEnvelope, Request, SnapChunk, SnapVerdict, RAFT_BATCH_ENVELOPES_MAX,
+};

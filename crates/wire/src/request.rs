@@ -117,16 +117,39 @@ pub enum Request {
     /// "Snapshot transfer"). Chunks of one transfer carry consecutive `seq` from 0; the one
     /// with `last` set ends the transfer. `data` is a zero-copy slice of the payload.
     SnapChunk(SnapChunk),
-    /// The receiver's answer to chunks: every chunk up to `seq` is staged (`ok`), or the
-    /// transfer was refused and must restart (`!ok`).
+    /// The receiver's answer to chunks: every chunk up to `seq` is staged, or the transfer
+    /// was refused (see [`SnapVerdict`]).
     SnapAck {
         from: OsdId,
         to: OsdId,
         pg: PgId,
         transfer: u64,
         seq: u32,
-        ok: bool,
+        verdict: SnapVerdict,
     },
+}
+
+/// What a receiver says of a snapshot transfer in a `SnapAck`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapVerdict {
+    /// Refused: the sender starts a new transfer (the receiver restarted, or lost what it
+    /// staged).
+    Refused,
+    /// Every chunk up to the ack's `seq` is staged.
+    Staged,
+    /// The receiver cannot reserve the transfer's `total_bytes`: it has `free_bytes` for it.
+    /// The sender waits before it tries again (a backfill reservation refused).
+    TooFull { free_bytes: u64 },
+}
+
+impl SnapVerdict {
+    fn code(self) -> (u32, u64) {
+        match self {
+            SnapVerdict::Refused => (0, 0),
+            SnapVerdict::Staged => (1, 0),
+            SnapVerdict::TooFull { free_bytes } => (2, free_bytes),
+        }
+    }
 }
 
 /// See [`Request::SnapChunk`].
@@ -145,13 +168,16 @@ pub struct SnapChunk {
     pub image: ImageId,
     pub object_index: u64,
     pub offset: u64,
+    /// Bytes of the whole transfer (every object's extent): what the receiver reserves
+    /// before it stages the first chunk. The same in every chunk of a transfer.
+    pub total_bytes: u64,
     pub data: Bytes,
 }
 
 /// Bytes of the fixed part of `SnapChunk` before its data.
-const SNAP_CHUNK_FIXED_BYTES: usize = 72;
+const SNAP_CHUNK_FIXED_BYTES: usize = 80;
 /// Bytes of `SnapAck`.
-const SNAP_ACK_BYTES: usize = 32;
+const SNAP_ACK_BYTES: usize = 40;
 
 impl Request {
     /// The frame kind this request is sent as.
@@ -250,6 +276,7 @@ impl Request {
                 writer.put_u64(c.image.get());
                 writer.put_u64(c.object_index);
                 writer.put_u64(c.offset);
+                writer.put_u64(c.total_bytes);
                 writer.put_slice(&c.data);
             }
             Request::SnapAck {
@@ -258,14 +285,16 @@ impl Request {
                 pg,
                 transfer,
                 seq,
-                ok,
+                verdict,
             } => {
+                let (code, free_bytes) = verdict.code();
                 writer.put_u32(from.get());
                 writer.put_u32(to.get());
                 writer.put_pg(*pg);
                 writer.put_u64(*transfer);
                 writer.put_u32(*seq);
-                writer.put_u32(u32::from(*ok));
+                writer.put_u32(code);
+                writer.put_u64(free_bytes);
             }
         }
         writer.finish(self.kind(), request_id);
@@ -385,6 +414,7 @@ impl Request {
                 let image = reader.image()?;
                 let object_index = reader.u64("object index")?;
                 let offset = reader.u64("offset")?;
+                let total_bytes = reader.u64("total bytes")?;
                 let data = reader.bytes(reader.remaining(), "data")?;
                 reader.finish()?;
                 Request::SnapChunk(SnapChunk {
@@ -399,6 +429,7 @@ impl Request {
                     image,
                     object_index,
                     offset,
+                    total_bytes,
                     data,
                 })
             }
@@ -409,15 +440,31 @@ impl Request {
                 let pg = reader.pg()?;
                 let transfer = reader.u64("transfer")?;
                 let seq = reader.u32("seq")?;
-                let ok = read_flag(&mut reader, "ok")?;
+                let code = reader.u32("verdict")?;
+                let free_bytes = reader.u64("free bytes")?;
                 reader.finish()?;
+                let verdict = match (code, free_bytes) {
+                    (0, 0) => SnapVerdict::Refused,
+                    (1, 0) => SnapVerdict::Staged,
+                    (2, free_bytes) => SnapVerdict::TooFull { free_bytes },
+                    (0 | 1, _) => {
+                        return Err(WireError::Invalid(format!(
+                            "SnapAck verdict {code} with free bytes {free_bytes} (must be 0)"
+                        )))
+                    }
+                    _ => {
+                        return Err(WireError::Invalid(format!(
+                            "SnapAck verdict {code} (0, 1 or 2)"
+                        )))
+                    }
+                };
                 Request::SnapAck {
                     from,
                     to,
                     pg,
                     transfer,
                     seq,
-                    ok,
+                    verdict,
                 }
             }
             Kind::Reply => {

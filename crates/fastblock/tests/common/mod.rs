@@ -477,7 +477,7 @@ impl FakeOsd {
             while beating.load(Ordering::Relaxed) {
                 let req = HeartbeatRequest {
                     uuid: uuid.clone(),
-                    pgs: Vec::new(),
+                    ..Default::default()
                 };
                 let _ = client.heartbeat(id, &req).await;
                 tokio::time::sleep(Duration::from_millis(300)).await;

@@ -19,7 +19,9 @@ use crate::region::RegionDisk;
 use fastblock_pg::PgConfig;
 use fastblock_shard::{Micros, RecoveryLimits, ShardFailure};
 use fastblock_store::{Store, StoreOptions, UringDisk};
-use fastblock_types::api::{LeaderElectedRequest, MembershipFinishedRequest, PgIoCounters};
+use fastblock_types::api::{
+    BackfillTooFull, LeaderElectedRequest, MembershipFinishedRequest, PgIoCounters,
+};
 use fastblock_types::map::ClusterMap;
 use fastblock_types::{OsdId, PgId};
 use std::path::PathBuf;
@@ -55,9 +57,17 @@ pub struct ShardSpec {
     pub stages: crate::stages::ShardStages,
 }
 
+/// What a shard reports for the heartbeat.
+pub struct ShardStats {
+    /// IO counters and recovery progress of the PGs it leads.
+    pub pgs: Vec<PgIoCounters>,
+    /// Snapshot copies of those PGs that a member refused for lack of space.
+    pub backfill_toofull: Vec<BackfillTooFull>,
+}
+
 pub enum ShardCommand {
     Map(Arc<ClusterMap>),
-    Stats(oneshot::Sender<Vec<PgIoCounters>>),
+    Stats(oneshot::Sender<ShardStats>),
     Shutdown(oneshot::Sender<()>),
 }
 

@@ -32,7 +32,7 @@
 //! `IoError` itself, and the control task, told at once, stops the OSD.
 
 use super::net::{self, InputQueue, Outbox, PeerLink, SharedOutbox, OUT_BYTES_MAX};
-use super::{Clock, ShardCommand, ShardDisk, ShardEvent, ShardSpec, ShardStore};
+use super::{Clock, ShardCommand, ShardDisk, ShardEvent, ShardSpec, ShardStats, ShardStore};
 use crate::region::RegionDisk;
 use crate::stages::Stage;
 use bytes::BytesMut;
@@ -227,7 +227,12 @@ impl Runtime {
                         }
                         batch.push(Input::Map(map));
                     }
-                    Some(ShardCommand::Stats(reply)) => { let _ = reply.send(self.core.stats()); }
+                    Some(ShardCommand::Stats(reply)) => {
+                        let _ = reply.send(ShardStats {
+                            pgs: self.core.stats(),
+                            backfill_toofull: self.core.backfill_too_full(),
+                        });
+                    }
                     Some(ShardCommand::Shutdown(done)) => {
                         self.shutdown();
                         let _ = done.send(());

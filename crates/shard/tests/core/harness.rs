@@ -392,13 +392,39 @@ impl Cluster {
         }
     }
 
-    /// Advances time by one tick (100 ms) and ticks every core, then settles.
-    pub fn tick(&mut self) {
+    /// Delivers the oldest frame in flight (dropped if either end is cut); returns whether
+    /// there was one.
+    pub fn deliver_one(&mut self) -> bool {
+        let Some((from, to, req)) = self.wire.pop_front() else {
+            return false;
+        };
+        if !self.cut.contains(&from) && !self.cut.contains(&to) && self.cores.contains_key(&to) {
+            let arrived = self.now;
+            self.step(
+                to.0,
+                Input::Request {
+                    conn: peer_conn(from),
+                    request_id: 0,
+                    req,
+                    arrived,
+                },
+            );
+        }
+        true
+    }
+
+    /// Advances time by one tick (100 ms) and ticks every core, delivering nothing.
+    pub fn tick_only(&mut self) {
         self.now = Micros(self.now.0 + 100_000);
         let ids: Vec<u32> = self.cores.keys().map(|o| o.0).collect();
         for id in ids {
             self.step(id, Input::Tick);
         }
+    }
+
+    /// Advances time by one tick (100 ms) and ticks every core, then settles.
+    pub fn tick(&mut self) {
+        self.tick_only();
         self.settle();
     }
 

@@ -5,7 +5,7 @@ mod harness;
 
 use fastblock_shard::{Effects, Input, Micros, Report, ShardConfig, Stage};
 use fastblock_types::OsdId;
-use fastblock_wire::{Reply, Request, Status};
+use fastblock_wire::{Reply, Request, SnapVerdict, Status};
 use harness::{pg, read, write, Cluster};
 
 fn status(reply: Option<&Reply>) -> Option<Status> {
@@ -557,6 +557,7 @@ fn a_flush_gives_back_an_aborted_transfers_staging_though_nothing_was_applied() 
             image: harness::addr(pg(0), 0).image,
             object_index: 0,
             offset: 0,
+            total_bytes: 8192,
             data: vec![7u8; 8192].into(),
         })
     };
@@ -571,9 +572,13 @@ fn a_flush_gives_back_an_aborted_transfers_staging_though_nothing_was_applied() 
             },
         );
         assert!(
-            eff.peers
-                .iter()
-                .any(|p| matches!(p.req, Request::SnapAck { ok: true, .. })),
+            eff.peers.iter().any(|p| matches!(
+                p.req,
+                Request::SnapAck {
+                    verdict: SnapVerdict::Staged,
+                    ..
+                }
+            )),
             "transfer {transfer}: chunk staged"
         );
     }
@@ -706,4 +711,248 @@ fn a_reclaim_is_applied_through_the_log_and_reported_once_per_pg() {
         c.reply(r) == Some(&Reply::Data(want.into())),
         "the tail past the cut reads zeros"
     );
+}
+
+#[test]
+fn a_map_older_than_an_applied_reclaim_admits_no_io_until_the_newer_map_arrives() {
+    use fastblock_types::map::ReclaimEntry;
+    let mut c = single();
+    let id = harness::IMAGE.0;
+    c.map(map_with_images(2, Some(256 << 10), id + 1, Vec::new()));
+    let w = c.request(1, write(pg(0), 0, 0, &[7u8; 4096], 2));
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    // A reclaim recorded at epoch 9 reaches this leader through its log while its own map
+    // is at epoch 3 (as when an earlier leader proposed it): the map may still show the
+    // image's old size, so nothing is admitted from it.
+    let entry = ReclaimEntry {
+        id: 4,
+        pool: pg(0).pool,
+        image: harness::IMAGE,
+        image_name: "img".into(),
+        object_size_bytes: 64 << 10,
+        from_bytes: 128 << 10,
+        to_bytes: 256 << 10,
+        reason: "image shrunk".into(),
+        epoch: fastblock_types::Epoch(9),
+        done_pgs: Default::default(),
+    };
+    c.map(map_with_images(3, Some(256 << 10), id + 1, vec![entry]));
+    c.tick();
+    assert_eq!(c.probe(1, |p| p.reclaims_applied), 1);
+    for r in [
+        c.request(1, write(pg(0), 3, 0, &[1u8; 4096], 3)),
+        c.request(1, read(pg(0), 0, 0, 4096, 3)),
+    ] {
+        assert_eq!(status(c.reply(r)), Some(Status::StaleEpoch));
+    }
+    // The map of the reclaim's epoch (the image at its new size) lets IO in again, and it
+    // refuses the range the reclaim deleted.
+    c.map(map_with_images(9, Some(128 << 10), id + 1, Vec::new()));
+    let r = c.request(1, read(pg(0), 0, 0, 4096, 9));
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![7u8; 4096].into())));
+    let beyond = c.request(1, write(pg(0), 3, 0, &[1u8; 4096], 9));
+    assert_eq!(status(c.reply(beyond)), Some(Status::OutOfRange));
+}
+
+// ---- backfill reservation (`fastblock_shard::recovery`) ----
+
+/// The first chunk of a transfer from osd 1 to osd 2 for PG 0, announcing `total_bytes`.
+fn first_chunk(transfer: u64, total_bytes: u64) -> Request {
+    Request::SnapChunk(fastblock_wire::SnapChunk {
+        from: OsdId(1),
+        to: OsdId(2),
+        pg: pg(0),
+        transfer,
+        index: 10,
+        term: 1,
+        seq: 0,
+        last: false,
+        image: harness::addr(pg(0), 0).image,
+        object_index: 0,
+        offset: 0,
+        total_bytes,
+        data: vec![7u8; 8192].into(),
+    })
+}
+
+/// Delivers `req` to `id` as a frame from a peer; returns that step's effects.
+fn from_peer(c: &mut Cluster, id: u32, req: Request) -> Effects {
+    let arrived = c.now;
+    c.step(
+        id,
+        Input::Request {
+            conn: 9,
+            request_id: 0,
+            req,
+            arrived,
+        },
+    )
+}
+
+/// Ticks until `done` holds (at most `ticks_max` ticks of 100 ms).
+fn tick_until(c: &mut Cluster, ticks_max: usize, what: &str, done: impl Fn(&Cluster) -> bool) {
+    for _ in 0..ticks_max {
+        if done(c) {
+            return;
+        }
+        c.tick();
+    }
+    panic!("{what}: not within {ticks_max} ticks");
+}
+
+fn ack_verdict(eff: &Effects) -> Option<SnapVerdict> {
+    eff.peers.iter().find_map(|p| match p.req {
+        Request::SnapAck { verdict, .. } => Some(verdict),
+        _ => None,
+    })
+}
+
+/// Goal: a member reserves room for a whole snapshot before it stages any of it, refuses
+/// one it cannot hold (saying how much it has), and that room is not given to client writes
+/// while the transfer runs.
+#[test]
+fn a_snapshot_is_refused_too_full_unless_its_whole_size_can_be_reserved() {
+    let mut c = Cluster::new(&[1, 2]);
+    // Osd 1 is cut off: only the test's chunks reach osd 2.
+    c.cut.insert(OsdId(1));
+    c.map(harness::map(1, &[1, 2], &[(0, &[1], &[1, 2])]));
+    let free = c.core(2).store().free_data_bytes();
+    let reserve = c.core(2).config().data_reserve_bytes;
+    let room = free - reserve;
+    let eff = from_peer(&mut c, 2, first_chunk(100, room + (1 << 20)));
+    match ack_verdict(&eff) {
+        Some(SnapVerdict::TooFull { free_bytes }) => assert_eq!(free_bytes, room),
+        other => panic!("expected TooFull, got {other:?}"),
+    }
+    assert_eq!(
+        c.core(2).store().free_data_bytes(),
+        free,
+        "nothing was staged for the refused transfer"
+    );
+    assert_eq!(c.probe(2, |p| p.backfill_refused), 1);
+    // One that fits is staged, and its room is held: client writes on osd 2 see it taken.
+    let eff = from_peer(&mut c, 2, first_chunk(101, room - (16 << 10)));
+    assert_eq!(ack_verdict(&eff), Some(SnapVerdict::Staged));
+    c.map(harness::map(
+        2,
+        &[1, 2],
+        &[(0, &[1], &[1, 2]), (1, &[2], &[])],
+    ));
+    c.elect(2, pg(1));
+    // 16 KiB of the room are not reserved: a 32 KiB write does not fit beside the transfer.
+    let w = c.request(2, write(pg(1), 0, 0, &[1u8; 32 << 10], 2));
+    assert_eq!(status(c.reply(w)), Some(Status::NoSpace));
+    let w = c.request(2, write(pg(1), 0, 0, &[1u8; 8 << 10], 2));
+    assert_eq!(
+        c.reply(w),
+        Some(&Reply::Ok),
+        "a write that fits beside it is taken"
+    );
+}
+
+/// Goal: a leader whose member refused a snapshot for lack of space reports it
+/// (`backfill_too_full`), sends nothing more until its retry time, and tries again then.
+#[test]
+fn a_leader_waits_after_a_too_full_refusal_and_reports_it() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(harness::map(1, &[1, 2], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    for object in 0..10 {
+        let w = c.request(1, write(pg(0), object, 0, &[3u8; 32 << 10], 1));
+        assert_eq!(c.reply(w), Some(&Reply::Ok));
+    }
+    // Fill osd 2 so that the PG cannot be reserved there: a second PG it leads alone.
+    c.map(harness::map(2, &[1, 2], &[(0, &[1], &[]), (1, &[2], &[])]));
+    c.elect(2, pg(1));
+    let reserve = c.core(2).config().data_reserve_bytes;
+    let mut object = 0;
+    while c.core(2).store().free_data_bytes() > reserve + (256 << 10) {
+        let w = c.request(2, write(pg(1), object, 0, &[9u8; 32 << 10], 2));
+        assert_eq!(c.reply(w), Some(&Reply::Ok), "filling osd 2");
+        object += 1;
+    }
+    // PG 0 gains osd 2: the leader's snapshot is refused.
+    c.map(harness::map(
+        3,
+        &[1, 2],
+        &[(0, &[1], &[1, 2]), (1, &[2], &[])],
+    ));
+    tick_until(&mut c, 400, "a too-full refusal", |c| {
+        !c.core(1).backfill_too_full().is_empty()
+    });
+    let refused = c.core(1).backfill_too_full();
+    assert_eq!(refused.len(), 1);
+    assert_eq!((refused[0].pg, refused[0].osd), (pg(0), OsdId(2)));
+    assert!(refused[0].needed_bytes >= 10 * (32 << 10));
+    assert!(refused[0].free_bytes < refused[0].needed_bytes);
+    // No chunk goes to osd 2 before the retry time; after it, a new transfer is tried.
+    let retry_ticks = (fastblock_shard::recovery::BACKFILL_RETRY_MS / 100) as usize;
+    let started = c.probe(1, |p| p.transfers_started);
+    for _ in 0..retry_ticks / 2 {
+        c.tick();
+    }
+    assert_eq!(c.probe(1, |p| p.transfers_started), started);
+    tick_until(
+        &mut c,
+        retry_ticks,
+        "a new transfer after the retry time",
+        |c| c.probe(1, |p| p.transfers_started) > started,
+    );
+    assert!(c.probe(1, |p| p.backfill_too_full) >= 2);
+}
+
+/// Goal: a new leader admits no write before it has applied the log it inherited (a reclaim
+/// committed by the leader before it may be in it, and the fencing must see it), and the
+/// writes that arrive meanwhile wait instead of failing. Method: osd 1 leads PG 0 of three,
+/// then is cut off; the moment another OSD wins the election (frames delivered one at a
+/// time), the remaining follower is cut off too, so the new leader cannot commit its term's
+/// first entry. A write sent to it gets no answer; once the follower is back, it is
+/// answered Ok.
+#[test]
+fn a_new_leader_holds_writes_until_it_applied_the_log_it_inherited() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    let mut m = (*harness::map(1, &[1, 2, 3], &[(0, &[1, 2, 3], &[])])).clone();
+    m.images = map_with_images(1, Some(1 << 30), harness::IMAGE.0 + 1, Vec::new())
+        .images
+        .clone();
+    c.map(std::sync::Arc::new(m));
+    let leads = |c: &Cluster, id: u32| c.core(id).replica(pg(0)).is_some_and(|r| r.is_leader());
+    tick_until(&mut c, 100, "a leader", |c| (1..=3).any(|id| leads(c, id)));
+    let first = (1..=3).find(|id| leads(&c, *id)).unwrap();
+    let w = c.request(first, write(pg(0), 0, 0, &[1u8; 4096], 1));
+    c.settle();
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    c.cut.insert(OsdId(first));
+    let others: Vec<u32> = (1..=3).filter(|id| *id != first).collect();
+    let mut new = None;
+    for _ in 0..100_000 {
+        new = others.iter().copied().find(|id| leads(&c, *id));
+        if new.is_some() {
+            break;
+        }
+        if !c.deliver_one() {
+            c.tick_only();
+        }
+    }
+    let new = new.expect("one of the others is elected");
+    let follower = others.into_iter().find(|id| *id != new).unwrap();
+    c.cut.insert(OsdId(follower));
+    let last_index = |c: &Cluster| {
+        let r = c.core(new).replica(pg(0)).unwrap();
+        r.raw_node().raft.raft_log.last_index()
+    };
+    let before = last_index(&c);
+    let w = c.request(new, write(pg(0), 1, 0, &[2u8; 4096], 1));
+    c.settle();
+    assert_eq!(c.reply(w), None, "held, not refused");
+    assert_eq!(last_index(&c), before, "not proposed yet");
+    assert!(c.probe(new, |p| p.held_for_term) >= 1);
+    c.cut.remove(&OsdId(follower));
+    for _ in 0..50 {
+        if c.reply(w).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
 }

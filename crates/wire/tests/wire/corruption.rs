@@ -496,3 +496,39 @@ fn digest_counts_are_checked_before_allocating() {
         })
     ));
 }
+
+/// A SnapAck's verdict is 0, 1 or 2, and only "too full" (2) carries free bytes: any other
+/// combination has no meaning and is refused, so each ack has one encoding.
+#[test]
+fn snap_ack_verdicts_and_their_free_bytes_are_checked() {
+    let payload = |verdict: u32, free_bytes: u64| {
+        let mut p = Vec::new();
+        p.extend_from_slice(&2u32.to_le_bytes()); // from
+        p.extend_from_slice(&1u32.to_le_bytes()); // to
+        p.extend_from_slice(&1u32.to_le_bytes()); // pool
+        p.extend_from_slice(&3u32.to_le_bytes()); // seq
+        p.extend_from_slice(&9u64.to_le_bytes()); // transfer
+        p.extend_from_slice(&0u32.to_le_bytes()); // ack seq
+        p.extend_from_slice(&verdict.to_le_bytes());
+        p.extend_from_slice(&free_bytes.to_le_bytes());
+        p
+    };
+    let decode = |v, f| Request::decode(&frame(Kind::SnapAck, payload(v, f)));
+    match decode(2, 4096) {
+        Ok(Request::SnapAck {
+            verdict: fastblock_wire::SnapVerdict::TooFull { free_bytes: 4096 },
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        decode(1, 0),
+        Ok(Request::SnapAck {
+            verdict: fastblock_wire::SnapVerdict::Staged,
+            ..
+        })
+    ));
+    assert!(is_invalid(decode(1, 5), "free bytes"));
+    assert!(is_invalid(decode(0, 5), "free bytes"));
+    assert!(is_invalid(decode(3, 0), "verdict 3"));
+}

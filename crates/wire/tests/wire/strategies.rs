@@ -4,7 +4,7 @@ use bytes::Bytes;
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
 use fastblock_wire::{
     AllocatedRange, LeaderHint, ObjectAddr, ObjectDigest, RaftEnvelope, Reply, Request, SnapChunk,
-    Status,
+    SnapVerdict, Status,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -103,6 +103,7 @@ pub fn request() -> impl Strategy<Value = Request> {
                 any::<u64>(),
                 any::<u64>(),
                 any::<u64>(),
+                any::<u64>(),
                 vec(any::<u8>(), 0..300)
             ),
         )
@@ -110,7 +111,7 @@ pub fn request() -> impl Strategy<Value = Request> {
                 |(
                     (from, to, pg, transfer),
                     (index, term, seq, last),
-                    (image, object_index, offset, data),
+                    (image, object_index, offset, total_bytes, data),
                 )| {
                     Request::SnapChunk(SnapChunk {
                         from: OsdId(from),
@@ -124,6 +125,7 @@ pub fn request() -> impl Strategy<Value = Request> {
                         image: ImageId(image),
                         object_index,
                         offset,
+                        total_bytes,
                         data: Bytes::from(data),
                     })
                 }
@@ -134,15 +136,21 @@ pub fn request() -> impl Strategy<Value = Request> {
             pg(),
             any::<u64>(),
             any::<u32>(),
-            any::<bool>()
+            (0u8..3, any::<u64>())
         )
-            .prop_map(|(from, to, pg, transfer, seq, ok)| Request::SnapAck {
-                from: OsdId(from),
-                to: OsdId(to),
-                pg,
-                transfer,
-                seq,
-                ok
+            .prop_map(|(from, to, pg, transfer, seq, (code, free_bytes))| {
+                Request::SnapAck {
+                    from: OsdId(from),
+                    to: OsdId(to),
+                    pg,
+                    transfer,
+                    seq,
+                    verdict: match code {
+                        0 => SnapVerdict::Refused,
+                        1 => SnapVerdict::Staged,
+                        _ => SnapVerdict::TooFull { free_bytes },
+                    },
+                }
             }),
     ]
 }
