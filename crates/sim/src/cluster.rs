@@ -15,7 +15,7 @@
 use crate::checker::{AppliedEntry, Safety};
 use crate::model::{decode_block, stamp_block, At, Found, ImageModel, BLOCK_BYTES};
 use crate::node::{ClientReply, ClientTag, Node, PEER_CONN};
-use crate::options::{RngExt, SimOptions, MS};
+use crate::options::{RngExt, SimOptions, MS, SEC};
 use crate::probes::Probes;
 use bytes::{Bytes, BytesMut};
 use fastblock_client::policy::{classify, Pacer, Retry, Verdict};
@@ -26,7 +26,7 @@ use fastblock_shard::{Effects, Input, Micros, PeerSend, Report};
 use fastblock_store::ObjectId;
 use fastblock_types::api::{
     BootRequest, CreateImageRequest, CreatePoolRequest, LeaderElectedRequest,
-    MembershipFinishedRequest,
+    MembershipFinishedRequest, ResizeImageRequest,
 };
 use fastblock_types::map::{ClusterMap, FailureDomain, PgInfo};
 use fastblock_types::rng::SplitMix64;
@@ -127,6 +127,15 @@ enum Ev {
     },
     FaultsEnd,
     LivenessCheck,
+    /// The monitor cuts the image's tail (`SimOptions::shrink_at_us`).
+    Shrink,
+    /// The leader of `pg` confirms to the monitor that reclaim `id` is done there.
+    MonReclaimDone {
+        pg: PgId,
+        id: u64,
+    },
+    /// The monitor grows the image back to its full size.
+    Regrow,
 }
 
 #[derive(Clone, Debug)]
@@ -138,6 +147,9 @@ enum ClientOpKind {
 #[derive(Clone, Debug)]
 struct ClientOp {
     kind: ClientOpKind,
+    /// Issued over the image's full size while it was shrunk (a client with an old handle):
+    /// the OSDs may refuse it as beyond the end.
+    beyond: bool,
     pg: PgId,
     object: ObjectRef,
     offset: u32,
@@ -208,6 +220,10 @@ pub struct Cluster {
     faults_end_us: u64,
     clients: Vec<Client>,
     model: ImageModel,
+    /// The image's size as the monitor has it now, in blocks (clients stay within it, but
+    /// for `SimOptions::stale_size_pct` of their operations).
+    size_blocks: u64,
+    shrink: Option<Shrink>,
     safety: Safety,
     pub probes: Probes,
     /// Link → highest link sequence number delivered (reordering probe).
@@ -225,6 +241,19 @@ pub struct Cluster {
     failure: Option<String>,
     done: bool,
     trace: bool,
+}
+
+/// The image's tail being deleted after a shrink.
+#[derive(Clone, Copy, Debug)]
+struct Shrink {
+    reclaim: u64,
+    /// The model's zeroing of the tail.
+    zeroing: u64,
+    first_block: u64,
+    /// Every PG confirmed the deletion (the monitor dropped the entry).
+    done_at: Option<At>,
+    /// The monitor grew the image back.
+    regrown_at: Option<At>,
 }
 
 fn uuid_of(id: u32) -> String {
@@ -298,6 +327,8 @@ impl Cluster {
             faults_end_us: o.fault_phase_us,
             clients: (0..o.clients).map(|_| Client::default()).collect(),
             model: ImageModel::new(IMAGE.0),
+            size_blocks: o.objects * o.object_bytes / BLOCK_BYTES as u64,
+            shrink: None,
             safety: Safety::default(),
             probes: Probes::default(),
             link_sent: BTreeMap::new(),
@@ -337,6 +368,10 @@ impl Cluster {
         }
         let end = c.faults_end_us;
         c.at(end, Ev::FaultsEnd);
+        if c.o.shrink_at_us > 0 {
+            let at = c.o.shrink_at_us;
+            c.at(at, Ev::Shrink);
+        }
         Ok(c)
     }
 
@@ -497,6 +532,9 @@ impl Cluster {
             }
             Ev::FaultsEnd => self.on_faults_end(),
             Ev::LivenessCheck => self.on_liveness_check(),
+            Ev::Shrink => self.on_shrink(),
+            Ev::MonReclaimDone { pg, id } => self.on_reclaim_done(pg, id),
+            Ev::Regrow => self.on_regrow(),
         }
     }
 
@@ -720,10 +758,15 @@ impl Cluster {
                     let d = self.rng.range(MS, 20 * MS);
                     self.after(d, Ev::MonFinished { pg, req });
                 }
-                // The simulator's maps carry no reclaim entries: nothing to confirm.
-                Report::ReclaimDone { pg, id: reclaim } => self.fail(format!(
-                    "osd {id}: reclaim {reclaim} of pg {pg} reported, none was asked"
-                )),
+                Report::ReclaimDone { pg, id: reclaim } => {
+                    if self.shrink.is_none_or(|s| s.reclaim != reclaim) {
+                        self.fail(format!(
+                            "osd {id}: reclaim {reclaim} of pg {pg} reported, none was asked"
+                        ));
+                    }
+                    let d = self.rng.range(MS, 20 * MS);
+                    self.after(d, Ev::MonReclaimDone { pg, id: reclaim });
+                }
                 Report::Fatal(failure) => fatal = Some(failure),
             }
         }
@@ -875,6 +918,93 @@ impl Cluster {
                 false
             }
         }
+    }
+
+    /// The image's size in bytes, as the clients' objects lay it out.
+    fn full_bytes(&self) -> u64 {
+        self.o.objects * self.o.object_bytes
+    }
+
+    /// Cuts the image's tail: the monitor records the reclaim, the model a zeroing of the
+    /// tail that lasts until every PG confirmed it.
+    fn on_shrink(&mut self) {
+        let to = self.o.shrink_to_bytes;
+        let shrunk = self.mon_op(|m| {
+            m.resize_image(
+                "sim",
+                "sim",
+                &ResizeImageRequest {
+                    size_bytes: to,
+                    allow_shrink: true,
+                },
+            )
+            .map(|_| ())
+            .map_err(|e| e.message)
+        });
+        let reclaim = self.mon.reclaim.keys().next_back().copied();
+        let (true, Some(reclaim)) = (shrunk, reclaim) else {
+            self.fail(format!(
+                "the monitor refused to shrink the image to {to} bytes"
+            ));
+            return;
+        };
+        self.probes.hit("reclaim.shrunk");
+        let first_block = to / BLOCK_BYTES as u64;
+        let blocks = self.full_bytes() / BLOCK_BYTES as u64 - first_block;
+        let zeroing = self.model.begin_zeroing(self.at_now(), first_block, blocks);
+        self.size_blocks = first_block;
+        self.shrink = Some(Shrink {
+            reclaim,
+            zeroing,
+            first_block,
+            done_at: None,
+            regrown_at: None,
+        });
+    }
+
+    /// A PG leader's confirmation reaches the monitor; once every PG confirmed, the tail is
+    /// gone (the model's zeroing is acknowledged) and the image grows back a little later.
+    fn on_reclaim_done(&mut self, pg: PgId, id: u64) {
+        self.mon_op(|m| m.reclaim_pg_done(id, pg).map(|_| ()).map_err(|e| e.message));
+        let Some(shrink) = self.shrink else { return };
+        if shrink.done_at.is_none() && !self.mon.reclaim.contains_key(&shrink.reclaim) {
+            let now = self.at_now();
+            self.model.ack(shrink.zeroing, now);
+            self.shrink = Some(Shrink {
+                done_at: Some(now),
+                ..shrink
+            });
+            self.probes.hit("reclaim.done");
+            let d = self.rng.range(0, 2 * SEC);
+            self.after(d, Ev::Regrow);
+        }
+    }
+
+    fn on_regrow(&mut self) {
+        let full = self.full_bytes();
+        let grown = self.mon_op(|m| {
+            m.resize_image(
+                "sim",
+                "sim",
+                &ResizeImageRequest {
+                    size_bytes: full,
+                    allow_shrink: false,
+                },
+            )
+            .map(|_| ())
+            .map_err(|e| e.message)
+        });
+        let Some(shrink) = self.shrink else { return };
+        if !grown {
+            self.fail("the monitor refused to grow the image back after its reclaim".into());
+            return;
+        }
+        self.size_blocks = full / BLOCK_BYTES as u64;
+        self.shrink = Some(Shrink {
+            regrown_at: Some(self.at_now()),
+            ..shrink
+        });
+        self.probes.hit("reclaim.regrown");
     }
 
     /// Sends a new map to every running node (each gets it after its own delay; a node that
@@ -1283,13 +1413,26 @@ impl Cluster {
         let blocks = self
             .rng
             .range(1, self.o.write_blocks_max.min(blocks_per_object - block));
+        // Within the image's current size, but for a stale client's share while it is shrunk.
+        let full_blocks = self.full_bytes() / BLOCK_BYTES as u64;
+        let beyond = self.size_blocks < full_blocks && self.rng.chance_pct(self.o.stale_size_pct);
+        let (object, block, blocks) = if beyond {
+            (object, block, blocks)
+        } else {
+            let first = (object * blocks_per_object + block) % self.size_blocks;
+            let block = first % blocks_per_object;
+            let room = (blocks_per_object - block).min(self.size_blocks - first);
+            (first / blocks_per_object, block, blocks.min(room))
+        };
         let read_pct = if client == 0 && self.o.reader_client {
             100
         } else {
             self.o.read_pct
         };
         let write = !self.rng.chance_pct(read_pct);
-        self.clients[c].op = Some(self.new_op(write, object, block, blocks));
+        let mut op = self.new_op(write, object, block, blocks);
+        op.beyond = beyond;
+        self.clients[c].op = Some(op);
         self.clients[c].pacer = Some(Pacer::new(self.rng.next_u64()));
         self.clients[c].map = self.current_map();
         self.send_attempt(client);
@@ -1320,6 +1463,7 @@ impl Cluster {
         };
         ClientOp {
             kind,
+            beyond: false,
             pg: object_pg(self.pool, self.o.pg_count, IMAGE, object),
             object: ObjectRef {
                 image: IMAGE,
@@ -1445,7 +1589,7 @@ impl Cluster {
             .op
             .clone()
             .expect("current attempt has an op");
-        if let Err(m) = expected_reply(&reply, &op.kind) {
+        if let Err(m) = expected_reply(&reply, &op.kind, self.may_be_beyond(&op)) {
             self.fail(format!("client {}: {m} (to {op:?})", tag.client));
             return;
         }
@@ -1461,6 +1605,10 @@ impl Cluster {
         }
         match (reply, &op.kind) {
             (ClientReply::Osd(Reply::Ok), ClientOpKind::Write { id, .. }) => {
+                if let Some(m) = self.beyond_the_end(&op) {
+                    self.fail(format!("client {}: {m}", tag.client));
+                    return;
+                }
                 self.model.ack(*id, self.at_now());
                 self.finish_op(tag.client);
             }
@@ -1534,9 +1682,13 @@ impl Cluster {
             }
             Verdict::Fail(status, message) => {
                 // The library hands the error to its caller. Once the faults have stopped,
-                // nothing may fail an operation: every OSD is back and has room.
+                // nothing may fail an operation: every OSD is back and has room. An operation
+                // beyond the end of the shrunk image is refused (`OutOfRange`), or one issued
+                // before the shrink and retried after it.
                 self.probes.hit("client.failed");
-                if op.started >= self.faults_end_us {
+                if status == fastblock_wire::Status::OutOfRange && self.may_be_beyond(op) {
+                    self.probes.hit("reclaim.beyond_refused");
+                } else if op.started >= self.faults_end_us {
                     self.fail(format!(
                         "client {client}: {status:?} ({message}) for an operation on pg {} \
                          issued at {} after the faults stopped",
@@ -1552,6 +1704,34 @@ impl Cluster {
         };
         let pause = self.pause(client, retry);
         self.retry(client, pause);
+    }
+
+    /// Whether `op` touches the image's cut tail and was issued before the image grew back:
+    /// an OSD may refuse it as beyond the end.
+    fn may_be_beyond(&self, op: &ClientOp) -> bool {
+        self.shrink.is_some_and(|s| {
+            op.first_block + op.blocks > s.first_block
+                && s.regrown_at.is_none_or(|r| op.started < r.us)
+        })
+    }
+
+    /// Why an acknowledged write `op` must not have been: its last attempt began after every
+    /// PG had deleted the cut tail and it was acknowledged before the image grew back, yet it
+    /// covers the tail (a leader admitted it from a map older than the shrink).
+    fn beyond_the_end(&self, op: &ClientOp) -> Option<String> {
+        let s = self.shrink?;
+        let done = s.done_at?;
+        let now = self.at_now();
+        let open = op.attempt_started > done && s.regrown_at.is_none_or(|r| now < r);
+        (open && op.first_block + op.blocks > s.first_block).then(|| {
+            format!(
+                "a write of blocks {}..{} was acknowledged at {now:?} although the image ends at \
+                 block {} since the shrink, whose deletion finished at {done:?}",
+                op.first_block,
+                op.first_block + op.blocks,
+                s.first_block
+            )
+        })
     }
 
     /// The client's next pause, from the library's pacer, in virtual microseconds.
@@ -1636,6 +1816,17 @@ impl Cluster {
             .find(|(_, c)| !c.stopped || c.op.is_some())
         {
             return format!("client {i} still busy: {:?}", c.op);
+        }
+        if let Some(shrink) = self.shrink.filter(|s| s.regrown_at.is_none()) {
+            let pending = self.mon.reclaim.get(&shrink.reclaim);
+            return format!(
+                "the image was not grown back: reclaim {} {}",
+                shrink.reclaim,
+                pending.map_or("is done".to_string(), |r| format!(
+                    "still waits for PGs (done: {:?})",
+                    r.done_pgs
+                ))
+            );
         }
         for (pg, info) in self.pg_infos() {
             if let Err(why) = self.pg_settled(pg, &info) {
@@ -1732,6 +1923,9 @@ impl Cluster {
         if self.clients.iter().any(|c| !c.stopped || c.op.is_some()) {
             return Ok(false);
         }
+        if self.shrink.is_some_and(|s| s.regrown_at.is_none()) {
+            return Ok(false);
+        }
         let infos = self.pg_infos();
         for (pg, info) in &infos {
             if self.pg_settled(*pg, info).is_err() {
@@ -1803,8 +1997,17 @@ impl Cluster {
 /// Whether a client of this simulation can get `reply` for an operation of `kind`: the
 /// success of its kind, an error the library retries, or one it hands to its caller that a
 /// fault can cause (`NoSpace`, `IoError`). Anything else is a bug.
-fn expected_reply(reply: &ClientReply, kind: &ClientOpKind) -> Result<(), String> {
+/// Whether `reply` is one the OSDs may give to an operation `kind`; `beyond`: the operation
+/// touches the image's cut tail (see `Cluster::may_be_beyond`).
+fn expected_reply(reply: &ClientReply, kind: &ClientOpKind, beyond: bool) -> Result<(), String> {
     match (reply, kind) {
+        (
+            ClientReply::Osd(Reply::Error {
+                status: Status::OutOfRange,
+                ..
+            }),
+            _,
+        ) if beyond => Ok(()),
         (ClientReply::Refused(_), _)
         | (ClientReply::Osd(Reply::Ok), ClientOpKind::Write { .. })
         | (ClientReply::Osd(Reply::Data(_)), ClientOpKind::Read) => Ok(()),

@@ -14,8 +14,10 @@
 //!   `w` had already ended when `v` started (then `v` is ordered after `w` and overwrote it);
 //!
 //! and it may return zeros iff no write of the block is known to have taken effect before the
-//! read started. A write whose outcome is unknown ends when the client gives up: anything the
-//! client (or anyone) issues afterwards lands in a later Raft term or later in the same
+//! read started, or a zeroing `z` of the block (the deletion of a shrunk tail) started before
+//! the read ended and no write known to have taken effect before the read started began
+//! after `z` ended. A write whose outcome is unknown ends when the client gives up: anything
+//! the client (or anyone) issues afterwards lands in a later Raft term or later in the same
 //! leader's log, so it is ordered after that write if that write lands at all.
 
 use std::collections::BTreeMap;
@@ -118,6 +120,8 @@ pub struct WriteRec {
     /// First block (image byte offset / 4 KiB) and block count.
     pub first_block: u64,
     pub blocks: u64,
+    /// A zeroing (the deletion of a shrunk tail), not a client's stamped write.
+    pub zeros: bool,
 }
 
 /// Counters the probes read.
@@ -158,6 +162,16 @@ impl ImageModel {
 
     /// A client issues a write of `blocks` blocks from block `first_block`; returns its id.
     pub fn begin_write(&mut self, now: At, first_block: u64, blocks: u64) -> u64 {
+        self.begin(now, first_block, blocks, false)
+    }
+
+    /// The monitor cut the image's tail: its blocks are being deleted (acknowledged once
+    /// every PG confirmed); returns the zeroing's id.
+    pub fn begin_zeroing(&mut self, now: At, first_block: u64, blocks: u64) -> u64 {
+        self.begin(now, first_block, blocks, true)
+    }
+
+    fn begin(&mut self, now: At, first_block: u64, blocks: u64, zeros: bool) -> u64 {
         self.writes.push(WriteRec {
             start: now,
             end: None,
@@ -165,6 +179,7 @@ impl ImageModel {
             done_at: None,
             first_block,
             blocks,
+            zeros,
         });
         let id = self.writes.len() as u64;
         for b in first_block..first_block + blocks {
@@ -201,14 +216,33 @@ impl ImageModel {
         let known_before = |w: &WriteRec| w.done_at.is_some_and(|d| d < start);
         match found {
             Found::Garbage(why) => Err(format!("block {block}: {why}")),
-            Found::Zeros => match ids.iter().find(|id| known_before(self.write(**id))) {
-                Some(id) => Err(format!(
-                    "block {block}: read over [{start:?}, {end:?}] found zeros, but write {id} {:?} \
-                     had taken effect before",
-                    self.write(*id)
-                )),
-                None => Ok(()),
-            },
+            Found::Zeros => {
+                // Zeros come from the start (nothing known landed before the read) or from a
+                // zeroing that no write known to have landed follows.
+                let overwritten = |z: Option<&WriteRec>| {
+                    ids.iter().map(|id| (*id, self.write(*id))).find(|(_, v)| {
+                        !v.zeros
+                            && known_before(v)
+                            && z.is_none_or(|z| z.end.is_some_and(|e| e < v.start))
+                    })
+                };
+                let zeroing = ids.iter().copied().find(|id| {
+                    let z = self.write(*id);
+                    z.zeros && z.start < end && overwritten(Some(z)).is_none()
+                });
+                match (zeroing, overwritten(None)) {
+                    (Some(z), _) => {
+                        let zm = self.write_mut(z);
+                        zm.done_at = Some(zm.done_at.map_or(end, |d| d.min(end)));
+                        Ok(())
+                    }
+                    (None, None) => Ok(()),
+                    (None, Some((id, w))) => Err(format!(
+                        "block {block}: read over [{start:?}, {end:?}] found zeros, but write \
+                         {id} {w:?} had taken effect before"
+                    )),
+                }
+            }
             Found::Write {
                 image,
                 offset,
@@ -221,7 +255,7 @@ impl ImageModel {
                          (write {write})"
                     ));
                 }
-                if !ids.contains(write) {
+                if !ids.contains(write) || self.write(*write).zeros {
                     return Err(format!(
                         "block {block}: found write {write}, which never covered this block"
                     ));
@@ -267,13 +301,13 @@ impl ImageModel {
     }
 
     pub fn acked_count(&self) -> u64 {
-        self.writes.iter().filter(|w| w.acked).count() as u64
+        self.writes.iter().filter(|w| w.acked && !w.zeros).count() as u64
     }
 
     pub fn unknown_count(&self) -> u64 {
         self.writes
             .iter()
-            .filter(|w| w.end.is_some() && !w.acked)
+            .filter(|w| w.end.is_some() && !w.acked && !w.zeros)
             .count() as u64
     }
 }
@@ -344,5 +378,35 @@ mod tests {
             m.check_read(0, t(65), t(69), &found(&m, 1, w3)).is_err(),
             "misplaced"
         );
+    }
+
+    /// Goal: the zeroing rules of the module doc: zeros are allowed once a zeroing of the
+    /// block started, until a write that began after it ended is known to have landed; the
+    /// old write stays possible while the zeroing runs.
+    #[test]
+    fn a_zeroed_tail_reads_zeros_until_a_later_write_lands() {
+        let mut m = ImageModel::new(1);
+        let w1 = m.begin_write(t(10), 0, 1);
+        m.ack(w1, t(20));
+        assert!(m.check_read(0, t(25), t(26), &Found::Zeros).is_err());
+        let z = m.begin_zeroing(t(30), 0, 1);
+        // While the zeroing runs, either value.
+        assert!(m.check_read(0, t(31), t(32), &found(&m, 0, w1)).is_ok());
+        assert!(m.check_read(0, t(33), t(34), &Found::Zeros).is_ok());
+        m.ack(z, t(40));
+        // Zeros were seen at 34 and the zeroing began after w1 ended: w1 is stale now.
+        assert!(m.check_read(0, t(45), t(46), &found(&m, 0, w1)).is_err());
+        assert!(m.check_read(0, t(45), t(46), &Found::Zeros).is_ok());
+        assert!(
+            m.check_read(0, t(45), t(46), &found(&m, 0, z)).is_err(),
+            "a zeroing has no stamp"
+        );
+        let w2 = m.begin_write(t(50), 0, 1);
+        m.ack(w2, t(60));
+        assert!(
+            m.check_read(0, t(65), t(66), &Found::Zeros).is_err(),
+            "w2 began after the zeroing ended"
+        );
+        assert!(m.check_read(0, t(65), t(66), &found(&m, 0, w2)).is_ok());
     }
 }

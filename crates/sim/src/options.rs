@@ -88,6 +88,15 @@ pub struct SimOptions {
     /// move on, which is how stale reads show).
     pub reader_client: bool,
     pub think_us_max: u64,
+    /// The monitor shrinks the image to `shrink_to_bytes` at this time (0: never) and grows it
+    /// back once every PG confirmed the deletion of the cut tail (the reclaim): the tail must
+    /// then read zeros. Drawn apart from the other options, like `lease_reads`.
+    pub shrink_at_us: u64,
+    pub shrink_to_bytes: u64,
+    /// While the image is shrunk, this percent of a client's operations still use its full
+    /// size (a client holding the image open from before the shrink): the OSDs must refuse
+    /// the part beyond the end.
+    pub stale_size_pct: u64,
     /// A client gives up on an attempt without a reply after this long and retries elsewhere.
     pub attempt_timeout_us: u64,
     /// A client gives up on an operation after this long (the outcome of a write is then
@@ -176,11 +185,14 @@ impl SimOptions {
                 0
             }
         };
+        // Shrink and regrow: a stream of its own, so that seeds keep their other options.
+        let mut shrink = SplitMix64::new(seed ^ 0x5117_1C0F_F00D_0003);
+        let shrink_on = shrink.chance_pct(40);
         let wal_segment_bytes = r.pick(&[256 << 10, 1 << 20]);
         let wal_segments = r.range(4, 12) as u32;
         let log_retain_entries = r.pick(&[1, 8, 64, 1024]);
         let loss_ppm = r.pick(&[0, 0, 1_000, 20_000, 100_000]);
-        SimOptions {
+        let mut o = SimOptions {
             seed,
             nodes,
             replicas,
@@ -242,6 +254,17 @@ impl SimOptions {
             fault_phase_us: r.range(10, 40) * SEC,
             liveness_work_us: 3 * SEC,
             liveness_bound_us: 60 * SEC,
+            shrink_at_us: 0,
+            shrink_to_bytes: 0,
+            stale_size_pct: 0,
+        };
+        if shrink_on {
+            // Cut anywhere past the first block, often in the middle of an object.
+            let blocks = o.objects * o.object_bytes / 4096;
+            o.shrink_at_us = shrink.range(SEC, o.fault_phase_us / 2);
+            o.shrink_to_bytes = shrink.range(1, blocks - 1) * 4096;
+            o.stale_size_pct = shrink.pick(&[0, 5, 20]);
         }
+        o
     }
 }

@@ -114,6 +114,22 @@ pub const PROBES: &[(&str, &str)] = &[
         "a request refused by the map's image table (or a map older than an applied reclaim, or a new leader still applying)",
     ),
     (
+        "reclaim.shrunk",
+        "the monitor cut the image's tail (a reclaim for every PG)",
+    ),
+    (
+        "reclaim.done",
+        "every PG confirmed the deletion of the cut tail",
+    ),
+    (
+        "reclaim.regrown",
+        "the image grew back over its deleted tail (which must read zeros)",
+    ),
+    (
+        "reclaim.beyond_refused",
+        "an operation over the cut tail was refused as beyond the image's end",
+    ),
+    (
         "admission.held_for_term",
         "a write waited until its PG's new leader applied the log it inherited",
     ),
