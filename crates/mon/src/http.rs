@@ -200,7 +200,7 @@ async fn get_health(State(app): App) -> ApiResult<HealthView> {
     let view = app
         .mon
         .read(|s, _| {
-            let h = health(s);
+            let h = health(s, &[]);
             HealthView {
                 status: h.status,
                 checks: h.checks,
@@ -235,7 +235,7 @@ async fn get_status(State(app): App) -> ApiResult<StatusResponse> {
     let status = app
         .mon
         .read(|s, ctx| {
-            let h = health(s);
+            let h = health(s, &[]);
             let (io, recovery) = ctx.stats.cluster(now);
             let osds = s.map.osds.values().filter(|o| !o.pending_create);
             StatusResponse {
