@@ -1,4 +1,7 @@
 //! The health summary and the counts `status` prints.
+//!
+//! A check is one line; checks about damage or failures start with a stable code
+//! (`POOL_PGMAP_MISSING: ...`, `MON_TASK_FAILED: ...`) that tools can match on.
 
 use crate::state::MonState;
 use fastblock_types::api::BackfillTooFull;
@@ -10,6 +13,15 @@ pub struct Health {
     /// `HEALTH_OK`, `HEALTH_WARN` or `HEALTH_ERR`.
     pub status: &'static str,
     pub checks: Vec<String>,
+}
+
+/// A check the state does not show, raised by the daemon that runs the monitor (a failed
+/// background task).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonCheck {
+    /// Makes the status `HEALTH_ERR` (else `HEALTH_WARN`).
+    pub err: bool,
+    pub text: String,
 }
 
 fn plural(n: usize, word: &str) -> String {
@@ -31,11 +43,16 @@ pub fn pg_state_counts(state: &MonState) -> BTreeMap<String, u32> {
     counts
 }
 
-/// ERR when some PG cannot serve IO (down); WARN when something is degraded, moving, or a flag
-/// suppresses automatic repair; OK otherwise.
-pub fn health(state: &MonState) -> Health {
-    let mut checks = Vec::new();
-    let mut err = false;
+/// ERR when some PG cannot serve IO (down) or a pool is damaged (`crate::damage`); WARN when
+/// something is degraded, moving, or a flag suppresses automatic repair; OK otherwise. The
+/// daemon's own checks come first, then damage, then the rest.
+pub fn health(state: &MonState, daemon: &[DaemonCheck]) -> Health {
+    let mut checks: Vec<String> = daemon.iter().map(|c| c.text.clone()).collect();
+    let mut err = daemon.iter().any(|c| c.err);
+    for (pool, damage) in state.damaged_pools() {
+        err = true;
+        checks.push(state.describe_damage(pool, &damage));
+    }
     let down_osds = state
         .map
         .osds
@@ -124,7 +141,7 @@ mod tests {
 
     #[test]
     fn a_refused_backfill_warns_naming_the_pg_the_osd_and_the_sizes() {
-        let mut h = health(&MonState::default());
+        let mut h = health(&MonState::default(), &[]);
         assert_eq!(h.status, "HEALTH_OK");
         h.add_backfill_too_full(&[]);
         assert_eq!((h.status, h.checks.len()), ("HEALTH_OK", 0));

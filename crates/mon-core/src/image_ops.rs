@@ -53,6 +53,7 @@ impl MonState {
 
     pub fn create_image(&mut self, req: &CreateImageRequest) -> OpResult<ImageInfo> {
         let pool = self.pool_by_name(&req.pool)?.clone();
+        self.check_pool_usable(pool.id)?;
         if let Err(e) = validate_name(&req.name) {
             return err(ErrorCode::InvalidArgument, format!("image name: {e}"));
         }
@@ -113,6 +114,8 @@ impl MonState {
     /// Removes an image's metadata and records its whole range for the data path to delete.
     pub fn remove_image(&mut self, pool: &str, name: &str) -> OpResult<ImageInfo> {
         let image = self.image(pool, name)?.clone();
+        // Its reclaim could never be confirmed by the pool's PGs; `pool rm` removes it all.
+        self.check_pool_usable(image.pool)?;
         self.images.remove(&(image.pool, image.name.clone()));
         self.push_reclaim(&image, 0, image.size_bytes, "image removed");
         Ok(image)
@@ -128,6 +131,7 @@ impl MonState {
     ) -> OpResult<ImageInfo> {
         check_size(req.size_bytes)?;
         let old = self.image(pool, name)?.clone();
+        self.check_pool_usable(old.pool)?;
         if req.size_bytes > old.size_bytes {
             // A grow over a range still being deleted would let that deletion remove the new
             // data written there: wait until the leaders confirmed it.
@@ -173,24 +177,25 @@ impl MonState {
     /// (applied through its log on every member). The entry goes once every PG of its pool
     /// confirmed. Returns whether it went.
     pub fn reclaim_pg_done(&mut self, id: u64, pg: PgId) -> OpResult<bool> {
-        let Some(entry) = self.reclaim.get_mut(&id) else {
+        let Some(pool) = self.reclaim.get(&id).map(|e| e.pool) else {
             return err(ErrorCode::ReclaimNotFound, format!("no reclaim entry {id}"));
         };
-        if pg.pool != entry.pool {
+        if pg.pool != pool {
             return err(
                 ErrorCode::InvalidArgument,
-                format!("reclaim {id} is for pool {}, not pg {pg}", entry.pool),
+                format!("reclaim {id} is for pool {pool}, not pg {pg}"),
             );
         }
-        let Some(pgmap) = self.map.pgmaps.get(&entry.pool) else {
-            return err(
-                ErrorCode::PgNotFound,
-                format!("pool {} has no PG map", entry.pool),
-            );
+        self.check_pool_usable(pool)?;
+        let Some(pgmap) = self.map.pgmaps.get(&pool) else {
+            return err(ErrorCode::PgNotFound, format!("pool {pool} has no PG map"));
         };
         if !pgmap.pgs.contains_key(&pg.seq) {
             return err(ErrorCode::PgNotFound, format!("no pg {pg}"));
         }
+        let Some(entry) = self.reclaim.get_mut(&id) else {
+            return err(ErrorCode::ReclaimNotFound, format!("no reclaim entry {id}"));
+        };
         entry.done_pgs.insert(pg.seq);
         let finished = pgmap.pgs.keys().all(|seq| entry.done_pgs.contains(seq));
         if finished {

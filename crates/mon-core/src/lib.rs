@@ -14,13 +14,18 @@
 //! - [`liveness`]: heartbeat bookkeeping that turns silence into down and out events, with the
 //!   time passed in by the caller.
 //! - [`health`]: the health summary and PG-state counts for `status`.
+//! - [`damage`]: damage confined to one pool in a state loaded from etcd, reported and fenced
+//!   so that the other pools and OSD liveness keep working.
 //! - [`limits`]: every bound the monitor enforces, with units in the names.
 //!
-//! Invariants (asserted in [`MonState::check_invariants`], run after every operation in tests):
-//! every PG member exists as an OSD; a PG's members and its target members each come from
-//! distinct OSDs; PG state bits are exactly those derived from the PG's facts; ids are below
-//! their counters, so they are never reused.
+//! Invariants (asserted in [`MonState::finish`] after every operation): ids are below their
+//! counters, so they are never reused; an operation damages no pool, so in every pool the
+//! monitor made, every PG member exists as an OSD and a PG's members and its target members
+//! each come from distinct OSDs; PG state bits are exactly those derived from the PG's facts.
+//! A state loaded from etcd that breaks the first is refused ([`MonState::validate`]); damage
+//! confined to one pool is accepted, reported and fenced ([`damage`]).
 
+pub mod damage;
 pub mod health;
 pub mod image_ops;
 pub mod limits;

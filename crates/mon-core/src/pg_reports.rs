@@ -15,6 +15,8 @@ use std::collections::BTreeSet;
 
 impl MonState {
     fn pg_mut(&mut self, pg: PgId) -> OpResult<&mut PgInfo> {
+        // A damaged pool is fenced: its PG map (if any) is not to be trusted or changed.
+        self.check_pool_usable(pg.pool)?;
         match self
             .map
             .pgmaps

@@ -129,6 +129,7 @@ impl MonState {
 
     /// Deletes a pool, its PGs and its images. OSDs drop the PGs of a pool that left the map.
     /// Refused while the pool holds images unless `force`, because it destroys their data.
+    /// A damaged pool (`crate::damage`) can be deleted too: that is the one change it takes.
     pub fn delete_pool(&mut self, name: &str, force: bool) -> OpResult<PoolInfo> {
         let pool = self.pool_by_name(name)?.clone();
         let images = self.images.keys().filter(|(p, _)| *p == pool.id).count();
@@ -147,16 +148,33 @@ impl MonState {
         Ok(pool)
     }
 
-    fn current_targets(&self, pool: PoolId) -> BTreeMap<u32, Vec<OsdId>> {
-        self.map.pgmaps[&pool]
-            .pgs
-            .iter()
-            .map(|(seq, pg)| (*seq, MonState::target_of(pg).clone()))
+    /// The pools placement may change: every pool but the damaged ones, which are fenced
+    /// (`crate::damage`).
+    fn placeable_pools(&self) -> Vec<PoolInfo> {
+        self.map
+            .pools
+            .values()
+            .filter(|p| self.pool_damage(p.id).is_none())
+            .cloned()
             .collect()
     }
 
+    /// Each PG's target members; `None` for a pool without a PG map.
+    fn current_targets(&self, pool: PoolId) -> Option<BTreeMap<u32, Vec<OsdId>>> {
+        let pgmap = self.map.pgmaps.get(&pool)?;
+        Some(
+            pgmap
+                .pgs
+                .iter()
+                .map(|(seq, pg)| (*seq, MonState::target_of(pg).clone()))
+                .collect(),
+        )
+    }
+
     fn set_targets(&mut self, pool: PoolId, changes: BTreeMap<u32, Vec<OsdId>>) {
-        let pgmap = self.map.pgmaps.get_mut(&pool).expect("pool has a pgmap");
+        let Some(pgmap) = self.map.pgmaps.get_mut(&pool) else {
+            return;
+        };
         for (seq, target) in changes {
             let pg = pgmap
                 .pgs
@@ -172,9 +190,10 @@ impl MonState {
 
     /// Replaces out members in every PG's target (only that member), and fills short PGs.
     pub fn repair_all(&mut self) {
-        let pools: Vec<PoolInfo> = self.map.pools.values().cloned().collect();
-        for pool in pools {
-            let targets = self.current_targets(pool.id);
+        for pool in self.placeable_pools() {
+            let Some(targets) = self.current_targets(pool.id) else {
+                continue;
+            };
             let changes = fastblock_placement::repair(&spec_of(&pool), &targets, &self.map.osds);
             self.set_targets(pool.id, changes);
         }
@@ -183,10 +202,13 @@ impl MonState {
     /// Evens out PG members over OSDs, moving only PGs that are fully active.
     pub fn rebalance_all(&mut self) {
         self.derive_pg_states();
-        let pools: Vec<PoolInfo> = self.map.pools.values().cloned().collect();
-        for pool in pools {
-            let targets = self.current_targets(pool.id);
-            let movable: BTreeSet<u32> = self.map.pgmaps[&pool.id]
+        for pool in self.placeable_pools() {
+            let (Some(targets), Some(pgmap)) =
+                (self.current_targets(pool.id), self.map.pgmaps.get(&pool.id))
+            else {
+                continue;
+            };
+            let movable: BTreeSet<u32> = pgmap
                 .pgs
                 .iter()
                 .filter(|(_, pg)| pg.state.is_active())
@@ -207,9 +229,16 @@ impl MonState {
     /// target goes back to the current members. Remaps made by a rebalance (whose members were
     /// all in when it started) are left alone, because `returned` is not among their members.
     pub fn cancel_unneeded_remaps_for(&mut self, returned: OsdId) {
+        let placeable: BTreeMap<PoolId, usize> = self
+            .placeable_pools()
+            .iter()
+            .map(|p| (p.id, p.size as usize))
+            .collect();
         let osds = &self.map.osds;
         for pgmap in self.map.pgmaps.values_mut() {
-            let size = self.map.pools[&pgmap.pool].size as usize;
+            let Some(&size) = placeable.get(&pgmap.pool) else {
+                continue;
+            };
             for pg in pgmap.pgs.values_mut() {
                 let replaced_returned =
                     pg.osdlist.contains(&returned) && !pg.newosdlist.contains(&returned);

@@ -59,6 +59,9 @@ impl MonState {
             self.map.epoch = before.next_epoch();
         }
         self.check_invariants();
+        if changed {
+            self.check_no_new_damage(before);
+        }
         changed
     }
 
@@ -90,7 +93,9 @@ impl MonState {
         }
     }
 
-    /// Asserts the state invariants; a failure is a monitor bug, never bad input.
+    /// Asserts the state invariants; a failure is a monitor bug, never bad input: a state
+    /// loaded from etcd has passed [`MonState::validate`], and damage confined to one pool
+    /// (see [`crate::damage`]) is reported and fenced, not asserted on.
     pub fn check_invariants(&self) {
         if let Err(e) = self.validate() {
             panic!(
@@ -100,48 +105,17 @@ impl MonState {
         }
     }
 
-    /// The state invariants, as an error: what a state loaded from etcd must satisfy before
-    /// the monitor acts on it (a damaged or hand-edited store is reported, not a panic).
+    /// The state invariants that are not confined to one pool, as an error: what a state
+    /// loaded from etcd must satisfy before the monitor acts on it (a damaged or hand-edited
+    /// store is reported, not a panic). Damage confined to one pool passes: it is found by
+    /// [`MonState::damaged_pools`] and fenced.
     pub fn validate(&self) -> Result<(), String> {
         let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
-        for (pool_id, pool) in &self.map.pools {
-            let Some(pgmap) = self.map.pgmaps.get(pool_id) else {
-                return Err(format!("pool {pool_id} ({}) has no PG map", pool.name));
-            };
-            check(
-                pgmap.pgs.len() == pool.pg_count as usize
-                    && pgmap.pgs.keys().copied().eq(0..pool.pg_count),
-                format!(
-                    "pool {pool_id} has {} PGs, its PG map {}",
-                    pool.pg_count,
-                    pgmap.pgs.len()
-                ),
-            )?;
-        }
         for (pool_id, pgmap) in &self.map.pgmaps {
-            check(
-                self.map.pools.contains_key(pool_id),
-                format!("PG map of unknown pool {pool_id}"),
-            )?;
             check(
                 pgmap.pool == *pool_id,
                 format!("PG map {pool_id} names pool {}", pgmap.pool),
             )?;
-            for (seq, pg) in &pgmap.pgs {
-                for list in [&pg.osdlist, &pg.newosdlist] {
-                    let distinct: BTreeSet<_> = list.iter().collect();
-                    check(
-                        distinct.len() == list.len(),
-                        format!("pg {pool_id}.{seq} repeats an OSD"),
-                    )?;
-                    for osd in list {
-                        check(
-                            self.map.osds.contains_key(osd),
-                            format!("pg {pool_id}.{seq} names unknown osd {osd}"),
-                        )?;
-                    }
-                }
-            }
         }
         for osd in self.map.osds.keys() {
             check(
@@ -149,7 +123,15 @@ impl MonState {
                 format!("osd id {osd} not below counter"),
             )?;
         }
-        for pool in self.map.pools.keys() {
+        // Pool ids of every record, the pool's own or not: a new pool must never take the id
+        // of records left behind.
+        let pool_ids = self
+            .map
+            .pools
+            .keys()
+            .chain(self.map.pgmaps.keys())
+            .chain(self.images.keys().map(|(pool, _)| pool));
+        for pool in pool_ids {
             check(
                 pool.0 >= 1 && pool.0 < self.counters.next_pool_id,
                 format!("pool id {pool} not below counter"),
@@ -160,10 +142,6 @@ impl MonState {
                 image.id.0 < self.counters.next_image_id,
                 format!("image id {} not below counter", image.id),
             )?;
-            check(
-                self.map.pools.contains_key(&image.pool),
-                format!("image {} in unknown pool", image.id),
-            )?;
         }
         for id in self.reclaim.keys() {
             check(
@@ -172,6 +150,20 @@ impl MonState {
             )?;
         }
         Ok(())
+    }
+
+    /// Asserts that an operation damaged no pool: damage comes only from etcd, and pools
+    /// damaged there are fenced from every change (a failure is a monitor bug).
+    fn check_no_new_damage(&self, before: &MonState) {
+        let damaged_before = before.damaged_pools();
+        for (pool, damage) in self.damaged_pools() {
+            assert!(
+                damaged_before.contains_key(&pool),
+                "monitor bug at epoch {}: an operation damaged pool {pool}: {}",
+                self.map.epoch,
+                self.describe_damage(pool, &damage)
+            );
+        }
     }
 
     /// The member list a PG is moving to: its target if remapped, else its current members.

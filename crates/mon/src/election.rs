@@ -33,15 +33,27 @@ pub struct Election {
     pub lease_ttl_secs: i64,
 }
 
+/// Publishes "follower" when dropped: a run that ends in any way, a panic included, must not
+/// leave this monitor believing it leads once it no longer renews its lease.
+struct StepDownOnDrop<'a>(&'a watch::Sender<Role>);
+
+impl Drop for StepDownOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(Role::Follower { leader: None });
+    }
+}
+
 impl Election {
-    /// Runs forever (until `shutdown`), publishing the role.
-    pub async fn run(self, role: watch::Sender<Role>, mut shutdown: watch::Receiver<bool>) {
+    /// Runs forever (until `shutdown`), publishing the role; etcd errors are retried here.
+    /// Ends as a follower, however it ends.
+    pub async fn run(&self, role: &watch::Sender<Role>, mut shutdown: watch::Receiver<bool>) {
+        let _step_down = StepDownOnDrop(role);
         loop {
             if *shutdown.borrow() {
                 break;
             }
             let result = tokio::select! {
-                r = self.term(&role) => r,
+                r = self.term(role) => r,
                 _ = shutdown.changed() => Ok(()),
             };
             let _ = role.send(Role::Follower { leader: None });

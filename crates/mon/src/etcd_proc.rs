@@ -3,7 +3,9 @@
 //! The member's data lives under the monitor's data dir. The child gets `PR_SET_PDEATHSIG` so
 //! that it dies with the monitor even when the monitor is SIGKILLed; on a clean shutdown the
 //! monitor stops it with SIGTERM and waits. If etcd exits on its own, the supervisor restarts it
-//! with a backoff: the monitor keeps answering (with `unavailable`) meanwhile.
+//! with a backoff (and health counts it, `MON_TASK_FAILED: etcd member ...`): the monitor keeps
+//! answering (with `unavailable`) meanwhile. If etcd cannot be started at all, the monitor
+//! exits (`crate::supervise`, policy `ExitDaemon`).
 
 use anyhow::{bail, Context};
 use std::path::PathBuf;
@@ -109,10 +111,13 @@ impl EtcdMemberConfig {
     }
 }
 
-/// Starts the member and supervises it until `shutdown` turns true, then stops it.
+/// Starts the member and supervises it until `shutdown` turns true, then stops it. Every exit
+/// of the member is told to `on_exit` (for health) before it is restarted. An error (etcd
+/// cannot be started at all) is for the caller to act on: the monitor cannot work without it.
 pub async fn supervise(
     config: EtcdMemberConfig,
     mut shutdown: watch::Receiver<bool>,
+    on_exit: impl Fn(&str) + Send,
 ) -> anyhow::Result<()> {
     let mut child = config.spawn()?;
     let mut restarts: u32 = 0;
@@ -126,6 +131,7 @@ pub async fn supervise(
                 restarts += 1;
                 let backoff = Duration::from_millis(200 * u64::from(restarts.min(25)));
                 tracing::error!(%status, restarts, ?backoff, "etcd exited; restarting");
+                on_exit(&format!("exited ({status}), restarted"));
                 tokio::time::sleep(backoff).await;
                 child = config.spawn()?;
             }

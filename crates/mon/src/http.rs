@@ -5,6 +5,7 @@ use crate::election::Role;
 use crate::forward::{status_of, Forwarder, FORWARDED_HEADER};
 use crate::metrics::{ApiLabels, Metrics};
 use crate::service::Monitor;
+use crate::supervise::{panic_message, CatchUnwind, Supervisor};
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
 use axum::http::header;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub mon: Arc<Monitor>,
     pub metrics: Metrics,
     pub forwarder: Forwarder,
+    /// The monitor's task failures, for health.
+    pub tasks: Arc<Supervisor>,
 }
 
 type App = State<Arc<AppState>>;
@@ -95,6 +98,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             lead_or_forward,
         ))
         .route_layer(middleware::from_fn_with_state(state.clone(), measure));
+    let tasks = state.tasks.clone();
     Router::new()
         .route("/metrics", get(get_metrics))
         .route("/v1/mon", get(get_mon))
@@ -106,6 +110,32 @@ pub fn router(state: Arc<AppState>) -> Router {
             ))
         })
         .with_state(state)
+        .layer(middleware::from_fn_with_state(tasks, catch_panic))
+}
+
+/// A handler that panics (a monitor bug) answers `internal` and is counted in health
+/// (`MON_TASK_FAILED: API request handler ...`); the monitor and the connection carry on.
+/// Without this, the panic would end the connection's task: the caller would see the
+/// connection close, and nothing but stderr would know.
+pub async fn catch_panic(
+    State(tasks): State<Arc<Supervisor>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let what = format!("{} {}", req.method(), req.uri().path());
+    match CatchUnwind::new(next.run(req)).await {
+        Ok(resp) => resp,
+        Err(payload) => {
+            let reason = format!("{what} panicked: {}", panic_message(&*payload));
+            let failures = tasks.record("API request handler", &reason);
+            tracing::error!(failures, "{reason}");
+            ApiErr(ApiError::new(
+                ErrorCode::Internal,
+                format!("monitor bug: {reason}"),
+            ))
+            .into_response()
+        }
+    }
 }
 
 async fn measure(State(app): App, req: Request, next: Next) -> Response {
@@ -174,6 +204,8 @@ struct MonView {
     me: MonMember,
     role: &'static str,
     leader: Option<MonMember>,
+    /// This monitor's own task failures (health shows the leader's).
+    task_failures: Vec<String>,
 }
 
 async fn get_mon(State(app): App) -> Json<MonView> {
@@ -186,6 +218,7 @@ async fn get_mon(State(app): App) -> Json<MonView> {
         me: app.mon.me.clone(),
         role,
         leader,
+        task_failures: app.tasks.checks().into_iter().map(|c| c.text).collect(),
     })
 }
 
@@ -197,10 +230,11 @@ struct HealthView {
 }
 
 async fn get_health(State(app): App) -> ApiResult<HealthView> {
+    let tasks = app.tasks.checks();
     let view = app
         .mon
         .read(|s, ctx| {
-            let mut h = health(s);
+            let mut h = health(s, &tasks);
             let too_full = ctx.stats.backfill_too_full(app.mon.now_ms());
             h.add_backfill_too_full(&too_full);
             HealthView {
@@ -234,10 +268,11 @@ async fn get_status(State(app): App) -> ApiResult<StatusResponse> {
     let mons = members(&app).await;
     let now = app.mon.now_ms();
     let me = app.mon.me.clone();
+    let tasks = app.tasks.checks();
     let status = app
         .mon
         .read(|s, ctx| {
-            let h = health(s);
+            let h = health(s, &tasks);
             let (io, recovery) = ctx.stats.cluster(now);
             let osds = s.map.osds.values().filter(|o| !o.pending_create);
             StatusResponse {
@@ -599,4 +634,55 @@ async fn reclaim_pg_done(
     let pg = parse_pg(&pgid)?;
     let finished = app.mon.apply(|s, _| s.reclaim_pg_done(id, pg)).await?;
     Ok(Json(ReclaimPgDoneResponse { finished }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn boom() -> &'static str {
+        panic!("handler bug")
+    }
+
+    async fn get_raw(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+        String::from_utf8_lossy(&buf).to_string()
+    }
+
+    /// A handler that panics answers `internal` (not a closed connection), is counted for
+    /// health, and the server keeps answering.
+    #[tokio::test]
+    async fn a_panicking_handler_answers_internal_and_is_counted() {
+        let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+        let (tasks, _fatal) = Supervisor::new(stop);
+        let app = Router::new()
+            .route("/boom", get(boom))
+            .route("/ok", get(|| async { "fine" }))
+            .layer(middleware::from_fn_with_state(tasks.clone(), catch_panic));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let answer = get_raw(addr, "/boom").await;
+        assert!(answer.starts_with("HTTP/1.1 500"), "{answer:?}");
+        assert!(answer.contains(r#""code":"internal""#), "{answer}");
+        assert!(
+            answer.contains("GET /boom panicked: handler bug"),
+            "{answer}"
+        );
+        let checks = tasks.checks();
+        assert_eq!(checks.len(), 1, "{checks:?}");
+        assert!(
+            checks[0].text.starts_with(
+                "MON_TASK_FAILED: API request handler failed 1 time, last 0s ago: GET /boom panicked: handler bug"
+            ),
+            "{checks:?}"
+        );
+        assert!(get_raw(addr, "/ok").await.starts_with("HTTP/1.1 200"));
+        server.abort();
+    }
 }

@@ -167,8 +167,10 @@ impl Keyspace {
         }
         // The map's image table and reclaim list are derived, not stored.
         state.derive_data_map();
-        // A damaged store (a pool without its PG map, a PG naming an unknown OSD) is an error
-        // every call reports, not a state the monitor's loops would panic on.
+        // Damage confined to one pool (a pool without its PG map, a PG naming an unknown OSD)
+        // is loaded: health reports it and the pool is fenced (`fastblock_mon_core::damage`),
+        // so the other pools keep working. What is not confined to a pool (an id beyond its
+        // counter, which a new record could reuse) is an error every call reports.
         state.validate().map_err(|reason| KeyError {
             key: self.root(),
             reason: format!("inconsistent state: {reason}"),
@@ -212,9 +214,11 @@ mod tests {
     }
 
     #[test]
-    fn decode_reports_a_pool_without_its_pg_map() {
+    fn decode_loads_a_pool_without_its_pg_map_as_damage() {
+        use fastblock_mon_core::damage::PoolDamage;
         use fastblock_types::api::{BootRequest, CreatePoolRequest};
         use fastblock_types::map::FailureDomain;
+        use fastblock_types::PoolId;
         let ks = Keyspace::new("/fb");
         let mut state = MonState::default();
         let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
@@ -238,10 +242,30 @@ mod tests {
         state.create_pool(&pool).unwrap();
         state.finish(&MonState::default());
         let mut kvs = ks.encode(&state);
-        assert!(ks.decode(&kvs).is_ok());
+        assert!(ks.decode(&kvs).unwrap().damaged_pools().is_empty());
         kvs.remove("/fb/pgmaps/1").expect("the pool's PG map key");
+        let back = ks.decode(&kvs).expect("damage confined to a pool loads");
+        assert_eq!(
+            back.damaged_pools().into_iter().collect::<Vec<_>>(),
+            vec![(PoolId(1), PoolDamage::PgMapMissing)]
+        );
+        // Re-encoding writes no PG map for it: loading changes nothing in etcd.
+        assert_eq!(ks.encode(&back), kvs);
+    }
+
+    #[test]
+    fn decode_rejects_an_id_beyond_its_counter() {
+        let ks = Keyspace::new("/fb");
+        // The counters of an empty state say the next pool gets id 1.
+        let mut kvs = ks.encode(&MonState::default());
+        assert!(ks.decode(&kvs).is_ok());
+        // A PG map of pool 1 left behind: a new pool would take its id.
+        kvs.insert(
+            "/fb/pgmaps/1".into(),
+            r#"{"pool":1,"version":1,"pgs":{}}"#.into(),
+        );
         let e = ks.decode(&kvs).unwrap_err();
-        assert!(e.to_string().contains("has no PG map"), "{e}");
+        assert!(e.to_string().contains("pool id 1 not below counter"), "{e}");
     }
 
     #[test]

@@ -12,6 +12,9 @@
 //!   followers to the leader so any monitor answers.
 //! - [`stats`]: client IO and recovery rates from OSD heartbeats.
 //! - [`metrics`]: Prometheus `/metrics`.
+//! - [`supervise`]: every background task is supervised: a failure is logged, counted in
+//!   health (`MON_TASK_FAILED`), and the task restarted with a back-off or the monitor
+//!   stopped.
 //! - [`server`]: wiring of all of the above for the binary and for tests.
 //!
 //! Decisions live in `fastblock-mon-core`; this crate only performs them. Only monitors talk
@@ -27,3 +30,4 @@ pub mod server;
 pub mod service;
 pub mod stats;
 pub mod store;
+pub mod supervise;

@@ -1,5 +1,6 @@
-//! Wiring: etcd (own member or external), election, ticker and HTTP server, with a clean
-//! shutdown on SIGTERM/SIGINT.
+//! Wiring: etcd (own member or external), election, ticker and HTTP server, each supervised
+//! (`crate::supervise`), with a clean shutdown on SIGTERM/SIGINT or on a task failure that
+//! cannot be retried.
 
 use crate::election::{Election, Role};
 use crate::etcd_proc::{self, EtcdMemberConfig};
@@ -8,6 +9,7 @@ use crate::http::{router, AppState};
 use crate::keys::Keyspace;
 use crate::metrics::Metrics;
 use crate::service::Monitor;
+use crate::supervise::{Policy, Supervisor};
 use anyhow::Context;
 use fastblock_mon_core::liveness::LivenessConfig;
 use fastblock_types::api::MonMember;
@@ -47,70 +49,112 @@ async fn connect(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
     }
 }
 
-/// Runs the monitor until SIGTERM or SIGINT.
+/// Runs the monitor until SIGTERM or SIGINT (Ok), or until a task whose failure cannot be
+/// retried failed (Err: the binary exits non-zero). Which task is restarted and which ends the
+/// monitor is `docs/design/monitor.md`, "Supervision".
 pub async fn run(config: MonConfig) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let listener = tokio::net::TcpListener::bind(&config.api_addr)
         .await
         .with_context(|| format!("binding the API address {}", config.api_addr))?;
-    let etcd_task = config.etcd_member.clone().map(|member| {
-        let rx = shutdown_rx.clone();
-        tokio::spawn(etcd_proc::supervise(member, rx))
-    });
+    let (tasks, mut fatal) = Supervisor::new(shutdown_rx.clone());
+    let mut handles = Vec::new();
+    if let Some(member) = config.etcd_member.clone() {
+        let (rx, sup) = (shutdown_rx.clone(), tasks.clone());
+        handles.push(
+            tasks.spawn("etcd member supervisor", Policy::ExitDaemon, move || {
+                let sup = sup.clone();
+                let on_exit = move |why: &str| {
+                    sup.record("etcd member", why);
+                };
+                etcd_proc::supervise(member.clone(), rx.clone(), on_exit)
+            }),
+        );
+    }
     let endpoints = match &config.etcd_member {
         Some(member) => vec![member.client_url()],
         None => config.etcd_endpoints.clone(),
     };
-    let client = connect(&endpoints).await?;
+    // An etcd member that cannot start ends the wait at once, not after the connect timeout.
+    let client = tokio::select! {
+        client = connect(&endpoints) => client?,
+        Some(failure) = fatal.recv() => return Err(failure.into()),
+    };
     let keys = Keyspace::new(&config.key_prefix);
     let me = MonMember {
         name: config.name.clone(),
         api_addr: config.api_addr.clone(),
     };
     let (role_tx, role_rx) = watch::channel(Role::Follower { leader: None });
-    let election = Election {
+    let election = Arc::new(Election {
         client: client.clone(),
         keys: keys.clone(),
         me: me.clone(),
         lease_ttl_secs: config.lease_ttl_secs,
+    });
+    let election_task = {
+        let rx = shutdown_rx.clone();
+        tasks.spawn("election", Policy::Restart, move || {
+            let (election, role, rx) = (election.clone(), role_tx.clone(), rx.clone());
+            async move {
+                election.run(&role, rx).await;
+                Ok(())
+            }
+        })
     };
-    let election_task = tokio::spawn(election.run(role_tx, shutdown_rx.clone()));
     let mon = Arc::new(Monitor::new(me, keys, client, role_rx, config.liveness));
     let ticker = {
-        let mon = mon.clone();
-        let rx = shutdown_rx.clone();
+        let (mon, rx) = (mon.clone(), shutdown_rx.clone());
         let interval = config.tick_interval;
-        tokio::spawn(async move { mon.run_ticker(interval, rx).await })
+        tasks.spawn("liveness ticker", Policy::Restart, move || {
+            let (mon, rx) = (mon.clone(), rx.clone());
+            async move {
+                mon.run_ticker(interval, rx).await;
+                Ok(())
+            }
+        })
     };
     let app = Arc::new(AppState {
         mon,
         metrics: Metrics::new(),
         forwarder: Forwarder::default(),
+        tasks: tasks.clone(),
     });
     tracing::info!(name = %config.name, api = %config.api_addr, "monitor serving");
-    let mut server_shutdown = shutdown_rx.clone();
-    let server = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
-        let _ = server_shutdown.wait_for(|v| *v).await;
-    });
-    let server_task = tokio::spawn(async move { server.await });
-    wait_for_signal().await;
+    // axum retries failed accepts itself; the server ends only on shutdown or a panic, and a
+    // monitor that cannot answer is of no use: its end ends the monitor.
+    let server_task = {
+        let mut listener = Some(listener);
+        let rx = shutdown_rx.clone();
+        tasks.spawn("API server", Policy::ExitDaemon, move || {
+            let listener = listener.take();
+            let (app, mut rx) = (app.clone(), rx.clone());
+            async move {
+                let listener = listener.context("the API listener is gone (served before)")?;
+                axum::serve(listener, router(app))
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.wait_for(|stop| *stop).await;
+                    })
+                    .await
+                    .context("serving the API")
+            }
+        })
+    };
+    let outcome = tokio::select! {
+        _ = term.recv() => Ok(()),
+        _ = int.recv() => Ok(()),
+        Some(failure) = fatal.recv() => Err(anyhow::Error::from(failure)),
+    };
     tracing::info!("shutting down");
     shutdown_tx.send_replace(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), election_task).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), ticker).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
-    if let Some(task) = etcd_task {
+    for task in handles {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
-    Ok(())
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("installing SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    outcome
 }

@@ -1,6 +1,8 @@
 //! The control task: boots the OSD with the monitor, starts the shards, heartbeats with IO
 //! counters, follows the cluster map by long-poll and hands it to the shards, reports new PG
-//! leaders, and stops the OSD when a shard fails (fail-stop) or on SIGTERM.
+//! leaders, and stops the OSD when a shard fails (fail-stop) or on SIGTERM. It supervises
+//! every task it starts and every shard thread: one that fails or ends unasked stops the OSD
+//! with an error naming it (`docs/design/osd.md`, "Supervision").
 
 use crate::identity::Identity;
 use crate::metrics::Metrics;
@@ -15,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
 
 #[derive(Clone, Debug)]
 pub struct OsdConfig {
@@ -59,9 +62,10 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
     let metrics = Arc::new(Metrics::new());
-    if let Some(addr) = config.metrics_addr {
-        crate::metrics::serve(addr, metrics.clone()).await?;
-    }
+    let mut metrics_task = match config.metrics_addr {
+        Some(addr) => Some(crate::metrics::serve(addr, metrics.clone()).await?.1),
+        None => None,
+    };
     let mut shards: Vec<ShardHandle> = Vec::new();
     for index in 0..identity.shards {
         let port = config
@@ -113,7 +117,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
     tracing::info!(osd = %identity.id, %epoch, shards = identity.shards, "booted");
 
     let (map_stop_tx, map_stop) = tokio::sync::watch::channel(false);
-    let map_task = tokio::spawn(follow_map(
+    let mut map_task = tokio::spawn(follow_map(
         mon.clone(),
         shards.iter().map(|s| s.commands.clone()).collect(),
         map_stop.clone(),
@@ -125,22 +129,29 @@ pub async fn run(config: OsdConfig) -> Result<()> {
         config.heartbeat_interval,
         map_stop,
     ));
+    // Reports to the monitor, one task each: a lost one is repeated (at the next map epoch,
+    // or by the shard's reclaim timer), so they are not retried here.
+    let mut reports: JoinSet<()> = JoinSet::new();
 
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    // Every task and shard thread is essential: one that fails, or ends while the OSD is not
+    // stopping, stops the OSD (`docs/design/osd.md`, "Supervision").
     let outcome = loop {
         tokio::select! {
             _ = term.recv() => break Ok(()),
-            hb = &mut hb_task => break match hb {
-                Ok(Err(e)) => Err(e),
-                _ => Err(anyhow::anyhow!("heartbeat task ended")),
-            },
             _ = int.recv() => break Ok(()),
+            hb = &mut hb_task => break Err(ended("heartbeat", hb)),
+            map = &mut map_task => break Err(ended("map follower", map.map(Ok))),
+            served = until_done(&mut metrics_task) => {
+                break Err(ended("metrics server", served.map(|r| r.map_err(anyhow::Error::from))))
+            }
+            Some(Err(e)) = reports.join_next() => break Err(ended("a report to the monitor", Err(e))),
             event = events.recv() => match event {
                 Some(ShardEvent::LeaderElected { pg, req }) => {
                     let mon = mon.clone();
-                    tokio::spawn(async move {
+                    reports.spawn(async move {
                         match mon.leader_elected(pg, &req).await {
                             Ok(_) => tracing::info!(%pg, term = req.term.0, "leader reported"),
                             Err(e) if e.code() == Some(ErrorCode::StaleReport) => {}
@@ -150,7 +161,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
                 }
                 Some(ShardEvent::MembershipFinished { pg, req }) => {
                     let mon = mon.clone();
-                    tokio::spawn(async move {
+                    reports.spawn(async move {
                         match mon.membership_finished(pg, &req).await {
                             Ok(_) => tracing::info!(%pg, voters = ?req.voters, "membership change reported"),
                             Err(e) if e.code() == Some(ErrorCode::StaleReport) => {}
@@ -160,7 +171,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
                 }
                 Some(ShardEvent::ReclaimDone { pg, id }) => {
                     let mon = mon.clone();
-                    tokio::spawn(async move {
+                    reports.spawn(async move {
                         // A lost confirmation is repeated by the shard while the map still
                         // lists the PG as not done (`fastblock_shard::reclaim`).
                         match mon.reclaim_pg_done(id, pg).await {
@@ -171,13 +182,21 @@ pub async fn run(config: OsdConfig) -> Result<()> {
                     });
                 }
                 Some(ShardEvent::Fatal { shard, failure }) => break Err(anyhow::anyhow!("shard {shard} failed: {failure}")),
+                Some(ShardEvent::Stopped { shard, reason }) => break Err(anyhow::anyhow!("shard {shard} stopped: {reason}")),
                 None => break Err(anyhow::anyhow!("all shards stopped")),
             },
         }
     };
+    if let Err(e) = &outcome {
+        tracing::error!("stopping the OSD: {e:#}");
+    }
     let _ = map_stop_tx.send(true);
     map_task.abort();
     hb_task.abort();
+    reports.abort_all();
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
     for s in &shards {
         let (tx, rx) = oneshot::channel();
         if s.commands.send(ShardCommand::Shutdown(tx)).is_ok() {
@@ -188,6 +207,28 @@ pub async fn run(config: OsdConfig) -> Result<()> {
         let _ = s.thread.join();
     }
     outcome
+}
+
+/// Why a task of the control runtime ended: its error, its panic, or that it ended at all
+/// (none of them ends while the OSD runs).
+fn ended(task: &str, outcome: Result<Result<()>, tokio::task::JoinError>) -> anyhow::Error {
+    match outcome {
+        Ok(Ok(())) => anyhow::anyhow!("{task} task ended while the OSD was running"),
+        Ok(Err(e)) => e.context(format!("{task} failed")),
+        Err(e) if e.is_panic() => anyhow::anyhow!(
+            "{task} panicked: {}",
+            crate::panic_message(&*e.into_panic())
+        ),
+        Err(e) => anyhow::anyhow!("{task} was cancelled: {e}"),
+    }
+}
+
+/// Waits for the task if there is one, forever if not.
+async fn until_done<T>(task: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
+    match task {
+        Some(task) => task.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Long-polls the map and hands every new epoch to all shards.

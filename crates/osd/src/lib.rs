@@ -9,7 +9,8 @@
 //!   ([`fastblock_shard::ShardCore`], which holds the store and the PG replicas and makes
 //!   every protocol and durability decision) with the shard's connections, timers and clock.
 //! - [`control`]: boot, heartbeats (with IO counters), following the map by long-poll,
-//!   reporting new PG leaders, fail-stop.
+//!   reporting new PG leaders, fail-stop; it watches every task and shard thread, and stops
+//!   the OSD (exit status 1, naming what failed) when one fails or ends unasked.
 //! - [`stages`]: per-stage latency histograms of the IO path (the core times the stages, the
 //!   runtime records them); [`metrics`]: `/metrics`.
 //!
@@ -30,6 +31,17 @@ pub mod stages;
 pub use fastblock_store::disk::SyncMode;
 
 use std::path::{Path, PathBuf};
+
+/// The text of a panic's payload (what `panic!` was given, when it was a string).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_string()
+    }
+}
 
 /// The metadata database of shard `index`: `<data>.shard<index>.meta`.
 pub fn shard_meta_path(data: &Path, index: u32) -> PathBuf {

@@ -16,6 +16,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::task::JoinHandle;
 
 /// The registry every OSD metric lives in, and the families the shards record into.
 pub struct Metrics {
@@ -46,8 +47,13 @@ impl Metrics {
 }
 
 /// Binds `addr` and serves `/metrics` until the runtime stops. Returns the bound address
-/// (useful with port 0). A bind failure is an error at startup, not later.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr> {
+/// (useful with port 0) and the server's task, which the control task watches: it never ends
+/// while the OSD runs (axum retries failed accepts), so its end stops the OSD. A bind
+/// failure is an error at startup, not later.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+) -> Result<(SocketAddr, JoinHandle<std::io::Result<()>>)> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the metrics address {addr}"))?;
@@ -68,11 +74,7 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr
             }
         }),
     );
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::warn!("metrics server stopped: {e}");
-        }
-    });
+    let task = tokio::spawn(async move { axum::serve(listener, app).await });
     tracing::info!(%bound, "serving /metrics");
-    Ok(bound)
+    Ok((bound, task))
 }

@@ -1,5 +1,6 @@
 //! Which PGs this shard hosts: every PG whose current or target members include this OSD and
-//! that hashes to this shard. Created, reopened after a restart, or deleted as the map says.
+//! that hashes to this shard. Created, reopened after a restart, or deleted as the map says;
+//! never deleted because its pool's PG map is missing from the map (a damaged pool).
 
 use crate::core::{HostedPg, ShardCore};
 use crate::error::{Cause, Operation, ShardFailure};
@@ -60,6 +61,13 @@ impl<D: Disk + 'static> ShardCore<D> {
             .filter(|pg| !desired.contains_key(pg) && !self.pgs.contains_key(pg))
             .collect();
         gone.extend(orphans);
+        // A pool the map lists without a PG map is damaged in the monitor's store (its key
+        // was lost), not deleted: its PGs stay as they are, neither removed nor changed, so
+        // that restoring the key brings the pool back with its data (`fastblock_mon_core::
+        // damage`). Deleting the pool removes it from the map, and then its PGs go.
+        let fenced =
+            |pg: &PgId| map.pools.contains_key(&pg.pool) && !map.pgmaps.contains_key(&pg.pool);
+        gone.retain(|pg| !fenced(pg));
         for pg in gone {
             let info = map.pgmaps.get(&pg.pool).and_then(|m| m.pgs.get(&pg.seq));
             if let Some(info) = info.filter(|info| self.keeps_replica(pg, info)) {

@@ -32,6 +32,9 @@ pub enum ErrorCode {
     /// The range an image would grow into is still being deleted after an earlier shrink:
     /// retry once it is (`fastblock-client reclaim` shows it).
     ReclaimPending,
+    /// The pool's records in etcd are damaged (for example its PG map is missing): the pool
+    /// is fenced, only deleting it works. Health names the damage.
+    PoolDamaged,
     /// No monitor holds the leadership right now (election in progress).
     NoLeader,
     /// A concurrent change won every retry; try again.
@@ -75,6 +78,7 @@ impl ErrorCode {
             | ErrorCode::UuidExists
             | ErrorCode::StaleReport
             | ErrorCode::ReclaimPending
+            | ErrorCode::PoolDamaged
             | ErrorCode::Conflict => 409,
             ErrorCode::NoLeader | ErrorCode::Unavailable => 503,
             ErrorCode::Internal | ErrorCode::Unknown => 500,

@@ -92,6 +92,12 @@ pub enum ShardEvent {
         shard: u32,
         failure: ShardFailure,
     },
+    /// The shard's thread ended without being asked to (its runtime failed, or it panicked
+    /// where no panic hook aborts first): the OSD must stop.
+    Stopped {
+        shard: u32,
+        reason: String,
+    },
 }
 
 /// The shard's monotonic clock: microseconds since the shard started. Stamps requests as
@@ -120,6 +126,41 @@ pub struct ShardHandle {
     pub thread: std::thread::JoinHandle<()>,
 }
 
+/// The shard thread's body: its runtime, its core, its loop. `Err`: it stopped without being
+/// asked to.
+fn serve(
+    spec: ShardSpec,
+    listener: std::net::TcpListener,
+    events: mpsc::UnboundedSender<ShardEvent>,
+    commands: mpsc::UnboundedReceiver<ShardCommand>,
+    ready: std::sync::mpsc::Sender<anyhow::Result<()>>,
+) -> Result<(), String> {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return Ok(()); // reported as an error of `spawn`
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async move {
+        let shard = match runtime::Runtime::open(spec, listener, events) {
+            Ok(shard) => {
+                let _ = ready.send(Ok(()));
+                shard
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return Ok(()); // reported as an error of `spawn`
+            }
+        };
+        shard.run(commands).await
+    })
+}
+
 pub fn store_options() -> StoreOptions {
     StoreOptions::default()
 }
@@ -137,29 +178,22 @@ pub fn spawn(
     let thread = std::thread::Builder::new()
         .name(format!("shard-{index}"))
         .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e.into()));
-                    return;
-                }
+            let stopped = events.clone();
+            // The OSD binary's panic hook aborts first (fail-stop); without it (the library
+            // in tests), a panic still reaches the control task instead of ending the
+            // thread unseen.
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                serve(spec, listener, events, rx, ready_tx)
+            }));
+            let reason = match outcome {
+                Ok(Ok(())) => return,
+                Ok(Err(reason)) => reason,
+                Err(payload) => format!("panicked: {}", crate::panic_message(&*payload)),
             };
-            let local = tokio::task::LocalSet::new();
-            local.block_on(&runtime, async move {
-                let shard = match runtime::Runtime::open(spec, listener, events) {
-                    Ok(shard) => {
-                        let _ = ready_tx.send(Ok(()));
-                        shard
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                shard.run(rx).await;
+            tracing::error!(shard = index, "shard stopped: {reason}");
+            let _ = stopped.send(ShardEvent::Stopped {
+                shard: index,
+                reason,
             });
         })?;
     ready_rx

@@ -192,8 +192,13 @@ impl Runtime {
         })
     }
 
-    pub async fn run(mut self, mut commands: mpsc::UnboundedReceiver<ShardCommand>) {
-        let accepted = self.accept_connections();
+    /// Serves until the control task asks it to stop (or is gone). `Err`: the shard could not
+    /// go on serving; the caller tells the control task, which stops the OSD.
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<ShardCommand>,
+    ) -> Result<(), String> {
+        let accepted = self.accept_connections()?;
         let mut ticker = tokio::time::interval(self.spec.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut flusher = tokio::time::interval(self.spec.flush_interval);
@@ -208,9 +213,8 @@ impl Runtime {
                     let (_, e) = e.into_parts();
                     // Cannot happen once the fd exists; the commits would then never be
                     // heard of, so stop here rather than hang.
-                    tracing::error!(error = %e, "registering the completion eventfd");
                     self.shutdown();
-                    return;
+                    return Err(format!("registering the completion eventfd: {e}"));
                 }
             },
             None => None,
@@ -236,9 +240,9 @@ impl Runtime {
                     Some(ShardCommand::Shutdown(done)) => {
                         self.shutdown();
                         let _ = done.send(());
-                        return;
+                        return Ok(());
                     }
-                    None => { self.shutdown(); return; }
+                    None => { self.shutdown(); return Ok(()); }
                 },
                 _ = self.wake.notified() => {}
                 ready = readable(&completions) => {
@@ -260,13 +264,19 @@ impl Runtime {
         }
     }
 
-    /// Accepts connections on the shard's port, queueing them for the loop.
-    fn accept_connections(&mut self) -> Rc<RefCell<VecDeque<tokio::net::TcpStream>>> {
-        let listener = self.listener.take().expect("listener");
-        listener
+    /// Accepts connections on the shard's port, queueing them for the loop. A failed accept
+    /// (out of descriptors, say) is retried: it is not the shard's failure.
+    fn accept_connections(
+        &mut self,
+    ) -> Result<Rc<RefCell<VecDeque<tokio::net::TcpStream>>>, String> {
+        let listener = self
+            .listener
+            .take()
+            .ok_or("the shard's listener was taken before (run twice)")?;
+        let listener = listener
             .set_nonblocking(true)
-            .expect("nonblocking listener");
-        let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+            .and_then(|()| tokio::net::TcpListener::from_std(listener))
+            .map_err(|e| format!("listening on the shard's port: {e}"))?;
         let accepted: Rc<RefCell<VecDeque<tokio::net::TcpStream>>> =
             Rc::new(RefCell::new(VecDeque::new()));
         let queue = accepted.clone();
@@ -286,7 +296,7 @@ impl Runtime {
                 }
             }
         });
-        accepted
+        Ok(accepted)
     }
 
     fn add_conn(&mut self, stream: tokio::net::TcpStream) {

@@ -422,6 +422,32 @@ fn hosting_follows_the_map_and_ignores_an_older_one() {
         .any(|e| e.removed == vec![pg(2)]));
 }
 
+/// A pool the map lists without its PG map (the monitor found the key missing in etcd and
+/// fenced the pool) keeps its replicas and their data; deleting the pool removes them.
+#[test]
+fn a_pool_without_its_pg_map_keeps_its_replicas_until_deleted() {
+    let mut c = single();
+    let w = c.request(1, write(pg(0), 0, 0, &[7u8; 4096], 1));
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    let mut damaged = (*harness::map(5, &[1], &[(0, &[1], &[])])).clone();
+    damaged.pgmaps.clear();
+    c.map(std::sync::Arc::new(damaged.clone()));
+    assert_eq!(c.core(1).hosted().collect::<Vec<_>>(), vec![pg(0)]);
+    assert!(c.core(1).store().pg_log(pg(0)).is_some(), "log kept");
+    let r = c.request(1, read(pg(0), 0, 0, 4096, 5));
+    assert!(
+        matches!(c.reply(r), Some(Reply::Data(d)) if d[..] == [7u8; 4096][..]),
+        "data still served: {:?}",
+        c.reply(r)
+    );
+    // The pool is deleted: now its replica goes.
+    damaged.epoch = fastblock_types::Epoch(6);
+    damaged.pools.clear();
+    c.map(std::sync::Arc::new(damaged));
+    assert_eq!(c.core(1).hosted().count(), 0);
+    assert!(c.core(1).store().pg_log(pg(0)).is_none(), "log removed");
+}
+
 #[test]
 fn a_new_leader_reports_itself_until_the_map_records_it() {
     let mut c = single();
