@@ -48,13 +48,13 @@ struct Args {
     #[arg(long, default_value = "wal")]
     preallocate: fastblock_osd::mkfs::Preallocate,
     /// With --mkfs: data-path shards (threads), fixed for the life of the OSD [default: cores].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(fastblock_osd::mkfs::SHARDS_MAX)))]
     shards: Option<u32>,
     /// Address clients and peers reach this OSD at.
     #[arg(long, default_value = "127.0.0.1")]
     address: String,
     /// Data port of shard 0 (shard k uses port + k).
-    #[arg(long, default_value_t = 6800)]
+    #[arg(long, default_value_t = 6800, value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
     /// Host name: the `host` failure domain [default: this machine's host name].
     #[arg(long)]
