@@ -307,6 +307,7 @@ impl MapBuilder {
                 pending_create: false,
                 boot_epoch: Epoch(1),
                 config: String::new(),
+                lease_timing: None,
             },
         );
         self

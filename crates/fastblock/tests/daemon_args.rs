@@ -3,13 +3,35 @@
 
 mod common;
 
-use common::bin;
+use common::{bin, free_port, Proc, TempDir};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
+/// Runs `daemon ARGS` and checks that it exits at once with status 2 and `needle` on stderr.
+/// A daemon that takes the arguments would run on: it is killed (by PID) after a bounded wait.
 fn refused(daemon: &str, args: &[&str], needle: &str) {
-    let out = Command::new(bin(daemon)).args(args).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{daemon} {args:?}: {stderr}");
+    let dir = TempDir::new("daemon-args");
+    let log = dir.path().join("out.log");
+    let mut cmd = Command::new(bin(daemon));
+    cmd.args(args);
+    let mut proc = Proc::spawn(daemon, cmd, log.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let child = proc.child.as_mut().expect("spawned");
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            // Reaped: its PID may be reused, so it must never be signalled again.
+            proc.child = None;
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{daemon} {args:?} still running: the arguments were accepted\n{}",
+            proc.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(2), "{daemon} {args:?}: {stderr}");
     assert!(stderr.contains(needle), "{daemon} {args:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "{daemon} {args:?}: {stderr}");
 }
@@ -33,4 +55,55 @@ fn zero_intervals_and_bad_durations_are_refused_at_startup() {
     for flag in ["--tick-interval", "--osd-down-after", "--lease-ttl"] {
         refused("fastblock-mon", &[flag, "0ms"], "zero");
     }
+}
+
+/// Counts and timings whose value would break something later: a lease of zero or negative
+/// ticks, arithmetic that overflows, a tick of minutes (a unit left out), a port the monitor
+/// would refuse, an etcd lease TTL etcd counts in whole seconds only.
+#[test]
+fn counts_and_timings_out_of_range_are_refused_at_startup() {
+    let osd = |extra: &[&str], needle: &str| {
+        refused(
+            "fastblock-osd",
+            &[&["--data", "/nonexistent/osd.img"][..], extra].concat(),
+            needle,
+        )
+    };
+    for ticks in ["0", "2"] {
+        osd(
+            &["--election-ticks", ticks, "--heartbeat-ticks", "1"],
+            "election ticks",
+        );
+    }
+    osd(&["--election-ticks", "100000"], "not within 3..=10000");
+    // 2 * heartbeat ticks overflows.
+    osd(
+        &["--heartbeat-ticks", "9223372036854775808"],
+        "election_ticks must exceed",
+    );
+    // A bare number is seconds.
+    osd(&["--tick", "100"], "a bare number is seconds");
+    osd(&["--port", "0"], "--port");
+    osd(&["--mkfs", "--shards", "0"], "--shards");
+    osd(&["--mkfs", "--shards", "65"], "--shards");
+    // Free ports: a monitor that took the arguments would serve until killed.
+    let api = format!("127.0.0.1:{}", free_port());
+    let mon = |extra: &[&str], needle: &str| {
+        let args = [
+            &[
+                "--data-dir",
+                "/nonexistent/mon",
+                "--etcd-binary",
+                "/nonexistent/etcd",
+                "--api-addr",
+                &api,
+            ][..],
+            extra,
+        ]
+        .concat();
+        refused("fastblock-mon", &args, needle)
+    };
+    mon(&["--lease-ttl", "500ms"], "whole number of seconds");
+    mon(&["--lease-ttl", "1500ms"], "whole number of seconds");
+    mon(&["--lease-ttl", "10000000000s"], "longest lease TTL");
 }

@@ -6,6 +6,7 @@
 use crate::state::MonState;
 use crate::{err, OpResult};
 use fastblock_types::api::{BootRequest, ErrorCode};
+use fastblock_types::lease::{LeaseTiming, CLOCK_RATE_MARGIN_PERCENT};
 use fastblock_types::map::OsdInfo;
 use fastblock_types::{Epoch, OsdId};
 use std::net::IpAddr;
@@ -76,6 +77,7 @@ impl MonState {
                 pending_create: true,
                 boot_epoch: Epoch(0),
                 config: String::new(),
+                lease_timing: None,
             },
         );
         Ok(id)
@@ -119,6 +121,8 @@ impl MonState {
                 ),
             );
         }
+        self.check_lease_timing(id, req.lease_timing)?;
+        let osd = self.osd_mut(id)?;
         let was_in = osd.is_in;
         osd.address = req.address.clone();
         osd.port = req.port;
@@ -126,11 +130,55 @@ impl MonState {
         osd.host = req.host.clone();
         osd.capacity_bytes = req.capacity_bytes;
         osd.config = req.config.clone();
+        osd.lease_timing = req.lease_timing;
         osd.up = true;
         osd.is_in = true;
         osd.pending_create = false;
         osd.boot_epoch = epoch;
         self.after_osd_available(id, !was_in);
+        Ok(())
+    }
+
+    /// Refuses the boot of `id` if its lease timing does not fit every other OSD's, both ways
+    /// (`fastblock_types::lease`): PGs move between any OSDs. Every recorded OSD counts, down
+    /// and out ones too: an OSD marked down may still be running and serving its PGs (cut off
+    /// from the monitor, not from its peers), and its next heartbeat brings it up again without
+    /// a boot. Its own record does not count (it restarts with new settings). An OSD that
+    /// reported no timing (a build from before this check) is not compared, and neither is a
+    /// boot that reports none.
+    fn check_lease_timing(&self, id: OsdId, timing: Option<LeaseTiming>) -> OpResult<()> {
+        let Some(mine) = timing else {
+            return Ok(());
+        };
+        if let Err(e) = mine.validate() {
+            return err(
+                ErrorCode::InvalidArgument,
+                format!("osd {id} boots with an invalid lease timing: {e}"),
+            );
+        }
+        for other in self.map.osds.values().filter(|o| o.id != id) {
+            let Some(theirs) = other.lease_timing else {
+                continue;
+            };
+            let (leader, member, conflict) = match mine.lease_fits(&theirs) {
+                Err(c) => (id, other.id, c),
+                Ok(()) => match theirs.lease_fits(&mine) {
+                    Err(c) => (other.id, id, c),
+                    Ok(()) => continue,
+                },
+            };
+            return err(
+                ErrorCode::IncompatibleConfig,
+                format!(
+                    "osd {id} ({mine}) cannot serve PGs with osd {} ({theirs}): a leader on osd \
+                     {leader} would answer reads under a lease of {} ms, but osd {member} may \
+                     vote for another leader {} ms after hearing from it (a lease must stay \
+                     {CLOCK_RATE_MARGIN_PERCENT}% below that); start osd {id} with settings that \
+                     fit (docs/design/osd.md, \"Reads\")",
+                    other.id, conflict.lease_ms, conflict.window_ms
+                ),
+            );
+        }
         Ok(())
     }
 

@@ -32,6 +32,7 @@ fn boot_req(i: u32) -> BootRequest {
         host: format!("h{i}"),
         capacity_bytes: 1 << 30,
         config: String::new(),
+        lease_timing: None,
     }
 }
 

@@ -95,6 +95,7 @@ fn apply(s: &mut MonState, op: &Op, seq: usize) {
                         host: format!("h{host}"),
                         capacity_bytes: 1,
                         config: String::new(),
+                        lease_timing: None,
                     },
                 )
             })

@@ -33,6 +33,7 @@ fn cluster() -> MonState {
                     host: format!("h{i}"),
                     capacity_bytes: 1 << 30,
                     config: String::new(),
+                    lease_timing: None,
                 },
             )
         })

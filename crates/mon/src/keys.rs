@@ -231,6 +231,7 @@ mod tests {
             host: "h".into(),
             capacity_bytes: 1 << 30,
             config: String::new(),
+            lease_timing: None,
         };
         state.boot(id, &boot).unwrap();
         let pool = CreatePoolRequest {

@@ -8,10 +8,11 @@ use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::shard::{self, ShardCommand, ShardEvent, ShardHandle, ShardSpec};
 use anyhow::{bail, Context, Result};
-use fastblock_monclient::MonClient;
+use fastblock_monclient::{MonClient, MonError};
 use fastblock_pg::PgConfig;
 use fastblock_shard::RecoveryLimits;
 use fastblock_types::api::{BootRequest, ErrorCode, HeartbeatRequest};
+use fastblock_types::lease::LeaseTiming;
 use fastblock_types::Epoch;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +30,9 @@ pub struct OsdConfig {
     pub port: u16,
     pub host: String,
     pub tick: Duration,
+    /// What the PGs' leases depend on (`--tick`, `--election-ticks`, `--lease-reads`),
+    /// reported at boot for the monitor to check against the other OSDs'.
+    pub lease_timing: LeaseTiming,
     pub heartbeat_interval: Duration,
     pub flush_interval: Duration,
     /// How a WAL commit makes its write durable (`--wal-sync`).
@@ -109,11 +113,16 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             "election_ticks": config.pg_config.election_ticks, "heartbeat_ticks": config.pg_config.heartbeat_ticks,
         })
         .to_string(),
+        lease_timing: Some(config.lease_timing),
     };
-    let epoch = mon
-        .boot(identity.id, &boot)
-        .await
-        .context("booting with the monitor")?;
+    let epoch = mon.boot(identity.id, &boot).await.map_err(|e| match e {
+        // The monitor's own error, once (`MonError::Api` would print its message twice) and
+        // findable in the chain: the binary exits 2 on `incompatible_config`.
+        MonError::Api(refusal) => {
+            anyhow::Error::new(refusal).context("the monitor refused the boot")
+        }
+        other => anyhow::Error::new(other).context("booting with the monitor"),
+    })?;
     tracing::info!(osd = %identity.id, %epoch, shards = identity.shards, "booted");
 
     let (map_stop_tx, map_stop) = tokio::sync::watch::channel(false);

@@ -48,6 +48,9 @@ impl std::str::FromStr for Preallocate {
     }
 }
 
+/// Most data-path shards (threads) one OSD may be formatted with.
+pub const SHARDS_MAX: u32 = 64;
+
 pub struct MkfsArgs {
     pub data: PathBuf,
     /// Size of a data file to create (ignored for block devices and existing files).
@@ -88,8 +91,8 @@ fn write_zeros(disk: &mut impl Disk, bytes: u64) -> Result<()> {
 }
 
 pub async fn mkfs(args: MkfsArgs) -> Result<Identity> {
-    if args.shards == 0 || args.shards > 64 {
-        bail!("--shards must be between 1 and 64");
+    if args.shards == 0 || args.shards > SHARDS_MAX {
+        bail!("--shards must be between 1 and {SHARDS_MAX}");
     }
     if identity_path(&args.data).exists() && !args.force {
         let old = Identity::load(&args.data)?;

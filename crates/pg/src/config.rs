@@ -1,6 +1,8 @@
 //! Timing and limits of a PG replica, in ticks and counts (the driver decides how long a tick
 //! is; the OSD's default is 100 ms).
 
+use fastblock_types::lease::ELECTION_TICKS_MAX;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PgConfig {
     /// A leader sends heartbeats every this many ticks.
@@ -19,7 +21,8 @@ pub struct PgConfig {
     /// How long after a quorum confirmed its leadership a leader serves reads without a
     /// heartbeat round (`lease.rs`), in the driver's milliseconds; 0: every read asks a
     /// quorum. It must stay below the shortest time `election_ticks` ticks of a follower can
-    /// take: the driver derives it from its tick length.
+    /// take: the OSD takes it from `fastblock_types::lease::LeaseTiming::lease_ms`, which also
+    /// decides whether another OSD's followers allow it.
     pub lease_ms: u64,
 }
 
@@ -43,8 +46,14 @@ impl PgConfig {
         }
         // raft-rs requires heartbeats well inside the election timeout, or followers campaign
         // against a live leader.
-        if self.election_ticks <= self.heartbeat_ticks * 2 {
+        if self.election_ticks <= self.heartbeat_ticks.saturating_mul(2) {
             return Err("election_ticks must exceed 2 * heartbeat_ticks".into());
+        }
+        // raft-rs draws timeouts below 2 * election_ticks: the bound keeps that in range.
+        if self.election_ticks as u64 > ELECTION_TICKS_MAX {
+            return Err(format!(
+                "election_ticks must not exceed {ELECTION_TICKS_MAX}"
+            ));
         }
         if self.inflight_appends_max == 0 || self.pending_ops_max == 0 {
             return Err("limits must be > 0".into());

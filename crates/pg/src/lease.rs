@@ -6,14 +6,16 @@
 //! own ticks after it last heard from its leader (`in_lease` in `Raft::step`). So no other
 //! leader can be elected before `t` + (those ticks, at their fastest), and until then this
 //! leader's committed state is the latest: it may answer reads at its commit index without
-//! asking again. `lease_ms` is that window minus a margin; the driver computes it from its
-//! tick length (the OSD: `(election_ticks - 2) * tick`, ticks never arrive early with
-//! tokio's `MissedTickBehavior::Delay`; a stalled follower ticks late, which lengthens its
-//! refusal, not ours).
+//! asking again. `lease_ms` is that window minus a margin; the OSD takes it from
+//! `fastblock_types::lease::LeaseTiming::lease_ms` (`election_ticks - 2` ticks by default; a
+//! stalled follower ticks late, which lengthens its refusal, not ours). The followers count
+//! with their own OSD's tick and election ticks: the monitor refuses the boot of an OSD whose
+//! settings would let a lease outlast another OSD's refusal (`LeaseTiming::lease_fits`).
 //!
 //! What would let another leader in early, and how each is closed:
 //! - A follower that restarts forgets its leader and would vote at once: a replica refuses
-//!   votes for its first `election_ticks` ticks after opening (`PgReplica::step`).
+//!   votes for its first `election_ticks` ticks after opening (`PgReplica::step`), whether or
+//!   not it has a lease of its own.
 //! - A leadership transfer makes the transferee campaign with `force`, which skips the
 //!   followers' refusal: once this leader starts one, the lease is void for the rest of its
 //!   term (a `MsgTimeoutNow` may arrive late).

@@ -78,7 +78,7 @@ pub struct PgReplica<S: Storage> {
     /// Ticks until an idle learner may be nudged again (`nudge_idle_learners`).
     nudge_in: u32,
     /// Ticks since this replica was opened: it refuses votes until `election_ticks` have
-    /// passed when leases are on (a restarted follower forgot whom it followed).
+    /// passed (a restarted follower forgot whom it followed, and may have confirmed a lease).
     ticks_since_open: usize,
     /// As leader: the index of the first entry of its term (raft-rs appends an empty one on
     /// election). Everything before it is applied once `applied` reaches it.
@@ -537,11 +537,12 @@ impl<S: Storage> PgReplica<S> {
         {
             return;
         }
-        // With leases on, a replica just opened does not vote for an election timeout: before
-        // a restart it may have confirmed a leader's lease, and raft-rs's refusal to vote while
-        // it hears from a leader does not survive the restart (see `lease`).
-        if self.lease.enabled()
-            && self.ticks_since_open < self.config.election_ticks
+        // A replica just opened does not vote for an election timeout: before a restart it may
+        // have confirmed a leader's lease, and raft-rs's refusal to vote while it hears from a
+        // leader does not survive the restart (see `lease`). Whether this replica serves lease
+        // reads itself does not matter: the other members' OSDs may (the monitor lets OSDs with
+        // lease reads on and off share PGs, `fastblock_types::lease`).
+        if self.ticks_since_open < self.config.election_ticks
             && matches!(
                 msg.get_msg_type(),
                 MessageType::MsgRequestVote | MessageType::MsgRequestPreVote

@@ -125,6 +125,7 @@ pub(crate) mod test_support {
             pending_create: false,
             boot_epoch: Default::default(),
             config: String::new(),
+            lease_timing: None,
         }
     }
 }

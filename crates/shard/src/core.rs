@@ -118,7 +118,9 @@ struct Round {
 /// Inputs that arrived while a commit was due or in flight.
 #[derive(Default)]
 struct Deferred {
+    /// In arrival order, with at most one tick among them (see `handle`).
     inputs: VecDeque<Input>,
+    /// A tick is in `inputs`.
     tick: bool,
     flush: bool,
     map: Option<Arc<ClusterMap>>,
@@ -287,7 +289,16 @@ impl<D: Disk + 'static> ShardCore<D> {
                 self.poll_flush(eff);
             }
             input if !blocked => self.handle_now(input, eff),
-            Input::Tick => self.deferred.tick = true,
+            // A deferred tick keeps its place among the inputs: handled after a leader's
+            // message that came after it, it would count as a tick *after* that message,
+            // although it was due earlier, and shorten the follower's refusal to vote that a
+            // lease relies on (`fastblock_types::lease`). Later ticks are dropped, which only
+            // lengthens timeouts.
+            Input::Tick if self.deferred.tick => {}
+            Input::Tick => {
+                self.deferred.tick = true;
+                self.deferred.inputs.push_back(Input::Tick);
+            }
             Input::FlushDue => self.deferred.flush = true,
             Input::Map(map) => self.deferred.map = Some(map),
             input => self.deferred.inputs.push_back(input),
@@ -358,9 +369,6 @@ impl<D: Disk + 'static> ShardCore<D> {
             }
             for input in d.inputs {
                 self.handle_now(input, eff);
-            }
-            if d.tick {
-                self.tick(eff);
             }
             if d.flush {
                 self.maybe_flush(eff);

@@ -2066,6 +2066,7 @@ fn boot(mon: &mut MonState, id: OsdId) -> Result<(), String> {
             host: format!("sim-host-{id}"),
             capacity_bytes: 1 << 30,
             config: String::new(),
+            lease_timing: None,
         },
     )
     .map_err(|e| format!("boot osd {id}: {e:?}"))

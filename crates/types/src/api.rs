@@ -3,6 +3,7 @@
 //! compiled from one definition.
 
 use crate::ids::{Epoch, LogIndex, OsdId, PgId, Term};
+use crate::lease::LeaseTiming;
 use crate::map::{ClusterMap, FailureDomain, Flags, ImageInfo, PgInfo, PoolInfo};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -42,6 +43,9 @@ pub enum ErrorCode {
     /// etcd or a peer monitor could not be reached.
     Unavailable,
     Internal,
+    /// An OSD's settings cannot share PGs with another OSD's (its lease timing, see
+    /// `lease`): it must be started with other settings.
+    IncompatibleConfig,
     /// A code this build does not know (sent by a newer monitor).
     #[serde(other)]
     Unknown,
@@ -79,6 +83,7 @@ impl ErrorCode {
             | ErrorCode::StaleReport
             | ErrorCode::ReclaimPending
             | ErrorCode::PoolDamaged
+            | ErrorCode::IncompatibleConfig
             | ErrorCode::Conflict => 409,
             ErrorCode::NoLeader | ErrorCode::Unavailable => 503,
             ErrorCode::Internal | ErrorCode::Unknown => 500,
@@ -142,6 +147,10 @@ pub struct BootRequest {
     /// The OSD's effective configuration, shown by `showconfig`.
     #[serde(default)]
     pub config: String,
+    /// The settings its leases depend on, checked against every other OSD's. Absent from OSDs
+    /// built before the check: their boot is not checked.
+    #[serde(default)]
+    pub lease_timing: Option<LeaseTiming>,
 }
 
 /// Answer to boot and heartbeat: the epoch lets the OSD see that it must fetch a newer map.

@@ -12,12 +12,14 @@
 //! - [`route`]: object → PG and PG → shard, the stable routing functions.
 //! - [`names`]: validation of pool and image names.
 //! - [`api`]: request and response bodies of the monitor's HTTP API and its typed error.
+//! - [`lease`]: an OSD's lease timing and the rule by which two OSDs' timings may share PGs.
 //!
 //! This crate must not depend on anything that does I/O, reads a clock or draws randomness:
 //! the simulator and the pure cores build on it.
 
 pub mod api;
 pub mod ids;
+pub mod lease;
 pub mod map;
 pub mod names;
 pub mod pg_state;

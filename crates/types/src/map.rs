@@ -77,6 +77,10 @@ pub struct OsdInfo {
     /// The configuration the OSD reported at its last boot.
     #[serde(default)]
     pub config: String,
+    /// The lease timing the OSD reported at its last boot (`None`: never booted, or booted by a
+    /// build that did not report it).
+    #[serde(default)]
+    pub lease_timing: Option<crate::lease::LeaseTiming>,
 }
 
 fn one() -> u32 {
@@ -338,6 +342,7 @@ mod tests {
                 pending_create: false,
                 boot_epoch: Epoch(2),
                 config: String::new(),
+                lease_timing: None,
             },
         );
         let json = serde_json::to_string(&map).unwrap();

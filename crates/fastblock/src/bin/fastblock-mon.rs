@@ -49,9 +49,30 @@ struct Args {
     /// How often OSD liveness is checked.
     #[arg(long, default_value = "500ms", value_parser = interval_arg)]
     tick_interval: Duration,
-    /// TTL of the monitor's etcd lease: a dead leader is replaced within about this long.
-    #[arg(long, default_value = "5s", value_parser = interval_arg)]
+    /// TTL of the monitor's etcd lease: a dead leader is replaced within about this long
+    /// (whole seconds: etcd counts lease TTLs in seconds).
+    #[arg(long, default_value = "5s", value_parser = lease_ttl_arg)]
     lease_ttl: Duration,
+}
+
+/// The longest lease TTL etcd grants (its `MaxLeaseTTL`, seconds).
+const ETCD_LEASE_TTL_SECS_MAX: u64 = 9_000_000_000;
+
+/// `--lease-ttl`: a whole number of seconds etcd accepts, rather than one rounded silently or
+/// refused by etcd at every election attempt.
+fn lease_ttl_arg(input: &str) -> Result<Duration, String> {
+    let ttl = interval_arg(input)?;
+    if ttl.subsec_nanos() != 0 {
+        return Err(format!(
+            "{input:?} is not a whole number of seconds (etcd lease TTLs are in seconds)"
+        ));
+    }
+    if ttl.as_secs() > ETCD_LEASE_TTL_SECS_MAX {
+        return Err(format!(
+            "{input:?} is above etcd's longest lease TTL, {ETCD_LEASE_TTL_SECS_MAX}s"
+        ));
+    }
+    Ok(ttl)
 }
 
 #[tokio::main]
@@ -64,7 +85,8 @@ async fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    let lease_ttl_secs = args.lease_ttl.as_secs().max(1) as i64;
+    // Whole seconds within etcd's range (lease_ttl_arg): the cast is exact.
+    let lease_ttl_secs = args.lease_ttl.as_secs() as i64;
     let etcd_member = if args.etcd_endpoints.is_empty() {
         Some(EtcdMemberConfig {
             binary: args.etcd_binary.clone(),

@@ -5,6 +5,8 @@ use clap::Parser;
 use fastblock_osd::control::{run, OsdConfig};
 use fastblock_osd::mkfs::{mkfs, MkfsArgs};
 use fastblock_pg::PgConfig;
+use fastblock_types::api::{ApiError, ErrorCode};
+use fastblock_types::lease::LeaseTiming;
 use fastblock_types::units::{interval_arg, parse_size};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -46,21 +48,23 @@ struct Args {
     #[arg(long, default_value = "wal")]
     preallocate: fastblock_osd::mkfs::Preallocate,
     /// With --mkfs: data-path shards (threads), fixed for the life of the OSD [default: cores].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(fastblock_osd::mkfs::SHARDS_MAX)))]
     shards: Option<u32>,
     /// Address clients and peers reach this OSD at.
     #[arg(long, default_value = "127.0.0.1")]
     address: String,
     /// Data port of shard 0 (shard k uses port + k).
-    #[arg(long, default_value_t = 6800)]
+    #[arg(long, default_value_t = 6800, value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
     /// Host name: the `host` failure domain [default: this machine's host name].
     #[arg(long)]
     host: Option<String>,
-    /// Raft tick.
+    /// Raft tick (at most 10s). Every OSD of a cluster needs a tick and election ticks whose
+    /// leases fit the others' (docs/design/osd.md, "Reads"): the monitor refuses a boot
+    /// otherwise.
     #[arg(long, default_value = "100ms", value_parser = interval_arg)]
     tick: Duration,
-    /// Followers campaign after [N, 2N) ticks without a leader.
+    /// Followers campaign after [N, 2N) ticks without a leader (3 to 10000).
     #[arg(long, default_value_t = 10)]
     election_ticks: usize,
     /// Leaders heartbeat every N ticks.
@@ -164,19 +168,19 @@ async fn main() {
         .await
         .map(|identity| println!("{}", identity.id))
     } else {
-        // A follower refuses votes for election_ticks of its ticks after it last heard from
-        // its leader; tokio's interval never fires early, and the first of them may come at
-        // once after a message: (election_ticks - 1) ticks at least, less one more for margin.
-        let lease_ms = if args.lease_reads {
-            (args.election_ticks.saturating_sub(2) as u64)
-                .saturating_mul(args.tick.as_millis() as u64)
-        } else {
-            0
+        let lease_timing = LeaseTiming {
+            tick_ms: u64::try_from(args.tick.as_millis()).unwrap_or(u64::MAX),
+            election_ticks: args.election_ticks as u64,
+            lease_reads: args.lease_reads,
         };
+        if let Err(e) = lease_timing.validate() {
+            eprintln!("fastblock-osd: --tick and --election-ticks: {e}");
+            std::process::exit(2);
+        }
         let pg_config = PgConfig {
             election_ticks: args.election_ticks,
             heartbeat_ticks: args.heartbeat_ticks,
-            lease_ms,
+            lease_ms: lease_timing.lease_ms(),
             ..PgConfig::default()
         };
         if let Err(e) = pg_config.validate() {
@@ -197,6 +201,7 @@ async fn main() {
             port: args.port,
             host: args.host.unwrap_or_else(host_name),
             tick: args.tick,
+            lease_timing,
             heartbeat_interval: args.heartbeat_interval,
             flush_interval: args.flush_interval,
             wal_sync: args.wal_sync.into(),
@@ -212,7 +217,14 @@ async fn main() {
     };
     if let Err(e) = result {
         eprintln!("fastblock-osd: {e:#}");
-        std::process::exit(1);
+        // Settings the monitor refused are refused again on every restart: exit as for a bad
+        // argument, so that a supervisor can tell this from a crash worth restarting.
+        let refused = e.chain().any(|cause| {
+            cause
+                .downcast_ref::<ApiError>()
+                .is_some_and(|a| a.code == ErrorCode::IncompatibleConfig)
+        });
+        std::process::exit(if refused { 2 } else { 1 });
     }
 }
 

@@ -460,6 +460,7 @@ impl FakeOsd {
             host: self.host.clone(),
             capacity_bytes: 1 << 30,
             config: format!("{{\"osd\":{}}}", self.id),
+            lease_timing: None,
         };
         client.boot(self.id, &req).await.expect("boot");
         self.start_heartbeats();
@@ -509,7 +510,7 @@ pub struct OsdProc {
     endpoints: Vec<String>,
     log_dir: PathBuf,
     restarts: u32,
-    /// Arguments added to every start (after `OSD_TEST_ARGS`, so they override them).
+    /// Arguments added to every start (replacing the `OSD_TEST_ARGS` options they give).
     pub extra_args: Vec<String>,
 }
 
@@ -610,7 +611,7 @@ impl OsdProc {
         cmd.arg("--data")
             .arg(&self.data)
             .args(["--port", &self.port.to_string(), "--host", &self.host])
-            .args(OSD_TEST_ARGS)
+            .args(self.test_args())
             .args(&self.extra_args)
             .env("FASTBLOCK_MON", self.endpoints.join(","))
             .env("RUST_LOG", "info");
@@ -619,6 +620,17 @@ impl OsdProc {
             .log_dir
             .join(format!("osd{}-{}.log", self.id, self.restarts));
         self.proc = Some(Proc::spawn(&format!("osd.{}", self.id), cmd, log));
+    }
+
+    /// `OSD_TEST_ARGS` without the options `extra_args` gives again (clap refuses an option
+    /// given twice, so the extra one replaces the test default).
+    fn test_args(&self) -> Vec<&'static str> {
+        OSD_TEST_ARGS
+            .chunks(2)
+            .filter(|pair| !self.extra_args.iter().any(|a| a == pair[0]))
+            .flatten()
+            .copied()
+            .collect()
     }
 
     pub fn kill(&mut self) {

@@ -29,6 +29,7 @@ pub fn osd(id: u32, host: &str, status: Status) -> OsdInfo {
         pending_create: status == Status::Pending,
         boot_epoch: Default::default(),
         config: String::new(),
+        lease_timing: None,
     }
 }
 

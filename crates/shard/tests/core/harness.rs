@@ -162,6 +162,7 @@ pub fn map(epoch: u64, osds: &[u32], pgs: &[(u32, &[u32], &[u32])]) -> Arc<Clust
                 pending_create: false,
                 boot_epoch: Epoch(1),
                 config: String::new(),
+                lease_timing: None,
             },
         );
     }

@@ -371,6 +371,52 @@ fn time_never_goes_back() {
     c.step(1, Input::Tick);
 }
 
+/// A tick that waited in the core for a commit keeps its place among the inputs: a leader's
+/// heartbeat that arrived after it is handled after it. Handled the other way round, the tick
+/// (due before the heartbeat) would count as the follower's first tick after it and shorten
+/// the time it refuses votes, which a leader lease relies on (`fastblock_types::lease`).
+#[test]
+fn a_deferred_tick_is_handled_before_the_inputs_that_came_after_it() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(harness::map(1, &[1, 2], &[(0, &[1, 2], &[])]));
+    c.elect(1, pg(0));
+    c.auto_commit = false;
+    // OSD 2 appends a write and starts its commit, which stays in flight: it takes no input.
+    c.request(1, write(pg(0), 0, 0, &[1u8; 512], 1));
+    c.finish_commits(1);
+    c.settle();
+    c.step(2, Input::WalCommit);
+    assert!(c.core(2).inputs_wait_for_commit());
+    // A tick, then the leader's heartbeat: both wait.
+    c.step_raw(2, Input::Tick);
+    for _ in 0..harness::config(OsdId(1)).pg.heartbeat_ticks {
+        c.step(1, Input::Tick);
+    }
+    assert!(
+        c.wire
+            .iter()
+            .any(|(from, to, _)| *from == OsdId(1) && *to == OsdId(2)),
+        "the leader sent osd 2 a heartbeat"
+    );
+    c.settle();
+    let follower = |c: &Cluster| {
+        c.core(2)
+            .replica(pg(0))
+            .expect("hosted")
+            .raw_node()
+            .raft
+            .election_elapsed
+    };
+    c.step(2, Input::WalDurable);
+    c.finish_commits(2);
+    assert!(!c.core(2).replica(pg(0)).expect("hosted").is_leader());
+    assert_eq!(
+        follower(&c),
+        0,
+        "the heartbeat, handled last, restarted the follower's count"
+    );
+}
+
 // ---- flush and compaction ----
 
 #[test]
