@@ -45,6 +45,13 @@ struct Args {
     /// them (a journal commit per fdatasync on ext4/xfs). Block devices are never pre-written.
     #[arg(long, default_value = "wal")]
     preallocate: fastblock_osd::mkfs::Preallocate,
+    /// Free space the file system holding the metadata files (`<data>.shard<k>.meta`) keeps:
+    /// below it, writes are refused with NoSpace (reads, discards and deletes go on) until a
+    /// sample shows room again, so the metadata can always be flushed. mkfs refuses a data
+    /// file that would leave less [default: a quarter of each shard's WAL or 1/32 of its
+    /// region, whichever is less, summed over the shards; at least 64M].
+    #[arg(long, value_parser = size, value_name = "SIZE")]
+    host_space_reserve: Option<u64>,
     /// With --mkfs: data-path shards (threads), fixed for the life of the OSD [default: cores].
     #[arg(long)]
     shards: Option<u32>,
@@ -207,6 +214,7 @@ async fn main() {
             recovery_max_active: args.recovery_max_active,
             recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
             metrics_addr: args.metrics_addr,
+            host_space_reserve_bytes: args.host_space_reserve,
         })
         .await
     };
