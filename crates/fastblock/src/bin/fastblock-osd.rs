@@ -40,10 +40,12 @@ struct Args {
     /// With --mkfs: format even if the device holds data.
     #[arg(long)]
     force: bool,
-    /// With --mkfs on a data file: write zeros first over its WAL regions (`wal`), all of it
-    /// (`full`), or nothing (`none`), so that commits overwrite blocks instead of allocating
-    /// them (a journal commit per fdatasync on ext4/xfs). Block devices are never pre-written.
-    #[arg(long, default_value = "wal")]
+    /// With --mkfs on a data file: the file is always allocated in full (fallocate; so no
+    /// write ever meets ENOSPC), and then written with zeros over its WAL regions (`wal`), all
+    /// of it (`full`), or nothing (`reserve`: fast, for tests), so that commits overwrite
+    /// blocks instead of converting them (a journal commit per fdatasync on ext4/xfs). Block
+    /// devices are never pre-written.
+    #[arg(long, default_value = "wal", value_name = "reserve|wal|full")]
     preallocate: fastblock_osd::mkfs::Preallocate,
     /// Free space the file system holding the metadata files (`<data>.shard<k>.meta`) keeps:
     /// below it, writes are refused with NoSpace (reads, discards and deletes go on) until a
@@ -164,6 +166,7 @@ async fn main() {
             size_bytes: args.size,
             uuid: args.uuid.clone(),
             preallocate: args.preallocate,
+            host_space_reserve_bytes: args.host_space_reserve,
             force: args.force,
             shards,
             monitors: args.mon.clone(),
