@@ -34,3 +34,20 @@ fn zero_intervals_and_bad_durations_are_refused_at_startup() {
         refused("fastblock-mon", &[flag, "0ms"], "zero");
     }
 }
+
+/// `--preallocate none` (a sparse data file, which a full file system turns into a crash
+/// loop) is gone: refused with the values that remain.
+#[test]
+fn a_sparse_data_file_is_no_longer_offered() {
+    let data = ["--data", "/nonexistent/osd.img", "--mkfs", "--size", "1G"];
+    refused(
+        "fastblock-osd",
+        &[&data[..], &["--preallocate", "none"]].concat(),
+        "use reserve (allocate without writing), wal or full",
+    );
+    refused(
+        "fastblock-osd",
+        &[&data[..], &["--preallocate", "sparse"]].concat(),
+        "reserve, wal or full",
+    );
+}
