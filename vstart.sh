@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts a local fastblock cluster under ./.vstart: installs what is missing, builds release
-# binaries if needed, starts a monitor (with its own etcd member) and N OSDs on sparse files,
-# creates a pool and an image, and waits until every PG is active.
+# binaries if needed, starts a monitor (with its own etcd member) and N OSDs on data files
+# (allocated in full), creates a pool and an image, and waits until every PG is active.
 #
 #   ./vstart.sh            start (or report that it already runs)
 #   ./vstart.sh --stop     stop everything started here
@@ -11,9 +11,10 @@
 # or $FASTBLOCK_VSTART_AIO_FILE_SIZE), --shards N per OSD (1), --mon-port N (3333),
 # --osd-port N (6800; OSD i uses N + 10*i + shard for data, N + 10*i + 9 for /metrics),
 # --etcd-port N (2379; peer N+1),
-# --state-dir DIR (./.vstart or $FASTBLOCK_VSTART_STATE_ROOT), --preallocate none|wal|full
-# (what of each OSD file mkfs writes first; wal), --no-build. $FASTBLOCK_VSTART_OSD_ARGS is
-# added to every OSD's command line (e.g. "--flush-interval 1s").
+# --state-dir DIR (./.vstart or $FASTBLOCK_VSTART_STATE_ROOT), --preallocate reserve|wal|full
+# (each OSD file is allocated in full; what mkfs also writes with zeros: nothing, the WAL or
+# everything; wal), --no-build. $FASTBLOCK_VSTART_OSD_ARGS is added to every OSD's command
+# line (e.g. "--flush-interval 1s").
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -49,7 +50,7 @@ while (($#)); do
     --etcd-port) ETCD_PORT=${2:?--etcd-port needs a value}; shift ;;
     --state-dir) STATE=${2:?--state-dir needs a value}; shift ;;
     --no-build) BUILD=0 ;;
-    --preallocate) PREALLOCATE=${2:?--preallocate needs none, wal or full}; shift ;;
+    --preallocate) PREALLOCATE=${2:?--preallocate needs reserve, wal or full}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "vstart.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac

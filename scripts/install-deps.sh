@@ -13,6 +13,10 @@ declare -A PROVIDES=(
   [qemu-utils]=qemu-img      # qemu-img and qemu-io (NBD tests)
   [libnbd-bin]=nbdinfo       # nbdinfo and nbdcopy (NBD tests)
   [curl]=curl
+  # The full-disk test (crates/fastblock/tests/disk_full.rs): an ext4 file system on a loop
+  # device (losetup comes with `mount`).
+  [e2fsprogs]=mkfs.ext4
+  [mount]=losetup
   [uuid-runtime]=uuidgen
   # bench/run.sh: its report (python3, standard library only) and plots (gnuplot).
   [python3]=python3

@@ -107,3 +107,20 @@ fn counts_and_timings_out_of_range_are_refused_at_startup() {
     mon(&["--lease-ttl", "1500ms"], "whole number of seconds");
     mon(&["--lease-ttl", "10000000000s"], "longest lease TTL");
 }
+
+/// `--preallocate none` (a sparse data file, which a full file system turns into a crash
+/// loop) is gone: refused with the values that remain.
+#[test]
+fn a_sparse_data_file_is_no_longer_offered() {
+    let data = ["--data", "/nonexistent/osd.img", "--mkfs", "--size", "1G"];
+    refused(
+        "fastblock-osd",
+        &[&data[..], &["--preallocate", "none"]].concat(),
+        "use reserve (allocate without writing), wal or full",
+    );
+    refused(
+        "fastblock-osd",
+        &[&data[..], &["--preallocate", "sparse"]].concat(),
+        "reserve, wal or full",
+    );
+}

@@ -47,6 +47,9 @@ pub struct OsdConfig {
     pub recovery_bytes_per_sec: u64,
     /// Serve Prometheus `/metrics` here; `None`: no metrics server.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:
+    /// derived from the geometry).
+    pub host_space_reserve_bytes: Option<u64>,
 }
 
 fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -57,6 +60,8 @@ fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
 /// Runs the OSD until SIGTERM/SIGINT (Ok) or a fatal error (Err: the process exits non-zero).
 pub async fn run(config: OsdConfig) -> Result<()> {
     let identity = Identity::load(&config.data)?;
+    // An older mkfs left data files sparse: allocate them now, or warn.
+    crate::space::reserve_data_file(&config.data);
     let mon =
         Arc::new(MonClient::new(config.monitors.clone()).with_deadline(Duration::from_secs(60)));
     let (events_tx, mut events) = mpsc::unbounded_channel();
@@ -95,6 +100,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
                 (config.recovery_bytes_per_sec / u64::from(identity.shards)).max(1),
             ),
             stages: metrics.osd.shard(index),
+            host_space_reserve_bytes: config.host_space_reserve_bytes,
         };
         shards.push(shard::spawn(spec, listener, events_tx.clone())?);
     }

@@ -5,6 +5,8 @@
 //! - [`identity`]: the OSD's id, uuid and shard count beside its data (`<data>.osd.json`).
 //! - [`region`]: each shard's region of the device.
 //! - [`mkfs`]: formatting a device and registering a new OSD id with the monitor.
+//! - [`space`]: the host file system: allocating the data file and the metadata's holes,
+//!   sampling the free space the shard cores refuse writes by.
 //! - [`shard`]: one data-path thread: the runtime around the shard core
 //!   ([`fastblock_shard::ShardCore`], which holds the store and the PG replicas and makes
 //!   every protocol and durability decision) with the shard's connections, timers and clock.
@@ -25,6 +27,7 @@ pub mod metrics;
 pub mod mkfs;
 pub mod region;
 pub mod shard;
+pub mod space;
 pub mod stages;
 
 /// How a WAL commit makes its write durable (the OSD's `--wal-sync`).

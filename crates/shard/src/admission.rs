@@ -410,15 +410,10 @@ impl<D: Disk + 'static> ShardCore<D> {
         {
             return;
         }
-        let (batch_bytes_max, free, segment_size_bytes, segment_count) = {
+        let (batch_bytes_max, segment_size_bytes, segment_count) = {
             let store = self.store.borrow();
             let sb = store.superblock();
-            (
-                sb.batch_bytes_max,
-                store.free_data_bytes(),
-                sb.segment_size_bytes,
-                sb.segment_count,
-            )
+            (sb.batch_bytes_max, sb.segment_size_bytes, sb.segment_count)
         };
         // Only a write carries its bytes in the log entry; discards carry a range.
         let is_write = matches!(m.op, ClientOp::Write { .. });
@@ -430,15 +425,10 @@ impl<D: Disk + 'static> ShardCore<D> {
             self.refuse(conn, request_id, Status::InvalidArgument, msg, eff);
             return;
         }
-        // Room reserved for snapshots being received is not free for writes.
-        let reserved = self.recovery.reserved_bytes();
-        if is_write
-            && free.saturating_sub(reserved) < self.cfg.data_reserve_bytes + u64::from(length)
+        if let Some(msg) = is_write
+            .then(|| self.space_refusal(u64::from(length)))
+            .flatten()
         {
-            let msg = format!(
-                "osd {} is full ({free} bytes free, {reserved} of them reserved for recovery)",
-                self.cfg.osd
-            );
             self.refuse(conn, request_id, Status::NoSpace, msg, eff);
             return;
         }

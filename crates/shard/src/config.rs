@@ -56,6 +56,11 @@ pub struct ShardConfig {
     /// Free data space below which new writes are refused with `NoSpace`, so that every
     /// committed entry can still be applied.
     pub data_reserve_bytes: u64,
+    /// Free bytes the file system holding the shard's metadata keeps: while its last sample
+    /// ([`crate::Input::HostSpace`]) is below this plus a write's length, writes are refused
+    /// with `NoSpace` (see [`crate::space`]). The OSD's `--host-space-reserve`, by default
+    /// [`ShardConfig::host_space_reserve_bytes`].
+    pub host_space_reserve_bytes: u64,
     /// First snapshot transfer id: unique per sender incarnation (the OSD derives it from its
     /// id, shard and start time; the simulator from the node's incarnation).
     pub transfer_id_base: u64,
@@ -73,4 +78,27 @@ pub struct ShardConfig {
 impl ShardConfig {
     /// Free data space reserve of the OSD.
     pub const DATA_RESERVE_BYTES: u64 = 32 << 20;
+    /// Least host file system reserve: what a flush of a small OSD, the daemons' logs and the
+    /// files beside the data (identity, etcd of a monitor on the same disk) need.
+    pub const HOST_SPACE_RESERVE_MIN_BYTES: u64 = 64 << 20;
+
+    /// The default host file system reserve of an OSD of `shards` shards, each a region of
+    /// `region_bytes` with a WAL of `wal_bytes`: what the metadata files can grow by between
+    /// the sample that shows the file system low and the last flush of the writes admitted
+    /// before it.
+    ///
+    /// Why this much: the data file is preallocated, so only the metadata (redb) grows. A
+    /// shard flushes once a second or once its log advanced by an eighth of the WAL, and a
+    /// flush commits the block map of what was applied since the last one. In the worst case
+    /// (scattered 4 KiB writes) each applied 4 KiB block dirties its own 4 KiB page, and redb
+    /// keeps the pages of the previous commit until the next one: twice an eighth of the
+    /// WAL. Nor can a commit write more than twice the whole block map, about 1/64 of the
+    /// region (some 64 bytes per 4 KiB block). The samples come once a second too, so this
+    /// covers the writes admitted on a stale sample.
+    pub fn host_space_reserve_bytes(shards: u32, region_bytes: u64, wal_bytes: u64) -> u64 {
+        let per_shard = (wal_bytes / 4).min(region_bytes / 32);
+        per_shard
+            .saturating_mul(u64::from(shards))
+            .max(Self::HOST_SPACE_RESERVE_MIN_BYTES)
+    }
 }

@@ -139,6 +139,9 @@ pub struct ShardCore<D: Disk + 'static> {
     pub(crate) pending_mutation_bytes: u64,
     /// The same per PG: bounded by `wal_fit::pg_uncommitted_bytes_max`.
     pub(crate) pg_pending_bytes: BTreeMap<PgId, u64>,
+    /// The last sample of the host file system's free bytes (`Input::HostSpace`; None before
+    /// the first): see [`crate::space`].
+    pub(crate) host_free_bytes: Option<u64>,
     pub(crate) failed: Option<ShardFailure>,
     pub(crate) applied_since_flush: bool,
     pub(crate) recovery: Recovery,
@@ -179,6 +182,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             ops: BTreeMap::new(),
             pending_mutation_bytes: 0,
             pg_pending_bytes: BTreeMap::new(),
+            host_free_bytes: None,
             failed: None,
             applied_since_flush: false,
             recovery,
@@ -288,6 +292,8 @@ impl<D: Disk + 'static> ShardCore<D> {
                 }
                 self.poll_flush(eff);
             }
+            // A sample is state, not work: it never waits behind a commit.
+            Input::HostSpace { free_bytes } => self.on_host_space(free_bytes),
             input if !blocked => self.handle_now(input, eff),
             // A deferred tick keeps its place among the inputs: handled after a leader's
             // message that came after it, it would count as a tick *after* that message,
@@ -326,7 +332,9 @@ impl<D: Disk + 'static> ShardCore<D> {
             Input::FlushDue => self.maybe_flush(eff),
             Input::FlushDone => self.poll_flush(eff),
             Input::Shutdown => self.shutdown(eff),
-            Input::WalCommit | Input::WalDurable => unreachable!("matched in handle"),
+            Input::WalCommit | Input::WalDurable | Input::HostSpace { .. } => {
+                unreachable!("matched in handle")
+            }
         }
     }
 

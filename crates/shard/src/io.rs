@@ -74,6 +74,13 @@ pub enum Input {
     WalDurable,
     /// Flush and compact before the process exits.
     Shutdown,
+    /// A sample of the free bytes of the file system holding the shard's metadata (the OSD:
+    /// `statvfs` of the metadata file, `f_bavail * f_frsize`, about once a second). The core
+    /// keeps the last one and refuses writes while it is below the reserve
+    /// ([`crate::ShardConfig::host_space_reserve_bytes`]); the next sample that shows room
+    /// lets them in again. Without any sample the core refuses nothing for it. Taken at
+    /// once, even while a WAL commit holds other inputs back.
+    HostSpace { free_bytes: u64 },
 }
 
 /// A frame for a peer OSD.

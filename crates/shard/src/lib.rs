@@ -13,6 +13,7 @@
 //! - [`core`]: the state and the rounds: collect PG outputs, apply and answer, queue Raft
 //!   messages, stage log writes; the WAL commit cycle (`WalCommit`, `WalDurable`); fail-stop.
 //! - [`admission`]: client and peer requests: limits, epochs, space, the PG.
+//! - [`space`]: refusing writes before the data region or the host file system runs out.
 //! - [`hosting`]: which PGs live here, from the cluster map (create, reopen, targets,
 //!   removal, orphans, leader and membership reports).
 //! - [`recovery`]: snapshot transfer to members that need one, rate-limited.
@@ -34,6 +35,7 @@ pub mod inspect;
 pub mod io;
 pub mod reclaim;
 pub mod recovery;
+pub mod space;
 pub mod stage;
 pub mod wal_fit;
 pub mod wal_space;

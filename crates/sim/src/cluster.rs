@@ -1797,6 +1797,13 @@ impl Cluster {
         self.partition = side;
     }
 
+    /// Node `id`'s runtime samples the file system holding its metadata: `free_bytes` free
+    /// (the OSD's once-a-second `statvfs`, here when a scenario says). A node that is down
+    /// hears nothing.
+    pub fn host_space(&mut self, id: OsdId, free_bytes: u64) {
+        self.run_node(id, Input::HostSpace { free_bytes });
+    }
+
     // ---- liveness ----
 
     fn on_liveness_check(&mut self) {

@@ -123,6 +123,8 @@ pub fn shard_config(o: &SimOptions, id: OsdId, pg_seed: u64) -> ShardConfig {
         },
         // The OSD's `ShardConfig::DATA_RESERVE_BYTES`, scaled to the simulated device.
         data_reserve_bytes: 1 << 20,
+        // The OSD's floor; only a scenario's `HostSpace` samples bring it into play.
+        host_space_reserve_bytes: ShardConfig::HOST_SPACE_RESERVE_MIN_BYTES,
         transfer_id_base: 0,
         flush_wal_share_divisor: 8,
         wal_commits_in_flight_max: o.wal_commits_in_flight_max,

@@ -131,6 +131,11 @@ impl Scenario {
         self.c.set_partition(None);
     }
 
+    /// The file system holding `node`'s metadata has `free_bytes` free, from now on.
+    pub fn host_space(&mut self, node: OsdId, free_bytes: u64) {
+        self.c.host_space(node, free_bytes);
+    }
+
     fn op(
         &mut self,
         client: u32,

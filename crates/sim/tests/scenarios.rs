@@ -4,7 +4,7 @@
 use fastblock_sim::node::ClientReply;
 use fastblock_sim::options::{MS, SEC};
 use fastblock_sim::scenario::Scenario;
-use fastblock_wire::Reply;
+use fastblock_wire::{Reply, Status};
 
 /// Goal: a leader cut off from its followers must not serve a read that misses a write the
 /// new leader acknowledged (reads are linearizable, also under check-quorum leases).
@@ -126,4 +126,30 @@ fn isolated_leader_with_a_full_wal_refuses_instead_of_failing() {
     t.heal();
     let new = t.wait_leader().unwrap();
     assert!(t.write(0, new, 0).unwrap().is_ok());
+}
+
+/// Goal: a full host file system under an OSD's metadata is an admission decision, never a
+/// crash (docs/design/osd.md, "Space"): writes get `NoSpace` naming the file system, reads
+/// are served, and writes resume by themselves once a sample shows room again. Method: one
+/// OSD, one replica; the runtime's samples are scripted: empty, then plenty.
+#[test]
+fn a_full_host_file_system_refuses_writes_serves_reads_and_recovers() {
+    let mut t = Scenario::new(3, 1, 1).unwrap();
+    let osd = t.wait_leader().unwrap();
+    assert!(t.write(0, osd, 0).unwrap().is_ok());
+    t.host_space(osd, 0);
+    let refused = t.write(0, osd, 1).unwrap();
+    match &refused {
+        ClientReply::Osd(Reply::Error {
+            status: Status::NoSpace,
+            message,
+            ..
+        }) => assert!(message.contains("file system"), "{message}"),
+        other => panic!("a write on a full file system: {}", describe(other)),
+    }
+    assert!(t.read(1, osd, 0).unwrap().is_data(), "reads are served");
+    assert!(t.c.node(osd).core().unwrap().failure().is_none());
+    t.host_space(osd, 1 << 40);
+    assert!(t.write(0, osd, 1).unwrap().is_ok(), "writes resume");
+    assert!(t.read(1, osd, 1).unwrap().is_data());
 }

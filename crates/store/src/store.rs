@@ -617,8 +617,8 @@ impl<D: Disk> Store<D> {
         self.objects.free_blocks() * fastblock_types::units::BLOCK_SIZE_BYTES
     }
 
-    /// Data space that the next flush gives back (blocks unmapped by overwrites, discards and
-    /// deletes since the last flush).
+    /// Data space that flushes give back: blocks unmapped by overwrites, discards and deletes
+    /// and not free yet (including those of a flush whose metadata commit is running).
     pub fn pending_free_bytes(&self) -> u64 {
         self.objects.pending_free_blocks() * fastblock_types::units::BLOCK_SIZE_BYTES
     }

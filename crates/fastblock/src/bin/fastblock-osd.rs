@@ -42,11 +42,20 @@ struct Args {
     /// With --mkfs: format even if the device holds data.
     #[arg(long)]
     force: bool,
-    /// With --mkfs on a data file: write zeros first over its WAL regions (`wal`), all of it
-    /// (`full`), or nothing (`none`), so that commits overwrite blocks instead of allocating
-    /// them (a journal commit per fdatasync on ext4/xfs). Block devices are never pre-written.
-    #[arg(long, default_value = "wal")]
+    /// With --mkfs on a data file: the file is always allocated in full (fallocate; so no
+    /// write ever meets ENOSPC), and then written with zeros over its WAL regions (`wal`), all
+    /// of it (`full`), or nothing (`reserve`: fast, for tests), so that commits overwrite
+    /// blocks instead of converting them (a journal commit per fdatasync on ext4/xfs). Block
+    /// devices are never pre-written.
+    #[arg(long, default_value = "wal", value_name = "reserve|wal|full")]
     preallocate: fastblock_osd::mkfs::Preallocate,
+    /// Free space the file system holding the metadata files (`<data>.shard<k>.meta`) keeps:
+    /// below it, writes are refused with NoSpace (reads, discards and deletes go on) until a
+    /// sample shows room again, so the metadata can always be flushed. mkfs refuses a data
+    /// file that would leave less [default: a quarter of each shard's WAL or 1/32 of its
+    /// region, whichever is less, summed over the shards; at least 64M].
+    #[arg(long, value_parser = size, value_name = "SIZE")]
+    host_space_reserve: Option<u64>,
     /// With --mkfs: data-path shards (threads), fixed for the life of the OSD [default: cores].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(fastblock_osd::mkfs::SHARDS_MAX)))]
     shards: Option<u32>,
@@ -161,6 +170,7 @@ async fn main() {
             size_bytes: args.size,
             uuid: args.uuid.clone(),
             preallocate: args.preallocate,
+            host_space_reserve_bytes: args.host_space_reserve,
             force: args.force,
             shards,
             monitors: args.mon.clone(),
@@ -212,6 +222,7 @@ async fn main() {
             recovery_max_active: args.recovery_max_active,
             recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
             metrics_addr: args.metrics_addr,
+            host_space_reserve_bytes: args.host_space_reserve,
         })
         .await
     };

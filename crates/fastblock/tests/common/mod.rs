@@ -551,15 +551,28 @@ impl OsdProc {
         shards: u32,
         extra: &[&str],
     ) -> OsdProc {
-        let n = std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
-        let data = dir.join(format!("osd-{host}-{n}.img"));
+        OsdProc::create_in(mons, (dir, dir), host, size, shards, extra)
+    }
+
+    /// Like [`OsdProc::create_with`], with the data (and metadata) files in `data_dir` and the
+    /// logs in `log_dir` (say, data on a small file system that fills up, logs elsewhere).
+    pub fn create_in(
+        mons: &MonCluster,
+        (data_dir, log_dir): (&Path, &Path),
+        host: &str,
+        size: &str,
+        shards: u32,
+        extra: &[&str],
+    ) -> OsdProc {
+        let n = std::fs::read_dir(data_dir).map(|d| d.count()).unwrap_or(0);
+        let data = data_dir.join(format!("osd-{host}-{n}.img"));
         let out = Command::new(bin("fastblock-osd"))
             .args(["--mkfs", "--data"])
             .arg(&data)
             .args(["--size", size, "--shards", &shards.to_string()])
-            // Sparse: tests run many small clusters at once; writing every WAL region first
-            // (the default) would cost disk space and time and test nothing else.
-            .args(["--preallocate", "none"])
+            // Allocated, not written: tests run many small clusters at once; writing every
+            // WAL region first (the default) would cost time and test nothing else.
+            .args(["--preallocate", "reserve"])
             .env("FASTBLOCK_MON", mons.endpoints().join(","))
             .output()
             .expect("running fastblock-osd --mkfs");
@@ -587,7 +600,7 @@ impl OsdProc {
             host: host.to_string(),
             proc: None,
             endpoints: mons.endpoints(),
-            log_dir: dir.to_path_buf(),
+            log_dir: log_dir.to_path_buf(),
             restarts: 0,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
         };

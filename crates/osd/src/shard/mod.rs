@@ -55,6 +55,9 @@ pub struct ShardSpec {
     pub recovery: RecoveryLimits,
     /// Where the shard records its per-stage latencies.
     pub stages: crate::stages::ShardStages,
+    /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:
+    /// derived from the store's geometry, `ShardConfig::host_space_reserve_bytes`).
+    pub host_space_reserve_bytes: Option<u64>,
 }
 
 /// What a shard reports for the heartbeat.

@@ -4,11 +4,12 @@
 //! One loop iteration:
 //!
 //! 1. wait for a command, a wake-up (a socket read, an accepted connection, the flusher
-//!    thread), a completion on the disk's io_uring (its eventfd), the tick timer or the flush
-//!    timer (`select!`, biased towards commands);
+//!    thread), a completion on the disk's io_uring (its eventfd), the tick timer, the flush
+//!    timer or the host space sampler (`select!`, biased towards commands);
 //! 2. hand everything that arrived to ONE [`ShardCore::step_batch`]: the new map, the flush
-//!    timer, a finished flush, `WalDurable` if the disk completed something while commits are
-//!    in flight, every queued network input, then the tick. One batch lets the PGs of all
+//!    timer, a sample of the metadata file system's free space, a finished flush,
+//!    `WalDurable` if the disk completed something while commits are in flight, every queued
+//!    network input, then the tick. One batch lets the PGs of all
 //!    those inputs share the next WAL commit (group commit across PGs);
 //! 3. carry out the effects: replies into connection buffers, frames to peer links, reports
 //!    to the control task, stage timings into histograms; then write the sockets at once;
@@ -56,6 +57,10 @@ const FLUSH_WAL_SHARE_DIVISOR: u64 = 8;
 /// Longest the loop blocks on the disk at once while the core waits for a commit (see the
 /// module doc); then it serves timers and commands before it waits again.
 const COMMIT_WAIT_SLICE: Duration = Duration::from_millis(10);
+/// How often the loop samples the free space of the file system holding the metadata (and
+/// allocates the metadata file's new holes): writes stop within this of the file system
+/// running low, and resume within this of room coming back.
+const HOST_SPACE_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 pub struct Runtime {
     spec: ShardSpec,
@@ -79,6 +84,12 @@ pub struct Runtime {
     completions: Option<OwnedFd>,
     /// The same eventfd while [`Runtime::run`] owns it, for blocking waits.
     completion_fd: Option<RawFd>,
+    /// The metadata file (a handle of our own, for allocating its holes) and its path (whose
+    /// file system the host space samples measure).
+    meta_file: std::fs::File,
+    meta_path: std::path::PathBuf,
+    /// A sample failed and was logged: later failures are not (until one succeeds).
+    space_sample_failed: bool,
 }
 
 /// A non-blocking eventfd for the disk's io_uring to signal completions on.
@@ -145,6 +156,7 @@ impl Runtime {
             }
         };
         let disk = RegionDisk::new(disk, spec.index, spec.count)?;
+        let region_bytes = fastblock_store::Disk::size_bytes(&disk);
         let meta = crate::shard_meta_path(&spec.data, spec.index);
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -152,8 +164,14 @@ impl Runtime {
             .create(false)
             .open(&meta)
             .map_err(|e| anyhow::anyhow!("opening {}: {e}", meta.display()))?;
+        let meta_file = file.try_clone()?;
         let backend = redb::backends::FileBackend::new(file)?;
         let mut store = ShardStore::open(disk, backend, super::store_options())?;
+        let host_space_reserve_bytes = spec.host_space_reserve_bytes.unwrap_or_else(|| {
+            let sb = store.superblock();
+            let wal_bytes = sb.segment_size_bytes * u64::from(sb.segment_count);
+            ShardConfig::host_space_reserve_bytes(spec.count, region_bytes, wal_bytes)
+        });
         // Flushes commit their metadata on a thread of their own, which wakes this loop when
         // one is durable; the loop then steps `FlushDone` (the core compacts behind it).
         let wake = Arc::new(Notify::new());
@@ -170,6 +188,7 @@ impl Runtime {
             )?;
         }
         let mut cfg = shard_config(&spec, transfer_id_base(spec.osd, spec.index));
+        cfg.host_space_reserve_bytes = host_space_reserve_bytes;
         if completions.is_none() {
             cfg.wal_commits_in_flight_max = 1;
         }
@@ -189,6 +208,9 @@ impl Runtime {
             listener: Some(listener),
             completions,
             completion_fd: None,
+            meta_file,
+            meta_path: meta,
+            space_sample_failed: false,
         })
     }
 
@@ -203,6 +225,9 @@ impl Runtime {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut flusher = tokio::time::interval(self.spec.flush_interval);
         flusher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Its first tick is at once: the core has a sample before the first request.
+        let mut space = tokio::time::interval(HOST_SPACE_SAMPLE_INTERVAL);
+        space.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         self.completion_fd = self.completions.as_ref().map(|fd| fd.as_raw_fd());
         let completions = match self.completions.take() {
             // SAFETY: the runtime owns `fd` (an eventfd it created) and keeps it open for as
@@ -256,11 +281,43 @@ impl Runtime {
                 }
                 _ = ticker.tick() => tick = true,
                 _ = flusher.tick() => batch.push(Input::FlushDue),
+                _ = space.tick() => batch.extend(self.sample_host_space()),
             }
             while let Some(stream) = accepted.borrow_mut().pop_front() {
                 self.add_conn(stream);
             }
             self.iterate(batch, tick);
+        }
+    }
+
+    /// Allocates the metadata file's new holes (redb grows it by `set_len`), then samples the
+    /// free bytes of its file system for the core (`Input::HostSpace`; see `crate::space`).
+    /// None when the sample failed: the core keeps the last one.
+    fn sample_host_space(&mut self) -> Option<Input> {
+        let dir = crate::space::parent_dir(&self.meta_path);
+        match crate::space::fill_holes(&self.meta_file, dir) {
+            Ok(0) => {}
+            Ok(bytes) => tracing::debug!(
+                shard = self.spec.index,
+                bytes,
+                "allocated the metadata file's holes"
+            ),
+            Err(e) => {
+                tracing::debug!(shard = self.spec.index, error = %e, "allocating the metadata file's holes")
+            }
+        }
+        match crate::space::free_bytes(&self.meta_path) {
+            Ok(free_bytes) => {
+                self.space_sample_failed = false;
+                Some(Input::HostSpace { free_bytes })
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.space_sample_failed, true) {
+                    tracing::warn!(shard = self.spec.index, path = %self.meta_path.display(), error = %e,
+                        "cannot read the free space of the metadata's file system");
+                }
+                None
+            }
         }
     }
 
@@ -591,6 +648,8 @@ fn shard_config(spec: &ShardSpec, transfer_id_base: u64) -> ShardConfig {
         log_lag_max_entries: spec.log_lag_max_entries,
         recovery: spec.recovery,
         data_reserve_bytes: ShardConfig::DATA_RESERVE_BYTES,
+        // Set by `Runtime::open` once the store's geometry is known.
+        host_space_reserve_bytes: ShardConfig::HOST_SPACE_RESERVE_MIN_BYTES,
         transfer_id_base,
         flush_wal_share_divisor: FLUSH_WAL_SHARE_DIVISOR,
         wal_commits_in_flight_max: spec.wal_commits_in_flight_max.max(1),

@@ -132,6 +132,7 @@ pub fn config(id: OsdId) -> ShardConfig {
             idle_ticks_max: 200,
         },
         data_reserve_bytes: 1 << 20,
+        host_space_reserve_bytes: 64 << 20,
         transfer_id_base: u64::from(id.0) << 48,
         flush_wal_share_divisor: 8,
         wal_commits_in_flight_max: 1,
@@ -361,6 +362,38 @@ impl Cluster {
             },
         );
         request_id
+    }
+
+    /// Sends several client requests to `id` in one step (as the OSD hands over what its
+    /// sockets delivered since the last one): all are admitted before any is applied.
+    /// Returns their request ids.
+    pub fn request_batch(&mut self, id: u32, reqs: Vec<Request>) -> Vec<u64> {
+        let arrived = self.now;
+        let mut ids = Vec::new();
+        let mut inputs = Vec::new();
+        for req in reqs {
+            let request_id = self.next_request;
+            self.next_request += 1;
+            ids.push(request_id);
+            inputs.push(Input::Request {
+                conn: CLIENT,
+                request_id,
+                req,
+                arrived,
+            });
+        }
+        let osd = OsdId(id);
+        let now = self.now;
+        let eff = self
+            .cores
+            .get_mut(&osd)
+            .expect("known osd")
+            .step_batch(inputs, now);
+        self.absorb(osd, &eff);
+        if self.auto_commit && eff.wal_commit_due {
+            self.step(id, Input::WalCommit);
+        }
+        ids
     }
 
     /// The reply to request `request_id`, if it came.

@@ -2,6 +2,7 @@
 //! store's in-memory disk, stepped by `harness::Cluster`.
 
 mod harness;
+mod space;
 
 use fastblock_shard::{Effects, Input, Micros, Report, ShardConfig, Stage};
 use fastblock_types::OsdId;

@@ -113,6 +113,7 @@ impl Objects {
         );
         self.submit_staged(disk, true)?;
         self.commit_outstanding = true;
+        self.committing_free_blocks = self.pending_free.len() as u64;
         Ok(MetaCommit {
             db: self.db.clone(),
             blocks: self.dirty_blocks.clone(),
@@ -131,6 +132,7 @@ impl Objects {
     pub fn flush_finish(&mut self, commit: MetaCommit) {
         assert!(self.commit_outstanding, "no metadata commit outstanding");
         self.commit_outstanding = false;
+        self.committing_free_blocks = 0;
         // The cached read view predates the commit; reads must see the new map once the
         // entries it holds leave the dirty maps.
         self.blocks_view.borrow_mut().take();

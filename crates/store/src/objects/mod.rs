@@ -78,6 +78,8 @@ pub struct Objects {
     applied: BTreeMap<PgId, u64>,
     flushed_applied: BTreeMap<PgId, u64>,
     pending_free: Vec<u64>,
+    /// Blocks of the outstanding [`MetaCommit`]'s `free`: no longer pending, not yet free.
+    committing_free_blocks: u64,
     stage: Stage,
     /// Write a full stage in the background (see `Disk::write_background`).
     background_writes: bool,
@@ -161,6 +163,7 @@ impl Objects {
             flushed_applied: applied.clone(),
             applied,
             pending_free: Vec::new(),
+            committing_free_blocks: 0,
             stage: Stage {
                 buf: AlignedBuf::zeroed(stage_bytes_max.next_multiple_of(BS as usize)),
                 used_bytes: 0,
@@ -181,9 +184,11 @@ impl Objects {
         self.alloc.free_blocks()
     }
 
-    /// Blocks that the next flush will give back.
+    /// Blocks that flushes will give back: unmapped since the last flush began, and those of
+    /// a metadata commit still running (free when it finishes). Counting the latter keeps
+    /// free plus pending from dipping while a flush runs.
     pub fn pending_free_blocks(&self) -> u64 {
-        self.pending_free.len() as u64
+        self.pending_free.len() as u64 + self.committing_free_blocks
     }
 
     pub fn applied_index(&self, pg: PgId) -> u64 {
