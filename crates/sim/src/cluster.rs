@@ -49,6 +49,8 @@ enum FaultKind {
     Slow,
     /// An OSD goes out (its PGs are remapped) or comes back in (rebalance).
     OutIn,
+    /// A node's map watch stalls: no new map reaches it for a while.
+    MapStall,
 }
 
 #[derive(Debug)]
@@ -220,6 +222,8 @@ pub struct Cluster {
     faults_end_us: u64,
     clients: Vec<Client>,
     model: ImageModel,
+    /// Nodes whose map watch is stalled, until when (`FaultKind::MapStall`).
+    map_stalled: BTreeMap<OsdId, u64>,
     /// The image's size as the monitor has it now, in blocks (clients stay within it, but
     /// for `SimOptions::stale_size_pct` of their operations).
     size_blocks: u64,
@@ -327,6 +331,7 @@ impl Cluster {
             faults_end_us: o.fault_phase_us,
             clients: (0..o.clients).map(|_| Client::default()).collect(),
             model: ImageModel::new(IMAGE.0),
+            map_stalled: BTreeMap::new(),
             size_blocks: o.objects * o.object_bytes / BLOCK_BYTES as u64,
             shrink: None,
             safety: Safety::default(),
@@ -360,6 +365,7 @@ impl Cluster {
             (FaultKind::Partition, c.o.partition_every_us),
             (FaultKind::Slow, c.o.slow_every_us),
             (FaultKind::OutIn, c.o.outin_every_us),
+            (FaultKind::MapStall, c.o.map_stall_every_us),
         ] {
             if every > 0 {
                 let at = c.rng.range(0, 2 * every);
@@ -1026,6 +1032,13 @@ impl Cluster {
         if !self.alive(id, life) {
             return;
         }
+        if self
+            .map_stalled
+            .get(&id)
+            .is_some_and(|until| self.now < *until)
+        {
+            return;
+        }
         let map = self.current_map();
         self.run_node(id, Input::Map(map));
     }
@@ -1173,6 +1186,7 @@ impl Cluster {
             FaultKind::Partition => self.o.partition_every_us,
             FaultKind::Slow => self.o.slow_every_us,
             FaultKind::OutIn => self.o.outin_every_us,
+            FaultKind::MapStall => self.o.map_stall_every_us,
         };
         let next = self.rng.range(every / 4, every * 2);
         self.after(next, Ev::Fault(kind));
@@ -1190,6 +1204,18 @@ impl Cluster {
                 }
                 let id = self.pick_awkward(&up);
                 self.crash_and_restart_later(id);
+            }
+            FaultKind::MapStall => {
+                if up.is_empty() {
+                    return;
+                }
+                let id = self.pick_awkward(&up);
+                let until = self.now + self.rng.range(100 * MS, self.o.map_stall_us_max);
+                let life = self.nodes[&id].incarnation;
+                self.map_stalled.insert(id, until);
+                self.probes.hit("map.stalled");
+                // When the watch recovers, the node gets the map of that moment.
+                self.at(until, Ev::MapTo { node: id, life });
             }
             FaultKind::Fuse => {
                 if up.is_empty() || down >= self.o.down_max as usize {
@@ -1313,6 +1339,8 @@ impl Cluster {
         if self.nodes[&id].is_up() {
             return;
         }
+        // A new process fetches the current map at boot: an old watch's stall is gone.
+        self.map_stalled.remove(&id);
         if let Err(e) = self.nodes.get_mut(&id).expect("known").restart() {
             self.fail(e);
             return;
@@ -1352,6 +1380,12 @@ impl Cluster {
     fn on_faults_end(&mut self) {
         self.faults_on = false;
         self.partition = None;
+        for (id, _) in std::mem::take(&mut self.map_stalled) {
+            if let Some(n) = self.nodes.get(&id) {
+                let life = n.incarnation;
+                self.after(0, Ev::MapTo { node: id, life });
+            }
+        }
         let ids: Vec<OsdId> = self.nodes.keys().copied().collect();
         for id in ids {
             let node = self.nodes.get_mut(&id).expect("known");

@@ -117,6 +117,11 @@ pub struct SimOptions {
     pub slow_every_us: u64,
     /// OSDs going out (PGs remapped, new members caught up by snapshot) and back in.
     pub outin_every_us: u64,
+    /// A running node hears no new map for up to `map_stall_us_max` (its map watch stalls):
+    /// it acts on an old map meanwhile. Drawn apart from the other options, like
+    /// `lease_reads`.
+    pub map_stall_every_us: u64,
+    pub map_stall_us_max: u64,
     pub down_us_max: u64,
     pub partition_us_max: u64,
     pub slow_for_us_max: u64,
@@ -257,7 +262,14 @@ impl SimOptions {
             shrink_at_us: 0,
             shrink_to_bytes: 0,
             stale_size_pct: 0,
+            map_stall_every_us: 0,
+            map_stall_us_max: 0,
         };
+        let mut stall = SplitMix64::new(seed ^ 0x3A95_7A11_0000_0004);
+        if stall.chance_pct(30) {
+            o.map_stall_every_us = stall.range(2 * SEC, 8 * SEC);
+            o.map_stall_us_max = stall.pick(&[500 * MS, 3 * SEC]);
+        }
         if shrink_on {
             // Cut anywhere past the first block, often in the middle of an object.
             let blocks = o.objects * o.object_bytes / 4096;

@@ -114,6 +114,10 @@ pub const PROBES: &[(&str, &str)] = &[
         "a request refused by the map's image table (or a map older than an applied reclaim, or a new leader still applying)",
     ),
     (
+        "map.stalled",
+        "a node's map watch stalled: it acted on an old map for a while",
+    ),
+    (
         "reclaim.shrunk",
         "the monitor cut the image's tail (a reclaim for every PG)",
     ),
