@@ -249,11 +249,13 @@ impl<D: Disk + 'static> ShardCore<D> {
             | Request::WriteZeroes { addr, .. } => addr.pg,
             _ => return Some(req),
         };
-        let waiting = self.map.images.is_some()
-            && self
-                .pgs
-                .get(&pg)
-                .is_some_and(|h| h.replica.is_leader() && !h.replica.applied_own_term());
+        // Writes already held for the PG keep their place: a later one waits behind them.
+        let waiting = self.reclaims.awaiting_term.contains_key(&pg)
+            || self.map.images.is_some()
+                && self
+                    .pgs
+                    .get(&pg)
+                    .is_some_and(|h| h.replica.is_leader() && !h.replica.applied_own_term());
         if !waiting {
             return Some(req);
         }
