@@ -146,6 +146,9 @@ pub struct ShardCore<D: Disk + 'static> {
     pub(crate) applied_since_flush: bool,
     pub(crate) recovery: Recovery,
     pub(crate) reclaims: crate::reclaim::Reclaims,
+    /// Leader and membership reports waiting until the WAL is durable up to the LSN staged
+    /// when they were made (see `hold_report`).
+    held_reports: VecDeque<(u64, Report)>,
     /// Outputs of the PGs not yet processed by a round.
     pub(crate) outs: BTreeMap<PgId, Output>,
     commits: Commits,
@@ -187,6 +190,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             applied_since_flush: false,
             recovery,
             reclaims: Default::default(),
+            held_reports: VecDeque::new(),
             outs: BTreeMap::new(),
             commits: Commits::default(),
             deferred: Deferred::default(),
@@ -386,6 +390,9 @@ impl<D: Disk + 'static> ShardCore<D> {
         self.pump_recovery(eff);
         self.flush_if_wal_advanced(eff);
         self.relieve_wal_pressure(eff);
+        // A flush or a synchronous commit of this step may have made held reports durable.
+        self.release_reports(eff);
+        self.commit_for_reports(eff);
     }
 
     fn run_rounds(&mut self, eff: &mut Effects) {
@@ -662,6 +669,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             eff.stage(Stage::WalCommit, round.submitted, now);
             self.persisted(round, eff);
         }
+        self.release_reports(eff);
     }
 
     fn persisted(&mut self, round: Round, eff: &mut Effects) {
@@ -1014,7 +1022,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                     voters: r.voters.clone(),
                     learners: r.learners.clone(),
                 };
-                eff.reports.push(Report::MembershipFinished { pg, req });
+                self.hold_report(Report::MembershipFinished { pg, req }, eff);
             }
             Event::ConfChangeRefused { index, reason } => {
                 tracing::warn!(%pg, index = index.0, "configuration change refused by raft: {reason}");
@@ -1024,7 +1032,7 @@ impl<D: Disk + 'static> ShardCore<D> {
     }
 
     /// Tells the monitor (through the runtime) that this OSD leads `pg`.
-    pub(crate) fn report_leader(&self, pg: PgId, r: LeaderReport, eff: &mut Effects) {
+    pub(crate) fn report_leader(&mut self, pg: PgId, r: LeaderReport, eff: &mut Effects) {
         let req = LeaderElectedRequest {
             leader: self.cfg.osd,
             term: r.term,
@@ -1033,7 +1041,54 @@ impl<D: Disk + 'static> ShardCore<D> {
             voters_outgoing: r.voters_outgoing,
             learners: r.learners,
         };
-        eff.reports.push(Report::LeaderElected { pg, req });
+        self.hold_report(Report::LeaderElected { pg, req }, eff);
+    }
+
+    /// A leader or membership report leaves only once everything staged before it is
+    /// durable. The configuration it names was applied from a commit index that a hard state
+    /// moving only the commit index does not sync (MustSync); the monitor drops members from
+    /// the map by the report, and a dropped member deletes its replica. A leader that then
+    /// crashed came back with an older commit index and the old (joint) configuration, whose
+    /// vote it needed from the member that was gone: the PG had no leader for good
+    /// (simulator, seed 9952412769498548792 with --membership).
+    fn hold_report(&mut self, report: Report, eff: &mut Effects) {
+        let lsn = self.store.borrow().wal().staged_lsn();
+        self.held_reports.push_back((lsn, report));
+        self.release_reports(eff);
+    }
+
+    /// Sends the held reports whose LSN is durable, in order.
+    fn release_reports(&mut self, eff: &mut Effects) {
+        let durable = self.store.borrow().wal().durable_lsn();
+        while self
+            .held_reports
+            .front()
+            .is_some_and(|(lsn, _)| *lsn <= durable)
+        {
+            let (_, report) = self.held_reports.pop_front().expect("checked");
+            eff.reports.push(report);
+        }
+    }
+
+    /// With reports held and nothing on its way to the disk, asks for a commit of what is
+    /// staged, so that an idle PG's report does not wait for the next write or flush.
+    fn commit_for_reports(&mut self, eff: &mut Effects) {
+        if self.held_reports.is_empty()
+            || self.failed.is_some()
+            || self.commits.due.is_some()
+            || !self.commits.in_flight.is_empty()
+            || self.store.borrow().wal().pending_bytes() == 0
+        {
+            return;
+        }
+        self.commits.due = Some(Round {
+            lsn: 0,
+            submitted: Micros(0),
+            persisted: Vec::new(),
+            installed: Vec::new(),
+            entries: 0,
+        });
+        eff.wal_commit_due = true;
     }
 
     pub(crate) fn persisted_numbers_forget(&mut self, pg: PgId) {

@@ -440,13 +440,19 @@ impl<D: Disk + 'static> ShardCore<D> {
                         // A new transfer: whatever an older one staged is garbage.
                         store.snapshot_abort(c.pg);
                     }
-                    if c.data.is_empty() {
+                    let object = fastblock_store::ObjectId {
+                        image: c.image,
+                        index: c.object_index,
+                    };
+                    if c.last && c.data.is_empty() {
+                        // The end marker names no object.
+                        Ok(())
+                    } else if c.data.is_empty() {
+                        // A hole: nothing to store, but the object exists on the sender (a
+                        // tail cut by a reclaim leaves one with no data), so it must here.
+                        store.snapshot_touch(c.pg, c.transfer, object, c.offset);
                         Ok(())
                     } else {
-                        let object = fastblock_store::ObjectId {
-                            image: c.image,
-                            index: c.object_index,
-                        };
                         store.snapshot_write(c.pg, c.transfer, object, c.offset, &c.data)
                     }
                 };

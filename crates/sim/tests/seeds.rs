@@ -179,6 +179,13 @@ const FIXED_SEEDS: &[(u64, bool)] = &[
     (16595073271290314718, false),
     // A member whose log the leader over-counted dropped its heartbeats and stalled.
     (10816532062083025736, true),
+    // A leader reported its new configuration before the commit index that applied it was
+    // durable; the dropped member deleted its replica, the leader crashed and came back
+    // needing that member's vote.
+    (9952412769498548792, true),
+    // A snapshot did not create an object that held only a hole (a tail cut by a reclaim),
+    // so the replicas listed different objects.
+    (4196678801671490556, true),
 ];
 
 #[test]

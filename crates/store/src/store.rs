@@ -336,6 +336,13 @@ impl<D: Disk> Store<D> {
         })
     }
 
+    /// Stages that `object` exists though a chunk of it held only zeros (see
+    /// `Objects::snapshot_touch`).
+    pub fn snapshot_touch(&mut self, pg: PgId, transfer: u64, object: ObjectId, offset_bytes: u64) {
+        self.objects
+            .snapshot_touch(pg, transfer, object, offset_bytes);
+    }
+
     /// The transfer whose chunks are staged for `pg`, if any.
     pub fn snapshot_receiving(&self, pg: PgId) -> Option<u64> {
         self.objects.snapshot_receiving(pg)

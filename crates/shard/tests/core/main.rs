@@ -1029,3 +1029,38 @@ fn a_new_leader_holds_writes_until_it_applied_the_log_it_inherited() {
     }
     assert_eq!(c.reply(w), Some(&Reply::Ok));
 }
+
+/// Goal: a leader report leaves only once everything staged before it is durable (the
+/// monitor drops members by it; a configuration applied from a commit index that was not yet
+/// durable must not reach it: simulator seed 9952412769498548792 with --membership). Method:
+/// two commits allowed in flight; a write's commit is submitted and not durable when a new
+/// map makes the leader report again: the report waits for the commit.
+#[test]
+fn a_leader_report_waits_until_what_was_staged_before_it_is_durable() {
+    let mut c = Cluster::with(&[1], |id| ShardConfig {
+        wal_commits_in_flight_max: 2,
+        ..harness::config(id)
+    });
+    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    c.auto_commit = false;
+    let w = c.request(1, write(pg(0), 1, 0, &[1u8; 512], 1));
+    let eff = c.step(1, Input::WalCommit);
+    assert!(eff.wal_commit_submitted.is_some());
+    assert_eq!(c.core(1).commits_in_flight(), 1);
+    let leader_reports = |eff: &Effects| {
+        eff.reports
+            .iter()
+            .filter(|r| matches!(r, Report::LeaderElected { .. }))
+            .count()
+    };
+    let eff = c.step(1, Input::Map(harness::map(2, &[1], &[(0, &[1], &[])])));
+    assert_eq!(
+        leader_reports(&eff),
+        0,
+        "held: the write's commit is not durable"
+    );
+    let eff = c.step(1, Input::WalDurable);
+    assert_eq!(leader_reports(&eff), 1, "released with the commit");
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+}

@@ -182,6 +182,25 @@ impl Objects {
         Ok(())
     }
 
+    /// Stages that `object` exists (a chunk of transfer `transfer` that is all hole at
+    /// `offset_bytes`): the install creates it even if no data of it was staged, so that
+    /// every replica lists the same objects.
+    pub fn snapshot_touch(&mut self, pg: PgId, transfer: u64, object: ObjectId, offset_bytes: u64) {
+        if self
+            .receiving
+            .get(&pg)
+            .is_some_and(|r| r.transfer != transfer)
+        {
+            self.snapshot_abort(pg);
+        }
+        let r = self
+            .receiving
+            .entry(pg)
+            .or_insert_with(|| Receiving::new(transfer));
+        let end = r.objects.entry(obj_key(pg, object)).or_insert(0);
+        *end = (*end).max(offset_bytes);
+    }
+
     /// The transfer staged for `pg`, if any.
     pub fn snapshot_receiving(&self, pg: PgId) -> Option<u64> {
         self.receiving.get(&pg).map(|r| r.transfer)

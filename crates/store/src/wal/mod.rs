@@ -347,6 +347,12 @@ impl Wal {
         self.durable_lsn
     }
 
+    /// The highest LSN given to a record so far (staged, in flight or durable): a record
+    /// staged now is durable once [`Wal::durable_lsn`] reaches this.
+    pub fn staged_lsn(&self) -> u64 {
+        self.next_lsn.saturating_sub(1)
+    }
+
     /// The highest LSN handed to the disk (durable or in flight).
     pub fn submitted_lsn(&self) -> u64 {
         self.in_flight.back().copied().unwrap_or(self.durable_lsn)
