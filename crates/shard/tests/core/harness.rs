@@ -309,6 +309,13 @@ impl Cluster {
             .get_mut(&osd)
             .expect("known osd")
             .step(input, now);
+        self.carry_out(id, eff)
+    }
+
+    /// Records what a step of `id` produced and, with `auto_commit`, drives the WAL commits
+    /// it asked for; returns the step's effects.
+    fn carry_out(&mut self, id: u32, eff: Effects) -> Effects {
+        let osd = OsdId(id);
         self.absorb(osd, &eff);
         if self.auto_commit && eff.wal_commit_due {
             self.step(id, Input::WalCommit);
@@ -382,17 +389,13 @@ impl Cluster {
                 arrived,
             });
         }
-        let osd = OsdId(id);
         let now = self.now;
         let eff = self
             .cores
-            .get_mut(&osd)
+            .get_mut(&OsdId(id))
             .expect("known osd")
             .step_batch(inputs, now);
-        self.absorb(osd, &eff);
-        if self.auto_commit && eff.wal_commit_due {
-            self.step(id, Input::WalCommit);
-        }
+        self.carry_out(id, eff);
         ids
     }
 

@@ -617,23 +617,7 @@ fn snapshot_chunks_respect_the_rate_limit() {
 fn a_flush_gives_back_an_aborted_transfers_staging_though_nothing_was_applied() {
     let mut c = Cluster::new(&[1, 2]);
     c.map(harness::map(1, &[1, 2], &[(0, &[1], &[1, 2])]));
-    let chunk = |transfer: u64| {
-        Request::SnapChunk(fastblock_wire::SnapChunk {
-            from: OsdId(1),
-            to: OsdId(2),
-            pg: pg(0),
-            transfer,
-            index: 10,
-            term: 1,
-            seq: 0,
-            last: false,
-            image: harness::addr(pg(0), 0).image,
-            object_index: 0,
-            offset: 0,
-            total_bytes: 8192,
-            data: vec![7u8; 8192].into(),
-        })
-    };
+    let chunk = |transfer: u64| first_chunk(transfer, 8192);
     for (request_id, transfer) in [(1, 100), (2, 101)] {
         let eff = c.step(
             2,
