@@ -251,8 +251,10 @@ pub struct Cluster {
 #[derive(Clone, Copy, Debug)]
 struct Shrink {
     reclaim: u64,
-    /// The model's zeroing of the tail.
-    zeroing: u64,
+    /// The model's zeroings of the tail, one per object: each object lives in one PG, and
+    /// each PG deletes its part at its own moment, so what a read learns of one object's
+    /// deletion says nothing of another's.
+    zeroings: (u64, u64),
     first_block: u64,
     /// Every PG confirmed the deletion (the monitor dropped the entry).
     done_at: Option<At>,
@@ -957,11 +959,20 @@ impl Cluster {
         self.probes.hit("reclaim.shrunk");
         let first_block = to / BLOCK_BYTES as u64;
         let blocks = self.full_bytes() / BLOCK_BYTES as u64 - first_block;
-        let zeroing = self.model.begin_zeroing(self.at_now(), first_block, blocks);
+        let per_object = self.o.object_bytes / BLOCK_BYTES as u64;
+        let end_block = first_block + blocks;
+        let mut zeroings = (0, 0);
+        let mut block = first_block;
+        while block < end_block {
+            let next = ((block / per_object + 1) * per_object).min(end_block);
+            let id = self.model.begin_zeroing(self.at_now(), block, next - block);
+            zeroings = (if zeroings.0 == 0 { id } else { zeroings.0 }, id);
+            block = next;
+        }
         self.size_blocks = first_block;
         self.shrink = Some(Shrink {
             reclaim,
-            zeroing,
+            zeroings,
             first_block,
             done_at: None,
             regrown_at: None,
@@ -975,7 +986,9 @@ impl Cluster {
         let Some(shrink) = self.shrink else { return };
         if shrink.done_at.is_none() && !self.mon.reclaim.contains_key(&shrink.reclaim) {
             let now = self.at_now();
-            self.model.ack(shrink.zeroing, now);
+            for id in shrink.zeroings.0..=shrink.zeroings.1 {
+                self.model.ack(id, now);
+            }
             self.shrink = Some(Shrink {
                 done_at: Some(now),
                 ..shrink

@@ -231,12 +231,13 @@ impl ImageModel {
                     z.zeros && z.start < end && overwritten(Some(z)).is_none()
                 });
                 match (zeroing, overwritten(None)) {
-                    (Some(z), _) => {
+                    // Zeros from the start explain the read: it says nothing of a zeroing.
+                    (_, None) => Ok(()),
+                    (Some(z), Some(_)) => {
                         let zm = self.write_mut(z);
                         zm.done_at = Some(zm.done_at.map_or(end, |d| d.min(end)));
                         Ok(())
                     }
-                    (None, None) => Ok(()),
                     (None, Some((id, w))) => Err(format!(
                         "block {block}: read over [{start:?}, {end:?}] found zeros, but write \
                          {id} {w:?} had taken effect before"
@@ -389,6 +390,10 @@ mod tests {
         let w1 = m.begin_write(t(10), 0, 1);
         m.ack(w1, t(20));
         assert!(m.check_read(0, t(25), t(26), &Found::Zeros).is_err());
+        // Zeros of a block nobody wrote say nothing of a zeroing of it.
+        let z0 = m.begin_zeroing(t(28), 5, 1);
+        assert!(m.check_read(5, t(29), t(30), &Found::Zeros).is_ok());
+        assert_eq!(m.write(z0).done_at, None);
         let z = m.begin_zeroing(t(30), 0, 1);
         // While the zeroing runs, either value.
         assert!(m.check_read(0, t(31), t(32), &found(&m, 0, w1)).is_ok());
