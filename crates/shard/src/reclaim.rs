@@ -15,7 +15,15 @@
 //! refused with `NoSuchImage`, a range beyond the image's size with `OutOfRange`; when the
 //! request's map is newer than this OSD's (an image created or grown since), `StaleEpoch`
 //! tells the client to retry once this OSD has the new map. A map without an image table
-//! (the simulator's, unit tests') fences nothing.
+//! (most unit tests') fences nothing.
+//!
+//! Two windows would let a write land after the reclaim that deleted its range, where it
+//! would stay for good: a new leader whose map is older than the shrink, admitting writes
+//! before it applied a reclaim that an earlier leader committed, or after it applied it. So
+//! a new leader holds writes until it has applied the log it inherited
+//! (`hold_until_own_term`), and a replica that applied a reclaim recorded at map epoch E
+//! admits no IO while its own map is older than E (`HostedPg::reclaim_epoch`; a restart
+//! fetches a map at least that new).
 
 use crate::core::{OpKind, PendingOp, ShardCore};
 use crate::io::{ConnId, Effects, Micros, Report};
