@@ -6,6 +6,12 @@
 //! inputs, at most `bytes_per_sec` per shard (a token bucket on the step's clock), with at
 //! most `max_active` transfers per shard at a time. A snapshot Raft asks for beyond that is
 //! refused at once and Raft asks again later (on the next heartbeat response).
+//!
+//! Space (the backfill reservation): the receiver reserves room for the whole transfer when
+//! its first chunk arrives, or answers `TooFull` with the room it has; the leader then waits
+//! [`BACKFILL_RETRY_MS`] before it asks that member again and reports the refusal to the
+//! monitor (`PG_BACKFILL_TOOFULL`). Reserved room is not free for client writes
+//! (`crate::space`). See `docs/design/recovery.md`, "Space".
 
 use crate::config::RecoveryLimits;
 use crate::core::ShardCore;
