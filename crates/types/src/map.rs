@@ -295,6 +295,10 @@ pub struct ClusterMap {
     /// Data still to delete, for the PG leaders (derived from the monitor's reclaim records).
     #[serde(default)]
     pub reclaim: BTreeMap<u64, ReclaimEntry>,
+    /// How the cluster authenticates (`docs/security.md`); absent in maps written before
+    /// authentication existed, which then read as mode `none`.
+    #[serde(default)]
+    pub auth: crate::auth::AuthSettings,
 }
 
 impl ClusterMap {
