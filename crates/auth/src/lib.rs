@@ -13,6 +13,7 @@
 //!   state machines fed with the peer's messages and with nonces drawn by the caller).
 //! - [`frame`]: per-connection frame protection after the handshake: an authentication tag on
 //!   every frame (`sign`) or authenticated encryption of every payload (`secure`).
+//! - [`table`]: [`KeyTable`], the data keys, caps and generations an OSD checks peers against.
 //! - [`error`]: [`AuthError`], one variant per cause a user must be told about.
 //!
 //! Cryptography is `ring`'s: HMAC-SHA256 for derivations and proofs, AES-256-GCM for frames
@@ -26,6 +27,7 @@ pub mod handshake;
 pub mod keyring;
 pub mod request;
 pub mod secret;
+pub mod table;
 
 pub use caps::Caps;
 pub use entity::EntityName;
@@ -33,3 +35,4 @@ pub use error::AuthError;
 pub use fastblock_types::auth::{AuthMode, AuthSettings};
 pub use keyring::{Keyring, KeyringEntry};
 pub use secret::{open_blob, random_bytes, seal_blob, Secret};
+pub use table::KeyTable;

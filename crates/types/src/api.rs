@@ -46,6 +46,15 @@ pub enum ErrorCode {
     /// An OSD's settings cannot share PGs with another OSD's (its lease timing, see
     /// `lease`): it must be started with other settings.
     IncompatibleConfig,
+    /// The call needs authentication (the cluster runs auth mode `sign` or `secure`) and
+    /// carried none: pass a keyring (`--keyring`, `$FASTBLOCK_KEYRING`).
+    AuthRequired,
+    /// The call's authentication failed: unknown or removed entity, wrong key, a time too far
+    /// from the monitor's clock, or a replayed request. The message names which.
+    AuthFailed,
+    /// The authenticated entity lacks the capability the call needs (or, for an OSD, is not
+    /// the OSD the call speaks for).
+    PermissionDenied,
     /// A code this build does not know (sent by a newer monitor).
     #[serde(other)]
     Unknown,
@@ -72,6 +81,8 @@ impl ErrorCode {
             | ErrorCode::TooLarge
             | ErrorCode::UuidMismatch
             | ErrorCode::OsdDown => 400,
+            ErrorCode::AuthRequired | ErrorCode::AuthFailed => 401,
+            ErrorCode::PermissionDenied => 403,
             ErrorCode::PoolNotFound
             | ErrorCode::ImageNotFound
             | ErrorCode::OsdNotFound
@@ -339,4 +350,58 @@ pub struct StatusResponse {
 pub struct ReclaimPgDoneResponse {
     /// Every PG of the pool confirmed: the entry is gone.
     pub finished: bool,
+}
+
+/// One entity of the monitor's key table, as `GET /v1/auth` lists it (no key).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthEntityInfo {
+    /// `client.NAME` or `osd.N`.
+    pub entity: String,
+    /// Capabilities in text form (`admin`, `osd`, `pool=NAME`, `pool=*`).
+    pub caps: String,
+    /// Rises whenever the entity's key or caps change; connections made under an older
+    /// generation are closed by OSDs.
+    pub generation: u64,
+    /// A short, non-secret fingerprint of the key, to tell keys apart.
+    pub fingerprint: String,
+}
+
+/// `POST /v1/auth` (create), `.../rotate`, `.../get-or-create`: an entity and its key, the
+/// key sealed for the caller (base64 of `fastblock_auth::seal_blob(caller's entity key, key)`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthKeyResponse {
+    pub entity: String,
+    pub caps: String,
+    pub generation: u64,
+    pub sealed_key: String,
+}
+
+/// `POST /v1/auth`: create an entity.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthAddRequest {
+    pub entity: String,
+    pub caps: String,
+}
+
+/// `POST /v1/auth/{entity}/caps`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthCapsRequest {
+    pub caps: String,
+}
+
+/// `GET /v1/auth/data-keys` (OSDs only): every entity's data key, sealed for the calling OSD
+/// (base64 of `seal_blob(OSD's entity key, data key)`), and the table's epoch.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthDataKeysResponse {
+    pub epoch: u64,
+    pub mode: crate::auth::AuthMode,
+    pub entities: Vec<AuthDataKeyEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthDataKeyEntry {
+    pub entity: String,
+    pub caps: String,
+    pub generation: u64,
+    pub sealed_data_key: String,
 }
