@@ -29,6 +29,14 @@ pub enum ErrorCode {
     TooLarge,
     PgNotFound,
     StaleReport,
+    /// A PG report whose term or configuration cannot follow the one the monitor recorded
+    /// (a term jump beyond the bound, a second leader in one term, a leader that does not host
+    /// the PG, members dropped that no recorded membership change leaves out): a bug in the
+    /// sender, never a delayed message.
+    ImplausibleReport,
+    /// The authenticated sender may not make this call (a PG report naming another OSD as
+    /// its leader).
+    PermissionDenied,
     ReclaimNotFound,
     /// The range an image would grow into is still being deleted after an earlier shrink:
     /// retry once it is (`fastblock-client reclaim` shows it).
@@ -72,6 +80,7 @@ impl ErrorCode {
             | ErrorCode::TooLarge
             | ErrorCode::UuidMismatch
             | ErrorCode::OsdDown => 400,
+            ErrorCode::PermissionDenied => 403,
             ErrorCode::PoolNotFound
             | ErrorCode::ImageNotFound
             | ErrorCode::OsdNotFound
@@ -81,6 +90,7 @@ impl ErrorCode {
             | ErrorCode::ImageExists
             | ErrorCode::UuidExists
             | ErrorCode::StaleReport
+            | ErrorCode::ImplausibleReport
             | ErrorCode::ReclaimPending
             | ErrorCode::PoolDamaged
             | ErrorCode::IncompatibleConfig
