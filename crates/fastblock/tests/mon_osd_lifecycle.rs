@@ -302,6 +302,18 @@ async fn pg_reports_are_fenced_and_validated() {
         ..report(6, 3, info.osdlist.clone())
     };
     assert!(client.leader_elected(pg, &bad).await.is_err());
+    // The report of issue 16: term and index 2^64-1 and one voter. It would take the other
+    // members out of the map (they delete their replicas) and fence out genuine reports.
+    let took_over = LeaderElectedRequest {
+        term: Term(u64::MAX),
+        conf_index: LogIndex(u64::MAX),
+        ..report(6, 3, vec![info.osdlist[0]])
+    };
+    let err = client.leader_elected(pg, &took_over).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::ImplausibleReport), "{err}");
+    let dropped = report(6, 3, vec![info.osdlist[0]]);
+    let err = client.leader_elected(pg, &dropped).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::ImplausibleReport), "{err}");
     let missing = PgId::new(fastblock_types::PoolId(1), 99);
     let err = client
         .leader_elected(missing, &report(6, 3, info.osdlist.clone()))
@@ -310,6 +322,7 @@ async fn pg_reports_are_fenced_and_validated() {
     assert_eq!(err.code(), Some(ErrorCode::PgNotFound));
     let now = pgs(&client).await[&pg].clone();
     assert_eq!(now.leader_term, Term(5));
+    assert_eq!(now.osdlist, info.osdlist);
     assert!(now.state.is_active());
     drop(mons);
 }

@@ -11,6 +11,8 @@
 //! - [`pool_ops`]: pool create/delete, repair and rebalance of PG targets.
 //! - [`image_ops`]: image create/remove/resize and the reclaim list.
 //! - [`pg_reports`]: "leader elected" and "membership change finished" from PG leaders.
+//! - [`report_checks`]: the rules a PG report must pass against its sender ([`Reporter`]) and
+//!   the recorded PG before it is recorded.
 //! - [`liveness`]: heartbeat bookkeeping that turns silence into down and out events, with the
 //!   time passed in by the caller.
 //! - [`health`]: the health summary and PG-state counts for `status`.
@@ -33,8 +35,10 @@ pub mod liveness;
 pub mod osd_ops;
 pub mod pg_reports;
 pub mod pool_ops;
+pub mod report_checks;
 pub mod state;
 
+pub use report_checks::Reporter;
 pub use state::MonState;
 
 use fastblock_types::api::{ApiError, ErrorCode};

@@ -15,6 +15,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use fastblock_mon_core::health::{health, pg_state_counts};
 use fastblock_mon_core::osd_ops::Flag;
+use fastblock_mon_core::Reporter;
 use fastblock_types::api::*;
 use fastblock_types::map::{Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry};
 use fastblock_types::{Epoch, OsdId, PgId};
@@ -500,7 +501,9 @@ async fn pg_leader(
 ) -> ApiResult<PgReportResponse> {
     let pg = parse_pg(&pgid)?;
     let req: LeaderElectedRequest = parse(&body)?;
-    pg_report(&app, pg, |s| s.leader_elected(pg, &req)).await
+    // auth: the HTTP layer passes the authenticated OSD
+    let reporter = Reporter::Unauthenticated;
+    pg_report(&app, pg, |s| s.leader_elected(pg, &req, reporter)).await
 }
 
 async fn pg_membership(
@@ -510,7 +513,9 @@ async fn pg_membership(
 ) -> ApiResult<PgReportResponse> {
     let pg = parse_pg(&pgid)?;
     let req: MembershipFinishedRequest = parse(&body)?;
-    pg_report(&app, pg, |s| s.membership_finished(pg, &req)).await
+    // auth: the HTTP layer passes the authenticated OSD
+    let reporter = Reporter::Unauthenticated;
+    pg_report(&app, pg, |s| s.membership_finished(pg, &req, reporter)).await
 }
 
 /// Applies a PG leader's report and answers with the PG as committed (its state re-derived).

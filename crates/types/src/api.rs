@@ -29,6 +29,11 @@ pub enum ErrorCode {
     TooLarge,
     PgNotFound,
     StaleReport,
+    /// A PG report whose term or configuration cannot follow the one the monitor recorded
+    /// (a term jump beyond the bound, a second leader in one term, a leader that does not host
+    /// the PG, members dropped that no recorded membership change leaves out): a bug in the
+    /// sender, never a delayed message.
+    ImplausibleReport,
     ReclaimNotFound,
     /// The range an image would grow into is still being deleted after an earlier shrink:
     /// retry once it is (`fastblock-client reclaim` shows it).
@@ -53,7 +58,7 @@ pub enum ErrorCode {
     /// from the monitor's clock, or a replayed request. The message names which.
     AuthFailed,
     /// The authenticated entity lacks the capability the call needs (or, for an OSD, is not
-    /// the OSD the call speaks for).
+    /// the OSD the call speaks for, as a PG report naming another OSD as its leader).
     PermissionDenied,
     /// A code this build does not know (sent by a newer monitor).
     #[serde(other)]
@@ -92,6 +97,7 @@ impl ErrorCode {
             | ErrorCode::ImageExists
             | ErrorCode::UuidExists
             | ErrorCode::StaleReport
+            | ErrorCode::ImplausibleReport
             | ErrorCode::ReclaimPending
             | ErrorCode::PoolDamaged
             | ErrorCode::IncompatibleConfig
