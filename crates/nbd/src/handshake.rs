@@ -92,6 +92,9 @@ pub struct Handshake<'a, E> {
     greeted: bool,
     tls_active: bool,
     options_used: u32,
+    /// A refusal was logged: one line per connection, not one per option (qemu sends three
+    /// before giving up).
+    refusal_logged: bool,
 }
 
 impl<'a, E: Exports> Handshake<'a, E> {
@@ -105,6 +108,7 @@ impl<'a, E: Exports> Handshake<'a, E> {
             greeted: false,
             tls_active: false,
             options_used: 0,
+            refusal_logged: false,
         }
     }
 
@@ -217,10 +221,10 @@ impl<'a, E: Exports> Handshake<'a, E> {
         self.on_option(option, code, buf).await
     }
 
-    /// Whether the allow lists let this client use `name`; logs the refusal if not.
-    fn allowed(&self, code: u32, name: &str) -> bool {
+    /// Whether the allow lists let this client use `name`; logs the (first) refusal if not.
+    fn allowed(&mut self, code: u32, name: &str) -> bool {
         let allowed = self.policy.allow.allows(name, &self.peer);
-        if !allowed {
+        if !allowed && !std::mem::replace(&mut self.refusal_logged, true) {
             let reply = if code == OPT_EXPORT_NAME {
                 "disconnected (EXPORT_NAME cannot carry an error)"
             } else {

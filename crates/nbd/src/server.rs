@@ -280,14 +280,15 @@ where
     let ended = ended.map_err(|_| format!("handshake timeout ({:?})", config.handshake_timeout))?;
     match ended? {
         Haggled::Plain(stream, outcome) => transmit(stream, outcome, config, stop).await,
-        Haggled::Tls(stream, outcome) => transmit(stream, outcome, config, stop).await,
+        Haggled::Tls(stream, outcome) => transmit(*stream, outcome, config, stop).await,
     }
 }
 
 /// How option haggling ended, on which stream.
 enum Haggled<S: Stream, X> {
     Plain(S, Outcome<X>),
-    Tls(tokio_rustls::server::TlsStream<S>, Outcome<X>),
+    /// Boxed: the TLS session state is over a kilobyte, and lives as long as the connection.
+    Tls(Box<tokio_rustls::server::TlsStream<S>>, Outcome<X>),
 }
 
 async fn handshake_phase<S: Stream, E: Exports>(
@@ -323,7 +324,7 @@ async fn handshake_phase<S: Stream, E: Exports>(
         .run(&mut stream)
         .await
         .map_err(|e| format!("handshake (in TLS): {e}"))?;
-    Ok(Haggled::Tls(stream, outcome))
+    Ok(Haggled::Tls(Box::new(stream), outcome))
 }
 
 /// Transmission on `stream`, if haggling chose an export.
