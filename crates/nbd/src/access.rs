@@ -30,6 +30,16 @@ impl std::str::FromStr for TlsMode {
     }
 }
 
+impl std::fmt::Display for TlsMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsMode::Off => "off",
+            TlsMode::On => "on",
+            TlsMode::Require => "require",
+        })
+    }
+}
+
 /// What the gate says about one option, before the option itself is looked at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gate {

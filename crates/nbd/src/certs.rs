@@ -30,10 +30,10 @@ pub enum CertsError {
     BadClientName(String),
     #[error("generating a certificate: {0}")]
     Generate(#[from] rcgen::Error),
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}: {error}")]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -127,16 +127,16 @@ fn make_dir(dir: &Path) -> Result<(), CertsError> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(CertsError::Write {
             path: dir.to_owned(),
-            source: e,
+            error: e,
         }),
         _ => Ok(()),
     }
 }
 
 fn write_file(path: &Path, contents: &str, mode: u32) -> Result<(), CertsError> {
-    let fail = |source| CertsError::Write {
+    let fail = |error| CertsError::Write {
         path: path.to_owned(),
-        source,
+        error,
     };
     let mut file = std::fs::OpenOptions::new()
         .write(true)

@@ -64,7 +64,7 @@ pub enum ServerError {
     },
     #[error("no listener configured (neither TCP nor a Unix socket)")]
     NoListener,
-    #[error("TLS mode {0:?} needs TLS credentials (--tls-creds DIR)")]
+    #[error("--tls {0} needs TLS credentials (--tls-creds DIR)")]
     NoTlsCredentials(TlsMode),
     #[error("TLS credentials are loaded but the TLS mode is off (use --tls on or require)")]
     UnusedTlsCredentials,
@@ -90,7 +90,7 @@ impl<E: Exports> Server<E> {
         if config.tcp.is_none() && config.unix.is_none() {
             return Err(ServerError::NoListener);
         }
-        check_tls(&config)?;
+        config.check_tls()?;
         if let Some(addr) = config.tcp {
             if !addr.ip().is_loopback() && config.tls_mode != TlsMode::Require {
                 tracing::warn!(
@@ -196,9 +196,15 @@ impl<E: Exports> Server<E> {
     }
 }
 
-/// The TLS settings must be usable as given: a mode that offers TLS has credentials, loaded
-/// credentials are used, and a common name in an allow list can match (client certificates are
-/// verified).
+impl ServerConfig {
+    /// The TLS settings must be usable as given: a mode that offers TLS has credentials,
+    /// loaded credentials are used, and a common name in an allow list can match (client
+    /// certificates are verified). [`Server::bind`] checks this too.
+    pub fn check_tls(&self) -> Result<(), ServerError> {
+        check_tls(self)
+    }
+}
+
 fn check_tls(config: &ServerConfig) -> Result<(), ServerError> {
     match (config.tls_mode, &config.tls_credentials) {
         (TlsMode::On | TlsMode::Require, None) => {

@@ -20,18 +20,15 @@ pub const SERVER_KEY_FILE: &str = "server-key.pem";
 /// Why the TLS credentials could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {error}")]
     Pem {
         path: PathBuf,
-        source: rustls::pki_types::pem::Error,
+        error: rustls::pki_types::pem::Error,
     },
     #[error("{0}: no certificate in the file")]
     NoCertificate(PathBuf),
-    #[error("{path}: {source}")]
-    BadCa {
-        path: PathBuf,
-        source: rustls::Error,
-    },
+    #[error("{path}: {error}")]
+    BadCa { path: PathBuf, error: rustls::Error },
     #[error("client certificate verifier: {0}")]
     Verifier(#[from] rustls::server::VerifierBuilderError),
     #[error("TLS configuration: {0}")]
@@ -67,9 +64,9 @@ impl TlsCredentials {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain = read_certs(&dir.join(SERVER_CERT_FILE))?;
         let key_path = dir.join(SERVER_KEY_FILE);
-        let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|source| TlsError::Pem {
+        let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|error| TlsError::Pem {
             path: key_path,
-            source,
+            error,
         })?;
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()?;
@@ -77,9 +74,9 @@ impl TlsCredentials {
             let ca_path = dir.join(CA_CERT_FILE);
             let mut roots = rustls::RootCertStore::empty();
             for cert in read_certs(&ca_path)? {
-                roots.add(cert).map_err(|source| TlsError::BadCa {
+                roots.add(cert).map_err(|error| TlsError::BadCa {
                     path: ca_path.clone(),
-                    source,
+                    error,
                 })?;
             }
             let verifier =
@@ -120,9 +117,9 @@ impl TlsCredentials {
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem_error = |source| TlsError::Pem {
+    let pem_error = |error| TlsError::Pem {
         path: path.to_owned(),
-        source,
+        error,
     };
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(pem_error)?

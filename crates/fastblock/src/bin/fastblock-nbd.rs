@@ -171,6 +171,8 @@ async fn serve(
         allow: AllowList::new(access.allow),
         ..ServerConfig::default()
     };
+    // Before reaching the cluster, which can take its 30 s when the monitors are down.
+    config.check_tls()?;
     let exports = connect(mon).await?;
     let server = Server::bind(config, exports).await?;
     tracing::info!(
