@@ -5,8 +5,10 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use fastblock_client::{ClientConfig, Cluster};
+use fastblock_nbd::access::{parse_allow_rule, AllowList, AllowRule, TlsMode};
 use fastblock_nbd::cluster::ClusterExports;
-use fastblock_nbd::{kernel, map, Server, ServerConfig};
+use fastblock_nbd::tls::TlsCredentials;
+use fastblock_nbd::{certs, kernel, map, Server, ServerConfig};
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,6 +45,21 @@ enum Cmd {
         /// Do not listen on TCP (only on --socket).
         #[arg(long, requires = "socket")]
         no_tcp: bool,
+        #[command(flatten)]
+        access: AccessArgs,
+    },
+    /// Make a CA, a server certificate and client certificates in qemu's x509 layout
+    /// (DIR for --tls-creds; DIR/client-NAME for each client).
+    GenCerts {
+        /// Directory to write (created if missing; existing files are never overwritten).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Name or address clients connect to (subject alternative name); repeatable.
+        #[arg(long, required = true)]
+        host: Vec<String>,
+        /// Client certificate common name; repeatable.
+        #[arg(long, default_value = "client")]
+        client: Vec<String>,
     },
     /// Attach image `pool/image` to a kernel nbd device and print the device path. Serves it
     /// from a background process until `unmap` (or SIGTERM to that process).
@@ -71,6 +88,28 @@ enum Cmd {
     },
 }
 
+/// TLS and who may use which export (`docs/nbd.md`, "TLS" and "Allow lists").
+#[derive(clap::Args, Debug)]
+struct AccessArgs {
+    /// off: no TLS; on: offered, optional; require: nothing but STARTTLS before TLS.
+    #[arg(long, default_value = "off")]
+    tls: TlsMode,
+    /// Directory with ca-cert.pem, server-cert.pem and server-key.pem (qemu's layout).
+    #[arg(long, value_name = "DIR")]
+    tls_creds: Option<PathBuf>,
+    /// Require client certificates signed by DIR/ca-cert.pem.
+    #[arg(long, requires = "tls_creds")]
+    tls_verify_peer: bool,
+    /// EXPORT=ID[,ID...]: only these clients may use EXPORT (pool/image or pool/*). An ID is
+    /// an address, a CIDR range, or a client certificate common name. Repeatable.
+    #[arg(long, value_name = "EXPORT=ID[,ID...]", value_parser = allow_rule)]
+    allow: Vec<AllowRule>,
+}
+
+fn allow_rule(s: &str) -> Result<AllowRule, String> {
+    parse_allow_rule(s).map_err(|e| e.why)
+}
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
@@ -86,7 +125,9 @@ async fn main() {
             bind,
             socket,
             no_tcp,
-        } => serve(mon, (!no_tcp).then_some(bind), socket).await,
+            access,
+        } => serve(mon, (!no_tcp).then_some(bind), socket, access).await,
+        Cmd::GenCerts { dir, host, client } => gen_certs(&dir, &host, &client),
         Cmd::Map {
             image,
             mon,
@@ -109,16 +150,50 @@ async fn connect(mon: Vec<String>) -> Result<ClusterExports> {
     Ok(ClusterExports::new(cluster))
 }
 
-async fn serve(mon: Vec<String>, tcp: Option<SocketAddr>, unix: Option<PathBuf>) -> Result<()> {
-    let exports = connect(mon).await?;
+async fn serve(
+    mon: Vec<String>,
+    tcp: Option<SocketAddr>,
+    unix: Option<PathBuf>,
+    access: AccessArgs,
+) -> Result<()> {
+    let tls_credentials = match &access.tls_creds {
+        Some(dir) => Some(
+            TlsCredentials::load(dir, access.tls_verify_peer)
+                .context("loading the TLS credentials")?,
+        ),
+        None => None,
+    };
     let config = ServerConfig {
         tcp,
         unix: unix.clone(),
+        tls_mode: access.tls,
+        tls_credentials,
+        allow: AllowList::new(access.allow),
         ..ServerConfig::default()
     };
+    // Before reaching the cluster, which can take its 30 s when the monitors are down.
+    config.check_tls()?;
+    let exports = connect(mon).await?;
     let server = Server::bind(config, exports).await?;
-    tracing::info!(tcp = ?server.tcp_addr(), unix = ?unix, "serving NBD exports pool/image");
+    tracing::info!(
+        tcp = ?server.tcp_addr(),
+        unix = ?unix,
+        tls = ?access.tls,
+        "serving NBD exports pool/image"
+    );
     server.run(terminated()).await;
+    Ok(())
+}
+
+fn gen_certs(dir: &std::path::Path, hosts: &[String], clients: &[String]) -> Result<()> {
+    let written = certs::generate(dir, hosts, clients)?;
+    println!(
+        "server: --tls-creds {} (ca-cert.pem, server-cert.pem, server-key.pem)",
+        written.server_dir.display()
+    );
+    for client in written.client_dirs {
+        println!("client: {}", client.display());
+    }
     Ok(())
 }
 
