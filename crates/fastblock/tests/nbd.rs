@@ -80,6 +80,7 @@ impl Setup {
             .args(["--bind", &addr.to_string()])
             .arg("--socket")
             .arg(dir.path().join("nbd.sock"))
+            .env("FASTBLOCK_KEYRING", mons.keyring())
             .env("RUST_LOG", "info");
         let nbd = Proc::spawn("fastblock-nbd", cmd, dir.path().join("nbd.log"));
         wait_until(
