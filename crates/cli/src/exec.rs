@@ -213,7 +213,7 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
             }
         }
         Command::OsdPgs { pool, pool_id } => {
-            osd_pgs(&client, style, pool.as_deref(), *pool_id, out).await?
+            osd_pgs(client, style, pool.as_deref(), *pool_id, out).await?
         }
         Command::PoolCreate {
             name,
@@ -481,7 +481,7 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
                 (_, Err(e)) => return Err(e.into()),
             }
         }
-        Command::Map { watch } => map(&client, style, *watch, out).await?,
+        Command::Map { watch } => map(client, style, *watch, out).await?,
         Command::ReclaimLs => {
             let entries = client.reclaim().await?;
             match style {

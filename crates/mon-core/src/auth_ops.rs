@@ -266,7 +266,8 @@ mod tests {
         );
         let vm: EntityName = "client.vm".parse().unwrap();
         let mut last = (s.map.epoch, s.map.auth.epoch);
-        let steps: Vec<Box<dyn Fn(&mut MonState) -> OpResult<()>>> = vec![
+        type Step = Box<dyn Fn(&mut MonState) -> OpResult<()>>;
+        let steps: Vec<Step> = vec![
             Box::new(|s| {
                 s.auth_add(
                     &"client.vm".parse().unwrap(),
