@@ -80,7 +80,20 @@ impl Cluster {
         if config.monitors.is_empty() {
             return Err(ClientError::Config("no monitor endpoint given".to_string()));
         }
-        let mon = MonClient::new(config.monitors.clone()).with_deadline(config.op_deadline);
+        let mut mon = MonClient::new(config.monitors.clone()).with_deadline(config.op_deadline);
+        // No keyring given: the documented default ($FASTBLOCK_KEYRING, else
+        // /etc/fastblock/keyring) if it exists, else unsigned (auth mode none).
+        let keyring = match &config.keyring {
+            Some(p) => Some(p.clone()),
+            None => Some(fastblock_auth::keyring::resolve_path(None)).filter(|p| p.exists()),
+        };
+        if let Some(path) = &keyring {
+            let bad = |e: fastblock_auth::AuthError| ClientError::Config(e.to_string());
+            let entity: fastblock_auth::EntityName = config.entity.parse().map_err(bad)?;
+            let ring = fastblock_auth::Keyring::load(path).map_err(bad)?;
+            let key = ring.key_for(path, &entity).map_err(bad)?.clone();
+            mon = mon.with_credentials(entity, key);
+        }
         let response = mon.map().await?;
         let Some(map) = response.map else {
             return Err(ClientError::Protocol(

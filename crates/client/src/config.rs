@@ -1,6 +1,7 @@
 //! Client configuration.
 
 use crate::ClientError;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How a [`crate::Cluster`] reaches the cluster and how long it keeps trying.
@@ -24,6 +25,12 @@ pub struct ClientConfig {
     pub attempt_timeout: Duration,
     /// Long-poll timeout of the background map watch.
     pub map_watch_timeout: Duration,
+    /// Keyring holding `entity`'s key, which signs the monitor calls; `None`:
+    /// `$FASTBLOCK_KEYRING`, else `/etc/fastblock/keyring`, if it exists, else unsigned (a
+    /// cluster in auth mode `none`).
+    pub keyring: Option<PathBuf>,
+    /// The entity this client acts as (`client.NAME`).
+    pub entity: String,
 }
 
 impl ClientConfig {
@@ -62,6 +69,8 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(1),
             attempt_timeout: Duration::from_secs(10),
             map_watch_timeout: Duration::from_secs(30),
+            keyring: None,
+            entity: "client.admin".to_string(),
         }
     }
 }

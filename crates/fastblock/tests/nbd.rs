@@ -88,6 +88,7 @@ impl Setup {
             .arg("--socket")
             .arg(dir.path().join("nbd.sock"))
             .args(serve_args)
+            .env("FASTBLOCK_KEYRING", mons.keyring())
             .env("RUST_LOG", "info");
         let nbd = Proc::spawn("fastblock-nbd", cmd, dir.path().join("nbd.log"));
         wait_until(

@@ -7,6 +7,8 @@
 //! Module map:
 //! - [`state`]: [`MonState`], its derived fields (PG states, versions, epoch) and the
 //!   [`MonState::finish`] step every operation ends with.
+//! - [`auth_ops`]: the key table and auth mode: add, get-or-create, caps, rotate, remove,
+//!   mode; every change bumps `map.auth.epoch`.
 //! - [`osd_ops`]: apply-id, boot, down, up, out, in, flags.
 //! - [`pool_ops`]: pool create/delete, repair and rebalance of PG targets.
 //! - [`image_ops`]: image create/remove/resize and the reclaim list.
@@ -27,6 +29,7 @@
 //! A state loaded from etcd that breaks the first is refused ([`MonState::validate`]); damage
 //! confined to one pool is accepted, reported and fenced ([`damage`]).
 
+pub mod auth_ops;
 pub mod damage;
 pub mod health;
 pub mod image_ops;

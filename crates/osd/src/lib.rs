@@ -3,6 +3,8 @@
 //!
 //! Module map:
 //! - [`identity`]: the OSD's id, uuid and shard count beside its data (`<data>.osd.json`).
+//! - [`keys`]: the OSD's keyring (`<data>.keyring`) and the shared key table the control
+//!   task refreshes when the map's `auth.epoch` moves.
 //! - [`region`]: each shard's region of the device.
 //! - [`mkfs`]: formatting a device and registering a new OSD id with the monitor.
 //! - [`space`]: the host file system: allocating the data file and the metadata's holes,
@@ -23,6 +25,7 @@
 
 pub mod control;
 pub mod identity;
+pub mod keys;
 pub mod metrics;
 pub mod mkfs;
 pub mod region;

@@ -60,6 +60,10 @@ pub enum ErrorCode {
     /// The authenticated entity lacks the capability the call needs (or, for an OSD, is not
     /// the OSD the call speaks for, as a PG report naming another OSD as its leader).
     PermissionDenied,
+    /// `auth add` of an entity that already has a key.
+    EntityExists,
+    /// The entity has no key in the monitor's table.
+    EntityNotFound,
     /// A code this build does not know (sent by a newer monitor).
     #[serde(other)]
     Unknown,
@@ -92,10 +96,12 @@ impl ErrorCode {
             | ErrorCode::ImageNotFound
             | ErrorCode::OsdNotFound
             | ErrorCode::PgNotFound
-            | ErrorCode::ReclaimNotFound => 404,
+            | ErrorCode::ReclaimNotFound
+            | ErrorCode::EntityNotFound => 404,
             ErrorCode::PoolExists
             | ErrorCode::ImageExists
             | ErrorCode::UuidExists
+            | ErrorCode::EntityExists
             | ErrorCode::StaleReport
             | ErrorCode::ImplausibleReport
             | ErrorCode::ReclaimPending
@@ -379,7 +385,13 @@ pub struct AuthKeyResponse {
     pub entity: String,
     pub caps: String,
     pub generation: u64,
+    /// Base64 of `seal_blob(calling entity's key, new key)`; empty when the call was not
+    /// authenticated (auth mode `none`), and then `key` carries it.
     pub sealed_key: String,
+    /// The key in clear, only in auth mode `none` (where the API is open anyway and the
+    /// caller may hold no key to seal it with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// `POST /v1/auth`: create an entity.
@@ -410,4 +422,11 @@ pub struct AuthDataKeyEntry {
     pub caps: String,
     pub generation: u64,
     pub sealed_data_key: String,
+}
+
+/// `PUT /v1/auth/mode`: the cluster's new auth mode. Answered with the map's new
+/// [`crate::auth::AuthSettings`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthModeRequest {
+    pub mode: crate::auth::AuthMode,
 }

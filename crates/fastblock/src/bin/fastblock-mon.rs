@@ -3,7 +3,9 @@
 use clap::Parser;
 use fastblock_mon::etcd_proc::EtcdMemberConfig;
 use fastblock_mon::server::{run, MonConfig};
+use fastblock_mon::service::AuthBootstrap;
 use fastblock_mon_core::liveness::LivenessConfig;
+use fastblock_types::auth::AuthMode;
 use fastblock_types::units::interval_arg;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -53,6 +55,15 @@ struct Args {
     /// (whole seconds: etcd counts lease TTLs in seconds).
     #[arg(long, default_value = "5s", value_parser = lease_ttl_arg)]
     lease_ttl: Duration,
+    /// Auth mode of a cluster this monitor creates (none, sign, secure); a cluster that has
+    /// one keeps it (change it with `fastblock-client auth mode`).
+    #[arg(long, default_value = "sign")]
+    auth_mode: AuthMode,
+    /// Keyring to write client.admin's key to when this monitor creates the cluster (or to
+    /// take it from, if the file holds one). Default: $FASTBLOCK_KEYRING, else
+    /// /etc/fastblock/keyring. In mode none, an admin key is made only if this is given.
+    #[arg(long)]
+    keyring: Option<PathBuf>,
 }
 
 /// The longest lease TTL etcd grants (its `MaxLeaseTTL`, seconds).
@@ -115,6 +126,16 @@ async fn main() {
         },
         tick_interval: args.tick_interval,
         lease_ttl_secs,
+        auth: AuthBootstrap {
+            mode: args.auth_mode,
+            keyring: if args.auth_mode.authenticates() || args.keyring.is_some() {
+                Some(fastblock_auth::keyring::resolve_path(
+                    args.keyring.as_deref(),
+                ))
+            } else {
+                None
+            },
+        },
     };
     if let Err(e) = run(config).await {
         eprintln!("fastblock-mon: {e:#}");
