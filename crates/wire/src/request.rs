@@ -467,6 +467,12 @@ impl Request {
                     verdict,
                 }
             }
+            Kind::AuthHello | Kind::AuthChallenge | Kind::AuthProof | Kind::AuthDone => {
+                return Err(WireError::Invalid(format!(
+                    "a {:?} frame (request id {}) outside the authentication handshake",
+                    frame.kind, frame.request_id
+                )))
+            }
             Kind::Reply => {
                 return Err(WireError::Invalid(format!(
                     "a Reply frame (request id {}) where a request was expected",
