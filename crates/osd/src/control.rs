@@ -50,6 +50,10 @@ pub struct OsdConfig {
     /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:
     /// derived from the geometry).
     pub host_space_reserve_bytes: Option<u64>,
+    /// The data-plane key table, shared with the shards (`crate::keys`).
+    pub keys: crate::keys::SharedKeyTable,
+    /// This OSD's entity and key for its peer links in auth mode sign/secure.
+    pub credentials: Option<fastblock_client::auth::Credentials>,
 }
 
 fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -101,6 +105,8 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             ),
             stages: metrics.osd.shard(index),
             host_space_reserve_bytes: config.host_space_reserve_bytes,
+            keys: config.keys.clone(),
+            credentials: config.credentials.clone(),
         };
         shards.push(shard::spawn(spec, listener, events_tx.clone())?);
     }

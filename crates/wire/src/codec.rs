@@ -10,7 +10,7 @@
 //! `u32`/`u16` after an assertion that they fit.
 
 use crate::header::{
-    build_header, reseal_header, Kind, FLAG_SEALED, FLAG_SIGNED, FLAGS_OFFSET, HEADER_BYTES,
+    build_header, reseal_header, Kind, FLAGS_OFFSET, FLAG_SEALED, FLAG_SIGNED, HEADER_BYTES,
     PAYLOAD_CRC_OFFSET, TAG_BYTES, TAG_HEADER_BYTES,
 };
 use crate::WireError;
@@ -294,11 +294,18 @@ pub fn protect_frame(
     protect: impl FnOnce(&[u8; TAG_HEADER_BYTES], &mut [u8]) -> [u8; TAG_BYTES],
 ) {
     let payload_start = start + HEADER_BYTES;
-    assert!(out.len() >= payload_start, "protect_frame: no frame header at {start}");
+    assert!(
+        out.len() >= payload_start,
+        "protect_frame: no frame header at {start}"
+    );
     let flags = if encrypts { FLAG_SEALED } else { FLAG_SIGNED };
     let (header, payload) = out[start..].split_at_mut(HEADER_BYTES);
     let payload_len = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
-    assert_eq!(payload.len(), payload_len as usize, "protect_frame: not one whole frame");
+    assert_eq!(
+        payload.len(),
+        payload_len as usize,
+        "protect_frame: not one whole frame"
+    );
     header[FLAGS_OFFSET..FLAGS_OFFSET + 2].copy_from_slice(&flags.to_le_bytes());
     let covered: [u8; TAG_HEADER_BYTES] = header[..TAG_HEADER_BYTES].try_into().expect("20");
     let tag = protect(&covered, payload);

@@ -483,6 +483,12 @@ impl Request {
         Ok(request)
     }
 
+    /// Bytes of this request's frame (header and payload, no tag): a sender that protects
+    /// the frame reserves this plus `TAG_BYTES`, so appending the tag never reallocates.
+    pub fn frame_len(&self) -> usize {
+        crate::HEADER_BYTES.saturating_add(self.payload_len_hint())
+    }
+
     /// Payload bytes this request encodes to (exact; used to reserve output space once).
     fn payload_len_hint(&self) -> usize {
         match self {

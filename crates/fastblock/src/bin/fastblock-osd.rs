@@ -223,6 +223,10 @@ async fn main() {
             recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
             metrics_addr: args.metrics_addr,
             host_space_reserve_bytes: args.host_space_reserve,
+            // Filled by the monitor-side key table refresh and the OSD keyring
+            // (`<data>.keyring`); until then only mode none can be served.
+            keys: fastblock_osd::keys::empty(),
+            credentials: None,
         })
         .await
     };

@@ -95,7 +95,10 @@ fn handshake_kind_header_bytes() {
             b
         })
         .unwrap();
-        assert!(matches!(Request::decode(&frame), Err(WireError::Invalid(_))));
+        assert!(matches!(
+            Request::decode(&frame),
+            Err(WireError::Invalid(_))
+        ));
     }
     assert!(!Kind::Write.is_handshake() && !Kind::Hello.is_handshake());
 }
@@ -116,7 +119,10 @@ fn a_sealed_frame_carries_the_crc_of_its_ciphertext() {
     assert!(frame.payload.iter().all(|b| *b == 7 ^ 0x5a));
     // decode_mut gives a payload to decrypt in place.
     let mut buf = BytesMut::from(&out[..]);
-    let mut m = FrameDecoder::default().decode_mut(&mut buf).unwrap().unwrap();
+    let mut m = FrameDecoder::default()
+        .decode_mut(&mut buf)
+        .unwrap()
+        .unwrap();
     m.payload.iter_mut().for_each(|b| *b ^= 0x5a);
     assert!(m.freeze().payload.iter().all(|b| *b == 7));
 }

@@ -6,8 +6,8 @@ use crate::{one_frame, reseal_header};
 use bytes::{Bytes, BytesMut};
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
 use fastblock_wire::{
-    encode_frame, Frame, FrameDecoder, Kind, LeaderHint, Protection, ObjectAddr, RaftEnvelope, Reply, Request,
-    Status, WireError, MESSAGE_BYTES_MAX, RAFT_BATCH_ENVELOPES_MAX,
+    encode_frame, Frame, FrameDecoder, Kind, LeaderHint, ObjectAddr, Protection, RaftEnvelope,
+    Reply, Request, Status, WireError, MESSAGE_BYTES_MAX, RAFT_BATCH_ENVELOPES_MAX,
 };
 use proptest::prelude::*;
 
