@@ -115,7 +115,7 @@ impl Cluster {
 
     fn build(config: ClientConfig, mon: Option<Arc<MonClient>>, map: ClusterMap) -> Arc<Cluster> {
         Arc::new_cyclic(|me| Cluster {
-            pool: ConnPool::new(config.connect_timeout),
+            pool: ConnPool::new(config.connect_timeout, config.credentials.clone()),
             inflight: Semaphore::new(config.inflight_ops_max),
             config,
             mon,
@@ -169,7 +169,8 @@ impl Cluster {
         loop {
             match self.leader_target(pg, self.config.attempt_timeout).await {
                 Ok(target) => return Ok(target.osd),
-                Err(why) => last = why,
+                Err(crate::leader::NoLeader::Final(e)) => return Err(e),
+                Err(crate::leader::NoLeader::Retry(why)) => last = why,
             }
             if tokio::time::Instant::now() + crate::policy::BACKOFF_MAX >= deadline {
                 return Err(ClientError::Timeout {

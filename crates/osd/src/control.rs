@@ -51,7 +51,8 @@ pub struct OsdConfig {
     /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:
     /// derived from the geometry).
     pub host_space_reserve_bytes: Option<u64>,
-    /// The OSD's keyring (`--keyring`; default `<data>.keyring`, see [`crate::keys`]).
+    /// The OSD's keyring (`--keyring`; default `<data>.keyring`, see [`crate::keys`]): its
+    /// key signs the monitor calls and proves the OSD on its peer links.
     pub keyring: Option<PathBuf>,
 }
 
@@ -66,9 +67,9 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     // An older mkfs left data files sparse: allocate them now, or warn.
     crate::space::reserve_data_file(&config.data);
     let mut mon = MonClient::new(config.monitors.clone()).with_deadline(Duration::from_secs(60));
-    if let Some((entity, key)) =
-        crate::keys::osd_credentials(&config.data, config.keyring.as_deref(), identity.id)?
-    {
+    let credentials =
+        crate::keys::osd_credentials(&config.data, config.keyring.as_deref(), identity.id)?;
+    if let Some((entity, key)) = credentials.clone() {
         mon = mon.with_credentials(entity, key);
     }
     let mon = Arc::new(mon);
@@ -109,6 +110,8 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             ),
             stages: metrics.osd.shard(index),
             host_space_reserve_bytes: config.host_space_reserve_bytes,
+            keys: key_table.clone(),
+            credentials: credentials.clone(),
         };
         shards.push(shard::spawn(spec, listener, events_tx.clone())?);
     }

@@ -15,6 +15,7 @@
 //! - [`control`]: boot, heartbeats (with IO counters), following the map by long-poll,
 //!   reporting new PG leaders, fail-stop; it watches every task and shard thread, and stops
 //!   the OSD (exit status 1, naming what failed) when one fails or ends unasked.
+//! - [`keys`]: the key table shared by the control task and the shards (data-plane auth).
 //! - [`stages`]: per-stage latency histograms of the IO path (the core times the stages, the
 //!   runtime records them); [`metrics`]: `/metrics`.
 //!
