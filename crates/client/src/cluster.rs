@@ -80,18 +80,25 @@ impl Cluster {
         if config.monitors.is_empty() {
             return Err(ClientError::Config("no monitor endpoint given".to_string()));
         }
+        let mut config = config;
+        // The same key signs monitor calls and proves the client to OSDs. Unless given, it is
+        // read from the keyring: the one configured, else the documented default
+        // ($FASTBLOCK_KEYRING, else /etc/fastblock/keyring) if it exists; without one the
+        // client can only use a cluster in auth mode none.
+        if config.credentials.is_none() {
+            let keyring = match &config.keyring {
+                Some(p) => Some(p.clone()),
+                None => Some(fastblock_auth::keyring::resolve_path(None)).filter(|p| p.exists()),
+            };
+            if let Some(path) = &keyring {
+                let bad = |e: fastblock_auth::AuthError| ClientError::Config(e.to_string());
+                let entity: fastblock_auth::EntityName = config.entity.parse().map_err(bad)?;
+                config.credentials =
+                    Some(crate::auth::load_credentials(path, &entity).map_err(bad)?);
+            }
+        }
         let mut mon = MonClient::new(config.monitors.clone()).with_deadline(config.op_deadline);
-        // No keyring given: the documented default ($FASTBLOCK_KEYRING, else
-        // /etc/fastblock/keyring) if it exists, else unsigned (auth mode none).
-        let keyring = match &config.keyring {
-            Some(p) => Some(p.clone()),
-            None => Some(fastblock_auth::keyring::resolve_path(None)).filter(|p| p.exists()),
-        };
-        if let Some(path) = &keyring {
-            let bad = |e: fastblock_auth::AuthError| ClientError::Config(e.to_string());
-            let entity: fastblock_auth::EntityName = config.entity.parse().map_err(bad)?;
-            let ring = fastblock_auth::Keyring::load(path).map_err(bad)?;
-            let key = ring.key_for(path, &entity).map_err(bad)?.clone();
+        if let Some((entity, key)) = config.credentials.clone() {
             mon = mon.with_credentials(entity, key);
         }
         let response = mon.map().await?;

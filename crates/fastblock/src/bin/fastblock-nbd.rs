@@ -22,6 +22,13 @@ use std::process::{Command, Stdio};
 struct Args {
     #[command(subcommand)]
     command: Cmd,
+    /// Keyring holding the client's key (default: $FASTBLOCK_KEYRING, else
+    /// /etc/fastblock/keyring, if it exists; docs/security.md).
+    #[arg(long, global = true)]
+    keyring: Option<PathBuf>,
+    /// The entity to act as towards the cluster.
+    #[arg(long, global = true, default_value = "client.admin")]
+    name: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -106,6 +113,12 @@ struct AccessArgs {
     allow: Vec<AllowRule>,
 }
 
+/// Where the client's key comes from (`--keyring`, `--name`).
+struct Credentials {
+    keyring: Option<PathBuf>,
+    name: String,
+}
+
 fn allow_rule(s: &str) -> Result<AllowRule, String> {
     parse_allow_rule(s).map_err(|e| e.why)
 }
@@ -119,21 +132,26 @@ async fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let result = match Args::parse().command {
+    let args = Args::parse();
+    let who = Credentials {
+        keyring: args.keyring,
+        name: args.name,
+    };
+    let result = match args.command {
         Cmd::Serve {
             mon,
             bind,
             socket,
             no_tcp,
             access,
-        } => serve(mon, (!no_tcp).then_some(bind), socket, access).await,
+        } => serve(mon, &who, (!no_tcp).then_some(bind), socket, access).await,
         Cmd::GenCerts { dir, host, client } => gen_certs(&dir, &host, &client),
         Cmd::Map {
             image,
             mon,
             device,
             foreground: true,
-        } => map_foreground(mon, &image, device).await,
+        } => map_foreground(mon, &who, &image, device).await,
         Cmd::Map { .. } => map_in_background(),
         Cmd::Unmap { device } => kernel::detach(&device).map_err(Into::into),
     };
@@ -143,8 +161,13 @@ async fn main() {
     }
 }
 
-async fn connect(mon: Vec<String>) -> Result<ClusterExports> {
-    let cluster = Cluster::connect(ClientConfig::new(mon))
+async fn connect(mon: Vec<String>, who: &Credentials) -> Result<ClusterExports> {
+    let config = ClientConfig {
+        keyring: who.keyring.clone(),
+        entity: who.name.clone(),
+        ..ClientConfig::new(mon)
+    };
+    let cluster = Cluster::connect(config)
         .await
         .context("connecting to the cluster")?;
     Ok(ClusterExports::new(cluster))
@@ -152,6 +175,7 @@ async fn connect(mon: Vec<String>) -> Result<ClusterExports> {
 
 async fn serve(
     mon: Vec<String>,
+    who: &Credentials,
     tcp: Option<SocketAddr>,
     unix: Option<PathBuf>,
     access: AccessArgs,
@@ -173,7 +197,7 @@ async fn serve(
     };
     // Before reaching the cluster, which can take its 30 s when the monitors are down.
     config.check_tls()?;
-    let exports = connect(mon).await?;
+    let exports = connect(mon, who).await?;
     let server = Server::bind(config, exports).await?;
     tracing::info!(
         tcp = ?server.tcp_addr(),
@@ -197,13 +221,18 @@ fn gen_certs(dir: &std::path::Path, hosts: &[String], clients: &[String]) -> Res
     Ok(())
 }
 
-async fn map_foreground(mon: Vec<String>, image: &str, device: Option<PathBuf>) -> Result<()> {
+async fn map_foreground(
+    mon: Vec<String>,
+    who: &Credentials,
+    image: &str,
+    device: Option<PathBuf>,
+) -> Result<()> {
     // The driver first: without it there is no point in reaching the cluster.
     let device = match device {
         Some(device) => device,
         None => kernel::free_device()?,
     };
-    let exports = connect(mon).await?;
+    let exports = connect(mon, who).await?;
     let attached = |device: &std::path::Path| {
         // The parent `map` reads this line and exits; nothing else goes to stdout.
         println!("{}", device.display());
