@@ -8,7 +8,10 @@
 //! replayed, reordered or dropped without the receiver noticing, and a frame from another
 //! connection never verifies.
 //!
-//! - `sign`: the payload travels in clear; the tag is HMAC-SHA256 truncated to 16 bytes.
+//! - `sign`: the payload travels in clear; the tag is AES-256-GCM's over the payload as
+//!   associated data and the 20 header bytes as the (discarded) plaintext, i.e. GMAC: a
+//!   receiver recomputes it and compares. (HMAC-SHA256 measured 11 µs per 4 KiB frame here,
+//!   GCM 2.7 µs: AES and carry-less multiplication have instructions on every x86 server.)
 //! - `secure`: the payload is encrypted with AES-256-GCM (nonce = sequence number); the tag
 //!   is GCM's.
 //!
@@ -19,7 +22,6 @@ use crate::error::AuthError;
 use crate::secret::Secret;
 use fastblock_types::auth::AuthMode;
 use ring::aead::{self, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
-use ring::hmac;
 
 pub const TAG_BYTES: usize = 16;
 /// Header bytes covered by the tag (everything before the CRCs, which depend on the payload
@@ -27,7 +29,7 @@ pub const TAG_BYTES: usize = 16;
 pub const TAG_HEADER_BYTES: usize = 20;
 
 enum Cipher {
-    Sign(hmac::Key),
+    Sign(Box<LessSafeKey>),
     // Boxed: the AES key schedule is large, and a connection holds one of each kind.
     Secure(Box<LessSafeKey>),
 }
@@ -35,10 +37,8 @@ enum Cipher {
 impl Cipher {
     fn new(mode: AuthMode, key: &Secret) -> Cipher {
         match mode {
-            AuthMode::Sign => Cipher::Sign(hmac::Key::new(hmac::HMAC_SHA256, key.as_bytes())),
-            AuthMode::Secure => Cipher::Secure(Box::new(LessSafeKey::new(
-                UnboundKey::new(&AES_256_GCM, key.as_bytes()).expect("32-byte AES key"),
-            ))),
+            AuthMode::Sign => Cipher::Sign(Box::new(gcm_key(key))),
+            AuthMode::Secure => Cipher::Secure(Box::new(gcm_key(key))),
             AuthMode::None => unreachable!("frames are not protected in mode none"),
         }
     }
@@ -50,14 +50,20 @@ fn nonce(seq: u64) -> Nonce {
     Nonce::assume_unique_for_key(n)
 }
 
-fn hmac_tag(key: &hmac::Key, seq: u64, header: &[u8], payload: &[u8]) -> [u8; TAG_BYTES] {
-    let mut ctx = hmac::Context::with_key(key);
-    ctx.update(&seq.to_le_bytes());
-    ctx.update(header);
-    ctx.update(payload);
-    ctx.sign().as_ref()[..TAG_BYTES]
-        .try_into()
-        .expect("16 of 32 bytes")
+fn gcm_key(key: &Secret) -> LessSafeKey {
+    LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key.as_bytes()).expect("32-byte AES key"))
+}
+
+/// The `sign` tag: GCM over the payload (associated data) and a copy of the header
+/// (plaintext, whose ciphertext is thrown away). Deterministic in key, sequence number,
+/// header and payload, so the receiver checks it by computing it again.
+fn gmac_tag(key: &LessSafeKey, seq: u64, header: &[u8], payload: &[u8]) -> [u8; TAG_BYTES] {
+    let mut h = [0u8; TAG_HEADER_BYTES];
+    h.copy_from_slice(header);
+    let tag = key
+        .seal_in_place_separate_tag(nonce(seq), aead::Aad::from(payload), &mut h)
+        .expect("AES-GCM tags any frame below 64 GiB");
+    tag.as_ref().try_into().expect("16-byte GCM tag")
 }
 
 /// Protects the frames one end sends.
@@ -92,7 +98,7 @@ impl FrameSealer {
         let seq = self.seq;
         self.seq += 1;
         match &self.cipher {
-            Cipher::Sign(k) => hmac_tag(k, seq, header, payload),
+            Cipher::Sign(k) => gmac_tag(k, seq, header, payload),
             Cipher::Secure(k) => {
                 let tag = k
                     .seal_in_place_separate_tag(nonce(seq), aead::Aad::from(header), payload)
@@ -128,7 +134,7 @@ impl FrameOpener {
         self.seq += 1;
         match &self.cipher {
             Cipher::Sign(k) => {
-                let want = hmac_tag(k, seq, header, payload);
+                let want = gmac_tag(k, seq, header, payload);
                 if crate::secret::ct_eq(&want, tag) {
                     Ok(())
                 } else {
@@ -198,6 +204,31 @@ mod tests {
             let mut p2 = plain.clone();
             let t2 = s.seal(&header, &mut p2);
             assert!(o.open(&header, &mut p2, &t2).is_err(), "{mode}: skipped");
+        }
+    }
+
+    /// Tags computed by an independent implementation (Python `cryptography`'s AESGCM) for
+    /// key [9; 32], header [3; 20], the second frame (sequence number 1).
+    #[test]
+    fn tags_match_an_independent_aes_gcm() {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let header = [3u8; TAG_HEADER_BYTES];
+        for (mode, want_tag, want_payload) in [
+            (AuthMode::Sign, "20c2560af7467c17fdd8c020d54cedba", None),
+            (
+                AuthMode::Secure,
+                "ba6c138bdac265640c9d47913a13041d",
+                Some("e2b037d15b13b95b403e6e8bb695d380470bbdc9eff8e1cb4433320e"),
+            ),
+        ] {
+            let (mut s, _) = pair(mode);
+            s.seal(&header, &mut b"first".to_vec());
+            let mut p = b"four kilobytes of block data".to_vec();
+            let tag = s.seal(&header, &mut p);
+            assert_eq!(hex(&tag), want_tag, "{mode}");
+            if let Some(ct) = want_payload {
+                assert_eq!(hex(&p), ct);
+            }
         }
     }
 }

@@ -246,6 +246,19 @@ impl MonCluster {
                 async move { exists.then_some(()) }
             })
             .await;
+            let key = fastblock_auth::Keyring::load(&keyring)
+                .expect("the admin keyring")
+                .entries[&fastblock_auth::EntityName::admin()]
+                .key
+                .clone();
+            let mode: fastblock_auth::AuthMode = cluster
+                .options
+                .auth_mode
+                .parse()
+                .expect("a valid auth mode");
+            *TEST_AUTH.lock().unwrap() = Some(((fastblock_auth::EntityName::admin(), key), mode));
+        } else {
+            *TEST_AUTH.lock().unwrap() = None;
         }
         cluster
     }
@@ -819,24 +832,57 @@ pub async fn wait_all_active(client: &MonClient, timeout: Duration) {
     }
 }
 
-/// A raw data-plane connection for tests: one request at a time.
+/// client.admin's credentials and the mode of the last cluster this test process started
+/// (nextest runs one test per process), for [`WireConn`].
+static TEST_AUTH: std::sync::Mutex<
+    Option<(
+        fastblock_client::auth::Credentials,
+        fastblock_auth::AuthMode,
+    )>,
+> = std::sync::Mutex::new(None);
+
+/// A raw data-plane connection for tests: one request at a time. In a cluster that
+/// authenticates it completes the handshake as client.admin and protects every frame sent
+/// by `call` (bytes sent with `send_raw` go as they are).
 pub struct WireConn {
     stream: tokio::net::TcpStream,
     buf: bytes::BytesMut,
     next_id: u64,
+    protected: Option<fastblock_client::auth::Protected>,
 }
 
 impl WireConn {
     pub async fn connect(addr: &str) -> WireConn {
-        let stream =
+        let mut stream =
             tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
                 .await
                 .expect("connect timeout")
                 .unwrap_or_else(|e| panic!("connecting {addr}: {e}"));
+        let mut buf = bytes::BytesMut::new();
+        let auth = TEST_AUTH.lock().unwrap().clone();
+        let protected = match auth {
+            Some((credentials, mode)) => Some(
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    fastblock_client::auth::connect(
+                        &mut stream,
+                        &mut buf,
+                        &credentials,
+                        mode,
+                        addr,
+                    ),
+                )
+                .await
+                .expect("handshake timeout")
+                .unwrap_or_else(|e| panic!("handshake with {addr}: {e}")),
+            ),
+            None => None,
+        };
         WireConn {
             stream,
-            buf: bytes::BytesMut::new(),
+            buf,
             next_id: 1,
+            protected,
         }
     }
 
@@ -850,7 +896,17 @@ impl WireConn {
         use tokio::io::AsyncReadExt;
         let mut decoder = fastblock_wire::FrameDecoder::default();
         loop {
-            if let Some(frame) = decoder.decode(&mut self.buf).expect("valid frame from osd") {
+            let frame = match &mut self.protected {
+                None => decoder.decode(&mut self.buf).expect("valid frame from osd"),
+                Some(p) => decoder
+                    .decode_mut(&mut self.buf)
+                    .expect("valid frame from osd")
+                    .map(|f| {
+                        fastblock_client::auth::open_frame(f, &mut p.opener)
+                            .expect("a frame protected by the OSD")
+                    }),
+            };
+            if let Some(frame) = frame {
                 return Some(fastblock_wire::Reply::decode(&frame).expect("valid reply"));
             }
             let n =
@@ -867,6 +923,9 @@ impl WireConn {
     pub async fn call(&mut self, req: &fastblock_wire::Request) -> fastblock_wire::Reply {
         let mut out = bytes::BytesMut::new();
         req.encode(self.next_id, &mut out);
+        if let Some(p) = &mut self.protected {
+            fastblock_client::auth::seal_frame(&mut out, 0, &mut p.sealer);
+        }
         self.next_id += 1;
         self.send_raw(&out).await;
         self.recv().await.expect("connection closed")
