@@ -12,6 +12,7 @@
 //! - [`route`]: object → PG and PG → shard, the stable routing functions.
 //! - [`names`]: validation of pool and image names.
 //! - [`api`]: request and response bodies of the monitor's HTTP API and its typed error.
+//! - [`panics`]: the text of a caught panic's payload.
 //! - [`lease`]: an OSD's lease timing and the rule by which two OSDs' timings may share PGs.
 //!
 //! This crate must not depend on anything that does I/O, reads a clock or draws randomness:
@@ -22,6 +23,7 @@ pub mod ids;
 pub mod lease;
 pub mod map;
 pub mod names;
+pub mod panics;
 pub mod pg_state;
 pub mod rng;
 pub mod route;
