@@ -3,10 +3,13 @@
 //! OSDs down and out, the other pools are repaired and take changes, and `pool rm` of the
 //! damaged pool works. The states are built as `Keyspace::decode` would load them.
 
+mod common;
+
+use common::{boot_request, op};
 use fastblock_mon_core::damage::PoolDamage;
 use fastblock_mon_core::health::{health, DaemonCheck};
 use fastblock_mon_core::liveness::{Liveness, LivenessConfig, LivenessEvent};
-use fastblock_mon_core::{MonState, OpResult, Reporter};
+use fastblock_mon_core::{MonState, Reporter};
 use fastblock_types::api::*;
 use fastblock_types::map::FailureDomain;
 use fastblock_types::{LogIndex, OsdId, PgId, PoolId, Term};
@@ -16,31 +19,11 @@ const GOOD: PoolId = PoolId(1);
 const BAD: PoolId = PoolId(2);
 
 /// Runs one operation as the service does: on a copy, then `finish`.
-fn op<T>(s: &mut MonState, f: impl FnOnce(&mut MonState) -> OpResult<T>) -> OpResult<T> {
-    let before = s.clone();
-    let r = f(s);
-    s.finish(&before);
-    r
-}
-
-fn boot_req(i: u32) -> BootRequest {
-    BootRequest {
-        uuid: format!("{i:08x}-0000-4000-8000-{i:012x}"),
-        address: "127.0.0.1".into(),
-        port: 7000,
-        shards: 1,
-        host: format!("h{i}"),
-        capacity_bytes: 1 << 30,
-        config: String::new(),
-        lease_timing: None,
-    }
-}
-
 /// Four OSDs, pools "good" (id 1) and "bad" (id 2) of 8 PGs of 3 replicas, an image in each.
 fn cluster() -> MonState {
     let mut s = MonState::default();
     for i in 0..4u32 {
-        let req = boot_req(i);
+        let req = boot_request(i, None);
         let id = op(&mut s, |s| s.apply_id(&req.uuid)).unwrap();
         op(&mut s, |s| s.boot(id, &req)).unwrap();
     }
@@ -163,7 +146,7 @@ fn liveness_still_marks_osds_down_and_out_and_repairs_the_other_pools() {
         "the bad pool stays as it is"
     );
     // Back up and in: cancels remaps, repairs and rebalances, all pools but the bad one.
-    op(&mut s, |s| s.boot(silent, &boot_req(3))).unwrap();
+    op(&mut s, |s| s.boot(silent, &boot_request(3, None))).unwrap();
     assert!(s.map.osds[&silent].is_in);
     assert_eq!(s.damaged_pools().len(), 1);
 }

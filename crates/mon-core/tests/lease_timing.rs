@@ -3,22 +3,13 @@
 //! OSD's leases, is refused with `incompatible_config`, naming both OSDs and their settings,
 //! and nothing changes; settings that fit, and OSDs that report none, boot.
 
+mod common;
+
+use common::{boot_request, op, uuid};
 use fastblock_mon_core::{MonState, OpResult};
-use fastblock_types::api::{BootRequest, ErrorCode};
+use fastblock_types::api::ErrorCode;
 use fastblock_types::lease::LeaseTiming;
 use fastblock_types::OsdId;
-
-/// Runs one operation as the service does: on a copy, kept only if it succeeded.
-fn op<T>(s: &mut MonState, f: impl FnOnce(&mut MonState) -> OpResult<T>) -> OpResult<T> {
-    let before = s.clone();
-    let mut next = s.clone();
-    let r = f(&mut next);
-    if r.is_ok() {
-        next.finish(&before);
-        *s = next;
-    }
-    r
-}
 
 fn timing(tick_ms: u64, election_ticks: u64, lease_reads: bool) -> Option<LeaseTiming> {
     Some(LeaseTiming {
@@ -33,21 +24,8 @@ fn default_timing() -> Option<LeaseTiming> {
     timing(100, 10, true)
 }
 
-fn uuid(i: u32) -> String {
-    format!("{i:08x}-0000-4000-8000-{i:012x}")
-}
-
 fn boot(s: &mut MonState, id: OsdId, lease_timing: Option<LeaseTiming>) -> OpResult<()> {
-    let req = BootRequest {
-        uuid: uuid(id.0),
-        address: "127.0.0.1".into(),
-        port: 7000,
-        shards: 1,
-        host: format!("h{id}"),
-        capacity_bytes: 1 << 30,
-        config: String::new(),
-        lease_timing,
-    };
+    let req = boot_request(id.0, lease_timing);
     op(s, |s| s.boot(id, &req))
 }
 

@@ -3,6 +3,9 @@
 //! recorded configuration), and reports that no genuine leader sends are refused with the rule
 //! they break, changing nothing (`crate::report_checks`).
 
+mod common;
+
+use common::{boot_request, op, uuid};
 use fastblock_mon_core::limits::REPORT_TERM_STEP_MAX;
 use fastblock_mon_core::{MonState, OpResult, Reporter};
 use fastblock_types::api::*;
@@ -14,41 +17,12 @@ const PG: PgId = PgId {
     seq: 0,
 };
 
-/// Runs one operation as the service does: on a copy, then `finish`; a refused one leaves the
-/// state as it was.
-fn op<T>(s: &mut MonState, f: impl FnOnce(&mut MonState) -> OpResult<T>) -> OpResult<T> {
-    let before = s.clone();
-    let mut next = s.clone();
-    let r = f(&mut next);
-    if r.is_ok() {
-        next.finish(&before);
-        *s = next;
-    }
-    r
-}
-
 /// `osds` OSDs on their own hosts, one pool of size 3 with one PG.
 fn cluster(osds: u32) -> MonState {
     let mut s = MonState::default();
     for i in 0..osds {
-        let uuid = format!("{i:08x}-0000-4000-8000-{i:012x}");
-        let id = op(&mut s, |s| s.apply_id(&uuid)).unwrap();
-        op(&mut s, |s| {
-            s.boot(
-                id,
-                &BootRequest {
-                    uuid: uuid.clone(),
-                    address: "127.0.0.1".into(),
-                    port: 7000,
-                    shards: 1,
-                    host: format!("h{i}"),
-                    capacity_bytes: 1 << 30,
-                    config: String::new(),
-                    lease_timing: None,
-                },
-            )
-        })
-        .unwrap();
+        let id = op(&mut s, |s| s.apply_id(&uuid(i))).unwrap();
+        op(&mut s, |s| s.boot(id, &boot_request(i, None))).unwrap();
     }
     op(&mut s, |s| {
         s.create_pool(&CreatePoolRequest {

@@ -2,6 +2,9 @@
 //! once every PG of the pool confirmed; no grow over a range still being deleted; the map's
 //! image table follows the images.
 
+mod common;
+
+use common::{boot_request, op, uuid};
 use fastblock_mon_core::{MonState, OpResult};
 use fastblock_types::api::*;
 use fastblock_types::map::{FailureDomain, ImageFence};
@@ -10,34 +13,11 @@ use fastblock_types::{ImageId, PgId, PoolId};
 const MIB: u64 = 1 << 20;
 
 /// Runs one operation as the service does: on a copy, then `finish`.
-fn op<T>(s: &mut MonState, f: impl FnOnce(&mut MonState) -> OpResult<T>) -> OpResult<T> {
-    let before = s.clone();
-    let r = f(s);
-    s.finish(&before);
-    r
-}
-
 fn cluster() -> MonState {
     let mut s = MonState::default();
     for i in 0..3u32 {
-        let uuid = format!("{i:08x}-0000-4000-8000-{i:012x}");
-        let id = op(&mut s, |s| s.apply_id(&uuid)).unwrap();
-        op(&mut s, |s| {
-            s.boot(
-                id,
-                &BootRequest {
-                    uuid: uuid.clone(),
-                    address: "127.0.0.1".into(),
-                    port: 7000,
-                    shards: 1,
-                    host: format!("h{i}"),
-                    capacity_bytes: 1 << 30,
-                    config: String::new(),
-                    lease_timing: None,
-                },
-            )
-        })
-        .unwrap();
+        let id = op(&mut s, |s| s.apply_id(&uuid(i))).unwrap();
+        op(&mut s, |s| s.boot(id, &boot_request(i, None))).unwrap();
     }
     op(&mut s, |s| {
         s.create_pool(&CreatePoolRequest {

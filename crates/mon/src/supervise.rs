@@ -174,16 +174,7 @@ impl Supervisor {
     }
 }
 
-/// The text of a panic's payload (what `panic!` was given, when it was a string).
-pub fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_string()
-    }
-}
+pub use fastblock_types::panics::panic_message;
 
 /// A future that turns a panic while it is polled into an error carrying the payload, so
 /// that one failed request does not take its connection (or more) with it.

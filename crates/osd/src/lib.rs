@@ -39,16 +39,7 @@ pub use fastblock_store::disk::SyncMode;
 
 use std::path::{Path, PathBuf};
 
-/// The text of a panic's payload (what `panic!` was given, when it was a string).
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_string()
-    }
-}
+pub use fastblock_types::panics::panic_message;
 
 /// The metadata database of shard `index`: `<data>.shard<index>.meta`.
 pub fn shard_meta_path(data: &Path, index: u32) -> PathBuf {

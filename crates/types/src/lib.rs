@@ -12,6 +12,7 @@
 //! - [`route`]: object → PG and PG → shard, the stable routing functions.
 //! - [`names`]: validation of pool and image names.
 //! - [`api`]: request and response bodies of the monitor's HTTP API and its typed error.
+//! - [`panics`]: the text of a caught panic's payload.
 //! - [`lease`]: an OSD's lease timing and the rule by which two OSDs' timings may share PGs.
 //! - [`auth`]: the cluster's authentication mode and key-table epoch as the map carries them.
 //!
@@ -24,6 +25,7 @@ pub mod ids;
 pub mod lease;
 pub mod map;
 pub mod names;
+pub mod panics;
 pub mod pg_state;
 pub mod rng;
 pub mod route;

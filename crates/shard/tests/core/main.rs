@@ -704,7 +704,6 @@ fn the_image_table_fences_io_and_a_newer_client_map_is_told_to_retry() {
 
 #[test]
 fn a_reclaim_is_applied_through_the_log_and_reported_once_per_pg() {
-    use fastblock_types::map::ReclaimEntry;
     let mut c = single();
     let id = harness::IMAGE.0;
     c.map(map_with_images(2, Some(256 << 10), id + 1, Vec::new()));
@@ -713,18 +712,7 @@ fn a_reclaim_is_applied_through_the_log_and_reported_once_per_pg() {
         assert_eq!(c.reply(w), Some(&Reply::Ok));
     }
     // Shrunk to 100 KiB: object 1 is cut at 36 KiB, objects 2 and 3 go.
-    let entry = ReclaimEntry {
-        id: 7,
-        pool: pg(0).pool,
-        image: harness::IMAGE,
-        image_name: "img".into(),
-        object_size_bytes: 64 << 10,
-        from_bytes: 100 << 10,
-        to_bytes: 256 << 10,
-        reason: "image shrunk".into(),
-        epoch: fastblock_types::Epoch(3),
-        done_pgs: Default::default(),
-    };
+    let entry = shrink_entry(7, 100 << 10, 3);
     c.map(map_with_images(
         3,
         Some(100 << 10),
@@ -772,7 +760,6 @@ fn a_reclaim_is_applied_through_the_log_and_reported_once_per_pg() {
 
 #[test]
 fn a_map_older_than_an_applied_reclaim_admits_no_io_until_the_newer_map_arrives() {
-    use fastblock_types::map::ReclaimEntry;
     let mut c = single();
     let id = harness::IMAGE.0;
     c.map(map_with_images(2, Some(256 << 10), id + 1, Vec::new()));
@@ -781,18 +768,7 @@ fn a_map_older_than_an_applied_reclaim_admits_no_io_until_the_newer_map_arrives(
     // A reclaim recorded at epoch 9 reaches this leader through its log while its own map
     // is at epoch 3 (as when an earlier leader proposed it): the map may still show the
     // image's old size, so nothing is admitted from it.
-    let entry = ReclaimEntry {
-        id: 4,
-        pool: pg(0).pool,
-        image: harness::IMAGE,
-        image_name: "img".into(),
-        object_size_bytes: 64 << 10,
-        from_bytes: 128 << 10,
-        to_bytes: 256 << 10,
-        reason: "image shrunk".into(),
-        epoch: fastblock_types::Epoch(9),
-        done_pgs: Default::default(),
-    };
+    let entry = shrink_entry(4, 128 << 10, 9);
     c.map(map_with_images(3, Some(256 << 10), id + 1, vec![entry]));
     c.tick();
     assert_eq!(c.probe(1, |p| p.reclaims_applied), 1);
@@ -1047,4 +1023,21 @@ fn a_leader_report_waits_until_what_was_staged_before_it_is_durable() {
     let eff = c.step(1, Input::WalDurable);
     assert_eq!(leader_reports(&eff), 1, "released with the commit");
     assert_eq!(c.reply(w), Some(&Reply::Ok));
+}
+
+/// Reclaim `id` of the test image (64 KiB objects, 256 KiB before the shrink) cut to
+/// `from_bytes`, recorded at map epoch `epoch`.
+fn shrink_entry(id: u64, from_bytes: u64, epoch: u64) -> fastblock_types::map::ReclaimEntry {
+    fastblock_types::map::ReclaimEntry {
+        id,
+        pool: pg(0).pool,
+        image: harness::IMAGE,
+        image_name: "img".into(),
+        object_size_bytes: 64 << 10,
+        from_bytes,
+        to_bytes: 256 << 10,
+        reason: "image shrunk".into(),
+        epoch: fastblock_types::Epoch(epoch),
+        done_pgs: Default::default(),
+    }
 }
