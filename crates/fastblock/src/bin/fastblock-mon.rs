@@ -26,8 +26,10 @@ struct Args {
     /// Use this existing etcd cluster (comma-separated client URLs) instead of starting one.
     #[arg(long, value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
-    /// Client address of the own etcd member.
-    #[arg(long, default_value = "127.0.0.1:2379")]
+    /// Client address of the own etcd member: a loopback address, because etcd holds the key
+    /// table (docs/security.md); an etcd that must be reached from elsewhere is an external
+    /// one secured with its own TLS and authentication (--etcd-endpoints).
+    #[arg(long, default_value = "127.0.0.1:2379", value_parser = loopback_addr)]
     etcd_client_addr: String,
     /// Peer address of the own etcd member.
     #[arg(long, default_value = "127.0.0.1:2380")]
@@ -71,6 +73,20 @@ const ETCD_LEASE_TTL_SECS_MAX: u64 = 9_000_000_000;
 
 /// `--lease-ttl`: a whole number of seconds etcd accepts, rather than one rounded silently or
 /// refused by etcd at every election attempt.
+fn loopback_addr(input: &str) -> Result<String, String> {
+    let addr: std::net::SocketAddr = input
+        .parse()
+        .map_err(|e| format!("{input:?} is not an IP:PORT address: {e}"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "{input} is not a loopback address: the own etcd member holds the key table and \
+             must not be reachable from the network (use an external etcd with TLS and \
+             authentication through --etcd-endpoints)"
+        ));
+    }
+    Ok(input.to_string())
+}
+
 fn lease_ttl_arg(input: &str) -> Result<Duration, String> {
     let ttl = interval_arg(input)?;
     if ttl.subsec_nanos() != 0 {
