@@ -45,6 +45,12 @@ fn request(method: &str, path: &str, body: &str, who: Option<(&EntityName, &Secr
     head.into_bytes()
 }
 
+/// The monitor's record of `pg`.
+async fn pg_info(admin: &MonClient, pg: PgId) -> fastblock_types::map::PgInfo {
+    let list = admin.pgs(None).await.unwrap();
+    list.pgs.into_iter().find(|r| r.pgid == pg).unwrap().info
+}
+
 fn pool(name: &str) -> CreatePoolRequest {
     CreatePoolRequest {
         name: name.into(),
@@ -110,14 +116,7 @@ async fn forged_reports_and_boots_are_refused_and_change_nothing() {
     let admin = mons.client();
     admin.create_pool(&pool("p")).await.unwrap();
     let pg = PgId::new(PoolId(1), 0);
-    let before = admin.pgs(None).await.unwrap();
-    let info = before
-        .pgs
-        .iter()
-        .find(|r| r.pgid == pg)
-        .unwrap()
-        .info
-        .clone();
+    let info = pg_info(&admin, pg).await;
     let forged = LeaderElectedRequest {
         leader: info.osdlist[0],
         term: Term(u64::MAX),
@@ -144,14 +143,7 @@ async fn forged_reports_and_boots_are_refused_and_change_nothing() {
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
-    let after = admin.pgs(None).await.unwrap();
-    let now = after
-        .pgs
-        .iter()
-        .find(|r| r.pgid == pg)
-        .unwrap()
-        .info
-        .clone();
+    let now = pg_info(&admin, pg).await;
     assert_eq!(now.leader_term, info.leader_term);
     assert_eq!(now.osdlist, info.osdlist);
     assert_eq!(after.epoch, before.epoch);
