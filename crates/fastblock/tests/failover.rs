@@ -475,6 +475,8 @@ async fn fo5_out_the_leader_during_block_bench() {
     let mut bench =
         std::process::Command::new(common::bin("fastblock-mon").with_file_name("block_bench"))
             .args(["--mon", &fx.mons.endpoints().join(",")])
+            .arg("--keyring")
+            .arg(fx.mons.keyring())
             .args(["--pool", "fb", "--image", "img", "--io-type", "write_read"])
             .args(["--io-size", "4K", "--io-count", "4000", "--io-depth", "4"])
             .args(["--sequential", "--verify", "--seed", "5"])

@@ -309,10 +309,18 @@ async fn pg_reports_are_fenced_and_validated() {
     assert_eq!(err.code(), Some(ErrorCode::StaleReport));
     // Unknown members and non-voter leaders are refused.
     let err = client
-        .leader_elected(pg, &report(6, 3, vec![OsdId(77)]))
+        .leader_elected(pg, &report(6, 3, vec![info.osdlist[0], OsdId(77)]))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidArgument));
+    // A report naming another OSD as leader than the one whose key signed it.
+    let mut others = info.osdlist.clone();
+    others.rotate_left(1);
+    let err = client
+        .leader_elected(pg, &report(6, 3, others))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
     let bad = LeaderElectedRequest {
         leader: OsdId(99),
         ..report(6, 3, info.osdlist.clone())

@@ -696,6 +696,7 @@ async fn tls_and_allow_lists_with_qemu_and_libnbd() {
     let mut cmd = Command::new(bin("fastblock-nbd"));
     cmd.arg("serve")
         .args(["--mon", &s.mons.endpoints().join(",")])
+        .env("FASTBLOCK_KEYRING", s.mons.keyring())
         .args(["--bind", &format!("0.0.0.0:{}", free_port())]);
     let log = s.dir.path().join("wide.log");
     let mut wide = Proc::spawn("fastblock-nbd", cmd, log.clone());
