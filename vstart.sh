@@ -129,6 +129,7 @@ done
 MON=127.0.0.1:$MON_PORT
 setsid "$BIN/fastblock-mon" --name a --data-dir "$STATE/mon.a" --api-addr "$MON" \
   --etcd-client-addr "127.0.0.1:$ETCD_PORT" --etcd-peer-addr "127.0.0.1:$((ETCD_PORT + 1))" \
+  --auth-mode sign --keyring "$STATE/keyring" \
   >"$STATE/log/mon.a.log" 2>&1 < /dev/null &
 echo $! > "$RUN/mon.a.pid"
 
@@ -147,6 +148,11 @@ for _ in $(seq 1 300); do
 done
 "$BIN/fastblock-client" --mon "$MON" --timeout 5s health >/dev/null
 export FASTBLOCK_MON=$MON
+# The monitor writes client.admin's key here when it creates the cluster (its first tick as
+# leader); the CLI and mkfs sign with it, each OSD with its own <data>.keyring.
+export FASTBLOCK_KEYRING=$STATE/keyring
+for _ in $(seq 1 100); do [[ -e $FASTBLOCK_KEYRING ]] && break; sleep 0.1; done
+[[ -e $FASTBLOCK_KEYRING ]] || { echo "vstart.sh: the monitor wrote no keyring at $FASTBLOCK_KEYRING; see $STATE/log/mon.a.log" >&2; exit 1; }
 
 for i in $(seq 1 "$COUNT"); do
   data=$STATE/osd.$i.img
@@ -186,6 +192,7 @@ done
 
 cat > "$STATE/env" <<ENV
 export FASTBLOCK_MON=$MON
+export FASTBLOCK_KEYRING=$STATE/keyring
 export PATH=$BIN:\$PATH
 ENV
 

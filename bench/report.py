@@ -167,7 +167,7 @@ def collect(out_dir):
         clk = float(open(os.path.join(raw, "clk_tck")).read().strip())
     except (OSError, ValueError):
         clk = 100.0
-    results = {"env": env, "baselines": {}, "runs": [],
+    results = {"env": env, "baselines": {}, "runs": [], "auth": [],
                "nbd_skipped": os.path.exists(os.path.join(raw, "nbd.skipped"))}
     for run in read_runs(raw):
         name = run["name"]
@@ -216,6 +216,8 @@ def collect(out_dir):
                     entry["wal_commits_per_io"] = commits / ios
         if run["frontend"] in ("fio-file", "rtt"):
             results["baselines"][name] = entry
+        elif run["test"].startswith("auth-"):
+            results["auth"].append(entry)
         else:
             results["runs"].append(entry)
     return results
@@ -359,6 +361,7 @@ def markdown(results):
             f"{fmt(r.get('wal_commits_per_io'), 2)} | {fmt(r.get('osd_run_delay_us_per_io'), 1)} |")
     if results["nbd_skipped"]:
         lines += ["", "nbd: skipped (fastblock-nbd not built)"]
+    lines += auth_table(results)
     lines += ["", "### Targets (ratios within this run)", "",
               "| target | measured | limit | measured / limit | status |", "|---|---:|---:|---:|---|"]
     for t in results["targets"]:
@@ -381,6 +384,42 @@ def markdown(results):
 
 
 # --- plots ---------------------------------------------------------------------------------
+
+AUTH_MODES = ("none", "sign", "secure")
+AUTH_TESTS = ("randwrite-qd1", "randwrite-qd32", "randread-qd32")
+
+
+def auth_table(results):
+    """The auth-mode rows side by side, each mode's cost against none."""
+    rows = {r["test"]: r for r in results.get("auth", [])}
+    if not rows:
+        return []
+    lines = ["", "### Authentication modes (block_bench, 3 replicas; docs/security.md)", "",
+             "| test | " + " | ".join(f"{m}: mean µs / IOPS / CPU µs/IO" for m in AUTH_MODES)
+             + " | sign vs none | secure vs none |",
+             "|---|" + "---:|" * (len(AUTH_MODES) + 2)]
+    for test in AUTH_TESTS:
+        cells, got = [], {}
+        for m in AUTH_MODES:
+            r = rows.get(f"auth-{m}-{test}")
+            if not r or r.get("iops") is None:
+                cells.append("error: " + str((r or {}).get("error", "not run"))[:60])
+                continue
+            cpu = r.get("cpu", {}).get("fastblock_us_per_io")
+            got[m] = (r.get("mean_us"), r.get("iops"), cpu)
+            cells.append(f"{fmt(r.get('mean_us'), 1)} / {fmt(r.get('iops'))} / {fmt(cpu, 1)}")
+
+        def vs(m):
+            if m not in got or "none" not in got:
+                return ""
+            (lat, iops, cpu), (lat0, iops0, cpu0) = got[m], got["none"]
+            pct = lambda a, b: f"{(a / b - 1) * 100:+.1f} %" if a and b else "?"
+            what = "latency" if test.endswith("qd1") else "IOPS"
+            main = pct(lat, lat0) if test.endswith("qd1") else pct(iops, iops0)
+            return f"{what} {main}, CPU {pct(cpu, cpu0)}"
+        lines.append(f"| {test} | " + " | ".join(cells) + f" | {vs('sign')} | {vs('secure')} |")
+    return lines
+
 
 def label(r):
     fe = "block_bench" if r["frontend"] == "block_bench" else "nbd"
@@ -484,7 +523,7 @@ def main():
     targets(results)
     note = plots(results, out_dir)
     md = markdown(results) + f"\n{note}\n"
-    for r in list(results["runs"]) + list(results["baselines"].values()):
+    for r in list(results["runs"]) + list(results["auth"]) + list(results["baselines"].values()):
         r.pop("cdf", None)  # in the plots' data files; keeps results.json readable
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)

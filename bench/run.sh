@@ -14,6 +14,8 @@
 # 3. for each pool, through block_bench and through fio's nbd engine (fastblock-nbd; skipped
 #    when it is not built): 1 MiB sequential write (a full pass, which also fills the image),
 #    4 KiB randwrite and randread at QD1 and QD32, 1 MiB sequential read;
+#    then 3-replica block_bench write QD1 and QD32 and read QD32 in each auth mode (none, sign,
+#    secure), side by side, with the overhead of each mode against none;
 # 4. around every run: CPU time of every fastblock process from /proc (OSDs, monitor, NBD
 #    server; block_bench reports its own), the time the OSD threads waited for a CPU
 #    (schedstat run_delay: other load on the machine) and the OSDs' per-stage latency;
@@ -115,6 +117,9 @@ log "starting a cluster under $STATE (monitor $MON)"
   --osd-port "$OSD_PORT" -c 3 -r 3 -p "$PGS" --osd-size "$OSD_SIZE" --preallocate full \
   >"$RAW/vstart.log" 2>&1 ||
   { tail -n 30 "$RAW/vstart.log" >&2; exit 1; }
+# The cluster authenticates (vstart.sh creates it in auth mode sign): every client here signs
+# with the admin key vstart.sh's monitor wrote.
+export FASTBLOCK_KEYRING=$STATE/keyring
 client() { "$BIN/fastblock-client" --mon "$MON" "$@"; }
 client pool create bench1 --pg-count "$PGS" --size 1 --failure-domain osd >/dev/null
 for _ in $(seq 1 300); do client health | grep -q HEALTH_OK && break; sleep 0.2; done
@@ -258,6 +263,30 @@ for entry in "${POOLS[@]}"; do
   bb "bb-$pool-seqread" "$pool" seqread-1m --io-type read --io-size 1M --sequential \
     --io-depth "$SEQ_DEPTH" "${timed[@]}"
 done
+
+# --- authentication modes ----------------------------------------------------------------------
+# The 3-replica rows that show what authentication costs, once in each mode side by side
+# (docs/security.md): the mode is switched with the CLI, and each mode's rows start once a
+# client can write in it (the OSDs close their connections and peer links of the old mode).
+AUTH_POOL=fb
+for mode in none sign secure; do
+  log "auth mode $mode: block_bench on pool $AUTH_POOL"
+  client auth mode "$mode" >/dev/null
+  ready=0
+  for _ in $(seq 1 50); do
+    if "$BIN/block_bench" --mon "$MON" --pool "$AUTH_POOL" --image "$IMAGE" --json --io-type write \
+      --io-depth 1 --io-count 16 --deferred-time 0 >/dev/null 2>&1; then
+      ready=1
+      break
+    fi
+    sleep 0.2
+  done
+  ((ready)) || { echo "run.sh: no client could write within 10 s of auth mode $mode" >&2; exit 1; }
+  bb "auth-$mode-randwrite-qd1" "$AUTH_POOL" "auth-$mode-randwrite-qd1" --io-type write --io-depth 1 "${timed[@]}"
+  bb "auth-$mode-randwrite-qd32" "$AUTH_POOL" "auth-$mode-randwrite-qd32" --io-type write --io-depth 32 "${timed[@]}"
+  bb "auth-$mode-randread-qd32" "$AUTH_POOL" "auth-$mode-randread-qd32" --io-type read --io-depth 32 "${timed[@]}"
+done
+client auth mode sign >/dev/null # the cluster's default again, for the NBD rows
 
 if ((HAVE_NBD)); then
   setsid "$NBD_BIN" serve --mon "$MON" --bind "127.0.0.1:$NBD_PORT" >"$RAW/nbd.log" 2>&1 </dev/null &

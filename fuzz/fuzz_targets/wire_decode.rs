@@ -10,7 +10,7 @@
 #![no_main]
 
 use fastblock_wire::bytes::{Bytes, BytesMut};
-use fastblock_wire::{Frame, FrameDecoder, Kind, Reply, Request};
+use fastblock_wire::{Frame, FrameDecoder, Kind, Protection, Reply, Request};
 use libfuzzer_sys::fuzz_target;
 
 /// Small, so that the fuzzer reaches "payload too large" and whole frames quickly.
@@ -56,6 +56,7 @@ fuzz_target!(|data: &[u8]| {
         kind,
         request_id: 1,
         payload: Bytes::copy_from_slice(rest),
+        protection: Protection::None,
     };
     decode_messages(&frame);
 });

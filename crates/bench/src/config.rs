@@ -110,6 +110,13 @@ pub struct Args {
     /// Print the final figures as JSON instead of the reference's text block.
     #[arg(long)]
     pub json: bool,
+    /// Keyring holding the client's key (default: $FASTBLOCK_KEYRING, else
+    /// /etc/fastblock/keyring, if it exists; docs/security.md).
+    #[arg(long)]
+    pub keyring: Option<std::path::PathBuf>,
+    /// The entity to act as.
+    #[arg(long, default_value = "client.admin")]
+    pub name: String,
 }
 
 /// A size given as a number of bytes or as text (`"64M"`).
@@ -176,6 +183,9 @@ pub struct BenchConfig {
     pub runtime: Option<Duration>,
     pub json: bool,
     pub seed: Option<u64>,
+    /// Keyring and entity for a cluster that authenticates (`None`: the default location).
+    pub keyring: Option<std::path::PathBuf>,
+    pub entity: String,
     /// Unknown keys of the file, for the one warning line.
     pub unknown_keys: Vec<String>,
 }
@@ -317,6 +327,8 @@ fn merge(file: FileConfig, args: &Args) -> Result<BenchConfig> {
         runtime,
         json: args.json,
         seed: args.seed,
+        keyring: args.keyring.clone(),
+        entity: args.name.clone(),
         unknown_keys,
     };
     config.validate()?;

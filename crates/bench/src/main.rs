@@ -58,7 +58,11 @@ fn run(args: &Args) -> Result<i32> {
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(async {
-        let client = ClientConfig::new(config.monitors.clone());
+        let client = ClientConfig {
+            keyring: config.keyring.clone(),
+            entity: config.entity.clone(),
+            ..ClientConfig::new(config.monitors.clone())
+        };
         let cluster = Cluster::connect(client)
             .await
             .with_context(|| format!("connecting to monitors {}", config.monitors.join(",")))?;

@@ -1,7 +1,9 @@
 //! The command model both syntaxes parse into.
 
+use fastblock_types::auth::AuthMode;
 use fastblock_types::map::FailureDomain;
 use fastblock_types::OsdId;
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +69,28 @@ pub enum Command {
         watch: bool,
     },
     ReclaimLs,
+    AuthAdd {
+        entity: String,
+        caps: String,
+        output: Option<PathBuf>,
+    },
+    AuthGetOrCreate {
+        entity: String,
+        caps: String,
+        output: Option<PathBuf>,
+    },
+    AuthLs,
+    AuthRm(String),
+    AuthCaps {
+        entity: String,
+        caps: String,
+    },
+    AuthRotate {
+        entity: String,
+        output: Option<PathBuf>,
+    },
+    /// Set the auth mode, or print it (`None`).
+    AuthMode(Option<AuthMode>),
 }
 
 /// How results are printed.
@@ -85,7 +109,14 @@ pub struct Invocation {
     pub monitors: Vec<String>,
     /// How long unavailable monitors are retried.
     pub timeout: Duration,
+    /// `--keyring` (else `$FASTBLOCK_KEYRING`, else `/etc/fastblock/keyring`).
+    pub keyring: Option<PathBuf>,
+    /// `--name`: the entity whose key signs the calls.
+    pub name: String,
 }
+
+/// The entity the CLI acts as unless `--name` says otherwise.
+pub const DEFAULT_ENTITY: &str = "client.admin";
 
 /// Default monitor address, overridable with `--mon` / `-endpoint` or `FASTBLOCK_MON`.
 pub fn default_monitors() -> Vec<String> {

@@ -45,9 +45,33 @@ fn image_error_words(e: &MonError) -> &'static str {
 }
 
 pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
-    let client = MonClient::new(inv.monitors.clone()).with_deadline(inv.timeout);
+    let mut client = MonClient::new(inv.monitors.clone()).with_deadline(inv.timeout);
+    let hint = match crate::auth::credentials(inv)? {
+        crate::auth::Credentials::Key(entity, key) => {
+            client = client.with_credentials(entity, key);
+            None
+        }
+        crate::auth::Credentials::Missing { hint } => Some(hint),
+    };
+    match run(inv, &client, out).await {
+        Err(e) => match (e.downcast_ref::<MonError>().and_then(MonError::code), hint) {
+            (Some(ErrorCode::AuthRequired), Some(hint)) => Err(anyhow!("{e}; {hint}")),
+            _ => Err(e),
+        },
+        ok => ok,
+    }
+}
+
+async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Result<()> {
     let style = inv.style;
     match &inv.command {
+        Command::AuthAdd { .. }
+        | Command::AuthGetOrCreate { .. }
+        | Command::AuthLs
+        | Command::AuthRm(_)
+        | Command::AuthCaps { .. }
+        | Command::AuthRotate { .. }
+        | Command::AuthMode(_) => crate::auth::execute(inv, client, out).await?,
         Command::Status => {
             let s = client.status().await?;
             match style {
@@ -189,7 +213,7 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
             }
         }
         Command::OsdPgs { pool, pool_id } => {
-            osd_pgs(&client, style, pool.as_deref(), *pool_id, out).await?
+            osd_pgs(client, style, pool.as_deref(), *pool_id, out).await?
         }
         Command::PoolCreate {
             name,
@@ -457,7 +481,7 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
                 (_, Err(e)) => return Err(e.into()),
             }
         }
-        Command::Map { watch } => map(&client, style, *watch, out).await?,
+        Command::Map { watch } => map(client, style, *watch, out).await?,
         Command::ReclaimLs => {
             let entries = client.reclaim().await?;
             match style {

@@ -2,7 +2,7 @@
 //! -poolname=P -pgcount=8`, `--flag=value`, `-flag value`, and bare booleans (`-detail`).
 //! Every op of the reference CLI is accepted except the `fake*` simulation ops.
 
-use crate::command::{default_monitors, Command, Invocation, Style};
+use crate::command::{default_monitors, Command, Invocation, Style, DEFAULT_ENTITY};
 use fastblock_types::map::FailureDomain;
 use fastblock_types::units::parse_size;
 use fastblock_types::OsdId;
@@ -33,6 +33,8 @@ const VALUE_FLAGS: &[&str] = &[
     "endpoint",
     "conf",
     "timeout",
+    "keyring",
+    "name",
 ];
 const BOOL_FLAGS: &[&str] = &["detail", "force", "allow_shrink", "json"];
 
@@ -146,6 +148,8 @@ pub fn parse(argv: &[String]) -> Result<Invocation, String> {
         style,
         monitors,
         timeout,
+        keyring: f.get("keyring").map(std::path::PathBuf::from),
+        name: f.get("name").unwrap_or(DEFAULT_ENTITY).to_string(),
     })
 }
 

@@ -6,9 +6,11 @@
 //! - [`legacy`]: the reference system's Go-style flags, `-op=createpool -poolname=P ...`, with
 //!   its output shapes ([`render::legacy`]).
 //!
-//! [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
+//! [`auth`] loads the key the CLI signs with (`--keyring`, `--name`) and runs the `auth`
+//! commands. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
 //! answers into text. Every failure ends as one line on stderr and a non-zero exit status.
 
+pub mod auth;
 pub mod command;
 pub mod exec;
 pub mod legacy;

@@ -1,11 +1,15 @@
 //! The modern syntax: `fastblock-client [--mon ADDR] [--json] <noun> <verb> ...`.
 
-use crate::command::{default_monitors, split_image_spec, Command, Invocation, Style};
+use crate::command::{
+    default_monitors, split_image_spec, Command, Invocation, Style, DEFAULT_ENTITY,
+};
 use crate::{EXIT_FAILURE, EXIT_USAGE};
 use clap::{Parser, Subcommand};
+use fastblock_types::auth::AuthMode;
 use fastblock_types::map::FailureDomain;
 use fastblock_types::units::{duration_arg, parse_size};
 use fastblock_types::OsdId;
+use std::path::PathBuf;
 use std::time::Duration;
 
 fn size(s: &str) -> Result<u64, String> {
@@ -30,6 +34,12 @@ struct Cli {
     /// How long to keep retrying while no monitor answers.
     #[arg(long, global = true, default_value = "30s", value_parser = duration_arg)]
     timeout: Duration,
+    /// Keyring holding the key of --name [env: FASTBLOCK_KEYRING; default /etc/fastblock/keyring].
+    #[arg(long, global = true)]
+    keyring: Option<PathBuf>,
+    /// The entity to act as.
+    #[arg(long = "name", id = "entity_name", value_name = "ENTITY", global = true, default_value = DEFAULT_ENTITY)]
+    entity_name: String,
     #[command(subcommand)]
     command: Top,
 }
@@ -64,6 +74,45 @@ enum Top {
     },
     /// Data of removed images and shrunk tails still to be deleted.
     Reclaim,
+    /// Keys and capabilities (`docs/security.md`).
+    #[command(subcommand)]
+    Auth(AuthCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum AuthCmd {
+    /// Create ENTITY (client.NAME) with a new key; print its keyring or write it to -o.
+    Add {
+        entity: String,
+        /// admin, pool=NAME, pool=* (space-separated).
+        #[arg(long, default_value = "")]
+        caps: String,
+        /// Write the new keyring here (mode 0600) instead of printing it.
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+    },
+    /// ENTITY's key, created with --caps if it has none.
+    GetOrCreate {
+        entity: String,
+        #[arg(long, default_value = "")]
+        caps: String,
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+    },
+    /// List entities, their caps and key fingerprints.
+    Ls,
+    /// Remove ENTITY's key: its calls and connections are refused from now on.
+    Rm { entity: String },
+    /// Replace ENTITY's capabilities.
+    Caps { entity: String, caps: String },
+    /// Give ENTITY a new key; the old one stops working.
+    Rotate {
+        entity: String,
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+    },
+    /// Print the auth mode, or set it (none, sign, secure).
+    Mode { mode: Option<AuthMode> },
 }
 
 #[derive(Subcommand, Debug)]
@@ -223,6 +272,29 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
         Top::Unset { flag } => Command::Flag { flag, set: false },
         Top::Map { watch } => Command::Map { watch },
         Top::Reclaim => Command::ReclaimLs,
+        Top::Auth(AuthCmd::Add {
+            entity,
+            caps,
+            output,
+        }) => Command::AuthAdd {
+            entity,
+            caps,
+            output,
+        },
+        Top::Auth(AuthCmd::GetOrCreate {
+            entity,
+            caps,
+            output,
+        }) => Command::AuthGetOrCreate {
+            entity,
+            caps,
+            output,
+        },
+        Top::Auth(AuthCmd::Ls) => Command::AuthLs,
+        Top::Auth(AuthCmd::Rm { entity }) => Command::AuthRm(entity),
+        Top::Auth(AuthCmd::Caps { entity, caps }) => Command::AuthCaps { entity, caps },
+        Top::Auth(AuthCmd::Rotate { entity, output }) => Command::AuthRotate { entity, output },
+        Top::Auth(AuthCmd::Mode { mode }) => Command::AuthMode(mode),
     };
     let _ = EXIT_FAILURE;
     Ok(Invocation {
@@ -234,6 +306,8 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
             cli.mon
         },
         timeout: cli.timeout,
+        keyring: cli.keyring,
+        name: cli.entity_name,
     })
 }
 

@@ -80,7 +80,27 @@ impl Cluster {
         if config.monitors.is_empty() {
             return Err(ClientError::Config("no monitor endpoint given".to_string()));
         }
-        let mon = MonClient::new(config.monitors.clone()).with_deadline(config.op_deadline);
+        let mut config = config;
+        // The same key signs monitor calls and proves the client to OSDs. Unless given, it is
+        // read from the keyring: the one configured, else the documented default
+        // ($FASTBLOCK_KEYRING, else /etc/fastblock/keyring) if it exists; without one the
+        // client can only use a cluster in auth mode none.
+        if config.credentials.is_none() {
+            let keyring = match &config.keyring {
+                Some(p) => Some(p.clone()),
+                None => Some(fastblock_auth::keyring::resolve_path(None)).filter(|p| p.exists()),
+            };
+            if let Some(path) = &keyring {
+                let bad = |e: fastblock_auth::AuthError| ClientError::Config(e.to_string());
+                let entity: fastblock_auth::EntityName = config.entity.parse().map_err(bad)?;
+                config.credentials =
+                    Some(crate::auth::load_credentials(path, &entity).map_err(bad)?);
+            }
+        }
+        let mut mon = MonClient::new(config.monitors.clone()).with_deadline(config.op_deadline);
+        if let Some((entity, key)) = config.credentials.clone() {
+            mon = mon.with_credentials(entity, key);
+        }
         let response = mon.map().await?;
         let Some(map) = response.map else {
             return Err(ClientError::Protocol(
@@ -102,7 +122,7 @@ impl Cluster {
 
     fn build(config: ClientConfig, mon: Option<Arc<MonClient>>, map: ClusterMap) -> Arc<Cluster> {
         Arc::new_cyclic(|me| Cluster {
-            pool: ConnPool::new(config.connect_timeout),
+            pool: ConnPool::new(config.connect_timeout, config.credentials.clone()),
             inflight: Semaphore::new(config.inflight_ops_max),
             config,
             mon,
@@ -156,7 +176,8 @@ impl Cluster {
         loop {
             match self.leader_target(pg, self.config.attempt_timeout).await {
                 Ok(target) => return Ok(target.osd),
-                Err(why) => last = why,
+                Err(crate::leader::NoLeader::Final(e)) => return Err(e),
+                Err(crate::leader::NoLeader::Retry(why)) => last = why,
             }
             if tokio::time::Instant::now() + crate::policy::BACKOFF_MAX >= deadline {
                 return Err(ClientError::Timeout {

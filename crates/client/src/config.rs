@@ -1,6 +1,9 @@
 //! Client configuration.
 
+use crate::auth::Credentials;
 use crate::ClientError;
+use fastblock_auth::EntityName;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How a [`crate::Cluster`] reaches the cluster and how long it keeps trying.
@@ -24,6 +27,15 @@ pub struct ClientConfig {
     pub attempt_timeout: Duration,
     /// Long-poll timeout of the background map watch.
     pub map_watch_timeout: Duration,
+    /// Keyring holding `entity`'s key; `None`: `$FASTBLOCK_KEYRING`, else
+    /// `/etc/fastblock/keyring`, if it exists, else no key (a cluster in auth mode `none`).
+    /// Read by `Cluster::connect` unless `credentials` are given.
+    pub keyring: Option<PathBuf>,
+    /// The entity this client acts as (`client.NAME`).
+    pub entity: String,
+    /// Who this client is, for monitor calls and OSD connections, when the cluster's auth mode
+    /// is `sign` or `secure`. See [`ClientConfig::with_keyring`].
+    pub credentials: Option<Credentials>,
 }
 
 impl ClientConfig {
@@ -32,6 +44,20 @@ impl ClientConfig {
             monitors,
             ..Default::default()
         }
+    }
+
+    /// Takes `entity`'s key from the keyring at `path` (None: `$FASTBLOCK_KEYRING`, else
+    /// `/etc/fastblock/keyring`; `fastblock_auth::keyring::resolve_path`).
+    pub fn with_keyring(
+        mut self,
+        path: Option<&Path>,
+        entity: &EntityName,
+    ) -> Result<Self, ClientError> {
+        let path = fastblock_auth::keyring::resolve_path(path);
+        let credentials = crate::auth::load_credentials(&path, entity)
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+        self.credentials = Some(credentials);
+        Ok(self)
     }
 
     /// Rejects settings no client can work with, before anything is connected.
@@ -62,6 +88,9 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(1),
             attempt_timeout: Duration::from_secs(10),
             map_watch_timeout: Duration::from_secs(30),
+            keyring: None,
+            entity: "client.admin".to_string(),
+            credentials: None,
         }
     }
 }

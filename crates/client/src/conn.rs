@@ -8,9 +8,18 @@
 //! closes the connection: every request waiting on it fails at once and is retried by its
 //! caller on a fresh connection. `docs/wire-protocol.md` section 8 says why a framing error
 //! closes the connection.
+//!
+//! When the map's auth mode is `sign` or `secure`, a new connection first runs the handshake
+//! ([`crate::auth::connect`]); then the writer seals each frame in place as it takes it (in
+//! queue order, which is the sequence the OSD checks) and the reader opens each reply in
+//! place. A refused handshake is final ([`ConnectError::Refused`]): the caller fails the IO
+//! instead of retrying with the same credentials.
 
+use crate::auth::{Credentials, HandshakeError};
 use bytes::BytesMut;
-use fastblock_wire::{FrameDecoder, Kind, Reply, Request};
+use fastblock_auth::frame::{FrameOpener, FrameSealer};
+use fastblock_auth::AuthMode;
+use fastblock_wire::{FrameDecoder, Kind, Protection, Reply, Request, Status, TAG_BYTES};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -28,6 +37,31 @@ const WRITE_BATCH_BYTES_MAX: usize = 256 << 10;
 const WRITE_ALONE_BYTES_MIN: usize = 64 << 10;
 /// Read buffer growth step.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// Longest a handshake may take once connected (the OSD allows 5 s).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why no connection could be had.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    /// The OSD is unreachable or the connection broke: retry later.
+    Retry(String),
+    /// The data plane refused these credentials (or has none configured for a cluster that
+    /// requires them): final. `status` is the OSD's answer, if it gave one.
+    Refused {
+        status: Option<Status>,
+        message: String,
+    },
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Retry(why) => f.write_str(why),
+            ConnectError::Refused { message, .. } => f.write_str(message),
+        }
+    }
+}
 
 /// Why a request on a connection did not get a reply.
 #[derive(Debug)]
@@ -94,26 +128,70 @@ impl Shared {
 pub(crate) struct Conn {
     frames_tx: mpsc::Sender<BytesMut>,
     shared: Arc<Shared>,
+    /// The auth mode it was opened in: a connection of another mode is not reused.
+    mode: AuthMode,
 }
 
 impl Conn {
     /// Connects to `address:port` within `timeout` and starts the reader and writer tasks.
+    /// In `mode` sign or secure, it authenticates with `credentials` first.
     pub(crate) async fn connect(
         address: &str,
         port: u16,
         timeout: Duration,
-    ) -> Result<Conn, String> {
+        credentials: Option<&Credentials>,
+        mode: AuthMode,
+    ) -> Result<Conn, ConnectError> {
         let peer = peer_name(address, port);
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect((address, port))).await
-        {
-            Err(_) => return Err(format!("connect to {peer} timed out after {timeout:?}")),
-            Ok(Err(e)) => return Err(format!("connect to {peer}: {e}")),
-            Ok(Ok(stream)) => stream,
-        };
+        let retry = ConnectError::Retry;
+        let mut stream =
+            match tokio::time::timeout(timeout, TcpStream::connect((address, port))).await {
+                Err(_) => {
+                    return Err(retry(format!(
+                        "connect to {peer} timed out after {timeout:?}"
+                    )))
+                }
+                Ok(Err(e)) => return Err(retry(format!("connect to {peer}: {e}"))),
+                Ok(Ok(stream)) => stream,
+            };
         // Requests are small and latency-bound; the writer already batches.
         if let Err(e) = stream.set_nodelay(true) {
-            return Err(format!("TCP_NODELAY on {peer}: {e}"));
+            return Err(retry(format!("TCP_NODELAY on {peer}: {e}")));
         }
+        let mut buffer = BytesMut::with_capacity(READ_CHUNK_BYTES);
+        let (sealer, opener) = if mode.authenticates() {
+            let Some(credentials) = credentials else {
+                return Err(ConnectError::Refused {
+                    status: None,
+                    message: format!(
+                        "the cluster requires authentication (auth mode {mode}) and this client has no key (give a keyring and an entity name)"
+                    ),
+                });
+            };
+            let handshake =
+                crate::auth::connect(&mut stream, &mut buffer, credentials, mode, &peer);
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                Err(_) => {
+                    return Err(retry(format!(
+                        "handshake with {peer} timed out after {HANDSHAKE_TIMEOUT:?}"
+                    )))
+                }
+                Ok(Err(e)) if e.is_retryable() => return Err(retry(e.to_string())),
+                Ok(Err(e)) => {
+                    let status = match &e {
+                        HandshakeError::Refused { status, .. } => Some(*status),
+                        _ => None,
+                    };
+                    return Err(ConnectError::Refused {
+                        status,
+                        message: format!("authenticating as {}: {e}", credentials.0),
+                    });
+                }
+                Ok(Ok(p)) => (Some(p.sealer), Some(p.opener)),
+            }
+        } else {
+            (None, None)
+        };
         let (read_half, write_half) = stream.into_split();
         let (frames_tx, frames_rx) = mpsc::channel(QUEUED_FRAMES_MAX);
         let (closed_tx, _) = watch::channel(false);
@@ -126,9 +204,13 @@ impl Conn {
             }),
             closed_tx,
         });
-        tokio::spawn(run_writer(shared.clone(), write_half, frames_rx));
-        tokio::spawn(run_reader(shared.clone(), read_half));
-        Ok(Conn { frames_tx, shared })
+        tokio::spawn(run_writer(shared.clone(), write_half, frames_rx, sealer));
+        tokio::spawn(run_reader(shared.clone(), read_half, buffer, opener));
+        Ok(Conn {
+            frames_tx,
+            shared,
+            mode,
+        })
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -160,7 +242,8 @@ impl Conn {
             shared: &self.shared,
             request_id,
         };
-        let mut frame = BytesMut::new();
+        // Room for the tag too: sealing then never reallocates (copies) the frame.
+        let mut frame = BytesMut::with_capacity(request.frame_len() + TAG_BYTES);
         request.encode(request_id, &mut frame);
         if self.frames_tx.send(frame).await.is_err() {
             return Err(CallError::Closed(self.shared.closed_reason()));
@@ -212,7 +295,15 @@ async fn run_writer(
     shared: Arc<Shared>,
     mut write_half: OwnedWriteHalf,
     mut frames_rx: mpsc::Receiver<BytesMut>,
+    mut sealer: Option<FrameSealer>,
 ) {
+    // Seals a frame in place, in the order frames are written (the OSD's sequence).
+    let mut protect = |mut frame: BytesMut| {
+        if let Some(sealer) = sealer.as_mut() {
+            crate::auth::seal_frame(&mut frame, 0, sealer);
+        }
+        frame
+    };
     let mut closed_rx = shared.closed_tx.subscribe();
     let mut batch = BytesMut::with_capacity(WRITE_BATCH_BYTES_MAX);
     loop {
@@ -221,6 +312,7 @@ async fn run_writer(
             _ = wait_closed(&mut closed_rx) => return,
         };
         let Some(first) = first else { return };
+        let first = protect(first);
         // Gather what is queued right now; stop at the byte limit or at a large frame, which
         // is written by itself rather than copied.
         let mut alone = None;
@@ -229,7 +321,7 @@ async fn run_writer(
         } else {
             batch.extend_from_slice(&first);
             while batch.len() < WRITE_BATCH_BYTES_MAX {
-                match frames_rx.try_recv() {
+                match frames_rx.try_recv().map(&mut protect) {
                     Ok(frame) if frame.len() >= WRITE_ALONE_BYTES_MIN => {
                         alone = Some(frame);
                         break;
@@ -260,14 +352,36 @@ async fn run_writer(
     }
 }
 
-async fn run_reader(shared: Arc<Shared>, mut read_half: OwnedReadHalf) {
+async fn run_reader(
+    shared: Arc<Shared>,
+    mut read_half: OwnedReadHalf,
+    mut buffer: BytesMut,
+    mut opener: Option<FrameOpener>,
+) {
     let mut closed_rx = shared.closed_tx.subscribe();
     let mut decoder = FrameDecoder::default();
-    let mut buffer = BytesMut::with_capacity(READ_CHUNK_BYTES);
     loop {
         loop {
-            match decoder.decode(&mut buffer) {
+            match decoder.decode_mut(&mut buffer) {
                 Ok(Some(frame)) => {
+                    let frame = match opener.as_mut() {
+                        Some(opener) => match crate::auth::open_frame(frame, opener) {
+                            Ok(frame) => frame,
+                            Err(e) => {
+                                tracing::warn!(peer = %shared.peer, "closing the connection: {e}");
+                                shared.close(format!("{}: {e}", shared.peer));
+                                return;
+                            }
+                        },
+                        None if frame.protection != Protection::None => {
+                            shared.close(format!(
+                                "{} sent a protected frame on a connection without authentication",
+                                shared.peer
+                            ));
+                            return;
+                        }
+                        None => frame.freeze(),
+                    };
                     if frame.kind != Kind::Reply {
                         shared.close(format!(
                             "{} sent a {:?} frame where replies were expected",
@@ -330,19 +444,27 @@ type Slot = tokio::sync::Mutex<Option<Arc<Conn>>>;
 pub(crate) struct ConnPool {
     slots: Mutex<HashMap<(String, u16), Arc<Slot>>>,
     connect_timeout: Duration,
+    credentials: Option<Credentials>,
 }
 
 impl ConnPool {
-    pub(crate) fn new(connect_timeout: Duration) -> Self {
+    pub(crate) fn new(connect_timeout: Duration, credentials: Option<Credentials>) -> Self {
         ConnPool {
             slots: Mutex::new(HashMap::new()),
             connect_timeout,
+            credentials,
         }
     }
 
     /// An open connection to `address:port`, reusing the current one unless it has closed.
-    /// Returns whether a new connection was made, for the client's counters.
-    pub(crate) async fn get(&self, address: &str, port: u16) -> Result<(Arc<Conn>, bool), String> {
+    /// Returns whether a new connection was made, for the client's counters. `mode` is the
+    /// map's auth mode: a connection opened in another mode is replaced.
+    pub(crate) async fn get(
+        &self,
+        address: &str,
+        port: u16,
+        mode: AuthMode,
+    ) -> Result<(Arc<Conn>, bool), ConnectError> {
         let slot = {
             let mut slots = self
                 .slots
@@ -355,11 +477,20 @@ impl ConnPool {
         };
         let mut current = slot.lock().await;
         if let Some(conn) = current.as_ref() {
-            if !conn.is_closed() {
+            if !conn.is_closed() && conn.mode == mode {
                 return Ok((conn.clone(), false));
             }
         }
-        let conn = Arc::new(Conn::connect(address, port, self.connect_timeout).await?);
+        let conn = Arc::new(
+            Conn::connect(
+                address,
+                port,
+                self.connect_timeout,
+                self.credentials.as_ref(),
+                mode,
+            )
+            .await?,
+        );
         *current = Some(conn.clone());
         Ok((conn, true))
     }

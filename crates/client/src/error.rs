@@ -40,6 +40,16 @@ pub enum ClientError {
         status: Status,
         message: String,
     },
+    /// The data plane refused this client, finally (retrying with the same key gives the same
+    /// answer): its handshake failed (unknown, wrong or revoked key, a mode mismatch, an OSD
+    /// that does not hold the key), or its caps do not allow the pool (`PermissionDenied`).
+    /// `status` is the OSD's answer, when it gave one; `message` names the cause.
+    #[error("{target}: {message}")]
+    Auth {
+        target: String,
+        status: Option<Status>,
+        message: String,
+    },
     /// An OSD or the monitor answered something the protocol does not allow (a reply of the
     /// wrong kind, a short read, an image with an object size the wire cannot address).
     #[error("protocol error: {0}")]

@@ -3,40 +3,61 @@
 //! members). The first answer naming a leader wins and is cached.
 
 use crate::cluster::{Cluster, Counters};
+use crate::conn::ConnectError;
 use crate::route::{self, Target};
+use crate::ClientError;
 use fastblock_types::PgId;
+use fastblock_wire::Status;
 use fastblock_wire::{LeaderHint, Reply, Request};
 use std::time::Duration;
 
+/// Why no leader target was found.
+pub(crate) enum NoLeader {
+    /// Retryable, as text for the eventual `ClientError::Timeout`.
+    Retry(String),
+    /// The data plane refused this client (authentication, caps): final.
+    Final(ClientError),
+}
+
+/// Whether an OSD's error status refuses this client itself rather than this attempt.
+pub(crate) fn is_auth_refusal(status: Status) -> bool {
+    matches!(
+        status,
+        Status::AuthRequired | Status::AuthFailed | Status::PermissionDenied
+    )
+}
+
 impl Cluster {
-    /// Where to send `pg`'s next request. `Err` is a retryable failure, as text for the
-    /// eventual `ClientError::Timeout`.
+    /// Where to send `pg`'s next request.
     pub(crate) async fn leader_target(
         &self,
         pg: PgId,
         timeout: Duration,
-    ) -> Result<Target, String> {
+    ) -> Result<Target, NoLeader> {
         if let Some(target) = self.cache.leader(pg) {
             return Ok(target);
         }
         self.discover_leader(pg, timeout).await
     }
 
-    async fn discover_leader(&self, pg: PgId, timeout: Duration) -> Result<Target, String> {
+    async fn discover_leader(&self, pg: PgId, timeout: Duration) -> Result<Target, NoLeader> {
         let mut map = self.cache.map();
         if map.pg(pg).is_none() {
             self.refresh_map("PG not in the map").await;
             map = self.cache.map();
         }
         let Some(info) = map.pg(pg) else {
-            return Err(format!("PG {pg} is not in the map of epoch {}", map.epoch));
+            return Err(NoLeader::Retry(format!(
+                "PG {pg} is not in the map of epoch {}",
+                map.epoch
+            )));
         };
         let candidates = route::leader_candidates(&map, pg);
         if candidates.is_empty() {
-            return Err(format!(
+            return Err(NoLeader::Retry(format!(
                 "no member of PG {pg} {:?} is up in the map of epoch {}",
                 info.osdlist, map.epoch
-            ));
+            )));
         }
         let mut notes = Vec::with_capacity(candidates.len());
         for osd in candidates {
@@ -44,8 +65,16 @@ impl Cluster {
                 notes.push(format!("osd.{osd}: no address in the map"));
                 continue;
             };
-            let (conn, fresh) = match self.pool.get(&target.address, target.port).await {
+            let mode = map.auth.mode;
+            let (conn, fresh) = match self.pool.get(&target.address, target.port, mode).await {
                 Ok(conn) => conn,
+                Err(ConnectError::Refused { status, message }) => {
+                    return Err(NoLeader::Final(ClientError::Auth {
+                        target: target.to_string(),
+                        status,
+                        message,
+                    }))
+                }
                 Err(why) => {
                     notes.push(format!("{target}: {why}"));
                     continue;
@@ -70,6 +99,15 @@ impl Cluster {
                 }
                 Ok(Reply::Error {
                     status, message, ..
+                }) if is_auth_refusal(status) => {
+                    return Err(NoLeader::Final(ClientError::Auth {
+                        target: target.to_string(),
+                        status: Some(status),
+                        message,
+                    }))
+                }
+                Ok(Reply::Error {
+                    status, message, ..
                 }) => notes.push(format!("{target}: {status:?} {message}")),
                 Ok(other) => notes.push(format!(
                     "{target}: unexpected {} reply to GetLeader",
@@ -78,7 +116,10 @@ impl Cluster {
                 Err(e) => notes.push(format!("{target}: {e}")),
             }
         }
-        Err(format!("no leader found for PG {pg}: {}", notes.join("; ")))
+        Err(NoLeader::Retry(format!(
+            "no leader found for PG {pg}: {}",
+            notes.join("; ")
+        )))
     }
 
     /// Caches the leader a hint names, if it names one we can reach; returns its target. A

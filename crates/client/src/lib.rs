@@ -40,6 +40,7 @@
 //! Must not depend on: the OSD, the monitor's internals, etcd. It speaks the monitor API
 //! (`fastblock-monclient`) and the wire protocol (`fastblock-wire`) only.
 
+pub mod auth;
 pub mod blocking;
 pub mod cluster;
 pub mod config;

@@ -86,14 +86,23 @@ impl Cluster {
     ) -> Step {
         let target = match self.leader_target(pg, timeout).await {
             Ok(target) => target,
-            Err(why) => return Step::RetryLater(why),
+            Err(crate::leader::NoLeader::Final(e)) => return Step::Fail(e),
+            Err(crate::leader::NoLeader::Retry(why)) => return Step::RetryLater(why),
         };
-        let conn = match self.pool.get(&target.address, target.port).await {
+        let mode = self.cache.map().auth.mode;
+        let conn = match self.pool.get(&target.address, target.port, mode).await {
             Ok((conn, fresh)) => {
                 if fresh {
                     Counters::bump(&self.counters.connects);
                 }
                 conn
+            }
+            Err(crate::conn::ConnectError::Refused { status, message }) => {
+                return Step::Fail(ClientError::Auth {
+                    target: target.to_string(),
+                    status,
+                    message,
+                })
             }
             Err(why) => {
                 self.cache.forget_leader(pg, target.osd);
@@ -140,6 +149,13 @@ impl Cluster {
                 }
             }
             Verdict::BackOff => Step::RetryLater(format!("{target}: {}", describe(&reply))),
+            Verdict::Fail(status, message) if crate::leader::is_auth_refusal(status) => {
+                Step::Fail(ClientError::Auth {
+                    target: target.to_string(),
+                    status: Some(status),
+                    message,
+                })
+            }
             Verdict::Fail(status, message) => Step::Fail(ClientError::Io {
                 pg,
                 osd: target.osd,

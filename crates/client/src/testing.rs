@@ -333,6 +333,7 @@ impl MapBuilder {
                     osdlist: self.members.clone(),
                     newosdlist: Vec::new(),
                     learners: Vec::new(),
+                    joint_voters: Vec::new(),
                     leader: self.members.first().copied(),
                     leader_term: Default::default(),
                     conf_index: Default::default(),

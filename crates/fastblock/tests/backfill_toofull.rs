@@ -7,7 +7,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{pool_with_image, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc, TempDir};
-use fastblock_client::{ClientConfig, ClientError, Cluster};
+use fastblock_client::{ClientError, Cluster};
 use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
 use fastblock_types::map::FailureDomain;
 use fastblock_types::OsdId;
@@ -48,9 +48,7 @@ async fn an_out_onto_a_full_osd_waits_visibly_and_completes_once_room_is_made() 
     wait_osds_up(&client, &ids, WAIT).await;
     let image_bytes = 24 * MIB;
     pool_with_image(&client, ("rep", 8, 3), ("img", image_bytes, MIB)).await;
-    let cluster = Cluster::connect(ClientConfig::new(mons.endpoints()))
-        .await
-        .unwrap();
+    let cluster = Cluster::connect(mons.client_config()).await.unwrap();
     let image = cluster.open_image("rep", "img").await.unwrap();
     image.write(0, pattern(0, image_bytes)).await.unwrap();
 

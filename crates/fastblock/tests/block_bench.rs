@@ -47,6 +47,7 @@ async fn cluster() -> (MonCluster, TempDir, Vec<OsdProc>) {
 
 fn run_bench(mons: &MonCluster, args: &[&str]) -> (i32, String) {
     let out = Command::new(block_bench())
+        .env("FASTBLOCK_KEYRING", mons.keyring())
         .args([
             "--mon",
             &mons.endpoints()[0],
@@ -109,10 +110,9 @@ async fn write_then_verified_read_random_and_sequential() {
         ],
     );
     assert_eq!(code, 0, "{text}");
-    let cluster =
-        fastblock_client::Cluster::connect(fastblock_client::ClientConfig::new(mons.endpoints()))
-            .await
-            .unwrap();
+    let cluster = fastblock_client::Cluster::connect(mons.client_config())
+        .await
+        .unwrap();
     let image = cluster.open_image("fb", "foreign").await.unwrap();
     image
         .write(0, bytes::Bytes::from(vec![0xab; 64 << 10]))

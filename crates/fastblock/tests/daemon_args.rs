@@ -110,6 +110,23 @@ fn counts_and_timings_out_of_range_are_refused_at_startup() {
 
 /// `--preallocate none` (a sparse data file, which a full file system turns into a crash
 /// loop) is gone: refused with the values that remain.
+/// The monitor's own etcd member holds the key table: its client port stays on loopback.
+#[test]
+fn a_monitor_refuses_to_expose_its_etcd() {
+    for addr in ["0.0.0.0:2379", "192.0.2.7:2379"] {
+        refused(
+            "fastblock-mon",
+            &["--etcd-client-addr", addr],
+            "is not a loopback address",
+        );
+    }
+    refused(
+        "fastblock-mon",
+        &["--etcd-client-addr", "localhost"],
+        "IP:PORT",
+    );
+}
+
 #[test]
 fn a_sparse_data_file_is_no_longer_offered() {
     let data = ["--data", "/nonexistent/osd.img", "--mkfs", "--size", "1G"];

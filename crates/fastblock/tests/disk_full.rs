@@ -14,7 +14,7 @@ mod common;
 use bytes::Bytes;
 use common::{pool_with_image, stamped_block, wait_osds_up, wait_until, MonCluster, MonOptions};
 use common::{OsdProc, TempDir, BLOCK};
-use fastblock_client::{ClientConfig, ClientError, Cluster, Image};
+use fastblock_client::{ClientError, Cluster, Image};
 use fastblock_wire::Status;
 use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
@@ -159,9 +159,7 @@ async fn setup(image_bytes: u64) -> Setup {
 }
 
 async fn open_image(s: &Setup) -> Image {
-    let cluster: Arc<Cluster> = Cluster::connect(ClientConfig::new(s.mons.endpoints()))
-        .await
-        .unwrap();
+    let cluster: Arc<Cluster> = Cluster::connect(s.mons.client_config()).await.unwrap();
     cluster.open_image("fb", "img").await.unwrap()
 }
 
@@ -207,6 +205,7 @@ async fn a_client_filling_the_osd_is_refused_reads_back_and_writes_after_a_disca
         .args(["--mkfs", "--size", "1G", "--data"])
         .arg(&big)
         .env("FASTBLOCK_MON", s.mons.endpoints().join(","))
+        .env("FASTBLOCK_KEYRING", s.mons.keyring())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

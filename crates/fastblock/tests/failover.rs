@@ -8,7 +8,7 @@ mod common;
 use bytes::Bytes;
 use common::{stamped_block as block, BLOCK};
 use common::{wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
-use fastblock_client::{ClientConfig, ClientError, Cluster, Image};
+use fastblock_client::{ClientError, Cluster, Image};
 use fastblock_monclient::MonClient;
 use fastblock_types::map::ClusterMap;
 use fastblock_types::pg_state::PgState;
@@ -61,6 +61,7 @@ async fn fixture(spec: Spec) -> Fx {
             osd_down_after: "2s",
             osd_out_after: spec.out_after,
             lease_ttl: "3s",
+            ..MonOptions::default()
         },
     )
     .await;
@@ -77,7 +78,7 @@ async fn fixture(spec: Spec) -> Fx {
         ("img", spec.image_bytes, spec.object_bytes),
     )
     .await;
-    let mut config = ClientConfig::new(mons.endpoints());
+    let mut config = mons.client_config();
     config.op_deadline = Duration::from_secs(60);
     let cluster = Cluster::connect(config).await.unwrap();
     let image = Arc::new(cluster.open_image("fb", "img").await.unwrap());
@@ -436,7 +437,7 @@ async fn fo4_two_osds_down_then_back() {
     .await;
     eprintln!("FO4: down/undersize after {:?}", t.elapsed());
     // IO to the down PG: a clear, retryable timeout at the client's deadline, not a hang.
-    let mut config = ClientConfig::new(fx.mons.endpoints());
+    let mut config = fx.mons.client_config();
     config.op_deadline = Duration::from_secs(3);
     let short = Cluster::connect(config).await.unwrap();
     let img = short.open_image("fb", "img").await.unwrap();
@@ -474,6 +475,8 @@ async fn fo5_out_the_leader_during_block_bench() {
     let mut bench =
         std::process::Command::new(common::bin("fastblock-mon").with_file_name("block_bench"))
             .args(["--mon", &fx.mons.endpoints().join(",")])
+            .arg("--keyring")
+            .arg(fx.mons.keyring())
             .args(["--pool", "fb", "--image", "img", "--io-type", "write_read"])
             .args(["--io-size", "4K", "--io-count", "4000", "--io-depth", "4"])
             .args(["--sequential", "--verify", "--seed", "5"])

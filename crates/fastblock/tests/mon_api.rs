@@ -88,7 +88,16 @@ async fn metrics_and_health_reflect_the_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_clear_errors_and_the_monitor_keeps_serving() {
-    let mons = MonCluster::start(1, MonOptions::default()).await;
+    // Raw unsigned requests: auth mode none, so that parsing is what answers them
+    // (auth_control.rs covers unsigned requests in mode sign).
+    let mons = MonCluster::start(
+        1,
+        MonOptions {
+            auth_mode: "none",
+            ..MonOptions::default()
+        },
+    )
+    .await;
     let addr = &mons.specs[0].api;
     let bad_json = raw(addr, "POST /v1/pools HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\nConnection: close\r\n\r\n{\"name\":1").await;
     assert!(bad_json.starts_with("HTTP/1.1 400"), "{bad_json}");

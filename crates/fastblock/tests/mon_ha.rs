@@ -112,7 +112,7 @@ async fn three_monitors_survive_the_leader_sigkill() {
     // Any monitor answers: followers forward to the leader.
     let leader = mons.wait_leader(Duration::from_secs(10)).await;
     for (i, s) in mons.specs.iter().enumerate() {
-        let one = fastblock_monclient::MonClient::new(vec![s.api.clone()]);
+        let one = mons.signed(fastblock_monclient::MonClient::new(vec![s.api.clone()]));
         let images = one.images(Some("p")).await.unwrap();
         assert_eq!(
             images.len(),
@@ -132,8 +132,9 @@ async fn three_monitors_survive_the_leader_sigkill() {
         .filter(|(i, _)| *i != leader)
         .map(|(_, s)| s.api.clone())
         .collect();
-    let client =
-        fastblock_monclient::MonClient::new(survivors).with_deadline(Duration::from_secs(30));
+    let client = mons.signed(
+        fastblock_monclient::MonClient::new(survivors).with_deadline(Duration::from_secs(30)),
+    );
     client.create_image(&image_req("p", "after")).await.unwrap();
     let failover = killed_at.elapsed();
     eprintln!("monitor failover: a write succeeded {failover:?} after SIGKILL of the leader");
@@ -153,7 +154,11 @@ async fn three_monitors_survive_the_leader_sigkill() {
 
     // The killed monitor rejoins with its existing etcd data.
     mons.restart(leader);
-    let one = fastblock_monclient::MonClient::new(vec![mons.specs[leader].api.clone()])
+    let one = mons
+        .signed(fastblock_monclient::MonClient::new(vec![mons.specs
+            [leader]
+            .api
+            .clone()]))
         .with_deadline(Duration::from_secs(30));
     let images = one.images(Some("p")).await.unwrap();
     assert_eq!(images.len(), 6);
@@ -168,18 +173,20 @@ async fn concurrent_admin_calls_lose_nothing() {
     let mut tasks = Vec::new();
     for i in 0..20 {
         // Spread the calls over all monitors so forwarding is exercised too.
-        let endpoint = mons.specs[i % 3].api.clone();
+        let c = mons.signed(fastblock_monclient::MonClient::new(vec![mons.specs[i % 3]
+            .api
+            .clone()]));
         tasks.push(tokio::spawn(async move {
-            let c = fastblock_monclient::MonClient::new(vec![endpoint]);
             c.create_image(&image_req("p", &format!("img{i}")))
                 .await
                 .map(|i| i.id)
         }));
     }
     for i in 0..6 {
-        let endpoint = mons.specs[i % 3].api.clone();
+        let c = mons.signed(fastblock_monclient::MonClient::new(vec![mons.specs[i % 3]
+            .api
+            .clone()]));
         tasks.push(tokio::spawn(async move {
-            let c = fastblock_monclient::MonClient::new(vec![endpoint]);
             c.create_pool(&pool_req(&format!("pool{i}"), 4))
                 .await
                 .map(|p| fastblock_types::ImageId(u64::from(p.id.0)))
@@ -201,16 +208,20 @@ async fn concurrent_admin_calls_lose_nothing() {
     assert_eq!(client.images(Some("p")).await.unwrap().len(), 20);
     assert_eq!(client.pools().await.unwrap().len(), 7);
     // Concurrent deletes and creates of pools interleave without losing either.
-    let a = mons.specs[1].api.clone();
-    let b = mons.specs[2].api.clone();
+    let c_a = mons.signed(fastblock_monclient::MonClient::new(vec![mons.specs[1]
+        .api
+        .clone()]));
+    let c_b = mons.signed(fastblock_monclient::MonClient::new(vec![mons.specs[2]
+        .api
+        .clone()]));
     let del = tokio::spawn(async move {
-        let c = fastblock_monclient::MonClient::new(vec![a]);
+        let c = c_a;
         for i in 0..3 {
             c.delete_pool(&format!("pool{i}"), false).await.unwrap();
         }
     });
     let add = tokio::spawn(async move {
-        let c = fastblock_monclient::MonClient::new(vec![b]);
+        let c = c_b;
         for i in 0..3 {
             c.create_pool(&pool_req(&format!("extra{i}"), 4))
                 .await

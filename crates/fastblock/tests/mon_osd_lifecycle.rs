@@ -21,7 +21,7 @@ async fn pgs(client: &MonClient) -> BTreeMap<PgId, PgInfo> {
 }
 
 /// Every PG's first member reports itself leader, as a freshly elected Raft leader would.
-async fn elect_all(client: &MonClient, term: u64) {
+async fn elect_all(client: &MonClient, osds: &[FakeOsd], term: u64) {
     for (pg, info) in pgs(client).await {
         let req = LeaderElectedRequest {
             leader: info.osdlist[0],
@@ -31,12 +31,23 @@ async fn elect_all(client: &MonClient, term: u64) {
             voters_outgoing: Vec::new(),
             learners: Vec::new(),
         };
-        client.leader_elected(pg, &req).await.unwrap();
+        reporter(osds, req.leader)
+            .leader_elected(pg, &req)
+            .await
+            .unwrap();
     }
 }
 
+/// A client signing as OSD `id` (a PG report comes from the leader it names).
+fn reporter(osds: &[FakeOsd], id: OsdId) -> MonClient {
+    osds.iter()
+        .find(|o| o.id == id)
+        .expect("the reporting OSD")
+        .client()
+}
+
 /// Completes every pending remap as a PG leader would after its joint-consensus change.
-async fn finish_remaps(client: &MonClient, term: u64) -> usize {
+async fn finish_remaps(client: &MonClient, osds: &[FakeOsd], term: u64) -> usize {
     let mut n = 0;
     for (pg, info) in pgs(client).await {
         if info.newosdlist.is_empty() {
@@ -49,7 +60,10 @@ async fn finish_remaps(client: &MonClient, term: u64) -> usize {
             voters: info.newosdlist.clone(),
             learners: Vec::new(),
         };
-        client.membership_finished(pg, &req).await.unwrap();
+        reporter(osds, req.leader)
+            .membership_finished(pg, &req)
+            .await
+            .unwrap();
         n += 1;
     }
     n
@@ -86,7 +100,7 @@ async fn down_then_out_remaps_only_the_pgs_of_the_lost_osd() {
         before.values().all(|p| p.state.0 == 1),
         "new PGs are creating"
     );
-    elect_all(&client, 1).await;
+    elect_all(&client, &osds, 1).await;
     let active = pgs(&client).await;
     assert!(
         active.values().all(|p| p.state.is_active()),
@@ -154,7 +168,7 @@ async fn down_then_out_remaps_only_the_pgs_of_the_lost_osd() {
     }
 
     // The PG leaders finish the changes: all active, victim gone from every PG.
-    assert_eq!(finish_remaps(&client, 2).await, held.len());
+    assert_eq!(finish_remaps(&client, &osds, 2).await, held.len());
     let done = pgs(&client).await;
     for (pg, info) in &done {
         assert!(info.state.is_active(), "pg {pg}: {info:?}");
@@ -188,7 +202,7 @@ async fn down_then_out_remaps_only_the_pgs_of_the_lost_osd() {
         assert_eq!(common, 2, "pg {pg}: one member replaced per move");
         assert_eq!(info.state.0, 16, "pg {pg} remapped while active");
     }
-    finish_remaps(&client, 3).await;
+    finish_remaps(&client, &osds, 3).await;
     let counts = fastblock_placement_counts(&pgs(&client).await);
     let (min, max) = (
         counts.values().min().unwrap(),
@@ -211,7 +225,7 @@ fn fastblock_placement_counts(pgs: &BTreeMap<PgId, PgInfo>) -> BTreeMap<OsdId, u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noout_manual_out_in_and_norebalance() {
     let (mons, mut osds, client) = setup(4, 16).await;
-    elect_all(&client, 1).await;
+    elect_all(&client, &osds, 1).await;
 
     // noout: a silent OSD goes down but never out.
     client.set_flag("noout", true).await.unwrap();
@@ -239,7 +253,7 @@ async fn noout_manual_out_in_and_norebalance() {
     client.osd_out(victim).await.unwrap();
     assert_eq!(osd_state(&client, victim).await, (false, false));
     client.set_flag("noout", false).await.unwrap();
-    finish_remaps(&client, 2).await;
+    finish_remaps(&client, &osds, 2).await;
 
     // A down OSD that heartbeats again comes back up (a healed partition) but stays out.
     osds[0].start_heartbeats();
@@ -270,9 +284,11 @@ async fn noout_manual_out_in_and_norebalance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_reports_are_fenced_and_validated() {
-    let (mons, _osds, client) = setup(3, 4).await;
+    let (mons, osds, admin) = setup(3, 4).await;
     let pg = PgId::new(fastblock_types::PoolId(1), 0);
-    let info = pgs(&client).await[&pg].clone();
+    let info = pgs(&admin).await[&pg].clone();
+    // Reports come from the PG's leader (only OSD keys may send them).
+    let client = reporter(&osds, info.osdlist[0]);
     let report = |term: u64, conf: u64, voters: Vec<OsdId>| LeaderElectedRequest {
         leader: voters[0],
         term: Term(term),
@@ -293,15 +309,35 @@ async fn pg_reports_are_fenced_and_validated() {
     assert_eq!(err.code(), Some(ErrorCode::StaleReport));
     // Unknown members and non-voter leaders are refused.
     let err = client
-        .leader_elected(pg, &report(6, 3, vec![OsdId(77)]))
+        .leader_elected(pg, &report(6, 3, vec![info.osdlist[0], OsdId(77)]))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidArgument));
+    // A report naming another OSD as leader than the one whose key signed it.
+    let mut others = info.osdlist.clone();
+    others.rotate_left(1);
+    let err = client
+        .leader_elected(pg, &report(6, 3, others))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
     let bad = LeaderElectedRequest {
         leader: OsdId(99),
         ..report(6, 3, info.osdlist.clone())
     };
     assert!(client.leader_elected(pg, &bad).await.is_err());
+    // The report of issue 16: term and index 2^64-1 and one voter. It would take the other
+    // members out of the map (they delete their replicas) and fence out genuine reports.
+    let took_over = LeaderElectedRequest {
+        term: Term(u64::MAX),
+        conf_index: LogIndex(u64::MAX),
+        ..report(6, 3, vec![info.osdlist[0]])
+    };
+    let err = client.leader_elected(pg, &took_over).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::ImplausibleReport), "{err}");
+    let dropped = report(6, 3, vec![info.osdlist[0]]);
+    let err = client.leader_elected(pg, &dropped).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::ImplausibleReport), "{err}");
     let missing = PgId::new(fastblock_types::PoolId(1), 99);
     let err = client
         .leader_elected(missing, &report(6, 3, info.osdlist.clone()))
@@ -310,6 +346,7 @@ async fn pg_reports_are_fenced_and_validated() {
     assert_eq!(err.code(), Some(ErrorCode::PgNotFound));
     let now = pgs(&client).await[&pg].clone();
     assert_eq!(now.leader_term, Term(5));
+    assert_eq!(now.osdlist, info.osdlist);
     assert!(now.state.is_active());
     drop(mons);
 }

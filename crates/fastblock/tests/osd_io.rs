@@ -10,7 +10,7 @@ use common::{
     pool_with_image, wait_all_active, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir,
     WireConn,
 };
-use fastblock_client::{ClientConfig, ClientError, Cluster, Image};
+use fastblock_client::{ClientError, Cluster, Image};
 use fastblock_types::PgId;
 use fastblock_wire::{Reply, Request};
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ async fn setup_sharded(
         ("img", image_size, object_size),
     )
     .await;
-    let mut config = ClientConfig::new(mons.endpoints());
+    let mut config = mons.client_config();
     config.op_deadline = Duration::from_secs(30);
     let cluster = Cluster::connect(config).await.unwrap();
     let image = cluster.open_image("fb", "img").await.unwrap();

@@ -9,7 +9,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{pool_with_image, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
-use fastblock_client::{ClientConfig, Cluster};
+use fastblock_client::Cluster;
 use fastblock_types::{ImageId, PgId};
 use fastblock_wire::{ObjectAddr, Reply, Request, Status};
 use std::time::Duration;
@@ -68,9 +68,7 @@ async fn large_writes_fit_the_wal_or_are_refused() {
     assert_eq!(conn.call(&fits).await, Reply::Ok);
 
     // Through the client library: 16 concurrent whole-object writes, then read back.
-    let cluster = Cluster::connect(ClientConfig::new(mons.endpoints()))
-        .await
-        .unwrap();
+    let cluster = Cluster::connect(mons.client_config()).await.unwrap();
     let image = cluster.open_image("fb", "big").await.unwrap();
     let block = |i: u64| Bytes::from(vec![i as u8 + 1; 4 * MIB as usize]);
     let writes: Vec<_> = (0..16u64)

@@ -6,7 +6,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{pool_with_image, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc, TempDir};
-use fastblock_client::{ClientConfig, ClientError, Cluster};
+use fastblock_client::{ClientError, Cluster};
 use fastblock_types::api::{ErrorCode, ResizeImageRequest};
 use fastblock_wire::Status;
 use std::time::Duration;
@@ -69,9 +69,7 @@ fn status_of(e: &ClientError) -> Option<Status> {
 async fn a_removed_image_gives_its_space_back_and_an_open_handle_is_refused() {
     let s = setup(32 * MIB).await;
     let before = common::free_bytes(&s.osds).await;
-    let cluster = Cluster::connect(ClientConfig::new(s.mons.endpoints()))
-        .await
-        .unwrap();
+    let cluster = Cluster::connect(s.mons.client_config()).await.unwrap();
     let image = cluster.open_image("fb", "img").await.unwrap();
     image.write(0, pattern(0, 32 * MIB)).await.unwrap();
     let written = common::free_bytes(&s.osds).await;
@@ -112,9 +110,7 @@ async fn a_removed_image_gives_its_space_back_and_an_open_handle_is_refused() {
 async fn a_shrunk_then_grown_image_reads_zeros_in_its_old_tail() {
     let size = 16 * MIB;
     let s = setup(size).await;
-    let cluster = Cluster::connect(ClientConfig::new(s.mons.endpoints()))
-        .await
-        .unwrap();
+    let cluster = Cluster::connect(s.mons.client_config()).await.unwrap();
     let image = cluster.open_image("fb", "img").await.unwrap();
     image.write(0, pattern(0, size)).await.unwrap();
     // Cut in the middle of an object: its tail must read zeros too.

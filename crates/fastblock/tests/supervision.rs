@@ -9,7 +9,7 @@ mod common;
 use bytes::Bytes;
 use common::{pool_with_image, stamped_block, wait_osds_up, wait_until, MonCluster, MonOptions};
 use common::{OsdProc, TempDir, BLOCK};
-use fastblock_client::{ClientConfig, Cluster, Image};
+use fastblock_client::{Cluster, Image};
 use fastblock_monclient::MonClient;
 use fastblock_types::api::{CreateImageRequest, ErrorCode};
 use fastblock_types::OsdId;
@@ -63,9 +63,7 @@ async fn check_blocks(image: &Image, generation: u64) {
 }
 
 async fn open(mons: &MonCluster, pool: &str) -> Image {
-    let cluster = Cluster::connect(ClientConfig::new(mons.endpoints()))
-        .await
-        .unwrap();
+    let cluster = Cluster::connect(mons.client_config()).await.unwrap();
     cluster.open_image(pool, "img").await.unwrap()
 }
 

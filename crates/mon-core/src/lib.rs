@@ -7,10 +7,14 @@
 //! Module map:
 //! - [`state`]: [`MonState`], its derived fields (PG states, versions, epoch) and the
 //!   [`MonState::finish`] step every operation ends with.
+//! - [`auth_ops`]: the key table and auth mode: add, get-or-create, caps, rotate, remove,
+//!   mode; every change bumps `map.auth.epoch`.
 //! - [`osd_ops`]: apply-id, boot, down, up, out, in, flags.
 //! - [`pool_ops`]: pool create/delete, repair and rebalance of PG targets.
 //! - [`image_ops`]: image create/remove/resize and the reclaim list.
 //! - [`pg_reports`]: "leader elected" and "membership change finished" from PG leaders.
+//! - [`report_checks`]: the rules a PG report must pass against its sender ([`Reporter`]) and
+//!   the recorded PG before it is recorded.
 //! - [`liveness`]: heartbeat bookkeeping that turns silence into down and out events, with the
 //!   time passed in by the caller.
 //! - [`health`]: the health summary and PG-state counts for `status`.
@@ -25,6 +29,7 @@
 //! A state loaded from etcd that breaks the first is refused ([`MonState::validate`]); damage
 //! confined to one pool is accepted, reported and fenced ([`damage`]).
 
+pub mod auth_ops;
 pub mod damage;
 pub mod health;
 pub mod image_ops;
@@ -33,8 +38,10 @@ pub mod liveness;
 pub mod osd_ops;
 pub mod pg_reports;
 pub mod pool_ops;
+pub mod report_checks;
 pub mod state;
 
+pub use report_checks::Reporter;
 pub use state::MonState;
 
 use fastblock_types::api::{ApiError, ErrorCode};

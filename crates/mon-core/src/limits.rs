@@ -21,3 +21,12 @@ const _: () = assert!(OBJECT_SIZE_MAX_BYTES.is_power_of_two());
 const _: () = assert!(OBJECT_SIZE_MIN_BYTES % BLOCK_SIZE_BYTES == 0);
 const _: () = assert!(OBJECT_SIZE_DEFAULT_BYTES >= OBJECT_SIZE_MIN_BYTES);
 const _: () = assert!(OBJECT_SIZE_DEFAULT_BYTES <= OBJECT_SIZE_MAX_BYTES);
+
+/// How far one PG report may raise the PG's recorded Raft term. Terms of a genuine leader rise
+/// only through real elections: every replica runs pre-vote, so a partitioned or restarting
+/// replica does not inflate terms by campaigning alone, and each election adds one. A PG would
+/// need about a million elections without one accepted report in between to reach this bound
+/// (at one election per second, twelve days of reports lost). A report beyond it is a bug in
+/// its sender, and refusing it keeps a single report from jumping the term towards 2^64-1,
+/// where no genuine leader could ever report again.
+pub const REPORT_TERM_STEP_MAX: u64 = 1 << 20;

@@ -108,6 +108,7 @@ impl MonState {
                     osdlist: members,
                     newosdlist: Vec::new(),
                     learners: Vec::new(),
+                    joint_voters: Vec::new(),
                     leader: None,
                     leader_term: Term(0),
                     conf_index: LogIndex(0),

@@ -21,6 +21,8 @@ pub struct MonState {
     pub reclaim: BTreeMap<u64, ReclaimEntry>,
     pub counters: Counters,
     pub pending: Pending,
+    /// The key table (the mode and its epoch are in `map.auth`).
+    pub auth: crate::auth_ops::AuthTable,
 }
 
 impl MonState {

@@ -9,7 +9,7 @@ use common::{boot_request, op};
 use fastblock_mon_core::damage::PoolDamage;
 use fastblock_mon_core::health::{health, DaemonCheck};
 use fastblock_mon_core::liveness::{Liveness, LivenessConfig, LivenessEvent};
-use fastblock_mon_core::MonState;
+use fastblock_mon_core::{MonState, Reporter};
 use fastblock_types::api::*;
 use fastblock_types::map::FailureDomain;
 use fastblock_types::{LogIndex, OsdId, PgId, PoolId, Term};
@@ -186,6 +186,7 @@ fn changes_to_the_damaged_pool_are_refused_and_the_other_pool_takes_them() {
                     voters_outgoing: vec![],
                     learners: vec![],
                 },
+                Reporter::Osd(OsdId(1)),
             )
             .map(|_| ())
         })

@@ -1,9 +1,13 @@
 //! Random sequences of monitor operations (OSD lifecycle, pools, images, flags, PG reports)
 //! keep every state invariant (`MonState::check_invariants`, run by `finish`), never reuse an
-//! id, bump the epoch exactly when something changed, and are deterministic.
+//! id, bump the epoch exactly when something changed, and are deterministic. PG reports from
+//! any member, genuine-looking or not, either are refused and change nothing, or come from the
+//! authenticated leader, raise the term within the bound and drop only voters that the recorded
+//! target or joint configuration leaves out.
 
+use fastblock_mon_core::limits::REPORT_TERM_STEP_MAX;
 use fastblock_mon_core::osd_ops::Flag;
-use fastblock_mon_core::MonState;
+use fastblock_mon_core::{MonState, Reporter};
 use fastblock_types::api::*;
 use fastblock_types::map::FailureDomain;
 use fastblock_types::{LogIndex, OsdId, PgId, PoolId, Term};
@@ -46,6 +50,58 @@ enum Op {
         pg: u8,
         term: u8,
     },
+    /// A report from any OSD about any PG, with arbitrary members and term.
+    Report {
+        pool: u8,
+        pg: u8,
+        sender: u8,
+        leader: u8,
+        term_step: u64,
+        conf_step: u64,
+        /// Which OSDs (by position) are voters, outgoing voters, learners.
+        voters: u16,
+        outgoing: u16,
+        learners: u16,
+        finished: bool,
+    },
+}
+
+fn report() -> impl Strategy<Value = Op> {
+    let step = prop_oneof![
+        0u64..3,
+        Just(REPORT_TERM_STEP_MAX),
+        Just(REPORT_TERM_STEP_MAX + 1),
+        Just(u64::MAX / 2)
+    ];
+    (
+        (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>()),
+        (step, 0u64..3),
+        (
+            any::<u16>(),
+            prop_oneof![Just(0u16), any::<u16>()],
+            prop_oneof![Just(0u16), any::<u16>()],
+        ),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(
+                (pool, pg, sender, leader),
+                (term_step, conf_step),
+                (voters, outgoing, learners),
+                finished,
+            )| Op::Report {
+                pool,
+                pg,
+                sender,
+                leader,
+                term_step,
+                conf_step,
+                voters,
+                outgoing,
+                learners,
+                finished,
+            },
+        )
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -62,6 +118,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<bool>(), any::<bool>()).prop_map(|(noout, value)| Op::Flag { noout, value }),
         3 => (any::<u8>(), any::<u8>(), 1u8..5).prop_map(|(pool, pg, term)| Op::Elect { pool, pg, term }),
         3 => (any::<u8>(), any::<u8>(), 1u8..5).prop_map(|(pool, pg, term)| Op::FinishRemap { pool, pg, term }),
+        4 => report(),
     ]
 }
 
@@ -80,8 +137,109 @@ fn nth_pg(s: &MonState, pool: u8, pg: u8) -> Option<PgId> {
     Some(PgId::new(p, u32::from(pg) % n))
 }
 
+/// The OSDs whose bit is set in `mask`, by position among the known OSDs.
+fn osds_in(s: &MonState, mask: u16) -> Vec<OsdId> {
+    s.map
+        .osds
+        .keys()
+        .enumerate()
+        .filter(|(i, _)| *i < 16 && mask & (1 << i) != 0)
+        .map(|(_, id)| *id)
+        .collect()
+}
+
+/// Sends an arbitrary report and checks what the monitor did with it against the record
+/// before: refused and nothing changed, or accepted within the rules.
+fn arbitrary_report(s: &mut MonState, op: &Op) {
+    let Op::Report {
+        pool,
+        pg,
+        sender,
+        leader,
+        term_step,
+        conf_step,
+        voters,
+        outgoing,
+        learners,
+        finished,
+    } = *op
+    else {
+        unreachable!()
+    };
+    let (Some(pg), Some(sender), Some(leader)) =
+        (nth_pg(s, pool, pg), nth_osd(s, sender), nth_osd(s, leader))
+    else {
+        return;
+    };
+    let before = s.clone();
+    let old = before.map.pg(pg).unwrap().clone();
+    let term = Term(old.leader_term.0.saturating_add(term_step));
+    let conf_index = LogIndex(old.conf_index.0 + conf_step);
+    let voters = osds_in(s, voters);
+    let result = if finished {
+        s.membership_finished(
+            pg,
+            &MembershipFinishedRequest {
+                leader,
+                term,
+                conf_index,
+                voters,
+                learners: osds_in(s, learners),
+            },
+            Reporter::Osd(sender),
+        )
+    } else {
+        let outgoing = osds_in(s, outgoing);
+        let learners: Vec<OsdId> = osds_in(s, learners)
+            .into_iter()
+            .filter(|o| !voters.contains(o) && !outgoing.contains(o))
+            .collect();
+        s.leader_elected(
+            pg,
+            &LeaderElectedRequest {
+                leader,
+                term,
+                conf_index,
+                voters,
+                voters_outgoing: outgoing,
+                learners,
+            },
+            Reporter::Osd(sender),
+        )
+    };
+    let Ok(new) = result else {
+        assert_eq!(*s, before, "a refused report changes nothing");
+        return;
+    };
+    assert_eq!(sender, leader, "only the leader reports for itself");
+    assert!(term.0 - old.leader_term.0 <= REPORT_TERM_STEP_MAX);
+    assert!(
+        old.osdlist.contains(&leader)
+            || old.newosdlist.contains(&leader)
+            || old.learners.contains(&leader),
+        "the leader hosted the pg"
+    );
+    let kept: Vec<&OsdId> = new.osdlist.iter().chain(&new.joint_voters).collect();
+    for gone in old
+        .osdlist
+        .iter()
+        .chain(&old.joint_voters)
+        .filter(|o| !kept.contains(o))
+    {
+        assert!(
+            (!old.newosdlist.is_empty() && !old.newosdlist.contains(gone))
+                || (!old.joint_voters.is_empty() && !old.joint_voters.contains(gone)),
+            "osd {gone} dropped from {old:?} without a change leaving it out: {new:?}"
+        );
+    }
+}
+
 fn apply(s: &mut MonState, op: &Op, seq: usize) {
     let _ = match op {
+        Op::Report { .. } => {
+            arbitrary_report(s, op);
+            Ok(())
+        }
         Op::AddOsd { host } => {
             let uuid = format!("{:08x}-0000-4000-8000-{:012x}", seq, seq);
             s.apply_id(&uuid).and_then(|id| {
@@ -172,6 +330,7 @@ fn apply(s: &mut MonState, op: &Op, seq: usize) {
                         voters_outgoing: Vec::new(),
                         learners: Vec::new(),
                     },
+                    Reporter::Osd(info.osdlist[0]),
                 )
                 .map(|_| ())
             }
@@ -192,6 +351,7 @@ fn apply(s: &mut MonState, op: &Op, seq: usize) {
                         voters: info.newosdlist.clone(),
                         learners: Vec::new(),
                     },
+                    Reporter::Osd(info.newosdlist[0]),
                 )
                 .map(|_| ())
             }

@@ -1,7 +1,8 @@
 //! Forwarding of API calls from a follower monitor to the leader, so that any monitor answers
 //! every call. A forwarded request carries `x-fastblock-forwarded`; a monitor that receives one
 //! but does not lead (leadership moved meanwhile) answers `no_leader` instead of forwarding
-//! again, so requests never loop.
+//! again, so requests never loop. The call is relayed byte for byte (method, path with query,
+//! body, content type and signature headers), so the leader verifies its signature.
 
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, StatusCode};
@@ -14,6 +15,12 @@ use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
 pub const FORWARDED_HEADER: &str = "x-fastblock-forwarded";
+const SIGNATURE_HEADERS: [&str; 4] = [
+    fastblock_auth::request::HEADER_ENTITY,
+    fastblock_auth::request::HEADER_TIME,
+    fastblock_auth::request::HEADER_NONCE,
+    fastblock_auth::request::HEADER_SIGNATURE,
+];
 /// Largest request or response body relayed.
 const BODY_BYTES_MAX: usize = 16 << 20;
 /// Long-polls may be held up to 60 s by the leader; allow for that plus slack.
@@ -56,6 +63,13 @@ impl Forwarder {
         let mut out = Request::builder().method(parts.method).uri(&uri);
         if let Some(ct) = parts.headers.get(axum::http::header::CONTENT_TYPE) {
             out = out.header(axum::http::header::CONTENT_TYPE, ct);
+        }
+        // The signature headers go along unchanged, with the exact path, query and body they
+        // sign: the leader verifies the call (and records its nonce), not this monitor.
+        for name in SIGNATURE_HEADERS {
+            if let Some(v) = parts.headers.get(name) {
+                out = out.header(name, v);
+            }
         }
         out = out.header(FORWARDED_HEADER, HeaderValue::from_static("1"));
         let out = out

@@ -1,6 +1,7 @@
 //! The HTTP + JSON API (documented in `docs/mon-api.md`). Handlers are thin: parse, call one
 //! `mon-core` operation through [`Monitor::apply`] or [`Monitor::read`], answer JSON.
 
+use crate::auth_http::{self, Authenticated};
 use crate::election::Role;
 use crate::forward::{status_of, Forwarder, FORWARDED_HEADER};
 use crate::metrics::{ApiLabels, Metrics};
@@ -11,10 +12,12 @@ use axum::extract::{MatchedPath, Path, Query, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
-use axum::{Json, Router};
+use axum::routing::{delete, get, post, put};
+use axum::{Extension, Json, Router};
+use fastblock_auth::EntityName;
 use fastblock_mon_core::health::{health, pg_state_counts};
 use fastblock_mon_core::osd_ops::Flag;
+use fastblock_mon_core::Reporter;
 use fastblock_types::api::*;
 use fastblock_types::map::{Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry};
 use fastblock_types::{Epoch, OsdId, PgId};
@@ -32,6 +35,8 @@ pub struct AppState {
     pub forwarder: Forwarder,
     /// The monitor's task failures, for health.
     pub tasks: Arc<Supervisor>,
+    /// Nonces of signed calls served within the clock-skew window (`crate::auth_http`).
+    pub replays: std::sync::Mutex<fastblock_auth::request::ReplayCache>,
 }
 
 type App = State<Arc<AppState>>;
@@ -93,6 +98,24 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/flags/{flag}", put(set_flag).delete(unset_flag))
         .route("/v1/reclaim", get(list_reclaim))
         .route("/v1/reclaim/{id}/pgs/{pgid}", post(reclaim_pg_done))
+        .route(
+            "/v1/auth",
+            get(auth_http::auth_list).post(auth_http::auth_add),
+        )
+        .route("/v1/auth/mode", put(auth_http::auth_set_mode))
+        .route("/v1/auth/data-keys", get(auth_http::auth_data_keys))
+        .route("/v1/auth/{entity}", delete(auth_http::auth_rm))
+        .route("/v1/auth/{entity}/caps", post(auth_http::auth_caps))
+        .route("/v1/auth/{entity}/rotate", post(auth_http::auth_rotate))
+        .route(
+            "/v1/auth/{entity}/get-or-create",
+            post(auth_http::auth_get_or_create),
+        )
+        // Innermost: authentication runs where the call is served (after forwarding).
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth_http::authenticate,
+        ))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             lead_or_forward,
@@ -493,24 +516,42 @@ fn parse_pg(pgid: &str) -> Result<PgId, ApiErr> {
         .map_err(|e: fastblock_types::ids::PgIdParseError| invalid(e.to_string()))
 }
 
+/// Who sent a PG report, for mon-core's checks (`Reporter`): the OSD whose key signed it, or
+/// nobody in auth mode `none`. The route already demands the `osd` cap, which only `osd.N`
+/// entities hold; anything else is refused here too rather than trusted.
+fn reporter(sender: &Authenticated) -> Result<Reporter, ApiErr> {
+    match &sender.0 {
+        None => Ok(Reporter::Unauthenticated),
+        Some(EntityName::Osd(id)) => Ok(Reporter::Osd(*id)),
+        Some(other) => Err(ApiErr(ApiError::new(
+            ErrorCode::PermissionDenied,
+            format!("{other} is not an OSD and cannot report for a PG"),
+        ))),
+    }
+}
+
 async fn pg_leader(
     State(app): App,
+    Extension(sender): Extension<Authenticated>,
     Path(pgid): Path<String>,
     body: Bytes,
 ) -> ApiResult<PgReportResponse> {
+    let reporter = reporter(&sender)?;
     let pg = parse_pg(&pgid)?;
     let req: LeaderElectedRequest = parse(&body)?;
-    pg_report(&app, pg, |s| s.leader_elected(pg, &req)).await
+    pg_report(&app, pg, |s| s.leader_elected(pg, &req, reporter)).await
 }
 
 async fn pg_membership(
     State(app): App,
+    Extension(sender): Extension<Authenticated>,
     Path(pgid): Path<String>,
     body: Bytes,
 ) -> ApiResult<PgReportResponse> {
+    let reporter = reporter(&sender)?;
     let pg = parse_pg(&pgid)?;
     let req: MembershipFinishedRequest = parse(&body)?;
-    pg_report(&app, pg, |s| s.membership_finished(pg, &req)).await
+    pg_report(&app, pg, |s| s.membership_finished(pg, &req, reporter)).await
 }
 
 /// Applies a PG leader's report and answers with the PG as committed (its state re-derived).

@@ -11,11 +11,15 @@
 //! <prefix>/pgmaps/<pool id>        PgMap                  all PGs of one pool
 //! <prefix>/images/<pool id>/<name> ImageInfo
 //! <prefix>/reclaim/<id>            ReclaimEntry           data the data path must delete
+//! <prefix>/auth/config             AuthSettings           auth mode and key-table epoch
+//! <prefix>/auth/entities/<entity>  {key,caps,generation}  one entity's key (base64)
 //! <prefix>/mon/leader              MonMember              held with the leader's lease
 //! <prefix>/mon/members/<name>      MonMember              each monitor, with its own lease
 //! ```
 
+use fastblock_mon_core::auth_ops::AuthEntity;
 use fastblock_mon_core::state::{MonState, Pending};
+use fastblock_types::auth::AuthSettings;
 use fastblock_types::map::{Counters, Flags, ImageInfo, OsdInfo, PgMap, PoolInfo, ReclaimEntry};
 use fastblock_types::Epoch;
 use serde::{Deserialize, Serialize};
@@ -29,6 +33,15 @@ pub struct Keyspace {
 #[derive(Debug, Serialize, Deserialize)]
 struct EpochValue {
     epoch: Epoch,
+}
+
+/// One entity of the key table as stored: the entity key in base64 (etcd is bound to loopback
+/// or secured with its own TLS and auth: `docs/security.md`).
+#[derive(Debug, Serialize, Deserialize)]
+struct AuthEntityValue {
+    key: String,
+    caps: String,
+    generation: u64,
 }
 
 /// A key the monitor did not expect or could not parse: the state in etcd is damaged or was
@@ -97,6 +110,21 @@ impl Keyspace {
         for (id, entry) in &state.reclaim {
             out.insert(format!("{p}/reclaim/{id}"), json(entry));
         }
+        // A cluster whose auth is not set up yet has no config key: the first leader sees
+        // it missing and sets it up (`service::Monitor::bootstrap_auth`).
+        if state.auth.configured {
+            out.insert(format!("{p}/auth/config"), json(&state.map.auth));
+        }
+        for (entity, e) in &state.auth.entities {
+            out.insert(
+                format!("{p}/auth/entities/{entity}"),
+                json(&AuthEntityValue {
+                    key: e.key.to_base64(),
+                    caps: e.caps.to_string(),
+                    generation: e.generation,
+                }),
+            );
+        }
         out
     }
 
@@ -147,6 +175,28 @@ impl Keyspace {
                 ["reclaim", _] => {
                     let entry: ReclaimEntry = serde_json::from_str(value).map_err(parse_err)?;
                     state.reclaim.insert(entry.id, entry);
+                }
+                ["auth", "config"] => {
+                    state.map.auth =
+                        serde_json::from_str::<AuthSettings>(value).map_err(parse_err)?;
+                    state.auth.configured = true;
+                }
+                ["auth", "entities", name] => {
+                    let v: AuthEntityValue = serde_json::from_str(value).map_err(parse_err)?;
+                    let entity: fastblock_auth::EntityName =
+                        name.parse().map_err(|e| bad(format!("{e}")))?;
+                    let key = fastblock_auth::Secret::from_base64(&v.key)
+                        .map_err(|e| bad(format!("{e}")))?;
+                    let caps = fastblock_mon_core::auth_ops::parse_caps(&entity, &v.caps)
+                        .map_err(|e| bad(e.message))?;
+                    state.auth.entities.insert(
+                        entity,
+                        AuthEntity {
+                            key,
+                            caps,
+                            generation: v.generation,
+                        },
+                    );
                 }
                 ["mon", ..] | ["readiness-probe"] => {}
                 _ => return Err(bad("unknown key".to_string())),

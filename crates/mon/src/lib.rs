@@ -8,6 +8,8 @@
 //! - [`election`]: leader election on an etcd lease; the won key's revision fences commits.
 //! - [`service`]: the leader's in-memory state and the operation pipeline
 //!   (copy → decide in `mon-core` → persist → publish), the liveness ticker.
+//! - [`auth_http`]: authentication of every API call (signature, replay, capability per
+//!   route) and the key-table endpoints.
 //! - [`http`]: the HTTP + JSON API (`docs/mon-api.md`); [`forward`] relays calls from
 //!   followers to the leader so any monitor answers.
 //! - [`stats`]: client IO and recovery rates from OSD heartbeats.
@@ -20,6 +22,7 @@
 //! Decisions live in `fastblock-mon-core`; this crate only performs them. Only monitors talk
 //! to etcd: OSDs and clients use the HTTP API.
 
+pub mod auth_http;
 pub mod election;
 pub mod etcd_proc;
 pub mod forward;

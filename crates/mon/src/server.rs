@@ -29,6 +29,8 @@ pub struct MonConfig {
     pub liveness: LivenessConfig,
     pub tick_interval: Duration,
     pub lease_ttl_secs: i64,
+    /// How authentication is set up if this monitor creates the cluster.
+    pub auth: crate::service::AuthBootstrap,
 }
 
 async fn connect(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
@@ -105,7 +107,9 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
             }
         })
     };
-    let mon = Arc::new(Monitor::new(me, keys, client, role_rx, config.liveness));
+    let mut mon = Monitor::new(me, keys, client, role_rx, config.liveness);
+    mon.auth_bootstrap = config.auth.clone();
+    let mon = Arc::new(mon);
     let ticker = {
         let (mon, rx) = (mon.clone(), shutdown_rx.clone());
         let interval = config.tick_interval;
@@ -122,6 +126,7 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         metrics: Metrics::new(),
         forwarder: Forwarder::default(),
         tasks: tasks.clone(),
+        replays: Default::default(),
     });
     tracing::info!(name = %config.name, api = %config.api_addr, "monitor serving");
     // axum retries failed accepts itself; the server ends only on shutdown or a panic, and a

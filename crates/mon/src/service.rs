@@ -5,10 +5,13 @@ use crate::election::Role;
 use crate::keys::Keyspace;
 use crate::stats::IoStats;
 use crate::store::{CommitError, EtcdStore, Fence, LoadError, Snapshot};
+use fastblock_auth::{Caps, EntityName, Keyring, KeyringEntry, Secret};
 use fastblock_mon_core::liveness::{Liveness, LivenessConfig, LivenessEvent};
 use fastblock_mon_core::{MonState, OpResult};
 use fastblock_types::api::{ApiError, ErrorCode, MonMember};
+use fastblock_types::auth::AuthMode;
 use fastblock_types::Epoch;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::{watch, Mutex};
 use tokio::time::Instant;
@@ -24,8 +27,28 @@ pub struct LeaderCtx {
     pub stats: IoStats,
 }
 
+/// How this monitor sets up authentication if it creates the cluster (etcd holds no auth
+/// config yet). Ignored once the cluster has one.
+#[derive(Clone, Debug)]
+pub struct AuthBootstrap {
+    pub mode: AuthMode,
+    /// Where `client.admin`'s key is written (or read from, if the file already holds one).
+    /// `None` in mode `none`: no admin key is made.
+    pub keyring: Option<PathBuf>,
+}
+
+impl Default for AuthBootstrap {
+    fn default() -> Self {
+        AuthBootstrap {
+            mode: AuthMode::None,
+            keyring: None,
+        }
+    }
+}
+
 pub struct Monitor {
     pub me: MonMember,
+    pub auth_bootstrap: AuthBootstrap,
     pub keys: Keyspace,
     pub client: etcd_client::Client,
     pub role: watch::Receiver<Role>,
@@ -54,6 +77,7 @@ impl Monitor {
     ) -> Self {
         Monitor {
             me,
+            auth_bootstrap: AuthBootstrap::default(),
             keys,
             client,
             role,
@@ -96,10 +120,13 @@ impl Monitor {
                 if guard.as_ref().is_some_and(|c| c.fence == fence) {
                     return Ok(guard);
                 }
-                let snapshot = self.store().load().await.map_err(|e| match e {
+                let mut snapshot = self.store().load().await.map_err(|e| match e {
                     LoadError::Etcd(e) => unavailable(e),
                     other => ApiError::new(ErrorCode::Internal, other.to_string()),
                 })?;
+                if !snapshot.state.auth.configured {
+                    self.bootstrap_auth(fence, &mut snapshot).await?;
+                }
                 let mut liveness = Liveness::new(self.liveness_config);
                 let now = self.now_ms();
                 // Every OSD gets a fresh grace period under a new leader.
@@ -116,6 +143,42 @@ impl Monitor {
                 });
                 Ok(guard)
             }
+        }
+    }
+
+    /// Sets up authentication in a cluster that has none (this monitor creates it): the mode
+    /// from `--auth-mode`, and `client.admin` with the key from the keyring file if it holds
+    /// one, else a new key written there first (mode 0600). Writing before committing means
+    /// a crash in between leaves a keyring the next attempt reuses, never a table whose admin
+    /// key nobody holds.
+    async fn bootstrap_auth(&self, fence: Fence, snapshot: &mut Snapshot) -> OpResult<()> {
+        let boot = &self.auth_bootstrap;
+        let admin_key = match &boot.keyring {
+            Some(path) => Some(admin_key_in(path)?),
+            None if boot.mode.authenticates() => {
+                return Err(ApiError::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "creating the cluster in auth mode {} needs --keyring",
+                        boot.mode
+                    ),
+                ))
+            }
+            None => None,
+        };
+        let mut next = snapshot.state.clone();
+        next.auth_bootstrap(boot.mode, admin_key)?;
+        next.finish(&snapshot.state);
+        match self.store().commit(fence, snapshot, next).await {
+            Ok(()) => {
+                tracing::info!(mode = %boot.mode, keyring = ?boot.keyring, "authentication set up");
+                Ok(())
+            }
+            Err(CommitError::Etcd(e)) => Err(unavailable(e)),
+            Err(CommitError::Conflict) => Err(ApiError::new(
+                ErrorCode::Conflict,
+                "another monitor is setting up authentication; retry",
+            )),
         }
     }
 
@@ -219,4 +282,30 @@ pub struct LeaderSide<'a> {
     pub now_ms: u64,
     pub liveness: &'a mut Liveness,
     pub stats: &'a mut IoStats,
+}
+
+/// `client.admin`'s key from the keyring at `path`, or a new one added to it (the file is
+/// created with mode 0600 if missing; other entries in it are kept).
+fn admin_key_in(path: &Path) -> OpResult<Secret> {
+    let fail = |e: fastblock_auth::AuthError| {
+        ApiError::new(ErrorCode::Internal, format!("setting up client.admin: {e}"))
+    };
+    let mut ring = if path.exists() {
+        Keyring::load(path).map_err(fail)?
+    } else {
+        Keyring::default()
+    };
+    if let Some(e) = ring.get(&EntityName::admin()) {
+        return Ok(e.key.clone());
+    }
+    let key = Secret::generate().map_err(fail)?;
+    ring.entries.insert(
+        EntityName::admin(),
+        KeyringEntry {
+            key: key.clone(),
+            caps: Some(Caps::admin()),
+        },
+    );
+    ring.save(path).map_err(fail)?;
+    Ok(key)
 }

@@ -6,8 +6,13 @@
 //! - [`MonError`]: what a caller can act on: the monitor's typed [`ApiError`], or "no monitor
 //!   reachable" with the last cause.
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 use bytes::Bytes;
+use fastblock_auth::request::sign_request;
+use fastblock_auth::{open_blob, EntityName, Secret};
 use fastblock_types::api::*;
+use fastblock_types::auth::{AuthMode, AuthSettings};
 use fastblock_types::map::{Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry};
 use fastblock_types::{Epoch, OsdId, PgId};
 use http_body_util::{BodyExt, Full, Limited};
@@ -51,6 +56,15 @@ impl MonError {
     }
 }
 
+/// An entity's key as received from the monitor (opened).
+#[derive(Clone, Debug)]
+pub struct EntityKey {
+    pub entity: EntityName,
+    pub caps: String,
+    pub generation: u64,
+    pub key: Secret,
+}
+
 /// One attempt's failure: either final, or worth another try (maybe at another endpoint).
 enum Attempt {
     Final(MonError),
@@ -59,6 +73,8 @@ enum Attempt {
 
 pub struct MonClient {
     endpoints: Vec<String>,
+    /// Who signs the calls, with its entity key; `None`: unsigned (auth mode `none`).
+    credentials: Option<(EntityName, Secret)>,
     /// The endpoint that answered last: tried first next time.
     preferred: AtomicUsize,
     http: Client<HttpConnector, Full<Bytes>>,
@@ -84,11 +100,23 @@ impl MonClient {
         connector.set_nodelay(true);
         MonClient {
             endpoints,
+            credentials: None,
             preferred: AtomicUsize::new(0),
             http: Client::builder(TokioExecutor::new()).build(connector),
             deadline: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),
         }
+    }
+
+    /// Signs every call as `entity` with its entity key (`docs/mon-api.md`,
+    /// "Authentication").
+    pub fn with_credentials(mut self, entity: EntityName, key: Secret) -> Self {
+        self.credentials = Some((entity, key));
+        self
+    }
+
+    pub fn credentials(&self) -> Option<&(EntityName, Secret)> {
+        self.credentials.as_ref()
     }
 
     /// How long retryable failures are retried before giving up.
@@ -114,6 +142,16 @@ impl MonClient {
             .uri(format!("http://{endpoint}{path}"));
         if body.is_some() {
             req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        // Signed per attempt: each carries a fresh nonce and the current time, so a retry is
+        // not refused as a replay of the first attempt.
+        if let Some((entity, key)) = &self.credentials {
+            let body_bytes: &[u8] = body.as_deref().unwrap_or(&[]);
+            let signed = sign_request(entity, key, method.as_str(), path, body_bytes, now_unix_s())
+                .map_err(|e| Attempt::Final(protocol(endpoint, e.to_string())))?;
+            for (name, value) in signed.pairs() {
+                req = req.header(name, value);
+            }
         }
         let req = req
             .body(Full::new(body.clone().unwrap_or_default()))
@@ -380,6 +418,104 @@ impl MonClient {
         self.get("/v1/reclaim").await
     }
 
+    /// The key table (admin).
+    pub async fn auth_list(&self) -> Result<Vec<AuthEntityInfo>, MonError> {
+        self.get("/v1/auth").await
+    }
+
+    /// Creates `entity` with `caps`; returns it with its new key.
+    pub async fn auth_add(&self, entity: &str, caps: &str) -> Result<EntityKey, MonError> {
+        let r: AuthKeyResponse = self
+            .post(
+                "/v1/auth",
+                &AuthAddRequest {
+                    entity: entity.into(),
+                    caps: caps.into(),
+                },
+            )
+            .await?;
+        self.open_key(r)
+    }
+
+    /// `entity`'s key, created with `caps` if it has none.
+    pub async fn auth_get_or_create(
+        &self,
+        entity: &str,
+        caps: &str,
+    ) -> Result<EntityKey, MonError> {
+        let r: AuthKeyResponse = self
+            .post(
+                &format!("/v1/auth/{entity}/get-or-create"),
+                &AuthCapsRequest { caps: caps.into() },
+            )
+            .await?;
+        self.open_key(r)
+    }
+
+    pub async fn auth_caps(&self, entity: &str, caps: &str) -> Result<AuthEntityInfo, MonError> {
+        self.post(
+            &format!("/v1/auth/{entity}/caps"),
+            &AuthCapsRequest { caps: caps.into() },
+        )
+        .await
+    }
+
+    /// Gives `entity` a new key (the old one stops working).
+    pub async fn auth_rotate(&self, entity: &str) -> Result<EntityKey, MonError> {
+        let r: AuthKeyResponse = self.post(&format!("/v1/auth/{entity}/rotate"), &()).await?;
+        self.open_key(r)
+    }
+
+    pub async fn auth_rm(&self, entity: &str) -> Result<Epoch, MonError> {
+        let r: EpochResponse = self
+            .call(Method::DELETE, &format!("/v1/auth/{entity}"), None::<&()>)
+            .await?;
+        Ok(r.epoch)
+    }
+
+    pub async fn auth_set_mode(&self, mode: AuthMode) -> Result<AuthSettings, MonError> {
+        self.call(
+            Method::PUT,
+            "/v1/auth/mode",
+            Some(&AuthModeRequest { mode }),
+        )
+        .await
+    }
+
+    /// Every entity's data key, sealed for the calling OSD (open it with
+    /// `KeyTable::from_response` and the OSD's own key).
+    pub async fn auth_data_keys(&self) -> Result<AuthDataKeysResponse, MonError> {
+        self.get("/v1/auth/data-keys").await
+    }
+
+    /// Opens a key the monitor sealed for this client's key (or sent in clear in mode none).
+    fn open_key(&self, r: AuthKeyResponse) -> Result<EntityKey, MonError> {
+        let endpoint = self.endpoints.join(",");
+        let bad = |what: String| protocol(&endpoint, format!("key of {}: {what}", r.entity));
+        let entity: EntityName = r.entity.parse().map_err(|e| bad(format!("{e}")))?;
+        let key = match (&r.key, &self.credentials) {
+            (Some(clear), _) => Secret::from_base64(clear).map_err(|e| bad(e.to_string()))?,
+            (None, Some((_, own))) => {
+                let sealed = STANDARD
+                    .decode(&r.sealed_key)
+                    .map_err(|e| bad(e.to_string()))?;
+                let plain = open_blob(own, &sealed).map_err(|e| bad(e.to_string()))?;
+                let bytes: [u8; 32] = plain
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| bad(format!("{} bytes", plain.len())))?;
+                Secret::from_bytes(bytes)
+            }
+            (None, None) => return Err(bad("sealed, and this client has no key".into())),
+        };
+        Ok(EntityKey {
+            entity,
+            caps: r.caps,
+            generation: r.generation,
+            key,
+        })
+    }
+
     /// A PG leader confirms that reclaim entry `id`'s range is deleted from `pg`.
     pub async fn reclaim_pg_done(
         &self,
@@ -388,6 +524,13 @@ impl MonClient {
     ) -> Result<ReclaimPgDoneResponse, MonError> {
         self.post(&format!("/v1/reclaim/{id}/pgs/{pg}"), &()).await
     }
+}
+
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 fn protocol(endpoint: &str, detail: String) -> MonError {

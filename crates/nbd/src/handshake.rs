@@ -1,12 +1,20 @@
 //! The handshake phase on a connection: greeting, client flags, then option haggling until
-//! the client picks an export (`GO` or `EXPORT_NAME`), aborts, or goes away. Parsing and
-//! encoding are the sans-IO `option` and `option_reply`; this module reads, decides and
-//! writes.
+//! the client picks an export (`GO` or `EXPORT_NAME`), aborts, goes away, or asks for TLS
+//! (`STARTTLS`). Parsing and encoding are the sans-IO `option` and `option_reply`, the TLS
+//! gate and the allow lists the sans-IO `access`; this module reads, decides and writes.
+//!
+//! TLS: on `STARTTLS` the server acknowledges, and [`Handshake::run`] returns
+//! [`Outcome::StartTls`]; the caller runs the TLS handshake on the same socket, calls
+//! [`Handshake::on_tls`], and runs the handshake again on the TLS stream, where haggling goes
+//! on. What was negotiated in the clear (structured replies, a metadata context) is forgotten
+//! then: a man in the middle could have chosen it.
 //!
 //! Limits: each option payload is read only if it is at most `OPTION_BYTES_MAX` (larger ones
 //! are skipped and answered `NBD_REP_ERR_TOO_BIG`, absurd ones disconnect), and a connection
-//! gets `OPTIONS_PER_CONNECTION_MAX` options. The caller bounds the whole phase by a timeout.
+//! gets `OPTIONS_PER_CONNECTION_MAX` options, before and after TLS together. The caller bounds
+//! the whole phase by a timeout.
 
+use crate::access::{gate, AllowList, Gate, Peer, TlsMode};
 use crate::backend::{Export, ExportError, Exports};
 use crate::consts::*;
 use crate::option::{meta_contexts, parse_client_flags, parse_option, ClientOption};
@@ -26,6 +34,8 @@ pub enum Outcome<X> {
     },
     /// The client aborted or closed the connection cleanly.
     Closed,
+    /// `STARTTLS` was acknowledged: the next bytes are the client's TLS handshake.
+    StartTls,
 }
 
 /// Why the server ends a connection during the handshake (a hard disconnect).
@@ -64,78 +74,278 @@ impl State {
     }
 }
 
-/// Runs the handshake on `reader`/`writer` (the two halves of one connection).
-pub async fn negotiate<R, W, E>(
-    reader: &mut R,
-    writer: &mut W,
-    exports: &E,
-) -> Result<Outcome<E::Export>, HandshakeError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-    E: Exports,
-{
-    let mut buf = BytesMut::with_capacity(256);
-    out::put_greeting(&mut buf);
-    send(writer, &mut buf).await?;
-    let mut flags = [0u8; 4];
-    if !read_or_eof(reader, &mut flags).await? {
-        return Ok(Outcome::Closed);
-    }
-    let mut state = State {
-        no_zeroes: parse_client_flags(&flags)?,
-        ..State::default()
-    };
-    for _ in 0..OPTIONS_PER_CONNECTION_MAX {
-        let mut header = [0u8; OPTION_HEADER_BYTES];
-        if !read_or_eof(reader, &mut header).await? {
-            return Ok(Outcome::Closed);
+/// Who may do what on this server: the TLS mode and the allow lists.
+#[derive(Clone, Copy)]
+pub struct Policy<'a> {
+    pub tls: TlsMode,
+    pub allow: &'a AllowList,
+}
+
+/// The handshake of one connection, kept across the TLS upgrade.
+pub struct Handshake<'a, E> {
+    exports: &'a E,
+    policy: Policy<'a>,
+    peer: Peer,
+    /// How the connection is named in log lines.
+    label: &'a str,
+    state: State,
+    greeted: bool,
+    tls_active: bool,
+    options_used: u32,
+    /// A refusal was logged: one line per connection, not one per option (qemu sends three
+    /// before giving up).
+    refusal_logged: bool,
+}
+
+impl<'a, E: Exports> Handshake<'a, E> {
+    pub fn new(exports: &'a E, policy: Policy<'a>, peer: Peer, label: &'a str) -> Self {
+        Handshake {
+            exports,
+            policy,
+            peer,
+            label,
+            state: State::default(),
+            greeted: false,
+            tls_active: false,
+            options_used: 0,
+            refusal_logged: false,
         }
-        let header = OptionHeader::parse(&header)?;
-        let Some(payload) = read_payload(reader, writer, &header, &mut buf).await? else {
-            continue;
+    }
+
+    /// The TLS handshake after `STARTTLS` succeeded, with the verified client certificate's
+    /// common name (if the server asks for one). Haggling restarts from a clean state.
+    pub fn on_tls(&mut self, common_name: Option<String>) {
+        assert!(!self.tls_active, "STARTTLS is acknowledged once");
+        self.tls_active = true;
+        self.peer.common_name = common_name;
+        self.state = State {
+            no_zeroes: self.state.no_zeroes,
+            ..State::default()
         };
-        let option = match parse_option(header.option, &payload) {
-            Ok(option) => option,
-            Err(OptionError::Invalid { why, .. }) if header.option == OPT_EXPORT_NAME => {
+    }
+
+    /// Runs option haggling on `io` until it ends (or TLS is to start).
+    pub async fn run<S>(&mut self, io: &mut S) -> Result<Outcome<E::Export>, HandshakeError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut buf = BytesMut::with_capacity(256);
+        if !self.greeted {
+            self.greeted = true;
+            out::put_greeting(&mut buf);
+            send(io, &mut buf).await?;
+            let mut flags = [0u8; 4];
+            if !read_or_eof(io, &mut flags).await? {
+                return Ok(Outcome::Closed);
+            }
+            self.state.no_zeroes = parse_client_flags(&flags)?;
+        }
+        while self.options_used < OPTIONS_PER_CONNECTION_MAX {
+            self.options_used += 1;
+            let mut header = [0u8; OPTION_HEADER_BYTES];
+            if !read_or_eof(io, &mut header).await? {
+                return Ok(Outcome::Closed);
+            }
+            let header = OptionHeader::parse(&header)?;
+            let Some(payload) = read_payload(io, &header, &mut buf).await? else {
+                continue;
+            };
+            let done = self.on_option_bytes(&header, &payload, &mut buf).await?;
+            send(io, &mut buf).await?;
+            if let Some(outcome) = done {
+                return Ok(outcome);
+            }
+        }
+        Err(HandshakeError::TooManyOptions)
+    }
+
+    /// The TLS gate, then the option itself.
+    async fn on_option_bytes(
+        &mut self,
+        header: &OptionHeader,
+        payload: &[u8],
+        buf: &mut BytesMut,
+    ) -> Result<Option<Outcome<E::Export>>, HandshakeError> {
+        let code = header.option;
+        match gate(self.policy.tls, self.tls_active, code) {
+            Gate::Proceed => {}
+            Gate::TlsRequired => {
+                let why = "TLS is required (--tls require): send NBD_OPT_STARTTLS first";
+                tracing::warn!(
+                    peer = self.label,
+                    "option {code} refused: {why}; replied NBD_REP_ERR_TLS_REQD"
+                );
+                out::put_error(buf, code, REP_ERR_TLS_REQD, why);
+                return Ok(None);
+            }
+            Gate::Disconnect => {
                 return Err(HandshakeError::ExportName {
-                    name: String::from_utf8_lossy(&payload).into_owned(),
+                    name: String::from_utf8_lossy(payload).into_owned(),
+                    why: "TLS is required (--tls require) and EXPORT_NAME cannot carry \
+                          NBD_REP_ERR_TLS_REQD: disconnecting"
+                        .into(),
+                })
+            }
+            Gate::RefuseStartTls(reply) => {
+                let why = if reply == REP_ERR_INVALID {
+                    "TLS is already running"
+                } else {
+                    "this server does not offer TLS (--tls off)"
+                };
+                out::put_error(buf, code, reply, why);
+                return Ok(None);
+            }
+            Gate::StartTls if !payload.is_empty() => {
+                out::put_error(buf, code, REP_ERR_INVALID, "STARTTLS carries no data");
+                return Ok(None);
+            }
+            Gate::StartTls => {
+                out::put_ack(buf, code);
+                return Ok(Some(Outcome::StartTls));
+            }
+        }
+        let option = match parse_option(code, payload) {
+            Ok(option) => option,
+            Err(OptionError::Invalid { why, .. }) if code == OPT_EXPORT_NAME => {
+                return Err(HandshakeError::ExportName {
+                    name: String::from_utf8_lossy(payload).into_owned(),
                     why,
                 })
             }
             Err(OptionError::Invalid { why, .. }) => {
-                out::put_error(&mut buf, header.option, REP_ERR_INVALID, &why);
-                send(writer, &mut buf).await?;
-                continue;
+                out::put_error(buf, code, REP_ERR_INVALID, &why);
+                return Ok(None);
             }
             Err(e) => return Err(e.into()),
         };
-        let done = on_option(option, header.option, &mut state, exports, &mut buf).await?;
-        send(writer, &mut buf).await?;
-        if let Some(outcome) = done {
-            return Ok(outcome);
-        }
+        self.on_option(option, code, buf).await
     }
-    Err(HandshakeError::TooManyOptions)
+
+    /// Whether the allow lists let this client use `name`; logs the (first) refusal if not.
+    fn allowed(&mut self, code: u32, name: &str) -> bool {
+        let allowed = self.policy.allow.allows(name, &self.peer);
+        if !allowed && !std::mem::replace(&mut self.refusal_logged, true) {
+            let reply = if code == OPT_EXPORT_NAME {
+                "disconnected (EXPORT_NAME cannot carry an error)"
+            } else {
+                "replied NBD_REP_ERR_POLICY"
+            };
+            tracing::warn!(
+                peer = self.label,
+                common_name = ?self.peer.common_name,
+                "option {code} for export {name:?} refused: the client is not on its allow list; {reply}"
+            );
+        }
+        allowed
+    }
+
+    /// Acts on one parsed option: appends its replies to `buf`; returns how haggling ends, if
+    /// it does.
+    async fn on_option(
+        &mut self,
+        option: ClientOption,
+        code: u32,
+        buf: &mut BytesMut,
+    ) -> Result<Option<Outcome<E::Export>>, HandshakeError> {
+        match option {
+            ClientOption::ExportName(name) => {
+                if !self.allowed(code, &name) {
+                    return Err(HandshakeError::ExportName {
+                        name,
+                        why: NOT_ALLOWED.into(),
+                    });
+                }
+                let export =
+                    self.exports
+                        .open(&name)
+                        .await
+                        .map_err(|e| HandshakeError::ExportName {
+                            name: name.clone(),
+                            why: e.to_string(),
+                        })?;
+                let negotiated = self.state.negotiated(&name, export.size_bytes());
+                let flags = out::transmission_flags(negotiated.structured);
+                let no_zeroes = self.state.no_zeroes;
+                out::put_export_name_answer(buf, negotiated.size_bytes, flags, no_zeroes);
+                return Ok(Some(Outcome::Transmission {
+                    name,
+                    export,
+                    negotiated,
+                }));
+            }
+            ClientOption::Abort => {
+                out::put_ack(buf, code);
+                return Ok(Some(Outcome::Closed));
+            }
+            ClientOption::List => match self.exports.list().await {
+                Ok(names) => {
+                    let allow = self.policy.allow;
+                    for name in names.iter().filter(|n| allow.allows(n, &self.peer)) {
+                        out::put_server(buf, name);
+                    }
+                    out::put_ack(buf, code);
+                }
+                Err(e) => out::put_error(buf, code, REP_ERR_POLICY, &e.to_string()),
+            },
+            // The gate answered STARTTLS before parsing.
+            ClientOption::StartTls => unreachable!("STARTTLS is handled by the TLS gate"),
+            ClientOption::StructuredReply => {
+                self.state.structured = true;
+                out::put_ack(buf, code);
+            }
+            ClientOption::Info { go, name, requests } => {
+                if !self.allowed(code, &name) {
+                    out::put_error(buf, code, REP_ERR_POLICY, NOT_ALLOWED);
+                    return Ok(None);
+                }
+                return on_info(go, name, &requests, code, &self.state, self.exports, buf).await;
+            }
+            ClientOption::MetaContext { set, name, queries } => {
+                if !self.allowed(code, &name) {
+                    out::put_error(buf, code, REP_ERR_POLICY, NOT_ALLOWED);
+                    return Ok(None);
+                }
+                on_meta_context(
+                    set,
+                    name,
+                    &queries,
+                    code,
+                    &mut self.state,
+                    self.exports,
+                    buf,
+                )
+                .await
+            }
+            ClientOption::Unknown(other) => out::put_error(
+                buf,
+                code,
+                REP_ERR_UNSUP,
+                &format!("option {other} is not supported"),
+            ),
+        }
+        Ok(None)
+    }
 }
+
+/// The message of a refusal by the allow lists (the same whether the export exists or not,
+/// so that a refused client learns nothing about which images exist).
+const NOT_ALLOWED: &str = "this client is not on the export's allow list";
 
 /// Reads an option's payload, or skips an oversized one (answering `TOO_BIG`) and returns
 /// `None`.
-async fn read_payload<R, W>(
-    reader: &mut R,
-    writer: &mut W,
+async fn read_payload<S>(
+    io: &mut S,
     header: &OptionHeader,
     buf: &mut BytesMut,
 ) -> Result<Option<Vec<u8>>, HandshakeError>
 where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     if header.length > OPTION_SKIP_BYTES_MAX {
         return Err(HandshakeError::OptionTooLarge(header.length));
     }
     if header.length > OPTION_BYTES_MAX {
-        skip(reader, u64::from(header.length)).await?;
+        skip(io, u64::from(header.length)).await?;
         if header.option == OPT_EXPORT_NAME {
             return Err(HandshakeError::ExportName {
                 name: String::new(),
@@ -144,75 +354,12 @@ where
         }
         let why = format!("option payload over {OPTION_BYTES_MAX} bytes");
         out::put_error(buf, header.option, REP_ERR_TOO_BIG, &why);
-        send(writer, buf).await?;
+        send(io, buf).await?;
         return Ok(None);
     }
     let mut payload = vec![0u8; header.length as usize];
-    reader.read_exact(&mut payload).await?;
+    io.read_exact(&mut payload).await?;
     Ok(Some(payload))
-}
-
-/// Acts on one parsed option: appends its replies to `buf`; returns how haggling ends, if it
-/// does.
-async fn on_option<E: Exports>(
-    option: ClientOption,
-    code: u32,
-    state: &mut State,
-    exports: &E,
-    buf: &mut BytesMut,
-) -> Result<Option<Outcome<E::Export>>, HandshakeError> {
-    match option {
-        ClientOption::ExportName(name) => {
-            let export = exports
-                .open(&name)
-                .await
-                .map_err(|e| HandshakeError::ExportName {
-                    name: name.clone(),
-                    why: e.to_string(),
-                })?;
-            let negotiated = state.negotiated(&name, export.size_bytes());
-            let flags = out::transmission_flags(negotiated.structured);
-            out::put_export_name_answer(buf, negotiated.size_bytes, flags, state.no_zeroes);
-            return Ok(Some(Outcome::Transmission {
-                name,
-                export,
-                negotiated,
-            }));
-        }
-        ClientOption::Abort => {
-            out::put_ack(buf, code);
-            return Ok(Some(Outcome::Closed));
-        }
-        ClientOption::List => match exports.list().await {
-            Ok(names) => {
-                for name in names {
-                    out::put_server(buf, &name);
-                }
-                out::put_ack(buf, code);
-            }
-            Err(e) => out::put_error(buf, code, REP_ERR_POLICY, &e.to_string()),
-        },
-        ClientOption::StartTls => {
-            out::put_error(buf, code, REP_ERR_UNSUP, "this server does not offer TLS")
-        }
-        ClientOption::StructuredReply => {
-            state.structured = true;
-            out::put_ack(buf, code);
-        }
-        ClientOption::Info { go, name, requests } => {
-            return on_info(go, name, &requests, code, state, exports, buf).await;
-        }
-        ClientOption::MetaContext { set, name, queries } => {
-            on_meta_context(set, name, &queries, code, state, exports, buf).await
-        }
-        ClientOption::Unknown(other) => out::put_error(
-            buf,
-            code,
-            REP_ERR_UNSUP,
-            &format!("option {other} is not supported"),
-        ),
-    }
-    Ok(None)
 }
 
 /// `INFO` and `GO`: describe the export (size and flags always, block sizes always, name and
@@ -222,7 +369,7 @@ async fn on_info<E: Exports>(
     name: String,
     requests: &[u16],
     code: u32,
-    state: &mut State,
+    state: &State,
     exports: &E,
     buf: &mut BytesMut,
 ) -> Result<Option<Outcome<E::Export>>, HandshakeError> {

@@ -14,10 +14,14 @@
 //! - [`reply`]: simple replies and structured chunks (data, holes, block status, errors).
 //! - [`extents`]: zero-block runs of read data, `base:allocation` descriptors.
 //! - [`backend`]: the [`backend::Exports`] / [`backend::Export`] traits the server serves.
+//! - [`access`]: the TLS mode, the gate it puts before every option, the allow lists.
+//! - `cert_name`: the subject common name of a client certificate (for the allow lists).
 //! - `fuzzing` (hidden): the parser properties shared by the fuzz target and a property test.
 //!
 //! With feature `server` (default; tokio and the client library):
-//! - [`handshake`]: option haggling on a connection.
+//! - [`handshake`]: option haggling on a connection, across the `STARTTLS` upgrade.
+//! - [`tls`]: TLS credentials (qemu's x509 directory layout) and the TLS handshake.
+//! - [`certs`]: `gen-certs`, a CA with server and client certificates in that layout.
 //! - [`transmission`]: the request loop: admission limits, one task per request, the reply
 //!   writer.
 //! - `execute`: one request against an export.
@@ -40,7 +44,10 @@
 //! Must not depend on: the OSD, the monitor or the wire protocol directly; the cluster is
 //! reached only through `fastblock-client`.
 
+pub mod access;
 mod be;
+#[cfg(feature = "server")]
+mod cert_name;
 pub mod consts;
 pub mod extents;
 pub mod option;
@@ -52,6 +59,8 @@ pub mod backend;
 #[doc(hidden)]
 pub mod fuzzing;
 
+#[cfg(feature = "server")]
+pub mod certs;
 #[cfg(feature = "server")]
 pub mod cluster;
 #[cfg(feature = "server")]
@@ -68,6 +77,8 @@ pub mod memory;
 pub mod server;
 #[cfg(all(feature = "server", any(test, feature = "test-util")))]
 pub mod testing;
+#[cfg(feature = "server")]
+pub mod tls;
 #[cfg(feature = "server")]
 pub mod transmission;
 

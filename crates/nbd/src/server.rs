@@ -1,9 +1,11 @@
-//! The listeners (TCP and a Unix socket), one task per connection (handshake, then
-//! transmission), and shutdown: stop accepting, let every connection finish the requests it
-//! admitted, close.
+//! The listeners (TCP and a Unix socket), one task per connection (handshake, the TLS upgrade
+//! if the client asks for it, then transmission), and shutdown: stop accepting, let every
+//! connection finish the requests it admitted, close.
 
+use crate::access::{AllowList, Peer, TlsMode};
 use crate::backend::Exports;
-use crate::handshake::{negotiate, Outcome};
+use crate::handshake::{Handshake, Outcome, Policy};
+use crate::tls::TlsCredentials;
 use crate::transmission::{serve, Limits};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -28,6 +30,13 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// Connections served at once; more are accepted and closed at once.
     pub connections_max: usize,
+    /// Whether TLS is offered (`On`) or required (`Require`); needs `tls_credentials`.
+    pub tls_mode: TlsMode,
+    pub tls_credentials: Option<TlsCredentials>,
+    /// Limit of the TLS handshake after `STARTTLS` (inside the handshake limit).
+    pub tls_handshake_timeout: Duration,
+    /// Per-export allow lists (`docs/nbd.md`, "Allow lists").
+    pub allow: AllowList,
 }
 
 impl Default for ServerConfig {
@@ -38,6 +47,10 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             handshake_timeout: Duration::from_secs(30),
             connections_max: 1024,
+            tls_mode: TlsMode::Off,
+            tls_credentials: None,
+            tls_handshake_timeout: Duration::from_secs(10),
+            allow: AllowList::default(),
         }
     }
 }
@@ -51,6 +64,15 @@ pub enum ServerError {
     },
     #[error("no listener configured (neither TCP nor a Unix socket)")]
     NoListener,
+    #[error("--tls {0} needs TLS credentials (--tls-creds DIR)")]
+    NoTlsCredentials(TlsMode),
+    #[error("TLS credentials are loaded but the TLS mode is off (use --tls on or require)")]
+    UnusedTlsCredentials,
+    #[error(
+        "an allow list names a client certificate, but client certificates are not verified \
+         (--tls on|require with --tls-verify-peer)"
+    )]
+    UnverifiedCommonNames,
 }
 
 /// A bound server. [`Server::run`] serves until its shutdown future completes.
@@ -67,6 +89,15 @@ impl<E: Exports> Server<E> {
     pub async fn bind(config: ServerConfig, exports: E) -> Result<Server<E>, ServerError> {
         if config.tcp.is_none() && config.unix.is_none() {
             return Err(ServerError::NoListener);
+        }
+        config.check_tls()?;
+        if let Some(addr) = config.tcp {
+            if !addr.ip().is_loopback() && config.tls_mode != TlsMode::Require {
+                tracing::warn!(
+                    "listening on {addr}, which is not a loopback address, without --tls \
+                     require: anyone who can reach it can read and write every image"
+                );
+            }
         }
         let tcp = match config.tcp {
             Some(addr) => {
@@ -115,15 +146,15 @@ impl<E: Exports> Server<E> {
                 accepted = accept_tcp(self.tcp.as_ref()) => match accepted {
                     Ok((stream, peer)) => {
                         let _ = stream.set_nodelay(true);
-                        let (r, w) = stream.into_split();
-                        self.spawn(&mut connections, r, w, peer.to_string(), &stop_rx);
+                        let who = Peer { addr: Some(peer.ip()), common_name: None };
+                        self.spawn(&mut connections, stream, who, peer.to_string(), &stop_rx);
                     }
                     Err(e) => accept_failed(e).await,
                 },
                 accepted = accept_unix(self.unix.as_ref()) => match accepted {
                     Ok(stream) => {
-                        let (r, w) = stream.into_split();
-                        self.spawn(&mut connections, r, w, "unix".into(), &stop_rx);
+                        let who = Peer::default();
+                        self.spawn(&mut connections, stream, who, "unix".into(), &stop_rx);
                     }
                     Err(e) => accept_failed(e).await,
                 },
@@ -141,65 +172,174 @@ impl<E: Exports> Server<E> {
         tracing::info!("all connections closed");
     }
 
-    fn spawn<R, W>(
+    fn spawn<S: Stream>(
         &self,
         connections: &mut JoinSet<()>,
-        reader: R,
-        writer: W,
-        peer: String,
+        stream: S,
+        peer: Peer,
+        label: String,
         stop: &watch::Receiver<bool>,
-    ) where
-        R: AsyncRead + Unpin + Send + 'static,
-        W: AsyncWrite + Unpin + Send + 'static,
-    {
+    ) {
         if connections.len() >= self.config.connections_max {
-            tracing::warn!(%peer, "connection limit reached; closing the new connection");
+            tracing::warn!(peer = %label, "connection limit reached; closing the new connection");
             return;
         }
         let exports = self.exports.clone();
         let config = self.config.clone();
         let stop = stop.clone();
         connections.spawn(async move {
-            match connection(reader, writer, &*exports, &config, stop).await {
-                Ok(()) => tracing::debug!(%peer, "connection closed"),
-                Err(e) => tracing::warn!(%peer, "connection ended: {e}"),
+            match connection(stream, peer, &label, &*exports, &config, stop).await {
+                Ok(()) => tracing::debug!(peer = %label, "connection closed"),
+                Err(e) => tracing::warn!(peer = %label, "connection ended: {e}"),
             }
         });
     }
 }
 
-/// One connection: handshake (bounded by the timeout, abandoned at shutdown), then
-/// transmission.
-pub async fn connection<R, W, E>(
-    mut reader: R,
-    mut writer: W,
+impl ServerConfig {
+    /// The TLS settings must be usable as given: a mode that offers TLS has credentials,
+    /// loaded credentials are used, and a common name in an allow list can match (client
+    /// certificates are verified). [`Server::bind`] checks this too.
+    pub fn check_tls(&self) -> Result<(), ServerError> {
+        check_tls(self)
+    }
+}
+
+fn check_tls(config: &ServerConfig) -> Result<(), ServerError> {
+    match (config.tls_mode, &config.tls_credentials) {
+        (TlsMode::On | TlsMode::Require, None) => {
+            return Err(ServerError::NoTlsCredentials(config.tls_mode))
+        }
+        (TlsMode::Off, Some(_)) => return Err(ServerError::UnusedTlsCredentials),
+        _ => {}
+    }
+    let verified = config
+        .tls_credentials
+        .as_ref()
+        .is_some_and(|c| c.verify_peer());
+    if config.allow.names_common_names() && !verified {
+        return Err(ServerError::UnverifiedCommonNames);
+    }
+    Ok(())
+}
+
+/// A connected socket: read and written during the handshake, split in two for transmission
+/// (the reader task and the reply writer).
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    type Read: AsyncRead + Unpin + Send + 'static;
+    type Write: AsyncWrite + Unpin + Send + 'static;
+    fn into_halves(self) -> (Self::Read, Self::Write);
+}
+
+impl Stream for tokio::net::TcpStream {
+    type Read = tokio::net::tcp::OwnedReadHalf;
+    type Write = tokio::net::tcp::OwnedWriteHalf;
+    fn into_halves(self) -> (Self::Read, Self::Write) {
+        self.into_split()
+    }
+}
+
+impl Stream for tokio::net::UnixStream {
+    type Read = tokio::net::unix::OwnedReadHalf;
+    type Write = tokio::net::unix::OwnedWriteHalf;
+    fn into_halves(self) -> (Self::Read, Self::Write) {
+        self.into_split()
+    }
+}
+
+/// A TLS session is one state machine for both directions, so its halves share it (a lock).
+impl<S: Stream> Stream for tokio_rustls::server::TlsStream<S> {
+    type Read = tokio::io::ReadHalf<Self>;
+    type Write = tokio::io::WriteHalf<Self>;
+    fn into_halves(self) -> (Self::Read, Self::Write) {
+        tokio::io::split(self)
+    }
+}
+
+/// One connection: handshake with the TLS upgrade (bounded by the timeout, abandoned at
+/// shutdown), then transmission.
+pub async fn connection<S, E>(
+    stream: S,
+    peer: Peer,
+    label: &str,
     exports: &E,
     config: &ServerConfig,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String>
 where
-    R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
+    S: Stream,
     E: Exports,
 {
-    let handshake = tokio::time::timeout(
+    let policy = Policy {
+        tls: config.tls_mode,
+        allow: &config.allow,
+    };
+    let mut handshake = Handshake::new(exports, policy, peer, label);
+    let phase = tokio::time::timeout(
         config.handshake_timeout,
-        negotiate(&mut reader, &mut writer, exports),
+        handshake_phase(stream, &mut handshake, config),
     );
-    let outcome = tokio::select! {
+    let ended = tokio::select! {
         _ = stop.wait_for(|s| *s) => return Ok(()),
-        outcome = handshake => outcome,
+        ended = phase => ended,
     };
-    let outcome = match outcome {
-        Err(_) => {
-            return Err(format!(
-                "handshake timeout ({:?})",
-                config.handshake_timeout
-            ))
-        }
-        Ok(Err(e)) => return Err(format!("handshake: {e}")),
-        Ok(Ok(outcome)) => outcome,
-    };
+    let ended = ended.map_err(|_| format!("handshake timeout ({:?})", config.handshake_timeout))?;
+    match ended? {
+        Haggled::Plain(stream, outcome) => transmit(stream, outcome, config, stop).await,
+        Haggled::Tls(stream, outcome) => transmit(*stream, outcome, config, stop).await,
+    }
+}
+
+/// How option haggling ended, on which stream.
+enum Haggled<S: Stream, X> {
+    Plain(S, Outcome<X>),
+    /// Boxed: the TLS session state is over a kilobyte, and lives as long as the connection.
+    Tls(Box<tokio_rustls::server::TlsStream<S>>, Outcome<X>),
+}
+
+async fn handshake_phase<S: Stream, E: Exports>(
+    mut stream: S,
+    handshake: &mut Handshake<'_, E>,
+    config: &ServerConfig,
+) -> Result<Haggled<S, E::Export>, String> {
+    let outcome = handshake
+        .run(&mut stream)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    if !matches!(outcome, Outcome::StartTls) {
+        return Ok(Haggled::Plain(stream, outcome));
+    }
+    // `check_tls` made sure that a mode offering STARTTLS has credentials.
+    let credentials = config
+        .tls_credentials
+        .as_ref()
+        .ok_or("STARTTLS acknowledged without TLS credentials")?;
+    let accepted = tokio::time::timeout(config.tls_handshake_timeout, credentials.accept(stream))
+        .await
+        .map_err(|_| {
+            format!(
+                "TLS handshake timeout ({:?}) after NBD_OPT_STARTTLS",
+                config.tls_handshake_timeout
+            )
+        })?
+        .map_err(|e| format!("TLS handshake failed after NBD_OPT_STARTTLS: {e}"))?;
+    tracing::debug!(common_name = ?accepted.common_name, "TLS established");
+    handshake.on_tls(accepted.common_name);
+    let mut stream = accepted.stream;
+    let outcome = handshake
+        .run(&mut stream)
+        .await
+        .map_err(|e| format!("handshake (in TLS): {e}"))?;
+    Ok(Haggled::Tls(Box::new(stream), outcome))
+}
+
+/// Transmission on `stream`, if haggling chose an export.
+async fn transmit<S: Stream, X: crate::backend::Export>(
+    stream: S,
+    outcome: Outcome<X>,
+    config: &ServerConfig,
+    stop: watch::Receiver<bool>,
+) -> Result<(), String> {
     let Outcome::Transmission {
         name,
         export,
@@ -209,6 +349,7 @@ where
         return Ok(());
     };
     tracing::debug!(export = %name, structured = negotiated.structured, "transmission");
+    let (reader, writer) = stream.into_halves();
     serve(reader, writer, export, negotiated, config.limits, stop)
         .await
         .map_err(|e| format!("export {name}: {e}"))

@@ -8,9 +8,13 @@
 use crate::consts::*;
 use crate::memory::{MemoryExport, MemoryExports};
 use crate::{Limits, Server, ServerConfig};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -28,9 +32,17 @@ pub struct TestServer {
 impl TestServer {
     pub async fn start(exports: MemoryExports, limits: Limits) -> TestServer {
         let config = ServerConfig {
-            tcp: Some("127.0.0.1:0".parse().unwrap()),
             limits,
             ..ServerConfig::default()
+        };
+        TestServer::start_with(exports, config).await
+    }
+
+    /// A server with `config` (its TCP address replaced by an ephemeral port on 127.0.0.1).
+    pub async fn start_with(exports: MemoryExports, config: ServerConfig) -> TestServer {
+        let config = ServerConfig {
+            tcp: Some("127.0.0.1:0".parse().unwrap()),
+            ..config
         };
         let server = Server::bind(config, exports.clone()).await.unwrap();
         let addr = server.tcp_addr().unwrap();
@@ -86,8 +98,56 @@ pub struct Chunk {
     pub payload: Vec<u8>,
 }
 
+/// A byte stream the raw client talks over: TCP, or TLS over TCP after `STARTTLS`.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
 pub struct RawClient {
-    pub stream: TcpStream,
+    pub stream: Box<dyn Io>,
+}
+
+/// A directory removed on drop (certificates for TLS tests).
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("fbnbd-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A TLS client configuration from a client directory of `gen-certs` (`ca-cert.pem`, and
+/// `client-cert.pem` with `client-key.pem` when `with_certificate`).
+pub fn tls_client_config(dir: &Path, with_certificate: bool) -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(dir.join("ca-cert.pem")).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = if with_certificate {
+        let chain = CertificateDer::pem_file_iter(dir.join("client-cert.pem"))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(dir.join("client-key.pem")).unwrap();
+        builder.with_client_auth_cert(chain, key).unwrap()
+    } else {
+        builder.with_no_client_auth()
+    };
+    Arc::new(config)
 }
 
 /// Whether a TCP connect to `addr` succeeds now (to wait for a server process).
@@ -105,7 +165,9 @@ impl RawClient {
             .await
             .unwrap()
             .unwrap();
-        let mut c = RawClient { stream };
+        let mut c = RawClient {
+            stream: Box::new(stream),
+        };
         let greeting = c.read(18).await;
         assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
         assert_eq!(&greeting[16..], &[0, 3], "fixed newstyle and no zeroes");
@@ -117,6 +179,35 @@ impl RawClient {
         let mut c = RawClient::connect_raw(addr).await;
         c.send(&3u32.to_be_bytes()).await;
         c
+    }
+
+    /// `STARTTLS`, which must be acknowledged, then the TLS handshake as a client of
+    /// `server_name`. Panics if either fails; see [`RawClient::try_starttls`].
+    pub async fn starttls(self, config: Arc<rustls::ClientConfig>, server_name: &str) -> RawClient {
+        self.try_starttls(config, server_name)
+            .await
+            .expect("TLS handshake")
+    }
+
+    /// As [`RawClient::starttls`], returning the TLS handshake's error.
+    pub async fn try_starttls(
+        mut self,
+        config: Arc<rustls::ClientConfig>,
+        server_name: &str,
+    ) -> std::io::Result<RawClient> {
+        let reply = self.option(OPT_STARTTLS, &[]).await;
+        assert_eq!(reply[0].kind, REP_ACK, "STARTTLS acknowledged");
+        let name = ServerName::try_from(server_name.to_owned()).unwrap();
+        let connector = tokio_rustls::TlsConnector::from(config);
+        let mut stream = tokio::time::timeout(TIMEOUT, connector.connect(name, self.stream))
+            .await
+            .expect("TLS handshake in time")?;
+        // With TLS 1.3 the server checks the client's certificate after the client's side of
+        // the handshake is done, so a refused certificate shows on the first read instead.
+        stream.flush().await?;
+        Ok(RawClient {
+            stream: Box::new(stream),
+        })
     }
 
     pub async fn send(&mut self, bytes: &[u8]) {

@@ -5,6 +5,7 @@
 //! with an error naming it (`docs/design/osd.md`, "Supervision").
 
 use crate::identity::Identity;
+use crate::keys::SharedKeyTable;
 use crate::metrics::Metrics;
 use crate::shard::{self, ShardCommand, ShardEvent, ShardHandle, ShardSpec};
 use anyhow::{bail, Context, Result};
@@ -50,6 +51,9 @@ pub struct OsdConfig {
     /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:
     /// derived from the geometry).
     pub host_space_reserve_bytes: Option<u64>,
+    /// The OSD's keyring (`--keyring`; default `<data>.keyring`, see [`crate::keys`]): its
+    /// key signs the monitor calls and proves the OSD on its peer links.
+    pub keyring: Option<PathBuf>,
 }
 
 fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -58,12 +62,17 @@ fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
 }
 
 /// Runs the OSD until SIGTERM/SIGINT (Ok) or a fatal error (Err: the process exits non-zero).
-pub async fn run(config: OsdConfig) -> Result<()> {
+pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     let identity = Identity::load(&config.data)?;
     // An older mkfs left data files sparse: allocate them now, or warn.
     crate::space::reserve_data_file(&config.data);
-    let mon =
-        Arc::new(MonClient::new(config.monitors.clone()).with_deadline(Duration::from_secs(60)));
+    let mut mon = MonClient::new(config.monitors.clone()).with_deadline(Duration::from_secs(60));
+    let credentials =
+        crate::keys::osd_credentials(&config.data, config.keyring.as_deref(), identity.id)?;
+    if let Some((entity, key)) = credentials.clone() {
+        mon = mon.with_credentials(entity, key);
+    }
+    let mon = Arc::new(mon);
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let seed = u64::from_le_bytes(identity.uuid_bytes()?[..8].try_into().expect("8 bytes"))
         ^ std::time::SystemTime::now()
@@ -101,6 +110,8 @@ pub async fn run(config: OsdConfig) -> Result<()> {
             ),
             stages: metrics.osd.shard(index),
             host_space_reserve_bytes: config.host_space_reserve_bytes,
+            keys: key_table.clone(),
+            credentials: credentials.clone(),
         };
         shards.push(shard::spawn(spec, listener, events_tx.clone())?);
     }
@@ -135,6 +146,7 @@ pub async fn run(config: OsdConfig) -> Result<()> {
     let mut map_task = tokio::spawn(follow_map(
         mon.clone(),
         shards.iter().map(|s| s.commands.clone()).collect(),
+        key_table,
         map_stop.clone(),
     ));
     let mut hb_task = tokio::spawn(heartbeat(
@@ -250,9 +262,12 @@ async fn until_done<T>(task: &mut Option<JoinHandle<T>>) -> Result<T, tokio::tas
 async fn follow_map(
     mon: Arc<MonClient>,
     shards: Vec<mpsc::UnboundedSender<ShardCommand>>,
+    key_table: SharedKeyTable,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut epoch = Epoch(0);
+    // The key-table epoch last fetched; `None` until the first fetch succeeds.
+    let mut keys_epoch: Option<u64> = None;
     while !*stop.borrow() {
         let result = if epoch.0 == 0 {
             mon.map().await
@@ -264,6 +279,9 @@ async fn follow_map(
                 if let Some(map) = resp.map {
                     if map.epoch > epoch || epoch.0 == 0 {
                         epoch = map.epoch;
+                        if keys_epoch != Some(map.auth.epoch) {
+                            keys_epoch = refresh_keys(&mon, &key_table, map.auth).await;
+                        }
                         let map = Arc::new(map);
                         for s in &shards {
                             let _ = s.send(ShardCommand::Map(map.clone()));
@@ -275,6 +293,50 @@ async fn follow_map(
                 tracing::warn!("map watch: {e}");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
+        }
+    }
+}
+
+/// Fetches the data-key table for key-table epoch `auth.epoch` and publishes it. Returns the
+/// epoch fetched, or `None` to try again at the next map (a failure is logged; the shards keep
+/// the table they have).
+async fn refresh_keys(
+    mon: &MonClient,
+    shared: &SharedKeyTable,
+    auth: fastblock_types::auth::AuthSettings,
+) -> Option<u64> {
+    if !auth.mode.authenticates() {
+        crate::keys::publish(
+            shared,
+            fastblock_auth::KeyTable {
+                epoch: auth.epoch,
+                mode: auth.mode,
+                entries: Default::default(),
+            },
+        );
+        return Some(auth.epoch);
+    }
+    let Some((_, own)) = mon.credentials() else {
+        tracing::warn!(mode = %auth.mode, "the cluster authenticates but this OSD has no keyring");
+        return None;
+    };
+    let resp = match mon.auth_data_keys().await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("fetching the key table: {e}");
+            return None;
+        }
+    };
+    match fastblock_auth::KeyTable::from_response(&resp, own) {
+        Ok(table) => {
+            let epoch = table.epoch;
+            tracing::info!(epoch, entities = table.entries.len(), "key table updated");
+            crate::keys::publish(shared, table);
+            Some(epoch)
+        }
+        Err(e) => {
+            tracing::warn!("opening the key table: {e}");
+            None
         }
     }
 }

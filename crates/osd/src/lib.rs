@@ -3,6 +3,8 @@
 //!
 //! Module map:
 //! - [`identity`]: the OSD's id, uuid and shard count beside its data (`<data>.osd.json`).
+//! - [`keys`]: the OSD's keyring (`<data>.keyring`) and the shared key table the control
+//!   task refreshes when the map's `auth.epoch` moves.
 //! - [`region`]: each shard's region of the device.
 //! - [`mkfs`]: formatting a device and registering a new OSD id with the monitor.
 //! - [`space`]: the host file system: allocating the data file and the metadata's holes,
@@ -13,6 +15,7 @@
 //! - [`control`]: boot, heartbeats (with IO counters), following the map by long-poll,
 //!   reporting new PG leaders, fail-stop; it watches every task and shard thread, and stops
 //!   the OSD (exit status 1, naming what failed) when one fails or ends unasked.
+//! - [`keys`]: the key table shared by the control task and the shards (data-plane auth).
 //! - [`stages`]: per-stage latency histograms of the IO path (the core times the stages, the
 //!   runtime records them); [`metrics`]: `/metrics`.
 //!
@@ -23,6 +26,7 @@
 
 pub mod control;
 pub mod identity;
+pub mod keys;
 pub mod metrics;
 pub mod mkfs;
 pub mod region;

@@ -78,6 +78,9 @@ pub struct MkfsArgs {
     pub force: bool,
     pub shards: u32,
     pub monitors: Vec<String>,
+    /// The admin keyring (`--keyring`, else `$FASTBLOCK_KEYRING`, else the default path)
+    /// whose client.admin key applies for the id and creates the OSD's key.
+    pub keyring: Option<PathBuf>,
 }
 
 /// WAL segments of every shard.
@@ -211,11 +214,41 @@ pub async fn mkfs(args: MkfsArgs) -> Result<Identity> {
         Some(u) => uuid::Uuid::parse_str(u).with_context(|| format!("invalid --uuid {u}"))?,
         None => uuid::Uuid::new_v4(),
     };
-    let monitors = MonClient::new(args.monitors.clone());
+    let mut monitors = MonClient::new(args.monitors.clone());
+    let admin_path = fastblock_auth::keyring::resolve_path(args.keyring.as_deref());
+    let signed = admin_path.exists();
+    if signed {
+        let ring = fastblock_auth::Keyring::load(&admin_path)?;
+        let key = ring
+            .key_for(&admin_path, &fastblock_auth::EntityName::admin())?
+            .clone();
+        monitors = monitors.with_credentials(fastblock_auth::EntityName::admin(), key);
+    }
     let id = monitors
         .apply_id(&uuid.to_string())
         .await
-        .context("registering with the monitor")?;
+        .with_context(|| {
+            if signed {
+                "registering with the monitor".to_string()
+            } else {
+                format!(
+                    "registering with the monitor (no admin keyring at {}: pass --keyring or set FASTBLOCK_KEYRING)",
+                    admin_path.display()
+                )
+            }
+        })?;
+    // The OSD's own key, beside its identity. Without an admin key the cluster runs auth
+    // mode none (apply-id succeeded unsigned) and the OSD needs none.
+    if signed {
+        let entity = fastblock_auth::EntityName::Osd(id);
+        let k = monitors
+            .auth_get_or_create(&entity.to_string(), "osd")
+            .await
+            .with_context(|| format!("creating the key of {entity}"))?;
+        let path = crate::keys::keyring_path(&args.data);
+        fastblock_auth::Keyring::single(entity, k.key, Some(fastblock_auth::Caps::osd()))
+            .save(&path)?;
+    }
     for index in 0..args.shards {
         let disk = UringDisk::open(&args.data, UringOptions::default())
             .with_context(|| format!("opening {}", args.data.display()))?;

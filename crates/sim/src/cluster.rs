@@ -20,12 +20,12 @@ use crate::probes::Probes;
 use bytes::{Bytes, BytesMut};
 use fastblock_client::policy::{classify, Pacer, Retry, Verdict};
 use fastblock_client::route::leader_candidates;
-use fastblock_mon_core::MonState;
+use fastblock_mon_core::{MonState, Reporter};
 use fastblock_pg::{Event, ObjectRef};
 use fastblock_shard::{Effects, Input, Micros, PeerSend, Report};
 use fastblock_store::ObjectId;
 use fastblock_types::api::{
-    BootRequest, CreateImageRequest, CreatePoolRequest, LeaderElectedRequest,
+    ApiError, BootRequest, CreateImageRequest, CreatePoolRequest, ErrorCode, LeaderElectedRequest,
     MembershipFinishedRequest, ResizeImageRequest,
 };
 use fastblock_types::map::{ClusterMap, FailureDomain, PgInfo};
@@ -101,11 +101,14 @@ enum Ev {
     ClientNext {
         client: u32,
     },
+    /// A PG leader's report reaches the monitor; `from` is the OSD that sent it.
     MonLeader {
+        from: OsdId,
         pg: PgId,
         req: LeaderElectedRequest,
     },
     MonFinished {
+        from: OsdId,
         pg: PgId,
         req: MembershipFinishedRequest,
     },
@@ -500,21 +503,15 @@ impl Cluster {
                 }
             }
             Ev::ClientNext { client } => self.next_op(client),
-            Ev::MonLeader { pg, req } => {
-                self.mon_op(|m| {
-                    m.leader_elected(pg, &req)
-                        .map(|_| ())
-                        .map_err(|e| e.message)
-                });
+            Ev::MonLeader { from, pg, req } => {
+                self.mon_report(from, pg, |m, reporter| m.leader_elected(pg, &req, reporter));
             }
-            Ev::MonFinished { pg, req } => {
+            Ev::MonFinished { from, pg, req } => {
                 let had_target = !self.mon.map.pgmaps[&pg.pool].pgs[&pg.seq]
                     .newosdlist
                     .is_empty();
-                let accepted = self.mon_op(|m| {
-                    m.membership_finished(pg, &req)
-                        .map(|_| ())
-                        .map_err(|e| e.message)
+                let accepted = self.mon_report(from, pg, |m, reporter| {
+                    m.membership_finished(pg, &req, reporter)
                 });
                 let cleared = self.mon.map.pgmaps[&pg.pool].pgs[&pg.seq]
                     .newosdlist
@@ -760,11 +757,11 @@ impl Cluster {
             match report {
                 Report::LeaderElected { pg, req } => {
                     let d = self.rng.range(MS, 20 * MS);
-                    self.after(d, Ev::MonLeader { pg, req });
+                    self.after(d, Ev::MonLeader { from: id, pg, req });
                 }
                 Report::MembershipFinished { pg, req } => {
                     let d = self.rng.range(MS, 20 * MS);
-                    self.after(d, Ev::MonFinished { pg, req });
+                    self.after(d, Ev::MonFinished { from: id, pg, req });
                 }
                 Report::ReclaimDone { pg, id: reclaim } => {
                     if self.shrink.is_none_or(|s| s.reclaim != reclaim) {
@@ -926,6 +923,34 @@ impl Cluster {
                 false
             }
         }
+    }
+
+    /// A PG leader's report, from the genuine (simulated) OSD `from`, authenticated as itself.
+    /// The monitor may find it stale (delayed or reordered behind a newer one), but refusing it
+    /// for any other reason is a bug in its rules (`fastblock_mon_core::report_checks`) or in
+    /// the leader: the run fails. Returns whether the state changed.
+    fn mon_report(
+        &mut self,
+        from: OsdId,
+        pg: PgId,
+        op: impl FnOnce(&mut MonState, Reporter) -> Result<PgInfo, ApiError>,
+    ) -> bool {
+        let mut refused = None;
+        let changed = self.mon_op(|m| {
+            op(m, Reporter::Osd(from)).map(|_| ()).map_err(|e| {
+                if e.code != ErrorCode::StaleReport {
+                    refused = Some(e.clone());
+                }
+                e.message
+            })
+        });
+        if let Some(e) = refused {
+            self.fail(format!(
+                "osd {from}: the monitor refused a genuine report for pg {pg}: {:?}: {}",
+                e.code, e.message
+            ));
+        }
+        changed
     }
 
     /// The image's size in bytes, as the clients' objects lay it out.

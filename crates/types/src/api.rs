@@ -29,6 +29,11 @@ pub enum ErrorCode {
     TooLarge,
     PgNotFound,
     StaleReport,
+    /// A PG report whose term or configuration cannot follow the one the monitor recorded
+    /// (a term jump beyond the bound, a second leader in one term, a leader that does not host
+    /// the PG, members dropped that no recorded membership change leaves out): a bug in the
+    /// sender, never a delayed message.
+    ImplausibleReport,
     ReclaimNotFound,
     /// The range an image would grow into is still being deleted after an earlier shrink:
     /// retry once it is (`fastblock-client reclaim` shows it).
@@ -46,6 +51,19 @@ pub enum ErrorCode {
     /// An OSD's settings cannot share PGs with another OSD's (its lease timing, see
     /// `lease`): it must be started with other settings.
     IncompatibleConfig,
+    /// The call needs authentication (the cluster runs auth mode `sign` or `secure`) and
+    /// carried none: pass a keyring (`--keyring`, `$FASTBLOCK_KEYRING`).
+    AuthRequired,
+    /// The call's authentication failed: unknown or removed entity, wrong key, a time too far
+    /// from the monitor's clock, or a replayed request. The message names which.
+    AuthFailed,
+    /// The authenticated entity lacks the capability the call needs (or, for an OSD, is not
+    /// the OSD the call speaks for, as a PG report naming another OSD as its leader).
+    PermissionDenied,
+    /// `auth add` of an entity that already has a key.
+    EntityExists,
+    /// The entity has no key in the monitor's table.
+    EntityNotFound,
     /// A code this build does not know (sent by a newer monitor).
     #[serde(other)]
     Unknown,
@@ -72,15 +90,20 @@ impl ErrorCode {
             | ErrorCode::TooLarge
             | ErrorCode::UuidMismatch
             | ErrorCode::OsdDown => 400,
+            ErrorCode::AuthRequired | ErrorCode::AuthFailed => 401,
+            ErrorCode::PermissionDenied => 403,
             ErrorCode::PoolNotFound
             | ErrorCode::ImageNotFound
             | ErrorCode::OsdNotFound
             | ErrorCode::PgNotFound
-            | ErrorCode::ReclaimNotFound => 404,
+            | ErrorCode::ReclaimNotFound
+            | ErrorCode::EntityNotFound => 404,
             ErrorCode::PoolExists
             | ErrorCode::ImageExists
             | ErrorCode::UuidExists
+            | ErrorCode::EntityExists
             | ErrorCode::StaleReport
+            | ErrorCode::ImplausibleReport
             | ErrorCode::ReclaimPending
             | ErrorCode::PoolDamaged
             | ErrorCode::IncompatibleConfig
@@ -339,4 +362,71 @@ pub struct StatusResponse {
 pub struct ReclaimPgDoneResponse {
     /// Every PG of the pool confirmed: the entry is gone.
     pub finished: bool,
+}
+
+/// One entity of the monitor's key table, as `GET /v1/auth` lists it (no key).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthEntityInfo {
+    /// `client.NAME` or `osd.N`.
+    pub entity: String,
+    /// Capabilities in text form (`admin`, `osd`, `pool=NAME`, `pool=*`).
+    pub caps: String,
+    /// Rises whenever the entity's key or caps change; connections made under an older
+    /// generation are closed by OSDs.
+    pub generation: u64,
+    /// A short, non-secret fingerprint of the key, to tell keys apart.
+    pub fingerprint: String,
+}
+
+/// `POST /v1/auth` (create), `.../rotate`, `.../get-or-create`: an entity and its key, the
+/// key sealed for the caller (base64 of `fastblock_auth::seal_blob(caller's entity key, key)`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthKeyResponse {
+    pub entity: String,
+    pub caps: String,
+    pub generation: u64,
+    /// Base64 of `seal_blob(calling entity's key, new key)`; empty when the call was not
+    /// authenticated (auth mode `none`), and then `key` carries it.
+    pub sealed_key: String,
+    /// The key in clear, only in auth mode `none` (where the API is open anyway and the
+    /// caller may hold no key to seal it with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// `POST /v1/auth`: create an entity.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthAddRequest {
+    pub entity: String,
+    pub caps: String,
+}
+
+/// `POST /v1/auth/{entity}/caps`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthCapsRequest {
+    pub caps: String,
+}
+
+/// `GET /v1/auth/data-keys` (OSDs only): every entity's data key, sealed for the calling OSD
+/// (base64 of `seal_blob(OSD's entity key, data key)`), and the table's epoch.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthDataKeysResponse {
+    pub epoch: u64,
+    pub mode: crate::auth::AuthMode,
+    pub entities: Vec<AuthDataKeyEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthDataKeyEntry {
+    pub entity: String,
+    pub caps: String,
+    pub generation: u64,
+    pub sealed_data_key: String,
+}
+
+/// `PUT /v1/auth/mode`: the cluster's new auth mode. Answered with the map's new
+/// [`crate::auth::AuthSettings`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuthModeRequest {
+    pub mode: crate::auth::AuthMode,
 }

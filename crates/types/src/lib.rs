@@ -14,11 +14,13 @@
 //! - [`api`]: request and response bodies of the monitor's HTTP API and its typed error.
 //! - [`panics`]: the text of a caught panic's payload.
 //! - [`lease`]: an OSD's lease timing and the rule by which two OSDs' timings may share PGs.
+//! - [`auth`]: the cluster's authentication mode and key-table epoch as the map carries them.
 //!
 //! This crate must not depend on anything that does I/O, reads a clock or draws randomness:
 //! the simulator and the pure cores build on it.
 
 pub mod api;
+pub mod auth;
 pub mod ids;
 pub mod lease;
 pub mod map;

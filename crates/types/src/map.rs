@@ -129,6 +129,11 @@ pub struct PgInfo {
     /// they keep hosting the PG although `osdlist` does not name them.
     #[serde(default)]
     pub learners: Vec<OsdId>,
+    /// The incoming voters while the last reported configuration is joint (then `osdlist` holds
+    /// the outgoing ones); empty otherwise. It records the membership change the group is in,
+    /// which allows the report that leaves the joint state to drop the outgoing members.
+    #[serde(default)]
+    pub joint_voters: Vec<OsdId>,
     /// The last leader that reported, a hint for clients; `None` until the first election.
     #[serde(default)]
     pub leader: Option<OsdId>,
@@ -295,6 +300,10 @@ pub struct ClusterMap {
     /// Data still to delete, for the PG leaders (derived from the monitor's reclaim records).
     #[serde(default)]
     pub reclaim: BTreeMap<u64, ReclaimEntry>,
+    /// How the cluster authenticates (`docs/security.md`); absent in maps written before
+    /// authentication existed, which then read as mode `none`.
+    #[serde(default)]
+    pub auth: crate::auth::AuthSettings,
 }
 
 impl ClusterMap {

@@ -9,7 +9,10 @@
 //! the end. No temporary payload buffer, and lengths are only ever encoded as explicit
 //! `u32`/`u16` after an assertion that they fit.
 
-use crate::header::{build_header, Kind, HEADER_BYTES};
+use crate::header::{
+    build_header, reseal_header, Kind, FLAGS_OFFSET, FLAG_SEALED, FLAG_SIGNED, HEADER_BYTES,
+    PAYLOAD_CRC_OFFSET, TAG_BYTES, TAG_HEADER_BYTES,
+};
 use crate::WireError;
 use bytes::{BufMut, Bytes, BytesMut};
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
@@ -253,7 +256,7 @@ impl<'a> FrameWriter<'a> {
         let payload_start = self.start + HEADER_BYTES;
         let payload_len = len_u32(self.payload_len(), "frame payload");
         let payload_crc = crc32c::crc32c(&self.out[payload_start..]);
-        let header = build_header(kind, request_id, payload_len, payload_crc);
+        let header = build_header(kind, 0, request_id, payload_len, payload_crc);
         self.out[self.start..payload_start].copy_from_slice(&header);
     }
 }
@@ -275,4 +278,42 @@ pub fn encode_frame(kind: Kind, request_id: u64, payload_parts: &[&[u8]], out: &
     }
     assert_eq!(writer.payload_len(), payload_len);
     writer.finish(kind, request_id);
+}
+
+/// Protects the frame that starts at `out[start..]` (one whole unprotected frame, the last
+/// in `out`) in place: sets its flag (`SIGNED`, or `SEALED` if `encrypts`), lets `protect`
+/// tag (and, sealed, encrypt in place) the payload given the header bytes the tag covers,
+/// refreshes the crcs and appends the tag. The payload is never copied.
+///
+/// # Panics
+/// If `out[start..]` is not exactly one frame (a caller bug).
+pub fn protect_frame(
+    out: &mut BytesMut,
+    start: usize,
+    encrypts: bool,
+    protect: impl FnOnce(&[u8; TAG_HEADER_BYTES], &mut [u8]) -> [u8; TAG_BYTES],
+) {
+    let payload_start = start + HEADER_BYTES;
+    assert!(
+        out.len() >= payload_start,
+        "protect_frame: no frame header at {start}"
+    );
+    let flags = if encrypts { FLAG_SEALED } else { FLAG_SIGNED };
+    let (header, payload) = out[start..].split_at_mut(HEADER_BYTES);
+    let payload_len = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
+    assert_eq!(
+        payload.len(),
+        payload_len as usize,
+        "protect_frame: not one whole frame"
+    );
+    header[FLAGS_OFFSET..FLAGS_OFFSET + 2].copy_from_slice(&flags.to_le_bytes());
+    let covered: [u8; TAG_HEADER_BYTES] = header[..TAG_HEADER_BYTES].try_into().expect("20");
+    let tag = protect(&covered, payload);
+    if encrypts {
+        // The payload crc covers the payload as sent: the ciphertext.
+        let crc = crc32c::crc32c(payload);
+        header[PAYLOAD_CRC_OFFSET..PAYLOAD_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+    reseal_header(header);
+    out.extend_from_slice(&tag);
 }

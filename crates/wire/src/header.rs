@@ -5,13 +5,17 @@
 //! 0   4   magic        0x4B42_4246 (bytes "FBBK")
 //! 4   1   version      1
 //! 5   1   kind         message kind
-//! 6   2   flags        0 (reserved; decoder rejects unknown bits)
+//! 6   2   flags        bit 0 SIGNED, bit 1 SEALED (at most one); other bits reserved
 //! 8   8   request_id   chosen by the requester, echoed in the reply
 //! 16  4   payload_len  bytes after the header
 //! 20  4   payload_crc  crc32c of the payload
 //! 24  4   reserved     0
 //! 28  4   header_crc   crc32c of bytes 0..28
 //! ```
+//!
+//! A frame whose flags are SIGNED or SEALED is followed by a 16-byte authentication tag
+//! (`payload_len` does not count it): see `docs/wire-protocol.md`, "Authenticated
+//! connections".
 //!
 //! All integers are little-endian. `magic` and `version` stay at offsets 0 and 4 in every
 //! future version, so that any decoder can say "other version" rather than "damaged header".
@@ -42,6 +46,17 @@ pub const PAYLOAD_BYTES_MAX_DEFAULT: u32 = 16 << 20;
 // or a legal full-object write could never be sent.
 const _: () = assert!(4 * (1 << 20) + 64 <= PAYLOAD_BYTES_MAX_DEFAULT as usize);
 
+/// Header flag: the payload travels in clear and a 16-byte tag follows it (`auth: sign`).
+pub const FLAG_SIGNED: u16 = 1;
+/// Header flag: the payload is encrypted and a 16-byte tag follows it (`auth: secure`).
+pub const FLAG_SEALED: u16 = 2;
+/// Bytes of the authentication tag after the payload of a SIGNED or SEALED frame.
+pub const TAG_BYTES: usize = 16;
+/// Header bytes an authentication tag covers: everything before `payload_crc` (which
+/// depends on the payload as sent, i.e. on the encryption).
+pub const TAG_HEADER_BYTES: usize = 20;
+const _: () = assert!(TAG_HEADER_BYTES == PAYLOAD_CRC_OFFSET);
+
 pub(crate) const MAGIC_OFFSET: usize = 0;
 pub(crate) const VERSION_OFFSET: usize = 4;
 pub(crate) const KIND_OFFSET: usize = 5;
@@ -66,6 +81,10 @@ pub enum Kind {
     ReplicaDigest = 7,
     Allocation = 8,
     ShardSpace = 9,
+    AuthHello = 16,
+    AuthChallenge = 17,
+    AuthProof = 18,
+    AuthDone = 19,
     Hello = 32,
     RaftBatch = 33,
     SnapChunk = 34,
@@ -75,7 +94,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Write,
         Kind::Read,
         Kind::Discard,
@@ -85,6 +104,10 @@ impl Kind {
         Kind::ReplicaDigest,
         Kind::Allocation,
         Kind::ShardSpace,
+        Kind::AuthHello,
+        Kind::AuthChallenge,
+        Kind::AuthProof,
+        Kind::AuthDone,
         Kind::Hello,
         Kind::RaftBatch,
         Kind::SnapChunk,
@@ -95,6 +118,15 @@ impl Kind {
     /// The kind with this wire value, if any.
     pub fn from_u8(value: u8) -> Option<Kind> {
         Kind::ALL.into_iter().find(|kind| *kind as u8 == value)
+    }
+
+    /// Whether frames of this kind belong to the authentication handshake (kinds 16..=19),
+    /// whose payloads `fastblock_auth::handshake` defines.
+    pub fn is_handshake(self) -> bool {
+        matches!(
+            self,
+            Kind::AuthHello | Kind::AuthChallenge | Kind::AuthProof | Kind::AuthDone
+        )
     }
 
     /// Whether frames of this kind are sent only between OSDs.
@@ -110,6 +142,7 @@ impl Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
     pub kind: Kind,
+    pub flags: u16,
     pub request_id: u64,
     pub payload_len: u32,
     pub payload_crc: u32,
@@ -146,7 +179,8 @@ pub(crate) fn parse_header(
         return Err(WireError::BadHeaderCrc { stored, computed });
     }
     let flags = u16::from_le_bytes([bytes[FLAGS_OFFSET], bytes[FLAGS_OFFSET + 1]]);
-    if flags != 0 {
+    // SIGNED and SEALED exclude each other: a connection protects its frames one way.
+    if !matches!(flags, 0 | FLAG_SIGNED | FLAG_SEALED) {
         return Err(WireError::UnknownFlags(flags));
     }
     let reserved = read_u32(bytes, RESERVED_OFFSET);
@@ -164,10 +198,17 @@ pub(crate) fn parse_header(
     }
     Ok(Header {
         kind,
+        flags,
         request_id: read_u64(bytes, REQUEST_ID_OFFSET),
         payload_len,
         payload_crc: read_u32(bytes, PAYLOAD_CRC_OFFSET),
     })
+}
+
+/// Rewrites the header crc of the header at the front of `header` after a field changed.
+pub(crate) fn reseal_header(header: &mut [u8]) {
+    let crc = crc32c::crc32c(&header[..HEADER_CRC_OFFSET]);
+    header[HEADER_CRC_OFFSET..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
 }
 
 // The readers below take constant field offsets inside the fixed-size header, so their
@@ -185,6 +226,7 @@ fn read_u64(bytes: &[u8; HEADER_BYTES], offset: usize) -> u64 {
 /// Builds a header for a payload of `payload_len` bytes with crc `payload_crc`.
 pub(crate) fn build_header(
     kind: Kind,
+    flags: u16,
     request_id: u64,
     payload_len: u32,
     payload_crc: u32,
@@ -193,7 +235,7 @@ pub(crate) fn build_header(
     header[MAGIC_OFFSET..MAGIC_OFFSET + 4].copy_from_slice(&MAGIC.to_le_bytes());
     header[VERSION_OFFSET] = VERSION;
     header[KIND_OFFSET] = kind as u8;
-    header[FLAGS_OFFSET..FLAGS_OFFSET + 2].copy_from_slice(&0u16.to_le_bytes());
+    header[FLAGS_OFFSET..FLAGS_OFFSET + 2].copy_from_slice(&flags.to_le_bytes());
     header[REQUEST_ID_OFFSET..REQUEST_ID_OFFSET + 8].copy_from_slice(&request_id.to_le_bytes());
     header[PAYLOAD_LEN_OFFSET..PAYLOAD_LEN_OFFSET + 4].copy_from_slice(&payload_len.to_le_bytes());
     header[PAYLOAD_CRC_OFFSET..PAYLOAD_CRC_OFFSET + 4].copy_from_slice(&payload_crc.to_le_bytes());
@@ -220,13 +262,14 @@ mod tests {
 
     #[test]
     fn built_header_parses_back() {
-        let header = build_header(Kind::RaftBatch, 0xDEAD_BEEF_0000_0001, 77, 0x1234_5678);
+        let header = build_header(Kind::RaftBatch, 0, 0xDEAD_BEEF_0000_0001, 77, 0x1234_5678);
         assert_eq!(&header[..4], b"FBBK");
         let parsed = parse_header(&header, 100).expect("valid header");
         assert_eq!(
             parsed,
             Header {
                 kind: Kind::RaftBatch,
+                flags: 0,
                 request_id: 0xDEAD_BEEF_0000_0001,
                 payload_len: 77,
                 payload_crc: 0x1234_5678,

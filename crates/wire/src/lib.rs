@@ -6,9 +6,12 @@
 //! error are written down in `docs/wire-protocol.md`; this crate is its implementation.
 //!
 //! Module map:
-//! - [`header`]: the 32-byte header layout, [`Kind`], the magic/version/limit constants.
+//! - [`header`]: the 32-byte header layout, [`Kind`], the flags, the magic/version/limit
+//!   constants.
 //! - [`decoder`]: [`FrameDecoder`], cutting verified [`Frame`]s out of a read buffer.
-//! - `codec`: bounds-checked little-endian payload reader, frame writer, [`encode_frame`].
+//! - `codec`: bounds-checked little-endian payload reader, frame writer, [`encode_frame`],
+//!   [`protect_frame`] (flag, tag and crcs of an authenticated connection's frame; the
+//!   cryptography itself is the caller's, `fastblock_auth::frame`).
 //! - [`request`]: [`Request`] (client → OSD and OSD ↔ OSD) and its payload layouts.
 //! - [`reply`]: [`Reply`], [`Status`] and their payload layouts.
 //! - [`error`]: [`WireError`], split into framing errors (close the connection) and payload
@@ -40,10 +43,13 @@ pub mod request;
 // Re-exported because `Bytes`/`BytesMut` appear in this crate's API: users (and the fuzz
 // target) name the same version without a dependency of their own.
 pub use bytes;
-pub use codec::encode_frame;
-pub use decoder::{Frame, FrameDecoder};
+pub use codec::{encode_frame, protect_frame};
+pub use decoder::{tag_header, Frame, FrameDecoder, FrameMut, Protection};
 pub use error::WireError;
-pub use header::{Kind, HEADER_BYTES, MAGIC, PAYLOAD_BYTES_MAX_DEFAULT, VERSION};
+pub use header::{
+    Kind, FLAG_SEALED, FLAG_SIGNED, HEADER_BYTES, MAGIC, PAYLOAD_BYTES_MAX_DEFAULT, TAG_BYTES,
+    TAG_HEADER_BYTES, VERSION,
+};
 pub use reply::{
     AllocatedRange, LeaderHint, ObjectDigest, Reply, Status, ADDRESS_BYTES_MAX,
     ALLOCATED_RANGES_MAX, DIGEST_OBJECTS_MAX, MESSAGE_BYTES_MAX,

@@ -81,11 +81,20 @@ pub enum Status {
     UnknownOp = 13,
     /// The image was removed: its data is being (or has been) deleted.
     NoSuchImage = 14,
+    /// The OSD runs `auth: sign|secure` and the connection sent something else than the
+    /// handshake's `AuthHello` first. The connection is closed after this reply.
+    AuthRequired = 15,
+    /// The handshake failed (unknown entity, wrong key, replayed proof, mode mismatch). The
+    /// message names the cause; the connection is closed after this reply.
+    AuthFailed = 16,
+    /// The authenticated entity's caps do not allow this request (a pool it may not use, an
+    /// OSD-to-OSD message from a client).
+    PermissionDenied = 17,
 }
 
 impl Status {
     /// Every status, for tests and exhaustive tables.
-    pub const ALL: [Status; 15] = [
+    pub const ALL: [Status; 18] = [
         Status::Ok,
         Status::NotLeader,
         Status::NotReady,
@@ -101,6 +110,9 @@ impl Status {
         Status::Internal,
         Status::UnknownOp,
         Status::NoSuchImage,
+        Status::AuthRequired,
+        Status::AuthFailed,
+        Status::PermissionDenied,
     ];
 
     /// The status with this wire value, if any.
@@ -128,7 +140,10 @@ impl Status {
             | Status::Checksum
             | Status::Internal
             | Status::UnknownOp
-            | Status::NoSuchImage => false,
+            | Status::NoSuchImage
+            | Status::AuthRequired
+            | Status::AuthFailed
+            | Status::PermissionDenied => false,
         }
     }
 }

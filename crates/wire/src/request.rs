@@ -467,6 +467,12 @@ impl Request {
                     verdict,
                 }
             }
+            Kind::AuthHello | Kind::AuthChallenge | Kind::AuthProof | Kind::AuthDone => {
+                return Err(WireError::Invalid(format!(
+                    "a {:?} frame (request id {}) outside the authentication handshake",
+                    frame.kind, frame.request_id
+                )))
+            }
             Kind::Reply => {
                 return Err(WireError::Invalid(format!(
                     "a Reply frame (request id {}) where a request was expected",
@@ -475,6 +481,12 @@ impl Request {
             }
         };
         Ok(request)
+    }
+
+    /// Bytes of this request's frame (header and payload, no tag): a sender that protects
+    /// the frame reserves this plus `TAG_BYTES`, so appending the tag never reallocates.
+    pub fn frame_len(&self) -> usize {
+        crate::HEADER_BYTES.saturating_add(self.payload_len_hint())
     }
 
     /// Payload bytes this request encodes to (exact; used to reserve output space once).

@@ -3,7 +3,9 @@
 use clap::Parser;
 use fastblock_mon::etcd_proc::EtcdMemberConfig;
 use fastblock_mon::server::{run, MonConfig};
+use fastblock_mon::service::AuthBootstrap;
 use fastblock_mon_core::liveness::LivenessConfig;
+use fastblock_types::auth::AuthMode;
 use fastblock_types::units::interval_arg;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,8 +26,10 @@ struct Args {
     /// Use this existing etcd cluster (comma-separated client URLs) instead of starting one.
     #[arg(long, value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
-    /// Client address of the own etcd member.
-    #[arg(long, default_value = "127.0.0.1:2379")]
+    /// Client address of the own etcd member: a loopback address, because etcd holds the key
+    /// table (docs/security.md); an etcd that must be reached from elsewhere is an external
+    /// one secured with its own TLS and authentication (--etcd-endpoints).
+    #[arg(long, default_value = "127.0.0.1:2379", value_parser = loopback_addr)]
     etcd_client_addr: String,
     /// Peer address of the own etcd member.
     #[arg(long, default_value = "127.0.0.1:2380")]
@@ -53,6 +57,15 @@ struct Args {
     /// (whole seconds: etcd counts lease TTLs in seconds).
     #[arg(long, default_value = "5s", value_parser = lease_ttl_arg)]
     lease_ttl: Duration,
+    /// Auth mode of a cluster this monitor creates (none, sign, secure); a cluster that has
+    /// one keeps it (change it with `fastblock-client auth mode`).
+    #[arg(long, default_value = "sign")]
+    auth_mode: AuthMode,
+    /// Keyring to write client.admin's key to when this monitor creates the cluster (or to
+    /// take it from, if the file holds one). Default: $FASTBLOCK_KEYRING, else
+    /// /etc/fastblock/keyring. In mode none, an admin key is made only if this is given.
+    #[arg(long)]
+    keyring: Option<PathBuf>,
 }
 
 /// The longest lease TTL etcd grants (its `MaxLeaseTTL`, seconds).
@@ -60,6 +73,20 @@ const ETCD_LEASE_TTL_SECS_MAX: u64 = 9_000_000_000;
 
 /// `--lease-ttl`: a whole number of seconds etcd accepts, rather than one rounded silently or
 /// refused by etcd at every election attempt.
+fn loopback_addr(input: &str) -> Result<String, String> {
+    let addr: std::net::SocketAddr = input
+        .parse()
+        .map_err(|e| format!("{input:?} is not an IP:PORT address: {e}"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "{input} is not a loopback address: the own etcd member holds the key table and \
+             must not be reachable from the network (use an external etcd with TLS and \
+             authentication through --etcd-endpoints)"
+        ));
+    }
+    Ok(input.to_string())
+}
+
 fn lease_ttl_arg(input: &str) -> Result<Duration, String> {
     let ttl = interval_arg(input)?;
     if ttl.subsec_nanos() != 0 {
@@ -115,6 +142,16 @@ async fn main() {
         },
         tick_interval: args.tick_interval,
         lease_ttl_secs,
+        auth: AuthBootstrap {
+            mode: args.auth_mode,
+            keyring: if args.auth_mode.authenticates() || args.keyring.is_some() {
+                Some(fastblock_auth::keyring::resolve_path(
+                    args.keyring.as_deref(),
+                ))
+            } else {
+                None
+            },
+        },
     };
     if let Err(e) = run(config).await {
         eprintln!("fastblock-mon: {e:#}");

@@ -5,8 +5,10 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use fastblock_client::{ClientConfig, Cluster};
+use fastblock_nbd::access::{parse_allow_rule, AllowList, AllowRule, TlsMode};
 use fastblock_nbd::cluster::ClusterExports;
-use fastblock_nbd::{kernel, map, Server, ServerConfig};
+use fastblock_nbd::tls::TlsCredentials;
+use fastblock_nbd::{certs, kernel, map, Server, ServerConfig};
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,6 +22,13 @@ use std::process::{Command, Stdio};
 struct Args {
     #[command(subcommand)]
     command: Cmd,
+    /// Keyring holding the client's key (default: $FASTBLOCK_KEYRING, else
+    /// /etc/fastblock/keyring, if it exists; docs/security.md).
+    #[arg(long, global = true)]
+    keyring: Option<PathBuf>,
+    /// The entity to act as towards the cluster.
+    #[arg(long, global = true, default_value = "client.admin")]
+    name: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -43,6 +52,21 @@ enum Cmd {
         /// Do not listen on TCP (only on --socket).
         #[arg(long, requires = "socket")]
         no_tcp: bool,
+        #[command(flatten)]
+        access: AccessArgs,
+    },
+    /// Make a CA, a server certificate and client certificates in qemu's x509 layout
+    /// (DIR for --tls-creds; DIR/client-NAME for each client).
+    GenCerts {
+        /// Directory to write (created if missing; existing files are never overwritten).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Name or address clients connect to (subject alternative name); repeatable.
+        #[arg(long, required = true)]
+        host: Vec<String>,
+        /// Client certificate common name; repeatable.
+        #[arg(long, default_value = "client")]
+        client: Vec<String>,
     },
     /// Attach image `pool/image` to a kernel nbd device and print the device path. Serves it
     /// from a background process until `unmap` (or SIGTERM to that process).
@@ -71,6 +95,34 @@ enum Cmd {
     },
 }
 
+/// TLS and who may use which export (`docs/nbd.md`, "TLS" and "Allow lists").
+#[derive(clap::Args, Debug)]
+struct AccessArgs {
+    /// off: no TLS; on: offered, optional; require: nothing but STARTTLS before TLS.
+    #[arg(long, default_value = "off")]
+    tls: TlsMode,
+    /// Directory with ca-cert.pem, server-cert.pem and server-key.pem (qemu's layout).
+    #[arg(long, value_name = "DIR")]
+    tls_creds: Option<PathBuf>,
+    /// Require client certificates signed by DIR/ca-cert.pem.
+    #[arg(long, requires = "tls_creds")]
+    tls_verify_peer: bool,
+    /// EXPORT=ID[,ID...]: only these clients may use EXPORT (pool/image or pool/*). An ID is
+    /// an address, a CIDR range, or a client certificate common name. Repeatable.
+    #[arg(long, value_name = "EXPORT=ID[,ID...]", value_parser = allow_rule)]
+    allow: Vec<AllowRule>,
+}
+
+/// Where the client's key comes from (`--keyring`, `--name`).
+struct Credentials {
+    keyring: Option<PathBuf>,
+    name: String,
+}
+
+fn allow_rule(s: &str) -> Result<AllowRule, String> {
+    parse_allow_rule(s).map_err(|e| e.why)
+}
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
@@ -80,19 +132,26 @@ async fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let result = match Args::parse().command {
+    let args = Args::parse();
+    let who = Credentials {
+        keyring: args.keyring,
+        name: args.name,
+    };
+    let result = match args.command {
         Cmd::Serve {
             mon,
             bind,
             socket,
             no_tcp,
-        } => serve(mon, (!no_tcp).then_some(bind), socket).await,
+            access,
+        } => serve(mon, &who, (!no_tcp).then_some(bind), socket, access).await,
+        Cmd::GenCerts { dir, host, client } => gen_certs(&dir, &host, &client),
         Cmd::Map {
             image,
             mon,
             device,
             foreground: true,
-        } => map_foreground(mon, &image, device).await,
+        } => map_foreground(mon, &who, &image, device).await,
         Cmd::Map { .. } => map_in_background(),
         Cmd::Unmap { device } => kernel::detach(&device).map_err(Into::into),
     };
@@ -102,33 +161,78 @@ async fn main() {
     }
 }
 
-async fn connect(mon: Vec<String>) -> Result<ClusterExports> {
-    let cluster = Cluster::connect(ClientConfig::new(mon))
+async fn connect(mon: Vec<String>, who: &Credentials) -> Result<ClusterExports> {
+    let config = ClientConfig {
+        keyring: who.keyring.clone(),
+        entity: who.name.clone(),
+        ..ClientConfig::new(mon)
+    };
+    let cluster = Cluster::connect(config)
         .await
         .context("connecting to the cluster")?;
     Ok(ClusterExports::new(cluster))
 }
 
-async fn serve(mon: Vec<String>, tcp: Option<SocketAddr>, unix: Option<PathBuf>) -> Result<()> {
-    let exports = connect(mon).await?;
+async fn serve(
+    mon: Vec<String>,
+    who: &Credentials,
+    tcp: Option<SocketAddr>,
+    unix: Option<PathBuf>,
+    access: AccessArgs,
+) -> Result<()> {
+    let tls_credentials = match &access.tls_creds {
+        Some(dir) => Some(
+            TlsCredentials::load(dir, access.tls_verify_peer)
+                .context("loading the TLS credentials")?,
+        ),
+        None => None,
+    };
     let config = ServerConfig {
         tcp,
         unix: unix.clone(),
+        tls_mode: access.tls,
+        tls_credentials,
+        allow: AllowList::new(access.allow),
         ..ServerConfig::default()
     };
+    // Before reaching the cluster, which can take its 30 s when the monitors are down.
+    config.check_tls()?;
+    let exports = connect(mon, who).await?;
     let server = Server::bind(config, exports).await?;
-    tracing::info!(tcp = ?server.tcp_addr(), unix = ?unix, "serving NBD exports pool/image");
+    tracing::info!(
+        tcp = ?server.tcp_addr(),
+        unix = ?unix,
+        tls = ?access.tls,
+        "serving NBD exports pool/image"
+    );
     server.run(terminated()).await;
     Ok(())
 }
 
-async fn map_foreground(mon: Vec<String>, image: &str, device: Option<PathBuf>) -> Result<()> {
+fn gen_certs(dir: &std::path::Path, hosts: &[String], clients: &[String]) -> Result<()> {
+    let written = certs::generate(dir, hosts, clients)?;
+    println!(
+        "server: --tls-creds {} (ca-cert.pem, server-cert.pem, server-key.pem)",
+        written.server_dir.display()
+    );
+    for client in written.client_dirs {
+        println!("client: {}", client.display());
+    }
+    Ok(())
+}
+
+async fn map_foreground(
+    mon: Vec<String>,
+    who: &Credentials,
+    image: &str,
+    device: Option<PathBuf>,
+) -> Result<()> {
     // The driver first: without it there is no point in reaching the cluster.
     let device = match device {
         Some(device) => device,
         None => kernel::free_device()?,
     };
-    let exports = connect(mon).await?;
+    let exports = connect(mon, who).await?;
     let attached = |device: &std::path::Path| {
         // The parent `map` reads this line and exits; nothing else goes to stdout.
         println!("{}", device.display());

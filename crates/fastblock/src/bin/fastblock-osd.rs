@@ -30,6 +30,11 @@ struct Args {
         env = "FASTBLOCK_MON"
     )]
     mon: Vec<String>,
+    /// With --mkfs: the admin keyring that registers the OSD and creates its key
+    /// [default: $FASTBLOCK_KEYRING, else /etc/fastblock/keyring]. Without --mkfs: the OSD's
+    /// own keyring [default: <data>.keyring, written by --mkfs].
+    #[arg(long)]
+    keyring: Option<PathBuf>,
     /// Format the device and register a new OSD id, then exit.
     #[arg(long)]
     mkfs: bool,
@@ -174,6 +179,7 @@ async fn main() {
             force: args.force,
             shards,
             monitors: args.mon.clone(),
+            keyring: args.keyring.clone(),
         })
         .await
         .map(|identity| println!("{}", identity.id))
@@ -204,26 +210,30 @@ async fn main() {
             );
             std::process::exit(2);
         }
-        run(OsdConfig {
-            data: args.data,
-            monitors: args.mon,
-            address: args.address,
-            port: args.port,
-            host: args.host.unwrap_or_else(host_name),
-            tick: args.tick,
-            lease_timing,
-            heartbeat_interval: args.heartbeat_interval,
-            flush_interval: args.flush_interval,
-            wal_sync: args.wal_sync.into(),
-            wal_commits_in_flight_max: args.wal_commits_in_flight as usize,
-            log_retain_entries: args.log_retain_entries,
-            log_lag_max_entries: args.log_lag_max_entries,
-            pg_config,
-            recovery_max_active: args.recovery_max_active,
-            recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
-            metrics_addr: args.metrics_addr,
-            host_space_reserve_bytes: args.host_space_reserve,
-        })
+        run(
+            OsdConfig {
+                data: args.data,
+                monitors: args.mon,
+                address: args.address,
+                port: args.port,
+                host: args.host.unwrap_or_else(host_name),
+                tick: args.tick,
+                lease_timing,
+                heartbeat_interval: args.heartbeat_interval,
+                flush_interval: args.flush_interval,
+                wal_sync: args.wal_sync.into(),
+                wal_commits_in_flight_max: args.wal_commits_in_flight as usize,
+                log_retain_entries: args.log_retain_entries,
+                log_lag_max_entries: args.log_lag_max_entries,
+                pg_config,
+                recovery_max_active: args.recovery_max_active,
+                recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
+                metrics_addr: args.metrics_addr,
+                host_space_reserve_bytes: args.host_space_reserve,
+                keyring: args.keyring,
+            },
+            fastblock_osd::keys::new_shared(),
+        )
         .await
     };
     if let Err(e) = result {

@@ -192,6 +192,8 @@ pub struct MonOptions {
     pub osd_down_after: &'static str,
     pub osd_out_after: &'static str,
     pub lease_ttl: &'static str,
+    /// `--auth-mode` of the cluster the monitors create (`none`, `sign`, `secure`).
+    pub auth_mode: &'static str,
 }
 
 impl Default for MonOptions {
@@ -200,6 +202,7 @@ impl Default for MonOptions {
             osd_down_after: "2s",
             osd_out_after: "3s",
             lease_ttl: "3s",
+            auth_mode: "sign",
         }
     }
 }
@@ -235,7 +238,62 @@ impl MonCluster {
             cluster.procs.push(Some(p));
         }
         cluster.wait_leader(Duration::from_secs(60)).await;
+        if cluster.options.auth_mode != "none" {
+            // The leader sets up auth (and writes client.admin's key) at its first tick.
+            let keyring = cluster.keyring();
+            wait_until(Duration::from_secs(30), "the admin keyring", || {
+                let exists = keyring.exists();
+                async move { exists.then_some(()) }
+            })
+            .await;
+            let key = fastblock_auth::Keyring::load(&keyring)
+                .expect("the admin keyring")
+                .entries[&fastblock_auth::EntityName::admin()]
+                .key
+                .clone();
+            let mode: fastblock_auth::AuthMode = cluster
+                .options
+                .auth_mode
+                .parse()
+                .expect("a valid auth mode");
+            *TEST_AUTH.lock().unwrap() = Some(((fastblock_auth::EntityName::admin(), key), mode));
+        } else {
+            *TEST_AUTH.lock().unwrap() = None;
+        }
         cluster
+    }
+
+    /// A block-client configuration signing as client.admin.
+    pub fn client_config(&self) -> fastblock_client::ClientConfig {
+        fastblock_client::ClientConfig {
+            keyring: Some(self.keyring()).filter(|p| p.exists()),
+            ..fastblock_client::ClientConfig::new(self.endpoints())
+        }
+    }
+
+    /// The keyring the monitors write client.admin's key to (every helper signs with it).
+    pub fn keyring(&self) -> PathBuf {
+        self.dir.path().join("keyring")
+    }
+
+    /// `client` signing as client.admin with the cluster's keyring (unsigned if it has none:
+    /// auth mode `none`).
+    pub fn signed(&self, client: MonClient) -> MonClient {
+        self.signed_as(client, "client.admin")
+    }
+
+    /// `client` signing as `entity` with its key from the cluster's keyring.
+    pub fn signed_as(&self, client: MonClient, entity: &str) -> MonClient {
+        let path = self.keyring();
+        if !path.exists() {
+            return client;
+        }
+        let ring = fastblock_auth::Keyring::load(&path).expect("loading the test keyring");
+        let entity: fastblock_auth::EntityName = entity.parse().expect("entity name");
+        match ring.get(&entity) {
+            Some(e) => client.with_credentials(entity, e.key.clone()),
+            None => client,
+        }
     }
 
     pub fn initial_cluster(&self) -> String {
@@ -269,6 +327,10 @@ impl MonCluster {
             .arg("200ms")
             .arg("--lease-ttl")
             .arg(self.options.lease_ttl)
+            .arg("--auth-mode")
+            .arg(self.options.auth_mode)
+            .arg("--keyring")
+            .arg(self.keyring())
             .env("RUST_LOG", "info");
         let log = self.dir.path().join(format!("mon-{}.log", s.name));
         Proc::spawn(&format!("mon.{}", s.name), cmd, log)
@@ -299,7 +361,7 @@ impl MonCluster {
 
     /// A client that fails over between all monitors.
     pub fn client(&self) -> MonClient {
-        MonClient::new(self.endpoints()).with_deadline(Duration::from_secs(30))
+        self.signed(MonClient::new(self.endpoints()).with_deadline(Duration::from_secs(30)))
     }
 
     /// Index of the monitor that says it leads.
@@ -344,6 +406,7 @@ impl MonCluster {
         let out = Command::new(bin("fastblock-client"))
             .args(args)
             .env("FASTBLOCK_MON", self.endpoints().join(","))
+            .env("FASTBLOCK_KEYRING", self.keyring())
             .output()
             .expect("running fastblock-client");
         CliOutput::from(out)
@@ -431,6 +494,8 @@ pub struct FakeOsd {
     beating: Arc<AtomicBool>,
     task: Option<tokio::task::JoinHandle<()>>,
     endpoints: Vec<String>,
+    /// `osd.N`'s key (created with the admin key), `None` in auth mode `none`.
+    pub key: Option<fastblock_auth::Secret>,
 }
 
 impl FakeOsd {
@@ -438,6 +503,16 @@ impl FakeOsd {
         let client = mons.client();
         let uuid = uuid::Uuid::new_v4().to_string();
         let id = client.apply_id(&uuid).await.expect("apply id");
+        let key = match client.credentials() {
+            Some(_) => Some(
+                client
+                    .auth_get_or_create(&format!("osd.{id}"), "osd")
+                    .await
+                    .expect("osd key")
+                    .key,
+            ),
+            None => None,
+        };
         let mut osd = FakeOsd {
             id,
             uuid,
@@ -445,13 +520,23 @@ impl FakeOsd {
             beating: Arc::new(AtomicBool::new(false)),
             task: None,
             endpoints: mons.endpoints(),
+            key,
         };
         osd.boot().await;
         osd
     }
 
+    /// A client signing as this OSD.
+    pub fn client(&self) -> MonClient {
+        let c = MonClient::new(self.endpoints.clone());
+        match &self.key {
+            Some(k) => c.with_credentials(fastblock_auth::EntityName::Osd(self.id), k.clone()),
+            None => c,
+        }
+    }
+
     pub async fn boot(&mut self) {
-        let client = MonClient::new(self.endpoints.clone());
+        let client = self.client();
         let req = BootRequest {
             uuid: self.uuid.clone(),
             address: "127.0.0.1".into(),
@@ -471,10 +556,9 @@ impl FakeOsd {
         self.stop_heartbeats();
         let beating = Arc::new(AtomicBool::new(true));
         self.beating = beating.clone();
-        let endpoints = self.endpoints.clone();
+        let client = self.client().with_deadline(Duration::from_secs(1));
         let (id, uuid) = (self.id, self.uuid.clone());
         self.task = Some(tokio::spawn(async move {
-            let client = MonClient::new(endpoints).with_deadline(Duration::from_secs(1));
             while beating.load(Ordering::Relaxed) {
                 let req = HeartbeatRequest {
                     uuid: uuid.clone(),
@@ -574,6 +658,7 @@ impl OsdProc {
             // WAL region first (the default) would cost time and test nothing else.
             .args(["--preallocate", "reserve"])
             .env("FASTBLOCK_MON", mons.endpoints().join(","))
+            .env("FASTBLOCK_KEYRING", mons.keyring())
             .output()
             .expect("running fastblock-osd --mkfs");
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -747,24 +832,57 @@ pub async fn wait_all_active(client: &MonClient, timeout: Duration) {
     }
 }
 
-/// A raw data-plane connection for tests: one request at a time.
+/// client.admin's credentials and the mode of the last cluster this test process started
+/// (nextest runs one test per process), for [`WireConn`].
+static TEST_AUTH: std::sync::Mutex<
+    Option<(
+        fastblock_client::auth::Credentials,
+        fastblock_auth::AuthMode,
+    )>,
+> = std::sync::Mutex::new(None);
+
+/// A raw data-plane connection for tests: one request at a time. In a cluster that
+/// authenticates it completes the handshake as client.admin and protects every frame sent
+/// by `call` (bytes sent with `send_raw` go as they are).
 pub struct WireConn {
     stream: tokio::net::TcpStream,
     buf: bytes::BytesMut,
     next_id: u64,
+    protected: Option<fastblock_client::auth::Protected>,
 }
 
 impl WireConn {
     pub async fn connect(addr: &str) -> WireConn {
-        let stream =
+        let mut stream =
             tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
                 .await
                 .expect("connect timeout")
                 .unwrap_or_else(|e| panic!("connecting {addr}: {e}"));
+        let mut buf = bytes::BytesMut::new();
+        let auth = TEST_AUTH.lock().unwrap().clone();
+        let protected = match auth {
+            Some((credentials, mode)) => Some(
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    fastblock_client::auth::connect(
+                        &mut stream,
+                        &mut buf,
+                        &credentials,
+                        mode,
+                        addr,
+                    ),
+                )
+                .await
+                .expect("handshake timeout")
+                .unwrap_or_else(|e| panic!("handshake with {addr}: {e}")),
+            ),
+            None => None,
+        };
         WireConn {
             stream,
-            buf: bytes::BytesMut::new(),
+            buf,
             next_id: 1,
+            protected,
         }
     }
 
@@ -778,7 +896,17 @@ impl WireConn {
         use tokio::io::AsyncReadExt;
         let mut decoder = fastblock_wire::FrameDecoder::default();
         loop {
-            if let Some(frame) = decoder.decode(&mut self.buf).expect("valid frame from osd") {
+            let frame = match &mut self.protected {
+                None => decoder.decode(&mut self.buf).expect("valid frame from osd"),
+                Some(p) => decoder
+                    .decode_mut(&mut self.buf)
+                    .expect("valid frame from osd")
+                    .map(|f| {
+                        fastblock_client::auth::open_frame(f, &mut p.opener)
+                            .expect("a frame protected by the OSD")
+                    }),
+            };
+            if let Some(frame) = frame {
                 return Some(fastblock_wire::Reply::decode(&frame).expect("valid reply"));
             }
             let n =
@@ -795,6 +923,9 @@ impl WireConn {
     pub async fn call(&mut self, req: &fastblock_wire::Request) -> fastblock_wire::Reply {
         let mut out = bytes::BytesMut::new();
         req.encode(self.next_id, &mut out);
+        if let Some(p) = &mut self.protected {
+            fastblock_client::auth::seal_frame(&mut out, 0, &mut p.sealer);
+        }
         self.next_id += 1;
         self.send_raw(&out).await;
         self.recv().await.expect("connection closed")

@@ -12,6 +12,7 @@
 //!   steps the core, and carries out its effects (replies, peer frames, reports, stage
 //!   timings, the WAL commit cycle).
 
+pub mod auth;
 pub mod net;
 pub mod runtime;
 
@@ -58,6 +59,11 @@ pub struct ShardSpec {
     /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:
     /// derived from the store's geometry, `ShardConfig::host_space_reserve_bytes`).
     pub host_space_reserve_bytes: Option<u64>,
+    /// The key table handshakes are checked against (refreshed by the control task).
+    pub keys: crate::keys::SharedKeyTable,
+    /// This OSD's entity (`osd.N`) and entity key, to authenticate its peer links when the
+    /// map's auth mode is not none (from its keyring).
+    pub credentials: Option<fastblock_client::auth::Credentials>,
 }
 
 /// What a shard reports for the heartbeat.

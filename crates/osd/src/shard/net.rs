@@ -11,13 +11,17 @@
 //!   does not read its replies); a peer link drops frames instead (Raft retransmits, a
 //!   snapshot transfer times out and restarts).
 
+use super::auth::PeerAuth;
 use super::Clock;
 use bytes::{Buf, BytesMut};
+use fastblock_auth::frame::FrameSealer;
+use fastblock_auth::AuthMode;
 use fastblock_shard::Input;
 use fastblock_types::{Epoch, OsdId};
-use fastblock_wire::{Frame, FrameDecoder, Request};
+use fastblock_wire::{Frame, FrameDecoder, Protection, Request};
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,19 +49,50 @@ pub struct Outbox {
     pub closed: bool,
     /// When the oldest reply still in `buf` was queued (for the `reply` stage).
     pub reply_since: Option<Instant>,
+    /// The auth mode the connection was opened in.
+    pub mode: AuthMode,
+    /// Protects every frame queued once the handshake succeeded (None: mode none, or the
+    /// handshake is not done yet).
+    pub sealer: Option<FrameSealer>,
+    /// Who the peer proved to be (accepted connections in sign/secure mode).
+    pub peer: Option<Rc<PeerAuth>>,
 }
 
 pub type SharedOutbox = Rc<RefCell<Outbox>>;
 
 impl Outbox {
-    pub fn new(stream: Option<OwnedWriteHalf>) -> SharedOutbox {
+    pub fn new(stream: Option<OwnedWriteHalf>, mode: AuthMode) -> SharedOutbox {
         Rc::new(RefCell::new(Outbox {
             buf: BytesMut::with_capacity(64 << 10),
             stream: stream.map(Rc::new),
             wake_writer: Rc::new(Notify::new()),
             closed: false,
             reply_since: None,
+            mode,
+            sealer: None,
+            peer: None,
         }))
+    }
+
+    /// Appends one frame written by `encode` (exactly one frame), sealed in place when the
+    /// connection is authenticated.
+    pub fn push_frame(&mut self, encode: impl FnOnce(&mut BytesMut)) {
+        let start = self.buf.len();
+        encode(&mut self.buf);
+        if let Some(sealer) = self.sealer.as_mut() {
+            fastblock_client::auth::seal_frame(&mut self.buf, start, sealer);
+        }
+    }
+
+    /// Ends the connection from this side: the reader sees end of file and reports it closed
+    /// (a revoked key, a changed auth mode). `how`: `libc::SHUT_WR` to let queued bytes
+    /// leave first, `libc::SHUT_RDWR` to cut.
+    pub fn shutdown_socket(&self, how: i32) {
+        if let Some(stream) = &self.stream {
+            let fd = stream.as_ref().as_ref().as_raw_fd();
+            // SAFETY: shutdown(2) on a descriptor the write half keeps open; no memory.
+            unsafe { libc::shutdown(fd, how) };
+        }
     }
 
     /// Writes what the socket takes now without waiting; the writer task does the rest.
@@ -129,6 +164,14 @@ pub async fn reader_task(
         let mut framing_error = None;
         loop {
             match decoder.decode(&mut buf) {
+                // Mode none: a protected frame means the peer expects authentication.
+                Ok(Some(frame)) if frame.protection != Protection::None => {
+                    framing_error = Some(format!(
+                        "a protected {:?} frame on a connection without authentication",
+                        frame.kind
+                    ));
+                    break;
+                }
                 Ok(Some(frame)) => inputs
                     .borrow_mut()
                     .push_back(decode_request(conn, &frame, arrived)),
@@ -152,7 +195,11 @@ pub async fn reader_task(
     wake_loop.notify_one();
 }
 
-fn decode_request(conn: ConnId, frame: &Frame, arrived: fastblock_shard::Micros) -> Input {
+pub(crate) fn decode_request(
+    conn: ConnId,
+    frame: &Frame,
+    arrived: fastblock_shard::Micros,
+) -> Input {
     match Request::decode(frame) {
         Ok(req) => Input::Request {
             conn,

@@ -32,11 +32,13 @@
 //! After [`Report::Fatal`] the runtime keeps serving: the core answers client requests with
 //! `IoError` itself, and the control task, told at once, stops the OSD.
 
+use super::auth::AuthContext;
 use super::net::{self, InputQueue, Outbox, PeerLink, SharedOutbox, OUT_BYTES_MAX};
 use super::{Clock, ShardCommand, ShardDisk, ShardEvent, ShardSpec, ShardStats, ShardStore};
 use crate::region::RegionDisk;
 use crate::stages::Stage;
 use bytes::BytesMut;
+use fastblock_auth::{AuthMode, KeyTable};
 use fastblock_shard::{ConnId, Effects, Input, PeerSend, Report, ShardConfig, ShardCore};
 use fastblock_store::{UringDisk, UringOptions};
 use fastblock_types::map::ClusterMap;
@@ -90,6 +92,12 @@ pub struct Runtime {
     meta_path: std::path::PathBuf,
     /// A sample failed and was logged: later failures are not (until one succeeds).
     space_sample_failed: bool,
+    /// The map and key table the connections' authentication reads.
+    auth: Rc<AuthContext>,
+    /// The key table the open connections were last checked against.
+    keys_checked: Arc<KeyTable>,
+    /// Whether a map arrived: connections are served only then, in the map's auth mode.
+    map_received: bool,
 }
 
 /// A non-blocking eventfd for the disk's io_uring to signal completions on.
@@ -194,7 +202,6 @@ impl Runtime {
         }
         let core = ShardCore::new(cfg, store, Box::new(move || clock.now()));
         Ok(Runtime {
-            spec,
             core,
             clock,
             map: Arc::new(ClusterMap::default()),
@@ -211,6 +218,13 @@ impl Runtime {
             meta_file,
             meta_path: meta,
             space_sample_failed: false,
+            auth: Rc::new(AuthContext {
+                map: RefCell::new(Arc::new(ClusterMap::default())),
+                keys: spec.keys.clone(),
+            }),
+            keys_checked: crate::keys::current(&spec.keys),
+            map_received: false,
+            spec,
         })
     }
 
@@ -252,7 +266,13 @@ impl Runtime {
                 cmd = commands.recv() => match cmd {
                     Some(ShardCommand::Map(map)) => {
                         if map.epoch >= self.map.epoch {
+                            let mode_changed = map.auth.mode != self.map.auth.mode;
                             self.map = map.clone();
+                            *self.auth.map.borrow_mut() = map.clone();
+                            self.map_received = true;
+                            if mode_changed {
+                                self.close_other_modes();
+                            }
                         }
                         batch.push(Input::Map(map));
                     }
@@ -283,8 +303,15 @@ impl Runtime {
                 _ = flusher.tick() => batch.push(Input::FlushDue),
                 _ = space.tick() => batch.extend(self.sample_host_space()),
             }
-            while let Some(stream) = accepted.borrow_mut().pop_front() {
+            // Before the first map the auth mode is unknown: connections wait in the queue.
+            while self.map_received {
+                let Some(stream) = accepted.borrow_mut().pop_front() else {
+                    break;
+                };
                 self.add_conn(stream);
+            }
+            if tick {
+                self.check_keys();
             }
             self.iterate(batch, tick);
         }
@@ -360,16 +387,70 @@ impl Runtime {
         let conn = self.next_conn;
         self.next_conn += 1;
         let (read, write) = stream.into_split();
-        let outbox = Outbox::new(Some(write));
+        let mode = self.map.auth.mode;
+        let outbox = Outbox::new(Some(write), mode);
         tokio::task::spawn_local(net::writer_task(outbox.clone()));
-        tokio::task::spawn_local(net::reader_task(
-            conn,
-            read,
-            self.inputs.clone(),
-            self.wake.clone(),
-            self.clock,
-        ));
+        if mode.authenticates() {
+            tokio::task::spawn_local(super::auth::serve_accepted(
+                conn,
+                read,
+                outbox.clone(),
+                self.inputs.clone(),
+                self.wake.clone(),
+                self.clock,
+                self.auth.clone(),
+                mode,
+            ));
+        } else {
+            tokio::task::spawn_local(net::reader_task(
+                conn,
+                read,
+                self.inputs.clone(),
+                self.wake.clone(),
+                self.clock,
+            ));
+        }
         self.conns.insert(conn, outbox);
+    }
+
+    /// The map's auth mode changed: connections opened in another mode are closed (their
+    /// peers reconnect in the new one).
+    fn close_other_modes(&mut self) {
+        let mode = self.map.auth.mode;
+        tracing::info!(shard = self.spec.index, %mode, "auth mode changed: closing connections of the old mode");
+        for outbox in self.conns.values() {
+            let o = outbox.borrow();
+            if o.mode != mode {
+                o.shutdown_socket(libc::SHUT_RDWR);
+            }
+        }
+        for link in self.peers.values() {
+            let mut o = link.outbox.borrow_mut();
+            if o.mode != mode {
+                o.shutdown_socket(libc::SHUT_RDWR);
+                o.closed = true;
+            }
+        }
+    }
+
+    /// When the key table changed: closes the connections of entities it no longer holds
+    /// at the generation (and caps) they authenticated with. Their readers see end of file.
+    fn check_keys(&mut self) {
+        let table = crate::keys::current(&self.spec.keys);
+        if Arc::ptr_eq(&table, &self.keys_checked) {
+            return;
+        }
+        for (conn, outbox) in &self.conns {
+            let o = outbox.borrow();
+            if let Some(peer) = &o.peer {
+                if !peer.still_valid(&table) {
+                    tracing::info!(shard = self.spec.index, conn, entity = %peer.entity,
+                        "closing the connection: its key was removed or changed");
+                    o.shutdown_socket(libc::SHUT_RDWR);
+                }
+            }
+        }
+        self.keys_checked = table;
     }
 
     /// Steps 2-4 of the loop (see the module doc). `batch` holds what the wait delivered.
@@ -484,7 +565,7 @@ impl Runtime {
         };
         let mut o = outbox.borrow_mut();
         o.reply_since.get_or_insert_with(Instant::now);
-        reply.encode(request_id, &mut o.buf);
+        o.push_frame(|buf| reply.encode(request_id, buf));
         if o.buf.len() > OUT_BYTES_MAX {
             // The client does not read its replies: stop serving it rather than buffer
             // without bound.
@@ -506,7 +587,7 @@ impl Runtime {
         if o.buf.len() > OUT_BYTES_MAX {
             return; // the peer is not keeping up: shed (Raft retransmits)
         }
-        send.req.encode(0, &mut o.buf);
+        o.push_frame(|buf| send.req.encode(0, buf));
     }
 
     /// The link to one shard of a peer, connecting a new one if there is none or the peer
@@ -514,17 +595,18 @@ impl Runtime {
     fn peer_link(&mut self, osd: OsdId, address: &str, port: u16, epoch: Epoch) -> SharedOutbox {
         let addr = format!("{address}:{port}");
         let key = (osd, port);
-        let stale = self
-            .peers
-            .get(&key)
-            .is_some_and(|l| l.addr != addr || l.epoch != epoch || l.outbox.borrow().closed);
+        let mode = self.map.auth.mode;
+        let stale = self.peers.get(&key).is_some_and(|l| {
+            let o = l.outbox.borrow();
+            l.addr != addr || l.epoch != epoch || o.closed || o.mode != mode
+        });
         if stale {
             self.peers.remove(&key);
         }
         if let Some(link) = self.peers.get(&key) {
             return link.outbox.clone();
         }
-        let outbox = Outbox::new(None);
+        let outbox = Outbox::new(None, mode);
         self.peers.insert(
             key,
             PeerLink {
@@ -545,9 +627,13 @@ impl Runtime {
                 .map(|o| o.boot_epoch)
                 .unwrap_or_default(),
         };
+        let auth = mode
+            .authenticates()
+            .then(|| (mode, self.spec.credentials.clone()));
         tokio::task::spawn_local(connect_peer(
             addr,
             hello,
+            auth,
             outbox.clone(),
             conn,
             self.inputs.clone(),
@@ -594,9 +680,11 @@ impl Runtime {
 
 /// Connects a peer link: the frames queued meanwhile follow a `Hello`. A failed attempt
 /// leaves the link closed (after a pause), so the next send connects again.
+#[allow(clippy::too_many_arguments)]
 async fn connect_peer(
     addr: String,
     hello: Request,
+    auth: Option<(AuthMode, Option<fastblock_client::auth::Credentials>)>,
     target: SharedOutbox,
     conn: ConnId,
     inputs: InputQueue,
@@ -608,31 +696,77 @@ async fn connect_peer(
         tokio::net::TcpStream::connect(&addr),
     )
     .await;
-    let stream = match connected {
-        Ok(Ok(s)) => s,
-        _ => {
-            // Pace reconnects: the link counts as connecting (not closed) a little longer, so
-            // a down peer is retried every 100 ms, not every iteration.
+    let failed = |why: Option<String>| {
+        let target = target.clone();
+        let addr = addr.clone();
+        async move {
+            if let Some(why) = why {
+                tracing::warn!(peer = %addr, "peer link: {why}");
+            }
+            // Pace reconnects: the link counts as connecting (not closed) a little longer,
+            // so a down peer is retried every 100 ms, not every iteration.
             target.borrow_mut().buf.clear();
             tokio::time::sleep(Duration::from_millis(100)).await;
             target.borrow_mut().closed = true;
-            return;
         }
     };
+    let mut stream = match connected {
+        Ok(Ok(s)) => s,
+        _ => return failed(None).await,
+    };
     let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
+    let mut buf = BytesMut::new();
+    let mut opener = None;
+    if let Some((mode, credentials)) = &auth {
+        let Some(credentials) = credentials else {
+            return failed(Some(format!(
+                "auth mode {mode} and this OSD has no key (its keyring)"
+            )))
+            .await;
+        };
+        let handshake =
+            fastblock_client::auth::connect(&mut stream, &mut buf, credentials, *mode, &addr);
+        match tokio::time::timeout(super::auth::HANDSHAKE_TIMEOUT, handshake).await {
+            Ok(Ok(p)) => {
+                target.borrow_mut().sealer = Some(p.sealer);
+                opener = Some(p.opener);
+            }
+            Ok(Err(e)) => return failed(Some(e.to_string())).await,
+            Err(_) => return failed(Some("handshake timed out".into())).await,
+        }
+    }
+    let (mut read, write) = stream.into_split();
     {
         let mut o = target.borrow_mut();
-        let mut first = BytesMut::new();
-        hello.encode(0, &mut first);
-        let pending = std::mem::replace(&mut o.buf, first);
-        o.buf.extend_from_slice(&pending);
+        // The Hello goes first, then the frames queued while connecting, each sealed in
+        // order now that the session exists (they were queued unsealed).
+        let pending = std::mem::take(&mut o.buf);
+        o.push_frame(|b| hello.encode(0, b));
+        let mut rest = &pending[..];
+        while rest.len() >= fastblock_wire::HEADER_BYTES {
+            let payload_len = u32::from_le_bytes(rest[16..20].try_into().expect("4 bytes"));
+            let len = fastblock_wire::HEADER_BYTES + payload_len as usize;
+            let (frame, tail) = rest.split_at(len.min(rest.len()));
+            o.push_frame(|b| b.extend_from_slice(frame));
+            rest = tail;
+        }
         o.stream = Some(Rc::new(write));
         o.flush_now();
     }
     tokio::task::spawn_local(net::writer_task(target.clone()));
     // Peers never reply on this link, but reading notices when it closes.
-    net::reader_task(conn, read, inputs, wake, clock).await;
+    match opener {
+        None => net::reader_task(conn, read, inputs, wake, clock).await,
+        Some(opener) => {
+            let why = super::auth::read_checked(
+                conn, &mut read, buf, opener, &target, None, &inputs, &wake, clock,
+            )
+            .await;
+            tracing::debug!(conn, "peer link closed: {why}");
+            inputs.borrow_mut().push_back(Input::Closed { conn });
+            wake.notify_one();
+        }
+    }
     target.borrow_mut().closed = true;
 }
 

@@ -6,8 +6,8 @@ use crate::{one_frame, reseal_header};
 use bytes::{Bytes, BytesMut};
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
 use fastblock_wire::{
-    encode_frame, Frame, FrameDecoder, Kind, LeaderHint, ObjectAddr, RaftEnvelope, Reply, Request,
-    Status, WireError, MESSAGE_BYTES_MAX, RAFT_BATCH_ENVELOPES_MAX,
+    encode_frame, Frame, FrameDecoder, Kind, LeaderHint, ObjectAddr, Protection, RaftEnvelope,
+    Reply, Request, Status, WireError, MESSAGE_BYTES_MAX, RAFT_BATCH_ENVELOPES_MAX,
 };
 use proptest::prelude::*;
 
@@ -41,6 +41,7 @@ fn frame(kind: Kind, payload: Vec<u8>) -> Frame {
         kind,
         request_id: 1,
         payload: Bytes::from(payload),
+        protection: Protection::None,
     }
 }
 
@@ -402,7 +403,8 @@ fn retryable_statuses_are_exactly_the_transient_ones() {
         assert_eq!(Status::from_u16(status as u16), Some(status));
     }
     assert_eq!(Status::from_u16(14), Some(Status::NoSuchImage));
-    assert_eq!(Status::from_u16(15), None);
+    assert_eq!(Status::from_u16(17), Some(Status::PermissionDenied));
+    assert_eq!(Status::from_u16(18), None);
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! Integration tests of the wire format, in one test binary (one link, fast CI):
 //! - `roundtrip`: every Request and Reply variant round-trips with arbitrary field values,
 //!   also as a stream fed to `FrameDecoder` in random pieces; zero-copy decoding.
+//! - `auth`: handshake kinds, SIGNED/SEALED flags and tags, golden bytes of a signed frame.
 //! - `corruption`: every kind of damage gives its typed error; encoder assertions.
 //! - `golden`: exact bytes of a few frames, checked against an independent crc32c, so that a
 //!   layout change cannot slip in unnoticed (`docs/wire-protocol.md` is the spec).
 //! - `no_panic`: arbitrary and mutated input never panics, and whatever is accepted has
 //!   exactly one encoding.
 
+mod auth;
 mod corruption;
 mod golden;
 mod no_panic;

@@ -4,7 +4,7 @@
 
 use crate::strategies::{message, Message};
 use bytes::{Bytes, BytesMut};
-use fastblock_wire::{Frame, FrameDecoder, Kind, Reply, Request};
+use fastblock_wire::{Frame, FrameDecoder, Kind, Protection, Reply, Request};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -61,7 +61,7 @@ proptest! {
         kind in prop::sample::select(&Kind::ALL[..]),
         payload in vec(any::<u8>(), 0..400),
     ) {
-        decode_both(&Frame { kind, request_id: 3, payload: Bytes::from(payload) });
+        decode_both(&Frame { kind, request_id: 3, payload: Bytes::from(payload), protection: Protection::None });
     }
 
     /// Valid messages with a few bytes overwritten and the crc fixed up: reaches the deep
@@ -83,6 +83,6 @@ proptest! {
             payload[at] = value;
         }
         let kind = Kind::from_u8(out[5]).expect("encoder wrote a known kind");
-        decode_both(&Frame { kind, request_id: 1, payload: Bytes::from(payload) });
+        decode_both(&Frame { kind, request_id: 1, payload: Bytes::from(payload), protection: Protection::None });
     }
 }

@@ -1,0 +1,38 @@
+//! Authentication for fastblock (`docs/security.md`): who an entity is, what it may do, and
+//! how it proves both to the monitor and to OSDs without its key ever crossing the network.
+//!
+//! Module map:
+//! - [`secret`]: [`Secret`], a 32-byte key, its base64 text form, random generation and the
+//!   per-purpose keys derived from an entity key (one for the monitor, one for the data plane),
+//!   and [`seal_blob`]/[`open_blob`] for sending a key to its owner encrypted.
+//! - [`entity`]: [`EntityName`] (`client.admin`, `client.NAME`, `osd.N`).
+//! - [`caps`]: [`Caps`], what an entity may do (`admin`, `osd`, `pool=NAME`, `pool=*`).
+//! - [`keyring`]: the keyring file (format, mode 0600, default location).
+//! - [`request`]: signatures of monitor API requests and responses, and the replay cache.
+//! - [`handshake`]: the data-plane challenge-response handshake (sans-IO: both ends are pure
+//!   state machines fed with the peer's messages and with nonces drawn by the caller).
+//! - [`frame`]: per-connection frame protection after the handshake: an authentication tag on
+//!   every frame (`sign`) or authenticated encryption of every payload (`secure`).
+//! - [`table`]: [`KeyTable`], the data keys, caps and generations an OSD checks peers against.
+//! - [`error`]: [`AuthError`], one variant per cause a user must be told about.
+//!
+//! Cryptography is `ring`'s: HMAC-SHA256 for derivations and proofs, AES-256-GCM for frames
+//! and sealed keys. Nothing here reads a clock; callers pass the time.
+
+pub mod caps;
+pub mod entity;
+pub mod error;
+pub mod frame;
+pub mod handshake;
+pub mod keyring;
+pub mod request;
+pub mod secret;
+pub mod table;
+
+pub use caps::Caps;
+pub use entity::EntityName;
+pub use error::AuthError;
+pub use fastblock_types::auth::{AuthMode, AuthSettings};
+pub use keyring::{Keyring, KeyringEntry};
+pub use secret::{open_blob, random_bytes, seal_blob, Secret};
+pub use table::KeyTable;

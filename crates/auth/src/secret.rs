@@ -1,0 +1,223 @@
+//! Keys. An entity key never leaves the keyring and the monitor's key table; each use gets
+//! its own key derived from it with HMAC-SHA256, so a key learned by one party cannot be used
+//! for another purpose: the monitor key signs API requests, the data key proves the entity to
+//! OSDs. OSDs hold data keys only, so a compromised OSD cannot administer the cluster.
+
+use crate::error::AuthError;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use ring::aead::{self, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
+
+pub const SECRET_BYTES: usize = 32;
+/// Label of the derived key that signs monitor API calls.
+const LABEL_MON: &[u8] = b"fastblock-v1 mon";
+/// Label of the derived key that proves an entity to OSDs.
+const LABEL_DATA: &[u8] = b"fastblock-v1 data";
+/// Label of the derived key that encrypts keys sent to their owner.
+const LABEL_SEAL: &[u8] = b"fastblock-v1 seal";
+
+/// A 32-byte secret. `Debug` never prints it; it is wiped when dropped.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret([u8; SECRET_BYTES]);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        // Volatile writes so the compiler keeps the wipe of a value about to die.
+        for b in self.0.iter_mut() {
+            // SAFETY: `b` is a valid, aligned, exclusive reference into our own array.
+            unsafe { std::ptr::write_volatile(b, 0) };
+        }
+    }
+}
+
+impl Secret {
+    pub fn from_bytes(bytes: [u8; SECRET_BYTES]) -> Secret {
+        Secret(bytes)
+    }
+
+    /// A fresh random key from the operating system.
+    pub fn generate() -> Result<Secret, AuthError> {
+        Ok(Secret(random_bytes::<SECRET_BYTES>()?))
+    }
+
+    pub fn as_bytes(&self) -> &[u8; SECRET_BYTES] {
+        &self.0
+    }
+
+    /// The key's text form (standard base64, 44 characters).
+    pub fn to_base64(&self) -> String {
+        STANDARD.encode(self.0)
+    }
+
+    pub fn from_base64(text: &str) -> Result<Secret, AuthError> {
+        let bytes = STANDARD
+            .decode(text.trim())
+            .map_err(|e| AuthError::BadKey(format!("not base64: {e}")))?;
+        let arr: [u8; SECRET_BYTES] = bytes.try_into().map_err(|b: Vec<u8>| {
+            AuthError::BadKey(format!("{} bytes, expected {SECRET_BYTES}", b.len()))
+        })?;
+        Ok(Secret(arr))
+    }
+
+    /// HMAC-SHA256 of `parts` (each length-prefixed, so no two lists of parts collide) under
+    /// this key.
+    pub fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        let key = hmac::Key::new(hmac::HMAC_SHA256, &self.0);
+        let mut ctx = hmac::Context::with_key(&key);
+        for p in parts {
+            ctx.update(&(p.len() as u64).to_le_bytes());
+            ctx.update(p);
+        }
+        let tag = ctx.sign();
+        tag.as_ref().try_into().expect("HMAC-SHA256 is 32 bytes")
+    }
+
+    /// Whether `tag` is this key's MAC of `parts`, compared in constant time.
+    pub fn verify_mac(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        let expected = self.mac(parts);
+        ct_eq(&expected, tag)
+    }
+
+    /// A key derived for one purpose.
+    pub fn derive(&self, label: &[u8]) -> Secret {
+        Secret(self.mac(&[label]))
+    }
+
+    /// The key that signs this entity's monitor API calls.
+    pub fn mon_key(&self) -> Secret {
+        self.derive(LABEL_MON)
+    }
+
+    /// The key that proves this entity to OSDs (the only form of it OSDs ever hold).
+    pub fn data_key(&self) -> Secret {
+        self.derive(LABEL_DATA)
+    }
+
+    /// Short, non-secret fingerprint for logs and listings (first 8 bytes of a derived MAC).
+    pub fn fingerprint(&self) -> String {
+        let m = self.mac(&[b"fastblock-v1 fingerprint"]);
+        m[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// Whether two byte strings are equal, in time that depends only on their lengths (so a
+/// forger learns nothing from how long a refusal takes).
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// `N` random bytes from the operating system.
+pub fn random_bytes<const N: usize>() -> Result<[u8; N], AuthError> {
+    let mut out = [0u8; N];
+    SystemRandom::new()
+        .fill(&mut out)
+        .map_err(|_| AuthError::Random)?;
+    Ok(out)
+}
+
+const NONCE_BYTES: usize = 12;
+const TAG_BYTES: usize = 16;
+
+/// Encrypts `plaintext` for the owner of `owner_key` (an entity key or its monitor key):
+/// `nonce (12) || ciphertext || tag (16)`, AES-256-GCM under a key derived from it. Used to
+/// send keys over the monitor API, which is signed but not encrypted.
+pub fn seal_blob(owner_key: &Secret, plaintext: &[u8]) -> Result<Vec<u8>, AuthError> {
+    let nonce_bytes = random_bytes::<NONCE_BYTES>()?;
+    let key = blob_key(owner_key);
+    let mut buf = plaintext.to_vec();
+    let tag = key
+        .seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce_bytes),
+            aead::Aad::from(b"fastblock-v1 blob"),
+            &mut buf,
+        )
+        .map_err(|_| AuthError::Random)?;
+    let mut out = Vec::with_capacity(NONCE_BYTES + buf.len() + TAG_BYTES);
+    out.extend_from_slice(&nonce_bytes);
+    out.extend_from_slice(&buf);
+    out.extend_from_slice(tag.as_ref());
+    Ok(out)
+}
+
+/// Opens what [`seal_blob`] made for `owner_key`.
+pub fn open_blob(owner_key: &Secret, sealed: &[u8]) -> Result<Vec<u8>, AuthError> {
+    if sealed.len() < NONCE_BYTES + TAG_BYTES {
+        return Err(AuthError::Malformed(format!(
+            "sealed blob of {} bytes is shorter than its nonce and tag",
+            sealed.len()
+        )));
+    }
+    let (nonce, rest) = sealed.split_at(NONCE_BYTES);
+    let nonce: [u8; NONCE_BYTES] = nonce.try_into().expect("split at 12");
+    let mut buf = rest.to_vec();
+    let plain = blob_key(owner_key)
+        .open_in_place(
+            Nonce::assume_unique_for_key(nonce),
+            aead::Aad::from(b"fastblock-v1 blob"),
+            &mut buf,
+        )
+        .map_err(|_| AuthError::BadSignature("sealed key".into()))?;
+    Ok(plain.to_vec())
+}
+
+fn blob_key(owner_key: &Secret) -> LessSafeKey {
+    let k = owner_key.derive(LABEL_SEAL);
+    LessSafeKey::new(UnboundKey::new(&AES_256_GCM, k.as_bytes()).expect("32-byte AES key"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_through_base64_and_reject_bad_text() {
+        let k = Secret::generate().unwrap();
+        assert_eq!(Secret::from_base64(&k.to_base64()).unwrap(), k);
+        assert!(matches!(
+            Secret::from_base64("not base64!"),
+            Err(AuthError::BadKey(_))
+        ));
+        assert!(matches!(
+            Secret::from_base64("AAAA"),
+            Err(AuthError::BadKey(_))
+        ));
+        assert_eq!(format!("{k:?}"), "Secret(..)");
+    }
+
+    #[test]
+    fn derived_keys_differ_by_purpose_and_macs_separate_parts() {
+        let k = Secret::from_bytes([7; 32]);
+        assert_ne!(k.mon_key(), k.data_key());
+        assert_ne!(k.mon_key(), k);
+        // Length prefixes: ("ab","c") and ("a","bc") are different messages.
+        assert_ne!(k.mac(&[b"ab", b"c"]), k.mac(&[b"a", b"bc"]));
+        let tag = k.mac(&[b"x"]);
+        assert!(k.verify_mac(&[b"x"], &tag));
+        assert!(!k.verify_mac(&[b"y"], &tag));
+        assert!(!Secret::from_bytes([8; 32]).verify_mac(&[b"x"], &tag));
+    }
+
+    #[test]
+    fn a_sealed_blob_opens_only_with_its_owners_key_and_unaltered() {
+        let owner = Secret::generate().unwrap();
+        let sealed = seal_blob(&owner, b"the key").unwrap();
+        assert_eq!(open_blob(&owner, &sealed).unwrap(), b"the key");
+        assert!(open_blob(&Secret::generate().unwrap(), &sealed).is_err());
+        let mut altered = sealed.clone();
+        altered[14] ^= 1;
+        assert!(open_blob(&owner, &altered).is_err());
+        assert!(open_blob(&owner, &sealed[..10]).is_err());
+    }
+}

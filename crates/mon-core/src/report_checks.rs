@@ -1,0 +1,171 @@
+//! Whether a PG leader's report may be recorded: checked against its sender and against what
+//! the monitor recorded before, so that one buggy or hostile report cannot take a PG's members
+//! away (the members it drops would delete their replicas) or fence out every genuine report
+//! (a term near 2^64-1).
+//!
+//! Each rule follows from how genuine leaders report (`fastblock_pg::membership`,
+//! `fastblock_pg::replica`):
+//! - Raft has at most one leader per term, and every replica runs pre-vote, so terms rise by
+//!   one per real election: a report names the recorded leader when it carries the recorded
+//!   term, and raises the term by at most [`REPORT_TERM_STEP_MAX`].
+//! - A leader reports the configuration it applied, and applied configurations are committed:
+//!   the configuration at a given index is the same whoever reports it, and a higher index
+//!   describes a later one. A leader hosts the PG in the configuration it reports, which the
+//!   monitor's record (`osdlist`, `newosdlist`, `learners`) names unless it is older than the
+//!   recorded one; then the report is stale.
+//! - Voters leave only by leaving a joint configuration `incoming ∧ outgoing` that the leader
+//!   entered towards a target the monitor set (`newosdlist`). So a member of the recorded
+//!   voters (`osdlist`, and `joint_voters` while joint) may be dropped only if the current
+//!   target leaves it out, or the recorded joint configuration does (it is outgoing only): the
+//!   joint state is recorded, so a target that moved or was cancelled after the group entered
+//!   it still lets the group leave it.
+
+use crate::limits::REPORT_TERM_STEP_MAX;
+use crate::{err, OpResult};
+use fastblock_types::api::ErrorCode;
+use fastblock_types::map::PgInfo;
+use fastblock_types::{LogIndex, OsdId, PgId, Term};
+use std::collections::BTreeSet;
+
+/// Who sent a PG report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reporter {
+    /// An OSD the API authenticated: it may only report for itself.
+    Osd(OsdId),
+    /// The cluster runs without authentication (auth mode `none`): the sender is not checked,
+    /// every other rule still is.
+    Unauthenticated,
+}
+
+/// A report of either kind, as the rules and the record read it.
+#[derive(Clone, Debug)]
+pub(crate) struct Reported {
+    pub leader: OsdId,
+    pub term: Term,
+    pub conf_index: LogIndex,
+    /// The voters while not joint, the outgoing voters while joint.
+    pub osdlist: Vec<OsdId>,
+    /// The incoming voters while joint, empty otherwise.
+    pub joint_voters: Vec<OsdId>,
+    /// Every member the configuration names (voters of both halves and learners).
+    pub members: Vec<OsdId>,
+}
+
+/// What a report that passed the rules changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The configuration is at least as new as the recorded one: record all of it.
+    Record,
+    /// A new term whose leader has not yet applied the recorded configuration: record the
+    /// leader and its term; the recorded members stay (they are newer).
+    LeaderOnly,
+}
+
+/// The sender rule: an authenticated OSD reports only as the leader itself.
+pub(crate) fn check_sender(pg: PgId, r: &Reported, reporter: Reporter) -> OpResult<()> {
+    match reporter {
+        Reporter::Osd(osd) if osd != r.leader => err(
+            ErrorCode::PermissionDenied,
+            format!(
+                "pg {pg}: osd {osd} sent a report naming osd {} as leader: an OSD reports only \
+                 for itself",
+                r.leader
+            ),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The rules that compare a report with the recorded PG; see the module documentation.
+pub(crate) fn check_against_record(pg_id: PgId, pg: &PgInfo, r: &Reported) -> OpResult<Verdict> {
+    let implausible =
+        |rule: String| err(ErrorCode::ImplausibleReport, format!("pg {pg_id}: {rule}"));
+    if (r.term, r.conf_index) < (pg.leader_term, pg.conf_index) {
+        return err(
+            ErrorCode::StaleReport,
+            format!(
+                "pg {pg_id}: report for term {} conf index {} is older than term {} conf index {}",
+                r.term, r.conf_index, pg.leader_term, pg.conf_index
+            ),
+        );
+    }
+    if r.term.0 - pg.leader_term.0 > REPORT_TERM_STEP_MAX {
+        return implausible(format!(
+            "report for term {} raises the recorded term {} by more than {REPORT_TERM_STEP_MAX}, \
+             the most genuine elections do between two reports",
+            r.term, pg.leader_term
+        ));
+    }
+    if let Some(recorded) = pg
+        .leader
+        .filter(|l| r.term == pg.leader_term && *l != r.leader)
+    {
+        return implausible(format!(
+            "osd {} reports leading term {}, which osd {recorded} leads: Raft has one leader per \
+             term",
+            r.leader, r.term
+        ));
+    }
+    let hosts = pg.osdlist.contains(&r.leader)
+        || pg.newosdlist.contains(&r.leader)
+        || pg.learners.contains(&r.leader);
+    if r.conf_index < pg.conf_index {
+        // A new term (the older pair is stale above) whose leader has not applied the
+        // recorded configuration yet: its members are older than the recorded ones.
+        if !hosts {
+            return err(
+                ErrorCode::StaleReport,
+                format!(
+                    "pg {pg_id}: osd {} reports conf index {}, older than the recorded {}, \
+                     whose members do not include it",
+                    r.leader, r.conf_index, pg.conf_index
+                ),
+            );
+        }
+        return Ok(Verdict::LeaderOnly);
+    }
+    if !hosts {
+        return implausible(format!(
+            "leader osd {} does not host the pg: the monitor records members {}, target {}, \
+             learners {}",
+            r.leader,
+            list(&pg.osdlist),
+            list(&pg.newosdlist),
+            list(&pg.learners)
+        ));
+    }
+    let reported: BTreeSet<OsdId> = r.osdlist.iter().chain(&r.joint_voters).copied().collect();
+    let dropped: Vec<OsdId> = pg
+        .osdlist
+        .iter()
+        .chain(&pg.joint_voters)
+        .filter(|o| !reported.contains(o))
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let left_out = |o: &OsdId| {
+        (!pg.newosdlist.is_empty() && !pg.newosdlist.contains(o))
+            || (!pg.joint_voters.is_empty() && !pg.joint_voters.contains(o))
+    };
+    let unexplained: Vec<OsdId> = dropped.iter().filter(|o| !left_out(o)).copied().collect();
+    if !unexplained.is_empty() {
+        return implausible(format!(
+            "report for term {} conf index {} drops voters {} of {} (incoming {}), which \
+             neither the target {} nor a recorded joint configuration leaves out",
+            r.term,
+            r.conf_index,
+            list(&unexplained),
+            list(&pg.osdlist),
+            list(&pg.joint_voters),
+            list(&pg.newosdlist)
+        ));
+    }
+    Ok(Verdict::Record)
+}
+
+/// `[1, 2, 3]`: OSD ids as the CLI and the map show them.
+fn list(osds: &[OsdId]) -> String {
+    let ids: Vec<String> = osds.iter().map(|o| o.to_string()).collect();
+    format!("[{}]", ids.join(", "))
+}

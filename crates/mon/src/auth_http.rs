@@ -1,0 +1,397 @@
+//! Authentication of API calls and the key-table endpoints (`docs/mon-api.md`,
+//! "Authentication").
+//!
+//! [`authenticate`] runs where a call is served (on the leader, after a follower forwarded
+//! it unchanged: method, path with query, body and the `x-fastblock-*` headers), so the nonce
+//! is recorded once, by the monitor that acts on the call. It checks the signature with the
+//! entity's monitor key from the table, then the capability the route needs ([`need_of`]),
+//! and hands the entity and its key to the handler as request extensions.
+
+use crate::http::{ApiErr, AppState};
+use axum::body::{Body, Bytes};
+use axum::extract::{MatchedPath, Path, Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use fastblock_auth::request::{verify_request, SignedHeaders};
+use fastblock_auth::{seal_blob, Caps, EntityName, Secret};
+use fastblock_mon_core::auth_ops::{parse_caps, parse_entity, AuthEntity};
+use fastblock_types::api::*;
+use fastblock_types::auth::{AuthMode, AuthSettings};
+use std::sync::Arc;
+
+/// Largest request body read to check its signature (the same bound forwarding uses).
+const SIGNED_BODY_BYTES_MAX: usize = 16 << 20;
+
+/// The entity a call was authenticated as; `None` in auth mode `none`. The PG report
+/// handlers receive it to check reports against their sender.
+#[derive(Clone, Debug)]
+pub struct Authenticated(pub Option<EntityName>);
+
+/// The calling entity's key, to seal keys sent back to it (`None` in auth mode `none`).
+#[derive(Clone)]
+pub struct CallerKey(pub Option<Secret>);
+
+/// What a route asks of its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Open to anyone (health).
+    Nothing,
+    /// Any authenticated entity (reads).
+    Any,
+    /// Caps `admin` (every change but the OSDs' own calls).
+    Admin,
+    /// Caps `osd` (PG reports, reclaim confirmations, the data-key table).
+    OsdCap,
+    /// Only `osd.{id}` for the `{id}` in the path (boot, heartbeat).
+    OsdSelf,
+}
+
+/// The capability each route needs, by method and route pattern.
+pub fn need_of(method: &Method, route: &str) -> Need {
+    match (method.as_str(), route) {
+        (_, "/v1/health") => Need::Nothing,
+        ("POST", "/v1/osds/{id}/boot" | "/v1/osds/{id}/heartbeat") => Need::OsdSelf,
+        ("POST", "/v1/pgs/{pgid}/leader" | "/v1/pgs/{pgid}/membership")
+        | ("POST", "/v1/reclaim/{id}/pgs/{pgid}")
+        | ("GET", "/v1/auth/data-keys") => Need::OsdCap,
+        // The key table lists who can do what: administrators only.
+        ("GET", "/v1/auth") => Need::Admin,
+        ("GET", _) => Need::Any,
+        _ => Need::Admin,
+    }
+}
+
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn denied(msg: String) -> Response {
+    ApiErr(ApiError::new(ErrorCode::PermissionDenied, msg)).into_response()
+}
+
+/// Verifies the call's signature and capability (see the module doc).
+pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    let need = need_of(req.method(), &route);
+    if need == Need::Nothing {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let headers =
+        SignedHeaders::from_lookup(|h| parts.headers.get(h).and_then(|v| v.to_str().ok()));
+    let claimed = headers
+        .as_ref()
+        .ok()
+        .and_then(|h| h.as_ref())
+        .and_then(|h| h.entity.parse::<EntityName>().ok());
+    let looked_up = app
+        .mon
+        .read(|s, _| {
+            let record = claimed
+                .as_ref()
+                .and_then(|e| s.auth.entities.get(e))
+                .map(|e| (e.key.clone(), e.caps.clone()));
+            (s.map.auth.mode, record)
+        })
+        .await;
+    let (mode, record) = match looked_up {
+        Ok(v) => v,
+        Err(e) => return ApiErr(e).into_response(),
+    };
+    if !mode.authenticates() {
+        parts.extensions.insert(Authenticated(None));
+        parts.extensions.insert(CallerKey(None));
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    let headers = match headers {
+        Ok(Some(h)) => h,
+        Ok(None) => {
+            return ApiErr(ApiError::new(
+                ErrorCode::AuthRequired,
+                format!("this cluster runs auth mode {mode}: the call must be signed with a key (pass a keyring: --keyring or $FASTBLOCK_KEYRING)"),
+            ))
+            .into_response()
+        }
+        Err(e) => return ApiErr(ApiError::new(ErrorCode::AuthFailed, e.to_string())).into_response(),
+    };
+    // The exact bytes received: the signature covers their digest.
+    let body = match axum::body::to_bytes(body, SIGNED_BODY_BYTES_MAX).await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiErr(ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!("request body: {e}"),
+            ))
+            .into_response()
+        }
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/")
+        .to_string();
+    let verified = {
+        let mut replays = app.replays.lock().unwrap_or_else(|p| p.into_inner());
+        verify_request(
+            &headers,
+            |_| record.as_ref().map(|(k, _)| k.mon_key()),
+            parts.method.as_str(),
+            &path,
+            &body,
+            now_unix_s(),
+            &mut replays,
+        )
+    };
+    let entity = match verified {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::info!(entity = %headers.entity, %path, "refused call: {e}");
+            return ApiErr(ApiError::new(ErrorCode::AuthFailed, e.to_string())).into_response();
+        }
+    };
+    let (key, caps) = record.expect("verified against this record");
+    let what = format!("{} {}", parts.method, parts.uri.path());
+    match need {
+        Need::Nothing | Need::Any => {}
+        Need::Admin if caps.admin => {}
+        Need::Admin => {
+            return denied(format!(
+                "{entity} (caps {:?}) may not call {what}: it needs caps admin",
+                caps.to_string()
+            ))
+        }
+        Need::OsdCap if caps.osd => {}
+        Need::OsdCap => {
+            return denied(format!(
+                "{entity} (caps {:?}) may not call {what}: only OSDs (caps osd) may",
+                caps.to_string()
+            ))
+        }
+        Need::OsdSelf => {
+            let id = parts.uri.path().split('/').nth(3).unwrap_or("");
+            if !caps.osd || entity.to_string() != format!("osd.{id}") {
+                return denied(format!("{entity} may not call {what}: only osd.{id} may"));
+            }
+        }
+    }
+    parts.extensions.insert(Authenticated(Some(entity)));
+    parts.extensions.insert(CallerKey(Some(key)));
+    next.run(Request::from_parts(parts, Body::from(body))).await
+}
+
+type App = State<Arc<AppState>>;
+type ApiResult<T> = Result<Json<T>, ApiErr>;
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiErr> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiErr(ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!("invalid request body: {e}"),
+        ))
+    })
+}
+
+fn internal(e: fastblock_auth::AuthError) -> ApiErr {
+    ApiErr(ApiError::new(ErrorCode::Internal, e.to_string()))
+}
+
+/// An entity's key as the caller receives it: sealed with the caller's key, or in clear in
+/// auth mode `none` when the caller has no key.
+fn key_response(
+    entity: &EntityName,
+    e: &AuthEntity,
+    caller: &CallerKey,
+) -> Result<AuthKeyResponse, ApiErr> {
+    let (sealed_key, key) = match &caller.0 {
+        Some(k) => (
+            STANDARD.encode(seal_blob(k, e.key.as_bytes()).map_err(internal)?),
+            None,
+        ),
+        None => (String::new(), Some(e.key.to_base64())),
+    };
+    Ok(AuthKeyResponse {
+        entity: entity.to_string(),
+        caps: e.caps.to_string(),
+        generation: e.generation,
+        sealed_key,
+        key,
+    })
+}
+
+pub async fn auth_list(State(app): App) -> ApiResult<Vec<AuthEntityInfo>> {
+    Ok(Json(
+        app.mon
+            .read(|s, _| {
+                s.auth
+                    .entities
+                    .iter()
+                    .map(|(name, e)| AuthEntityInfo {
+                        entity: name.to_string(),
+                        caps: e.caps.to_string(),
+                        generation: e.generation,
+                        fingerprint: e.key.fingerprint(),
+                    })
+                    .collect()
+            })
+            .await?,
+    ))
+}
+
+pub async fn auth_add(
+    State(app): App,
+    Extension(caller): Extension<CallerKey>,
+    body: Bytes,
+) -> ApiResult<AuthKeyResponse> {
+    let req: AuthAddRequest = parse(&body)?;
+    let entity = parse_entity(&req.entity)?;
+    let caps = parse_caps(&entity, &req.caps)?;
+    let key = Secret::generate().map_err(internal)?;
+    let e = app
+        .mon
+        .apply(|s, _| {
+            s.auth_add(&entity, caps.clone(), key.clone())?;
+            Ok(s.auth.entities[&entity].clone())
+        })
+        .await?;
+    Ok(Json(key_response(&entity, &e, &caller)?))
+}
+
+pub async fn auth_get_or_create(
+    State(app): App,
+    Extension(caller): Extension<CallerKey>,
+    Path(entity): Path<String>,
+    body: Bytes,
+) -> ApiResult<AuthKeyResponse> {
+    let req: AuthCapsRequest = parse(&body)?;
+    let entity = parse_entity(&entity)?;
+    let caps = parse_caps(&entity, &req.caps)?;
+    let key = Secret::generate().map_err(internal)?;
+    let e = app
+        .mon
+        .apply(|s, _| s.auth_get_or_create(&entity, caps.clone(), key.clone()))
+        .await?;
+    Ok(Json(key_response(&entity, &e, &caller)?))
+}
+
+pub async fn auth_caps(
+    State(app): App,
+    Path(entity): Path<String>,
+    body: Bytes,
+) -> ApiResult<AuthEntityInfo> {
+    let req: AuthCapsRequest = parse(&body)?;
+    let entity = parse_entity(&entity)?;
+    let caps: Caps = parse_caps(&entity, &req.caps)?;
+    let e = app
+        .mon
+        .apply(|s, _| s.auth_caps(&entity, caps.clone()))
+        .await?;
+    Ok(Json(AuthEntityInfo {
+        entity: entity.to_string(),
+        caps: e.caps.to_string(),
+        generation: e.generation,
+        fingerprint: e.key.fingerprint(),
+    }))
+}
+
+pub async fn auth_rotate(
+    State(app): App,
+    Extension(caller): Extension<CallerKey>,
+    Path(entity): Path<String>,
+) -> ApiResult<AuthKeyResponse> {
+    let entity = parse_entity(&entity)?;
+    let key = Secret::generate().map_err(internal)?;
+    let e = app
+        .mon
+        .apply(|s, _| s.auth_rotate(&entity, key.clone()))
+        .await?;
+    Ok(Json(key_response(&entity, &e, &caller)?))
+}
+
+pub async fn auth_rm(State(app): App, Path(entity): Path<String>) -> ApiResult<EpochResponse> {
+    let entity = parse_entity(&entity)?;
+    app.mon.apply(|s, _| s.auth_rm(&entity)).await?;
+    Ok(Json(EpochResponse {
+        epoch: app.mon.published_epoch(),
+    }))
+}
+
+pub async fn auth_set_mode(State(app): App, body: Bytes) -> ApiResult<AuthSettings> {
+    let req: AuthModeRequest = parse(&body)?;
+    let mode: AuthMode = req.mode;
+    Ok(Json(
+        app.mon
+            .apply(|s, _| {
+                s.auth_set_mode(mode)?;
+                Ok(s.map.auth)
+            })
+            .await?,
+    ))
+}
+
+/// Every entity's data key, sealed for the calling OSD.
+pub async fn auth_data_keys(
+    State(app): App,
+    Extension(caller): Extension<CallerKey>,
+) -> ApiResult<AuthDataKeysResponse> {
+    let Some(osd_key) = caller.0 else {
+        return Err(ApiErr(ApiError::new(
+            ErrorCode::AuthRequired,
+            "auth mode none has no key table to send (and no key to seal it with)",
+        )));
+    };
+    let (settings, entities) = app
+        .mon
+        .read(|s, _| (s.map.auth, s.auth.entities.clone()))
+        .await?;
+    let mut out = Vec::with_capacity(entities.len());
+    for (name, e) in &entities {
+        let sealed = seal_blob(&osd_key, e.key.data_key().as_bytes()).map_err(internal)?;
+        out.push(AuthDataKeyEntry {
+            entity: name.to_string(),
+            caps: e.caps.to_string(),
+            generation: e.generation,
+            sealed_data_key: STANDARD.encode(sealed),
+        });
+    }
+    Ok(Json(AuthDataKeysResponse {
+        epoch: settings.epoch,
+        mode: settings.mode,
+        entities: out,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_need_what_the_docs_say() {
+        let get = Method::GET;
+        let post = Method::POST;
+        assert_eq!(need_of(&get, "/v1/health"), Need::Nothing);
+        assert_eq!(need_of(&get, "/v1/map"), Need::Any);
+        assert_eq!(need_of(&get, "/v1/pools/{name}"), Need::Any);
+        assert_eq!(need_of(&get, "/v1/auth"), Need::Admin);
+        assert_eq!(need_of(&get, "/v1/auth/data-keys"), Need::OsdCap);
+        assert_eq!(need_of(&post, "/v1/osds/{id}/boot"), Need::OsdSelf);
+        assert_eq!(need_of(&post, "/v1/osds/{id}/heartbeat"), Need::OsdSelf);
+        assert_eq!(need_of(&post, "/v1/pgs/{pgid}/leader"), Need::OsdCap);
+        assert_eq!(need_of(&post, "/v1/reclaim/{id}/pgs/{pgid}"), Need::OsdCap);
+        assert_eq!(need_of(&post, "/v1/osds/apply-id"), Need::Admin);
+        assert_eq!(need_of(&post, "/v1/pools"), Need::Admin);
+        assert_eq!(need_of(&Method::DELETE, "/v1/auth/{entity}"), Need::Admin);
+        assert_eq!(need_of(&Method::PUT, "/v1/auth/mode"), Need::Admin);
+    }
+}
