@@ -8,10 +8,12 @@
 //! replayed, reordered or dropped without the receiver noticing, and a frame from another
 //! connection never verifies.
 //!
-//! - `sign`: the payload travels in clear; the tag is AES-256-GCM's over the payload as
-//!   associated data and the 20 header bytes as the (discarded) plaintext, i.e. GMAC: a
-//!   receiver recomputes it and compares. (HMAC-SHA256 measured 11 µs per 4 KiB frame here,
-//!   GCM 2.7 µs: AES and carry-less multiplication have instructions on every x86 server.)
+//! - `sign`: the payload travels in clear; the tag is the AES-256-GCM tag of the frame as
+//!   `secure` would send it (the header as associated data, the payload as plaintext), computed
+//!   on a scratch copy whose ciphertext is thrown away; the receiver computes it again and
+//!   compares. Measured per 4 KiB frame sealed and opened: HMAC-SHA256 11 µs; GCM with the
+//!   payload as associated data 5.4 µs (ring hashes associated data one block at a time);
+//!   this 2 µs, as much as `secure`, because it runs ring's wide encrypt-and-hash routine.
 //! - `secure`: the payload is encrypted with AES-256-GCM (nonce = sequence number); the tag
 //!   is GCM's.
 //!
@@ -54,14 +56,21 @@ fn gcm_key(key: &Secret) -> LessSafeKey {
     LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key.as_bytes()).expect("32-byte AES key"))
 }
 
-/// The `sign` tag: GCM over the payload (associated data) and a copy of the header
-/// (plaintext, whose ciphertext is thrown away). Deterministic in key, sequence number,
-/// header and payload, so the receiver checks it by computing it again.
-fn gmac_tag(key: &LessSafeKey, seq: u64, header: &[u8], payload: &[u8]) -> [u8; TAG_BYTES] {
-    let mut h = [0u8; TAG_HEADER_BYTES];
-    h.copy_from_slice(header);
+/// The `sign` tag: GCM over a scratch copy of the payload (plaintext) and the header
+/// (associated data); the ciphertext is dropped. Deterministic in key, sequence number,
+/// header and payload, so the receiver checks it by computing it again. The copy costs less
+/// than it saves: GCM's bulk path is 2.7 times as fast here as its associated-data path.
+fn sign_tag(
+    key: &LessSafeKey,
+    scratch: &mut Vec<u8>,
+    seq: u64,
+    header: &[u8],
+    payload: &[u8],
+) -> [u8; TAG_BYTES] {
+    scratch.clear();
+    scratch.extend_from_slice(payload);
     let tag = key
-        .seal_in_place_separate_tag(nonce(seq), aead::Aad::from(payload), &mut h)
+        .seal_in_place_separate_tag(nonce(seq), aead::Aad::from(header), scratch)
         .expect("AES-GCM tags any frame below 64 GiB");
     tag.as_ref().try_into().expect("16-byte GCM tag")
 }
@@ -70,12 +79,16 @@ fn gmac_tag(key: &LessSafeKey, seq: u64, header: &[u8], payload: &[u8]) -> [u8; 
 pub struct FrameSealer {
     cipher: Cipher,
     seq: u64,
+    /// `sign`'s throw-away ciphertext, kept to reuse its allocation.
+    scratch: Vec<u8>,
 }
 
 /// Checks (and in `secure` decrypts) the frames one end receives.
 pub struct FrameOpener {
     cipher: Cipher,
     seq: u64,
+    /// `sign`'s throw-away ciphertext, kept to reuse its allocation.
+    scratch: Vec<u8>,
 }
 
 impl FrameSealer {
@@ -83,6 +96,7 @@ impl FrameSealer {
         FrameSealer {
             cipher: Cipher::new(mode, key),
             seq: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -98,7 +112,7 @@ impl FrameSealer {
         let seq = self.seq;
         self.seq += 1;
         match &self.cipher {
-            Cipher::Sign(k) => gmac_tag(k, seq, header, payload),
+            Cipher::Sign(k) => sign_tag(k, &mut self.scratch, seq, header, payload),
             Cipher::Secure(k) => {
                 let tag = k
                     .seal_in_place_separate_tag(nonce(seq), aead::Aad::from(header), payload)
@@ -114,6 +128,7 @@ impl FrameOpener {
         FrameOpener {
             cipher: Cipher::new(mode, key),
             seq: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -134,7 +149,7 @@ impl FrameOpener {
         self.seq += 1;
         match &self.cipher {
             Cipher::Sign(k) => {
-                let want = gmac_tag(k, seq, header, payload);
+                let want = sign_tag(k, &mut self.scratch, seq, header, payload);
                 if crate::secret::ct_eq(&want, tag) {
                     Ok(())
                 } else {
@@ -214,7 +229,8 @@ mod tests {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         let header = [3u8; TAG_HEADER_BYTES];
         for (mode, want_tag, want_payload) in [
-            (AuthMode::Sign, "20c2560af7467c17fdd8c020d54cedba", None),
+            // The tag `secure` sends, without the encryption.
+            (AuthMode::Sign, "ba6c138bdac265640c9d47913a13041d", None),
             (
                 AuthMode::Secure,
                 "ba6c138bdac265640c9d47913a13041d",
