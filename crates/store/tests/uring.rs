@@ -1,6 +1,7 @@
 //! The real disk in all its modes (io_uring two-step and linked fdatasync, RWF_DSYNC writes,
-//! the pread/pwrite fallback) runs the same workload on a real file and reads it back after a
-//! reopen, so the fallback path and the batched submissions are exercised, not just compiled.
+//! the pread/pwrite fallback, and the measurement-only mode without flushes) runs the same
+//! workload on a real file and reads it back after a reopen, so the fallback path and the
+//! batched submissions are exercised, not just compiled.
 #![allow(clippy::field_reassign_with_default)]
 
 mod common;
@@ -8,7 +9,24 @@ use common::*;
 use fastblock_store::disk::SyncMode;
 use fastblock_store::{Store, StoreOptions, UringDisk, UringOptions};
 
-fn round_trip(name: &str, uring: UringOptions, data_with_commit: bool) {
+/// Device flushes the disk issued (both handles of a round trip together).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Flushes {
+    fdatasyncs: u64,
+    dsync_writes: u64,
+}
+
+impl Flushes {
+    fn add(&mut self, disk: &UringDisk) {
+        self.fdatasyncs += disk.fdatasync_count();
+        self.dsync_writes += disk.dsync_write_count();
+    }
+}
+
+/// Formats, writes, commits, flushes and reads back, then reopens (WAL recovery) and reads the
+/// log back. Returns the flushes it took.
+fn round_trip(name: &str, uring: UringOptions, data_with_commit: bool) -> Flushes {
+    let mut flushes = Flushes::default();
     let dir = std::env::temp_dir().join(format!("fastblock-uring-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("osd.img");
@@ -64,6 +82,7 @@ fn round_trip(name: &str, uring: UringOptions, data_with_commit: bool) {
             "{name}: batched read {k}"
         );
     }
+    flushes.add(s.disk_mut());
     drop(s);
     let mut s = Store::open_path(&path, None, None, uring, opts).unwrap();
     for p in 0..3 {
@@ -75,7 +94,10 @@ fn round_trip(name: &str, uring: UringOptions, data_with_commit: bool) {
             assert_eq!(e, entry(e.index, 1, 4096));
         }
     }
+    flushes.add(s.disk_mut());
+    drop(s);
     std::fs::remove_dir_all(&dir).ok();
+    flushes
 }
 
 #[test]
@@ -112,6 +134,42 @@ fn pread_pwrite_fallback() {
         ..UringOptions::default()
     };
     round_trip("fallback", o, true);
+}
+
+/// Goal: `SyncMode::NoFlushBenchmarkOnly` issues no fdatasync and no RWF_DSYNC write on any
+/// path (mkfs, WAL commits, flushes of applied data, recovery; io_uring and the fallback),
+/// while everything still reads back, also after a reopen. Method: the round trip, counting
+/// the disk's flushes; the default mode, run the same way, must count some of both, so the
+/// counters do see flushes.
+#[test]
+fn no_flush_benchmark_only_flushes_nothing_and_reads_back() {
+    let no_flush = UringOptions {
+        sync_mode: SyncMode::NoFlushBenchmarkOnly,
+        ..UringOptions::default()
+    };
+    let none = Flushes::default();
+    assert_eq!(round_trip("noflush", no_flush.clone(), false), none);
+    assert_eq!(round_trip("noflush-data", no_flush.clone(), true), none);
+    let fallback = UringOptions {
+        force_fallback: true,
+        ..no_flush
+    };
+    assert_eq!(round_trip("noflush-fallback", fallback, false), none);
+
+    let durable = round_trip("dsync-counted", UringOptions::default(), false);
+    assert!(
+        durable.fdatasyncs > 0 && durable.dsync_writes > 0,
+        "the default mode should flush: {durable:?}"
+    );
+    let durable_fallback = UringOptions {
+        force_fallback: true,
+        ..UringOptions::default()
+    };
+    let fallback = round_trip("fallback-counted", durable_fallback, false);
+    assert!(
+        fallback.fdatasyncs > 0,
+        "the fallback should fdatasync: {fallback:?}"
+    );
 }
 
 /// Goal: with RWF_DSYNC writes, a sync that promises every earlier write (a flush of applied

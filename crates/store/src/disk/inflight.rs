@@ -2,7 +2,8 @@
 //!
 //! Each commit is a few writes and, once they have all completed, an fdatasync of its own
 //! (the two-step order `SyncMode::TwoStep` measured fastest; with `SyncMode::DsyncWrites` the
-//! writes carry RWF_DSYNC and need none). Commits finish in any order but are reported in
+//! writes carry RWF_DSYNC and need none; with `SyncMode::NoFlushBenchmarkOnly` they carry
+//! nothing and get none: a commit is reported once its writes completed). Commits finish in any order but are reported in
 //! submission order, so "commit k is durable" always means every earlier one is too. A
 //! commit's buffers stay here until all of its operations completed, so the kernel never
 //! touches freed memory. An operation a signal interrupted (-EINTR, -EAGAIN) is submitted
@@ -30,7 +31,8 @@ enum SyncState {
     Started,
     /// Completed (or skipped after a failed write).
     Done,
-    /// The writes are durable on their own (RWF_DSYNC).
+    /// None is issued: the writes are durable on their own (RWF_DSYNC), or flushes are
+    /// skipped (`CommitSync::Skipped`).
     NotNeeded,
 }
 
@@ -49,15 +51,29 @@ impl Commit {
     }
 }
 
+/// What makes a commit's writes durable once they completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CommitSync {
+    /// An fdatasync of its own after its writes.
+    Fdatasync,
+    /// Each write carries RWF_DSYNC: durable when it completes.
+    DsyncWrites,
+    /// Nothing: the writes are reported as soon as they completed, in the device's volatile
+    /// cache at best (`SyncMode::NoFlushBenchmarkOnly`, measurement only).
+    Skipped,
+}
+
 pub(super) struct InFlight {
     fd: types::Fd,
-    dsync: bool,
+    sync: CommitSync,
     commits: VecDeque<Commit>,
     next_id: u64,
     /// Operations to put on the ring: (commit id, slot).
     due: VecDeque<(u64, u64)>,
     /// fdatasyncs issued.
     pub(super) fsyncs: u64,
+    /// Writes issued with RWF_DSYNC.
+    pub(super) dsync_writes: u64,
 }
 
 fn interrupted(res: i32) -> bool {
@@ -65,14 +81,15 @@ fn interrupted(res: i32) -> bool {
 }
 
 impl InFlight {
-    pub(super) fn new(fd: types::Fd, dsync: bool) -> InFlight {
+    pub(super) fn new(fd: types::Fd, sync: CommitSync) -> InFlight {
         InFlight {
             fd,
-            dsync,
+            sync,
             commits: VecDeque::new(),
             next_id: 0,
             due: VecDeque::new(),
             fsyncs: 0,
+            dsync_writes: 0,
         }
     }
 
@@ -100,10 +117,9 @@ impl InFlight {
             id,
             writes_left: writes.len(),
             writes,
-            sync: if self.dsync {
-                SyncState::NotNeeded
-            } else {
-                SyncState::Waiting
+            sync: match self.sync {
+                CommitSync::Fdatasync => SyncState::Waiting,
+                CommitSync::DsyncWrites | CommitSync::Skipped => SyncState::NotNeeded,
             },
             error: None,
             retries: 0,
@@ -183,7 +199,10 @@ impl InFlight {
                         .build()
                         .user_data(user_data)
                 } else {
-                    let dsync = self.dsync;
+                    let dsync = self.sync == CommitSync::DsyncWrites;
+                    if dsync {
+                        self.dsync_writes += 1;
+                    }
                     let fd = self.fd;
                     let (offset, buf) = &self.commit_mut(id).writes[slot as usize];
                     let mut op =

@@ -76,6 +76,10 @@ pub struct Reaped {
 /// - once `sync` (or `write_many(.., sync: true)`) returns `Ok`, every write that returned
 ///   `Ok` before it, and the writes of that same call, are durable.
 /// - an `Err` leaves the state of the written range unknown; callers must fail-stop.
+///
+/// [`UringDisk`] with [`SyncMode::NoFlushBenchmarkOnly`] keeps this contract against a
+/// killed process only, not against a power loss or host crash: it never flushes the
+/// device (measurement only).
 pub trait Disk {
     /// Size of the device in bytes, fixed for the life of the handle.
     fn size_bytes(&self) -> u64;

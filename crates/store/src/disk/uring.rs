@@ -2,7 +2,7 @@
 //! synchronously (submit a batch, wait for all of it). If the ring cannot be set up (old
 //! kernel, seccomp, RLIMIT_MEMLOCK) it falls back to pread/pwrite with O_DIRECT and logs why.
 
-use super::inflight::{InFlight, WRITES_PER_COMMIT_MAX};
+use super::inflight::{CommitSync, InFlight, WRITES_PER_COMMIT_MAX};
 use super::{
     assert_io_aligned, write_durable_now, AlignedBuf, BackgroundRun, Disk, OwnedWrite, ReadOp,
     Reaped, Submitted, WriteOp,
@@ -32,6 +32,19 @@ pub enum SyncMode {
     /// io_uring engine does with `fdatasync=1`). It beat the single linked submission by
     /// ~20 % at one writer on the test VM (115 vs 140 µs per commit).
     TwoStep,
+    /// MEASUREMENT ONLY, never for data: no device flush at all. The writes are the same
+    /// O_DIRECT writes as with `DsyncWrites`, and a sync or commit still returns (or is
+    /// reported) only once they completed, in the same order and through the same code path,
+    /// but no write carries RWF_DSYNC and no fdatasync is issued, so "durable" means "accepted
+    /// by the device", perhaps only into its volatile cache: a power loss or host crash loses
+    /// acknowledged writes (a killed process loses nothing, the writes are the kernel's).
+    /// Skipped: every flush this disk would issue (WAL commits, the sync of applied data
+    /// before a metadata commit, segment rolls, [`Disk::sync`]). Kept: what does not go
+    /// through this disk (redb's fsync of the metadata file, [`UringDisk::create_file`]).
+    /// It lets a benchmark show the software's own latency and CPU beside the durable
+    /// figures, the row to hold against a peer that runs without flushes; the OSD refuses it
+    /// unless the benchmark acknowledges the loss (`fastblock-osd --wal-sync`).
+    NoFlushBenchmarkOnly,
 }
 
 #[derive(Clone, Debug)]
@@ -67,6 +80,8 @@ pub struct UringDisk {
     unsynced: bool,
     /// fdatasyncs issued (tests check which calls sync).
     fdatasyncs: u64,
+    /// Writes issued with RWF_DSYNC (tests check which modes flush).
+    dsync_writes: u64,
     /// An eventfd is registered with the ring (see [`UringDisk::register_eventfd`]).
     eventfd_registered: bool,
 }
@@ -158,6 +173,17 @@ impl UringDisk {
         self.fdatasyncs + self.commits.fsyncs
     }
 
+    /// Writes issued with RWF_DSYNC so far (io_uring only; the fallback has no such flag).
+    pub fn dsync_write_count(&self) -> u64 {
+        self.dsync_writes + self.commits.dsync_writes
+    }
+
+    /// Whether a sync flushes the device: false only with
+    /// [`SyncMode::NoFlushBenchmarkOnly`].
+    fn flushes(&self) -> bool {
+        self.options.sync_mode != SyncMode::NoFlushBenchmarkOnly
+    }
+
     /// Has the kernel signal `eventfd` when operations complete while WAL commits are in
     /// flight, so that an event loop can wait for them (then call [`Disk::reap_durable`]).
     /// With no commit in flight the signal is switched off (`IORING_CQ_EVENTFD_DISABLED`, a
@@ -228,10 +254,14 @@ impl UringDisk {
                 }
             }
         };
-        let commits = InFlight::new(
-            types::Fd(file.as_raw_fd()),
-            options.sync_mode == SyncMode::DsyncWrites,
-        );
+        let commit_sync = match options.sync_mode {
+            SyncMode::DsyncWrites => CommitSync::DsyncWrites,
+            SyncMode::NoFlushBenchmarkOnly => CommitSync::Skipped,
+            SyncMode::Fdatasync | SyncMode::FdatasyncSyscall | SyncMode::TwoStep => {
+                CommitSync::Fdatasync
+            }
+        };
+        let commits = InFlight::new(types::Fd(file.as_raw_fd()), commit_sync);
         Ok(UringDisk {
             file,
             commits,
@@ -241,6 +271,7 @@ impl UringDisk {
             background: Background::default(),
             unsynced: false,
             fdatasyncs: 0,
+            dsync_writes: 0,
             eventfd_registered: false,
         })
     }
@@ -466,6 +497,9 @@ impl UringDisk {
             self.wait_background()?;
             self.wait_commits()?;
         }
+        // What a sync adds to waiting for the writes: the flush, unless flushes are skipped
+        // (`SyncMode::NoFlushBenchmarkOnly`, which keeps everything else).
+        let flush = sync && self.flushes();
         for w in writes {
             assert_io_aligned("write", w.offset_bytes, w.buf.len() as u64, self.size_bytes);
             assert_eq!(w.buf.as_ptr() as usize % 512, 0, "unaligned write buffer");
@@ -477,7 +511,7 @@ impl UringDisk {
             for w in writes {
                 self.file.write_all_at(w.buf, w.offset_bytes)?;
             }
-            if sync {
+            if flush {
                 self.file.sync_data()?;
                 self.fdatasyncs += 1;
                 self.unsynced = false;
@@ -502,16 +536,19 @@ impl UringDisk {
                 .map(|(i, w)| {
                     let mut op = opcode::Write::new(fd, w.buf.as_ptr(), w.buf.len() as u32)
                         .offset(w.offset_bytes);
-                    if sync && dsync {
+                    if flush && dsync {
                         op = op.rw_flags(libc::RWF_DSYNC);
                     }
                     (op.build().user_data(i as u64), w.buf.len())
                 })
                 .collect();
+            if flush && dsync {
+                self.dsync_writes += sqes.len() as u64;
+            }
             // With RWF_DSYNC every write is durable on completion, so only a bare sync (no
             // writes at all) needs an fdatasync.
             let syscall = self.options.sync_mode == SyncMode::FdatasyncSyscall;
-            if last && sync && self.options.sync_mode == SyncMode::TwoStep && !sqes.is_empty() {
+            if last && flush && self.options.sync_mode == SyncMode::TwoStep && !sqes.is_empty() {
                 Self::run(ring, &mut self.background, &mut self.commits, &sqes)?;
                 sqes.clear();
                 self.fdatasyncs += 1;
@@ -523,7 +560,7 @@ impl UringDisk {
                 Self::run(ring, &mut self.background, &mut self.commits, &sqes)?;
                 continue;
             }
-            if last && sync && !syscall && (!dsync || dsync_fsync) {
+            if last && flush && !syscall && (!dsync || dsync_fsync) {
                 let i = sqes.len() as u64;
                 self.fdatasyncs += 1;
                 let fsync = opcode::Fsync::new(fd)
@@ -536,15 +573,15 @@ impl UringDisk {
             if !sqes.is_empty() {
                 Self::run(ring, &mut self.background, &mut self.commits, &sqes)?;
             }
-            if last && sync && syscall {
+            if last && flush && syscall {
                 self.file.sync_data()?;
                 self.fdatasyncs += 1;
             }
         }
-        if sync && (!dsync || dsync_fsync) {
+        if flush && (!dsync || dsync_fsync) {
             // Background writes were waited for above: the fdatasync covered everything.
             self.unsynced = false;
-        } else if !sync && !writes.is_empty() {
+        } else if !flush && !writes.is_empty() {
             self.unsynced = true;
         }
         Ok(())
@@ -601,13 +638,18 @@ impl Disk for UringDisk {
         // Durable after the commits in flight, as every sync is.
         self.wait_commits()?;
         let total = durable.len() + background.len() + 1;
+        let flush = self.flushes();
         let Some(ring) = self.ring.as_mut() else {
             for w in background.iter().chain(durable) {
                 self.file.write_all_at(w.buf, w.offset_bytes)?;
             }
-            self.file.sync_data()?;
-            self.fdatasyncs += 1;
-            self.unsynced = false;
+            if flush {
+                self.file.sync_data()?;
+                self.fdatasyncs += 1;
+                self.unsynced = false;
+            } else if !background.is_empty() || !durable.is_empty() {
+                self.unsynced = true;
+            }
             return Ok(());
         };
         let linked = self.options.sync_mode == SyncMode::Fdatasync;
