@@ -63,6 +63,10 @@ fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
 
 /// Runs the OSD until SIGTERM/SIGINT (Ok) or a fatal error (Err: the process exits non-zero).
 pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
+    let skips_flushes = crate::no_flush::skips_flushes(config.wal_sync);
+    if skips_flushes {
+        crate::no_flush::warn();
+    }
     let identity = Identity::load(&config.data)?;
     // An older mkfs left data files sparse: allocate them now, or warn.
     crate::space::reserve_data_file(&config.data);
@@ -80,6 +84,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
     let metrics = Arc::new(Metrics::new());
+    metrics.wal_flush_skipped.set(i64::from(skips_flushes));
     let mut metrics_task = match config.metrics_addr {
         Some(addr) => Some(crate::metrics::serve(addr, metrics.clone()).await?.1),
         None => None,
@@ -128,6 +133,8 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
         config: serde_json::json!({
             "data": config.data, "shards": identity.shards, "tick_ms": config.tick.as_millis(),
             "election_ticks": config.pg_config.election_ticks, "heartbeat_ticks": config.pg_config.heartbeat_ticks,
+            // Visible cluster-wide (`fastblock osd config ID`), not only on this host.
+            "wal_flush_skipped": skips_flushes,
         })
         .to_string(),
         lease_timing: Some(config.lease_timing),
@@ -163,12 +170,17 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut flush_warning = tokio::time::interval_at(
+        tokio::time::Instant::now() + crate::no_flush::WARNING_INTERVAL,
+        crate::no_flush::WARNING_INTERVAL,
+    );
     // Every task and shard thread is essential: one that fails, or ends while the OSD is not
     // stopping, stops the OSD (`docs/design/osd.md`, "Supervision").
     let outcome = loop {
         tokio::select! {
             _ = term.recv() => break Ok(()),
             _ = int.recv() => break Ok(()),
+            _ = flush_warning.tick(), if skips_flushes => crate::no_flush::warn(),
             hb = &mut hb_task => break Err(ended("heartbeat", hb)),
             map = &mut map_task => break Err(ended("map follower", map.map(Ok))),
             served = until_done(&mut metrics_task) => {

@@ -16,6 +16,8 @@
 //!   reporting new PG leaders, fail-stop; it watches every task and shard thread, and stops
 //!   the OSD (exit status 1, naming what failed) when one fails or ends unasked.
 //! - [`keys`]: the key table shared by the control task and the shards (data-plane auth).
+//! - [`no_flush`]: the measurement-only WAL mode without device flushes: its opt-in and its
+//!   warnings.
 //! - [`stages`]: per-stage latency histograms of the IO path (the core times the stages, the
 //!   runtime records them); [`metrics`]: `/metrics`.
 //!
@@ -29,6 +31,7 @@ pub mod identity;
 pub mod keys;
 pub mod metrics;
 pub mod mkfs;
+pub mod no_flush;
 pub mod region;
 pub mod shard;
 pub mod space;

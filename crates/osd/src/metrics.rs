@@ -13,6 +13,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +23,8 @@ use tokio::task::JoinHandle;
 pub struct Metrics {
     registry: Registry,
     pub osd: OsdMetrics,
+    /// 1 while the OSD skips device flushes (`crate::no_flush`), else 0.
+    pub wal_flush_skipped: Gauge,
 }
 
 impl Default for Metrics {
@@ -34,7 +37,18 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("fastblock_osd");
         let osd = OsdMetrics::register(&mut registry);
-        Metrics { registry, osd }
+        let wal_flush_skipped = Gauge::default();
+        registry.register(
+            "wal_flush_skipped",
+            "1: --wal-sync no-flush-benchmark-only, measurement only, writes are acknowledged \
+             before they are durable and a power loss loses them; 0: flushes as usual",
+            wal_flush_skipped.clone(),
+        );
+        Metrics {
+            registry,
+            osd,
+            wal_flush_skipped,
+        }
     }
 
     /// The text exposition.

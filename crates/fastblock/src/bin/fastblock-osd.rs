@@ -107,6 +107,10 @@ struct Args {
     /// `dsync` 93 µs per commit, `two-step` 118 (bench/store-bench.sh); three OSDs,
     /// `dsync` against `two-step` side by side: 1-replica QD32 writes +17 %, 3-replica QD32
     /// +15 %, 3-replica QD1 latency -22 %, with 20-28 % less OSD CPU per write.
+    /// `no-flush-benchmark-only` is for bench/run.sh only, never for data: the same writes
+    /// without RWF_DSYNC or any fdatasync, so writes are acknowledged before they are durable
+    /// and a power loss loses them; refused (exit status 2) unless the environment holds
+    /// FASTBLOCK_BENCHMARK_ONLY_SKIP_FLUSH=acknowledged-writes-may-be-lost.
     #[arg(long, value_enum, default_value_t = WalSync::Dsync)]
     wal_sync: WalSync,
     /// WAL group commits a shard keeps in flight at once (1-8): while one commit's write
@@ -164,6 +168,13 @@ async fn main() {
         std::process::abort();
     }));
     let args = Args::parse();
+    // Before anything is read or written (mkfs included): a usage error.
+    let acknowledgement = std::env::var_os(fastblock_osd::no_flush::ACKNOWLEDGEMENT_VAR);
+    if let Err(e) = fastblock_osd::no_flush::check(args.wal_sync.into(), acknowledgement.as_deref())
+    {
+        eprintln!("fastblock-osd: {e}");
+        std::process::exit(2);
+    }
     let result = if args.mkfs {
         let shards = args.shards.unwrap_or_else(|| {
             std::thread::available_parallelism()
@@ -256,6 +267,9 @@ enum WalSync {
     Syscall,
     Linked,
     Dsync,
+    /// Measurement only (bench/run.sh), never for data: no device flush, a power loss loses
+    /// acknowledged writes.
+    NoFlushBenchmarkOnly,
 }
 
 impl From<WalSync> for fastblock_osd::SyncMode {
@@ -266,6 +280,7 @@ impl From<WalSync> for fastblock_osd::SyncMode {
             WalSync::Syscall => SyncMode::FdatasyncSyscall,
             WalSync::Linked => SyncMode::Fdatasync,
             WalSync::Dsync => SyncMode::DsyncWrites,
+            WalSync::NoFlushBenchmarkOnly => SyncMode::NoFlushBenchmarkOnly,
         }
     }
 }
