@@ -100,6 +100,24 @@ impl Proc {
         }
     }
 
+    /// Waits up to `timeout` for the process to exit by itself and reaps it: its status, or
+    /// `None` if it still runs (it is then left running, to be killed on drop).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                // Reaped: its PID may be reused, so it must never be signalled again.
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGTERM, then wait up to `timeout` for a clean exit; returns whether it exited in time.
     pub fn terminate(&mut self, timeout: Duration) -> bool {
         self.signal(libc::SIGTERM);
@@ -596,6 +614,8 @@ pub struct OsdProc {
     restarts: u32,
     /// Arguments added to every start (replacing the `OSD_TEST_ARGS` options they give).
     pub extra_args: Vec<String>,
+    /// Environment variables set at every start.
+    pub extra_env: Vec<(String, String)>,
 }
 
 /// Options of OSDs under test: fast Raft timers so elections take well under a second.
@@ -688,6 +708,7 @@ impl OsdProc {
             log_dir: log_dir.to_path_buf(),
             restarts: 0,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            extra_env: Vec::new(),
         };
         osd.start();
         osd
@@ -712,7 +733,11 @@ impl OsdProc {
             .args(self.test_args())
             .args(&self.extra_args)
             .env("FASTBLOCK_MON", self.endpoints.join(","))
-            .env("RUST_LOG", "info");
+            .env("RUST_LOG", "info")
+            // The measurement-only mode without flushes is acknowledged only by a test that
+            // asks for it (`extra_env`), never by the environment the tests run in.
+            .env_remove(fastblock_osd::no_flush::ACKNOWLEDGEMENT_VAR)
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)));
         self.restarts += 1;
         let log = self
             .log_dir
