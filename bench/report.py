@@ -47,6 +47,14 @@ def read_env(raw):
     return env
 
 
+def read_skipped(raw):
+    """Why the NBD rows were skipped (raw/nbd.skipped), or None when they ran."""
+    try:
+        return open(os.path.join(raw, "nbd.skipped")).read().strip() or "skipped"
+    except OSError:
+        return None
+
+
 def read_runs(raw):
     runs = []
     with open(os.path.join(raw, "runs.tsv")) as f:
@@ -82,6 +90,80 @@ def stage_deltas(raw, name):
         n = after.get((stage, "count"), 0.0) - before.get((stage, "count"), 0.0)
         s = after.get((stage, "sum"), 0.0) - before.get((stage, "sum"), 0.0)
         out[stage] = {"count": int(round(n)), "mean_us": s / n if n > 0 else None}
+    return out
+
+
+PERF_EVENTS = {"raw_syscalls:sys_enter": "syscalls", "io_uring:io_uring_submit_req": "sqes",
+               "syscalls:sys_enter_io_uring_enter": "uring_enters",
+               "io_uring:io_uring_queue_async_work": "iowq_punts"}
+COUNTER_GROUPS = ("osd", "mon", "nbd", "client")
+
+
+def thread_class(comm):
+    """A thread's kind from its name: digits and trailing separators dropped (iou-wrk-1234,
+    shard-0 and shard-1 count together)."""
+    return re.sub(r"[-_ ]*\d+$", "", comm) or comm
+
+
+def cswitch_file(path):
+    out = {}
+    try:
+        for line in open(path):
+            parts = line.split()
+            if len(parts) == 5:
+                out[parts[1]] = (parts[0], parts[2], int(parts[3]), int(parts[4]))
+    except (OSError, ValueError):
+        return None
+    return out
+
+
+def window_counters(raw, name, iops):
+    """The machine's work per IO in the run's counted window (bench/run.sh count_window):
+    context switches from /proc per group and per thread kind, and the perf counts."""
+    try:
+        w0, w1 = (float(x) for x in open(os.path.join(raw, f"{name}.window")).read().split())
+    except (OSError, ValueError):
+        return None
+    before = cswitch_file(os.path.join(raw, f"{name}.cs.before"))
+    after = cswitch_file(os.path.join(raw, f"{name}.cs.after"))
+    ios = (iops or 0) * (w1 - w0)
+    if before is None or after is None or ios <= 0:
+        return None
+    per_group, per_class = {}, {}
+    # Threads seen at the end, each from 0 if it started in the window (a thread that ended
+    # in the window takes its switches with it: a small undercount).
+    for tid, (group, comm, vol, invol) in after.items():
+        _, _, v0, i0 = before.get(tid, (group, comm, 0, 0))
+        dv, di = max(vol - v0, 0), max(invol - i0, 0)
+        g = per_group.setdefault(group, {"cs_voluntary": 0, "cs_involuntary": 0})
+        g["cs_voluntary"] += dv
+        g["cs_involuntary"] += di
+        key = f"{group}/{thread_class(comm)}"
+        per_class[key] = per_class.get(key, 0) + dv + di
+    for group in COUNTER_GROUPS:
+        path = os.path.join(raw, f"{name}.perf.{group}")
+        if not os.path.exists(path):
+            continue
+        g = per_group.setdefault(group, {"cs_voluntary": 0, "cs_involuntary": 0})
+        for line in open(path):
+            if line.startswith("#") or "," not in line:
+                continue
+            fields = line.split(",")
+            event = fields[2] if len(fields) > 2 else ""
+            if event in PERF_EVENTS:
+                try:
+                    g[PERF_EVENTS[event]] = int(fields[0])
+                except ValueError:
+                    pass  # "<not counted>"
+    out = {"window_s": w1 - w0, "window_ios": ios, "groups": {}, "threads": {}}
+    total = {}
+    for group, counts in per_group.items():
+        out["groups"][group] = {k: v / ios for k, v in counts.items()}
+        for k, v in counts.items():
+            total[k] = total.get(k, 0) + v
+    out["per_io"] = {k: v / ios for k, v in total.items()}
+    out["per_io"]["cs"] = (total.get("cs_voluntary", 0) + total.get("cs_involuntary", 0)) / ios
+    out["threads"] = {k: v / ios for k, v in sorted(per_class.items(), key=lambda kv: -kv[1])}
     return out
 
 
@@ -167,8 +249,8 @@ def collect(out_dir):
         clk = float(open(os.path.join(raw, "clk_tck")).read().strip())
     except (OSError, ValueError):
         clk = 100.0
-    results = {"env": env, "baselines": {}, "runs": [], "auth": [],
-               "nbd_skipped": os.path.exists(os.path.join(raw, "nbd.skipped"))}
+    results = {"env": env, "baselines": {}, "runs": [], "auth": [], "noflush": [],
+               "nbd_skipped": read_skipped(raw)}
     for run in read_runs(raw):
         name = run["name"]
         data = load_json(os.path.join(raw, f"{name}.json"))
@@ -208,6 +290,9 @@ def collect(out_dir):
             delay = run.get("osd_run_delay_ns")
             if delay not in (None, "") and ios > 0:
                 entry["osd_run_delay_us_per_io"] = int(delay) / 1e3 / ios
+            counters = window_counters(raw, name, entry.get("iops"))
+            if counters:
+                entry["counters"] = counters
             stages = stage_deltas(raw, name)
             if stages:
                 entry["stages"] = stages
@@ -218,6 +303,8 @@ def collect(out_dir):
             results["baselines"][name] = entry
         elif run["test"].startswith("auth-"):
             results["auth"].append(entry)
+        elif run["test"].startswith("noflush-"):
+            results["noflush"].append(entry)
         else:
             results["runs"].append(entry)
     return results
@@ -258,6 +345,8 @@ def targets(results):
     r3r1 = find(results, "block_bench", "fb", "randread-qd1")
     r1w32 = find(results, "block_bench", "bench1", "randwrite-qd32")
     r3w32 = find(results, "block_bench", "fb", "randwrite-qd32")
+    r3r32 = find(results, "block_bench", "fb", "randread-qd32")
+    rd32 = best(results, "base-randread-qd32", "iops", False)
 
     def t(name, measured, limit, kind, unit, note=""):
         if measured is None or limit is None:
@@ -280,6 +369,14 @@ def targets(results):
         t("CPU per 3-replica 4 KiB write, all fastblock processes <= 60 us",
           r3w32 and r3w32.get("cpu", {}).get("fastblock_us_per_io"), 60.0, "max", "us",
           "block_bench randwrite QD32 on the 3-replica pool: OSDs + monitor + block_bench"),
+        t("Context switches per 3-replica 4 KiB write, all fastblock processes <= 3",
+          r3w32 and r3w32.get("counters", {}).get("per_io", {}).get("cs"), 3.0, "max", "count",
+          "block_bench randwrite QD32 on the 3-replica pool, counted window"),
+        t("3-replica 4 KiB randread QD32 IOPS >= 65 % of fio iodepth-32 randread",
+          r3r32 and r3r32["iops"], rd32 and 0.65 * rd32, "min", "IOPS"),
+        t("CPU per 4 KiB read, all fastblock processes <= 25 us",
+          r3r32 and r3r32.get("cpu", {}).get("fastblock_us_per_io"), 25.0, "max", "us",
+          "block_bench randread QD32 on the 3-replica pool: OSDs + monitor + block_bench"),
     ]
     # NBD vs block_bench at QD32: the worse of write and read on the 3-replica pool.
     ratios = []
@@ -290,7 +387,7 @@ def targets(results):
     if results["nbd_skipped"] or not ratios:
         out.append({"target": "NBD path vs block_bench, QD32 IOPS >= 85 %", "measured": None,
                     "limit": 0.85, "unit": "ratio", "status": "not measured",
-                    "note": "fastblock-nbd not built" if results["nbd_skipped"] else "no data"})
+                    "note": results["nbd_skipped"] or "no data"})
     else:
         worst = min(ratios)
         out.append(t("NBD path vs block_bench, QD32 IOPS >= 85 %", worst[0], 0.85, "min", "ratio",
@@ -360,18 +457,21 @@ def markdown(results):
             f"{'' if r['frontend'] == 'block_bench' else ' (fio)'} | "
             f"{fmt(r.get('wal_commits_per_io'), 2)} | {fmt(r.get('osd_run_delay_us_per_io'), 1)} |")
     if results["nbd_skipped"]:
-        lines += ["", "nbd: skipped (fastblock-nbd not built)"]
+        lines += ["", f"nbd: skipped ({results['nbd_skipped']})"]
+    lines += counters_table(results)
+    lines += noflush_table(results)
     lines += auth_table(results)
     lines += ["", "### Targets (ratios within this run)", "",
               "| target | measured | limit | measured / limit | status |", "|---|---:|---:|---:|---|"]
     for t in results["targets"]:
         unit = t["unit"]
-        d = 2 if unit == "ratio" else (1 if unit == "us" else 0)
+        d = 2 if unit in ("ratio", "count") else (1 if unit == "us" else 0)
         ratio = t.get("ratio")
         status = {"met": "**met**", "not met": "**not met**"}.get(t["status"], t["status"])
         note = f" ({t['note']})" if t.get("note") else ""
-        lines.append(f"| {t['target']}{note} | {fmt(t['measured'], d)} {unit if unit != 'ratio' else ''} | "
-                     f"{fmt(t['limit'], d)} {unit if unit != 'ratio' else ''} | {fmt(ratio, 2)} | {status} |")
+        shown = unit if unit not in ("ratio", "count") else ""
+        lines.append(f"| {t['target']}{note} | {fmt(t['measured'], d)} {shown} | "
+                     f"{fmt(t['limit'], d)} {shown} | {fmt(ratio, 2)} | {status} |")
     lines += ["", "### Per-stage latency on the OSDs (mean µs from `/metrics`, all OSDs; see docs/metrics.md)", "",
               "| run | " + " | ".join(STAGES) + " |", "|---|" + "---:|" * len(STAGES)]
     for r in results["runs"]:
@@ -381,6 +481,55 @@ def markdown(results):
         cells = [fmt(st[s]["mean_us"], 1) for s in STAGES]
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def counters_table(results):
+    """The machine's work per IO in each run's counted window (docs/benchmarks.md)."""
+    rows = [r for r in results["runs"] + results.get("noflush", []) + results.get("auth", [])
+            if r.get("counters")]
+    if not rows:
+        return []
+    lines = ["", "### The machine's work per IO (a steady-state window of each run; "
+             "all fastblock processes)", "",
+             "| run | context switches/IO | voluntary | involuntary | of it OSDs | client or NBD | "
+             "syscalls/IO | io_uring SQEs/IO | io_uring_enter/IO | io-wq hand-offs/IO | "
+             "most switching threads (switches/IO) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        c = r["counters"]
+        p, g = c["per_io"], c["groups"]
+        osd = g.get("osd", {})
+        front = g.get("client") or g.get("nbd") or {}
+        cs = lambda d: d.get("cs_voluntary", 0) + d.get("cs_involuntary", 0) if d else None
+        top = ", ".join(f"{k} {v:.2f}" for k, v in list(c["threads"].items())[:4])
+        lines.append(
+            f"| {r['name']} | {fmt(p.get('cs'), 2)} | {fmt(p.get('cs_voluntary'), 2)} | "
+            f"{fmt(p.get('cs_involuntary'), 2)} | {fmt(cs(osd), 2)} | {fmt(cs(front), 2)} | "
+            f"{fmt(p.get('syscalls'), 1)} | {fmt(p.get('sqes'), 2)} | "
+            f"{fmt(p.get('uring_enters'), 2)} | {fmt(p.get('iowq_punts'), 2)} | {top} |")
+    lines += ["", "Counted over the middle of each timed run (`window_s` in results.json) and "
+              "divided by its IOs (IOPS × window). System calls and io_uring figures come from "
+              "kernel tracepoints (`perf stat`); `–` when perf could not count them."]
+    return lines
+
+
+def noflush_table(results):
+    """The randwrite rows with durable writes beside the same rows without device flushes."""
+    rows = results.get("noflush", [])
+    if not rows:
+        return []
+    lines = ["", "### Without device flushes (measurement only: `--wal-sync no-flush-benchmark-only`, "
+             "docs/benchmarks.md; never a target)", "",
+             "| pool | test | durable: mean µs / p99 µs / IOPS / CPU µs/IO | "
+             "no flush: mean µs / p99 µs / IOPS / CPU µs/IO |", "|---|---|---:|---:|"]
+    cell = lambda r: (f"{fmt(r.get('mean_us'), 1)} / {fmt(r.get('p99_us'))} / {fmt(r.get('iops'))} / "
+                      f"{fmt(r.get('cpu', {}).get('fastblock_us_per_io'), 1)}") if r else "–"
+    for r in rows:
+        test = r["test"][len("noflush-"):]
+        durable = find(results, "block_bench", r["pool"], test)
+        lines.append(f"| {r['pool']} ({r.get('replicas', '?')} replicas) | {test} | {cell(durable)} | "
+                     f"{cell(r)} |")
+    return lines
 
 
 # --- plots ---------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 # The benchmark kit: in one run, what this machine can physically do and what fastblock does
 # on it, side by side, with the ratios of docs/benchmarks.md marked met or not met.
 #
-#   bench/run.sh [--seconds N] [--out DIR] [--port-base N] [--no-build] [--keep]
+#   bench/run.sh [--seconds N] [--out DIR] [--port-base N] [--no-build] [--keep] [--quick]
 #
 # 1. builds release binaries and starts its own cluster with ./vstart.sh (3 OSDs, a 3-replica
 #    and a 1-replica pool, OSD files of 1 GiB written in full) on ports from --port-base
@@ -15,16 +15,22 @@
 #    when it is not built): 1 MiB sequential write (a full pass, which also fills the image),
 #    4 KiB randwrite and randread at QD1 and QD32, 1 MiB sequential read;
 #    then 3-replica block_bench write QD1 and QD32 and read QD32 in each auth mode (none, sign,
-#    secure), side by side, with the overhead of each mode against none;
+#    secure), side by side, with the overhead of each mode against none; then, with the OSDs
+#    restarted in --wal-sync no-flush-benchmark-only (measurement only: no device flush), the
+#    block_bench randwrite rows again, for the software's own cost;
 # 4. around every run: CPU time of every fastblock process from /proc (OSDs, monitor, NBD
 #    server; block_bench reports its own), the time the OSD threads waited for a CPU
-#    (schedstat run_delay: other load on the machine) and the OSDs' per-stage latency;
+#    (schedstat run_delay: other load on the machine) and the OSDs' per-stage latency; in a
+#    window of every timed random-IO run, the machine's work per IO: context switches, system
+#    calls, io_uring submissions and io-wq hand-offs of every fastblock process;
 # 5. writes bench/results/<date-time>/{results.json,results.md,*.png} (bench/report.py, plots
 #    with gnuplot), prints the Markdown table and stops the cluster.
 #
 # --seconds N: length of each timed run (10; the first second is warm-up). --keep: leave the
-# cluster running and its data files in place. Takes about 7 minutes with the defaults, plus
-# the build.
+# cluster running and its data files in place. --quick: only what a change to the data path
+# is judged by while it is being made (baselines once; the 3-replica pool's block_bench rows;
+# no NBD, no auth modes); the targets it cannot judge show "not measured". Takes about 7
+# minutes with the defaults (2 with --quick), plus the build.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,6 +40,7 @@ SECS=${FASTBLOCK_BENCH_SECONDS:-10}
 PORT_BASE=17300
 BUILD=1
 KEEP=0
+QUICK=0
 OUT=""
 IMAGE_MIB=256
 # Every OSD file is written in full at mkfs (--preallocate full), as fio's file is: blocks
@@ -51,6 +58,7 @@ while (($#)); do
     --port-base) PORT_BASE=${2:?--port-base needs a value}; shift ;;
     --no-build) BUILD=0 ;;
     --keep) KEEP=1 ;;
+    --quick) QUICK=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -73,6 +81,7 @@ NBD_PORT=$((PORT_BASE + 90))
 OSD_PORT=$((PORT_BASE + 100))
 MON=127.0.0.1:$MON_PORT
 POOLS=("bench1:1" "fb:3") # name:replicas; fb is the pool vstart.sh creates
+((QUICK)) && POOLS=("fb:3")
 IMAGE=bench
 
 log() { printf '[%4ds] %s\n' $(($(date +%s) - STARTED)) "$*" >&2; }
@@ -170,17 +179,87 @@ scrape() { # name suffix
     curl -fsS "http://127.0.0.1:$p/metrics" >"$RAW/$1.metrics.$2.osd$i.txt" 2>/dev/null || true
   done
 }
+# The machine's work per IO, counted in a window of the steady state of a timed run (after
+# the warm-up, before the end): context switches of every thread of every fastblock process
+# from /proc/<pid>/task/*/status (voluntary: the thread blocked, e.g. waiting for a socket or
+# a completion; involuntary: it was preempted), and from kernel tracepoints counted by
+# `perf stat` (counting only, no samples): system calls, io_uring submissions (SQEs), calls
+# of io_uring_enter, and io_uring requests handed to an io-wq worker thread (a hop to another
+# thread and back). Each process group (osd, mon, nbd, client) is counted separately; the
+# report divides by the IOs of the window (the run's IOPS times the window's length).
+PERF_EVENTS=raw_syscalls:sys_enter,io_uring:io_uring_submit_req,syscalls:sys_enter_io_uring_enter,io_uring:io_uring_queue_async_work
+HAVE_PERF=0
+if [[ ! -d /sys/kernel/tracing/events ]]; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+fi
+if perf stat -x, -e "$PERF_EVENTS" -p $$ -- sleep 0.01 >/dev/null 2>&1; then
+  HAVE_PERF=1
+else
+  log "perf cannot count tracepoints here: system calls and io_uring submissions per IO are not measured"
+fi
+# Per thread: "group pid/tid comm voluntary involuntary" of every thread of the given processes.
+cswitch_snapshot() { # group pids...
+  local group=$1 p f; shift
+  for p in "$@"; do
+    for f in /proc/"$p"/task/*; do
+      [[ -r $f/status ]] || continue
+      awk -v g="$group" -v t="${f#/proc/}" '
+        /^Name:/ { n = $2 } /^voluntary_ctxt_switches:/ { v = $2 }
+        /^nonvoluntary_ctxt_switches:/ { i = $2 }
+        END { if (n != "") print g, t, n, v, i }' "$f/status" 2>/dev/null
+    done
+  done
+}
+# Counts the window for one run (the command's pid is the client when it is block_bench).
+count_window() { # name client-pid|"" window-seconds
+  local name=$1 client=$2 secs=$3 groups=() g pids
+  groups+=("osd:$(IFS=,; echo "${OSD_PIDS[*]}")" "mon:$MON_PID")
+  [[ -n $NBD_PID ]] && groups+=("nbd:$NBD_PID")
+  [[ -n $client ]] && groups+=("client:$client")
+  for g in "${groups[@]}"; do
+    # shellcheck disable=SC2046
+    cswitch_snapshot "${g%%:*}" $(tr , ' ' <<<"${g#*:}")
+  done | sort -u >"$RAW/$name.cs.before"
+  local perf_pids=()
+  if ((HAVE_PERF)); then
+    for g in "${groups[@]}"; do
+      perf stat -x, -e "$PERF_EVENTS" -p "${g#*:}" -o "$RAW/$name.perf.${g%%:*}" -- sleep "$secs" \
+        >/dev/null 2>&1 &
+      perf_pids+=($!)
+    done
+  fi
+  local w0 w1
+  w0=$(date +%s.%N)
+  sleep "$secs"
+  w1=$(date +%s.%N)
+  for g in "${groups[@]}"; do
+    # shellcheck disable=SC2046
+    cswitch_snapshot "${g%%:*}" $(tr , ' ' <<<"${g#*:}")
+  done | sort -u >"$RAW/$name.cs.after"
+  ((${#perf_pids[@]})) && wait "${perf_pids[@]}" 2>/dev/null || true
+  echo "$w0 $w1" >"$RAW/$name.window"
+}
 # Runs a measured command: CPU of the fastblock processes and OSD metrics before and after,
-# the command's JSON output in raw/NAME.json, one line in raw/runs.tsv.
+# the command's JSON output in raw/NAME.json, one line in raw/runs.tsv. A timed random-IO run
+# of fastblock is also counted in a window of its steady state (count_window).
 measure() { # name frontend pool test -- command...
   local name=$1 frontend=$2 pool=$3 test=$4; shift 5
-  local osd0 mon0 nbd0=0 osd1 mon1 nbd1=0 t0 t1 delay
+  local osd0 mon0 nbd0=0 osd1 mon1 nbd1=0 t0 t1 delay cmd client
   scrape "$name" before
   osd0=$(sum_ticks "${OSD_PIDS[@]}"); mon0=$(cpu_ticks "$MON_PID")
   run_delay_snapshot "${OSD_PIDS[@]}" >"$RAW/$name.delay.before"
   [[ -n $NBD_PID ]] && nbd0=$(cpu_ticks "$NBD_PID")
   t0=$(date +%s.%N)
-  if ! "$@" >"$RAW/$name.json" 2>"$RAW/$name.err"; then
+  "$@" >"$RAW/$name.json" 2>"$RAW/$name.err" &
+  cmd=$!
+  if [[ $frontend != fio-file && $test == *rand*-qd* ]]; then
+    client=""
+    [[ $frontend == block_bench ]] && client=$cmd
+    # The window: from 1 s after the warm-up second to 1 s before the end.
+    sleep 2
+    count_window "$name" "$client" $((SECS - 3))
+  fi
+  if ! wait "$cmd"; then
     log "$name failed: $(tail -n 3 "$RAW/$name.err" | tr '\n' ' ')"
   fi
   t1=$(date +%s.%N)
@@ -260,7 +339,7 @@ for entry in "${POOLS[@]}"; do
   bb "bb-$pool-randwrite-qd32" "$pool" randwrite-qd32 --io-type write --io-depth 32 "${timed[@]}"
   bb "bb-$pool-randread-qd1" "$pool" randread-qd1 --io-type read --io-depth 1 "${timed[@]}"
   bb "bb-$pool-randread-qd32" "$pool" randread-qd32 --io-type read --io-depth 32 "${timed[@]}"
-  bb "bb-$pool-seqread" "$pool" seqread-1m --io-type read --io-size 1M --sequential \
+  ((QUICK)) || bb "bb-$pool-seqread" "$pool" seqread-1m --io-type read --io-size 1M --sequential \
     --io-depth "$SEQ_DEPTH" "${timed[@]}"
 done
 
@@ -269,7 +348,9 @@ done
 # (docs/security.md): the mode is switched with the CLI, and each mode's rows start once a
 # client can write in it (the OSDs close their connections and peer links of the old mode).
 AUTH_POOL=fb
-for mode in none sign secure; do
+AUTH_MODES=(none sign secure)
+((QUICK)) && AUTH_MODES=()
+for mode in "${AUTH_MODES[@]}"; do
   log "auth mode $mode: block_bench on pool $AUTH_POOL"
   client auth mode "$mode" >/dev/null
   ready=0
@@ -288,6 +369,8 @@ for mode in none sign secure; do
 done
 client auth mode sign >/dev/null # the cluster's default again, for the NBD rows
 
+NBD_SKIPPED="fastblock-nbd not built"
+((QUICK)) && { HAVE_NBD=0; NBD_SKIPPED="--quick"; }
 if ((HAVE_NBD)); then
   setsid "$NBD_BIN" serve --mon "$MON" --bind "127.0.0.1:$NBD_PORT" >"$RAW/nbd.log" 2>&1 </dev/null &
   NBD_PID=$!
@@ -308,10 +391,51 @@ if ((HAVE_NBD)); then
     nbd "nbd-$pool-seqread" "$pool" seqread-1m --rw=read --bs=1M --iodepth="$SEQ_DEPTH"
   done
 else
-  echo "nbd: skipped (fastblock-nbd not built)" | tee "$RAW/nbd.skipped" >&2
+  echo "$NBD_SKIPPED" >"$RAW/nbd.skipped"
+  log "nbd: skipped ($NBD_SKIPPED)"
 fi
 
-baselines b
+# --- without device flushes (measurement only) ---------------------------------------------------
+# The same cluster restarted with its OSDs in --wal-sync no-flush-benchmark-only
+# (docs/benchmarks.md): the software's own latency and CPU without this disk's flush, the
+# row to hold against a peer that runs without flushes. Never a target. The OSDs go back to
+# durable writes when the kit stops the cluster.
+if [[ -n $NBD_PID ]]; then
+  kill -TERM "$NBD_PID" 2>/dev/null || true
+  wait "$NBD_PID" 2>/dev/null || true
+  NBD_PID=""
+fi
+log "restarting the cluster's OSDs without device flushes (measurement only)"
+./vstart.sh --stop --state-dir "$STATE" >>"$RAW/vstart.log" 2>&1
+FASTBLOCK_BENCHMARK_ONLY_SKIP_FLUSH=acknowledged-writes-may-be-lost \
+  FASTBLOCK_VSTART_OSD_ARGS="--wal-sync no-flush-benchmark-only" \
+  ./vstart.sh --no-build --state-dir "$STATE" --mon-port "$MON_PORT" --etcd-port "$ETCD_PORT" \
+  --osd-port "$OSD_PORT" -c 3 -r 3 -p "$PGS" --osd-size "$OSD_SIZE" --preallocate full \
+  >>"$RAW/vstart.log" 2>&1 ||
+  { tail -n 30 "$RAW/vstart.log" >&2; exit 1; }
+for _ in $(seq 1 300); do client health | grep -q HEALTH_OK && break; sleep 0.2; done
+OSD_PIDS=()
+for i in 1 2 3; do OSD_PIDS+=("$(cat "$STATE/run/osd.$i.pid")"); done
+MON_PID=$(cat "$STATE/run/mon.a.pid")
+for entry in "${POOLS[@]}"; do
+  pool=${entry%%:*}
+  log "block_bench on pool $pool without device flushes"
+  bb "noflush-$pool-randwrite-qd1" "$pool" noflush-randwrite-qd1 --io-type write --io-depth 1 "${timed[@]}"
+  bb "noflush-$pool-randwrite-qd32" "$pool" noflush-randwrite-qd32 --io-type write --io-depth 32 "${timed[@]}"
+done
+if ((KEEP)); then
+  # A cluster left running writes durably again.
+  log "restarting the cluster's OSDs with durable writes"
+  ./vstart.sh --stop --state-dir "$STATE" >>"$RAW/vstart.log" 2>&1
+  ./vstart.sh --no-build --state-dir "$STATE" --mon-port "$MON_PORT" --etcd-port "$ETCD_PORT" \
+    --osd-port "$OSD_PORT" -c 3 -r 3 -p "$PGS" --osd-size "$OSD_SIZE" --preallocate full \
+    >>"$RAW/vstart.log" 2>&1 || { tail -n 30 "$RAW/vstart.log" >&2; exit 1; }
+  OSD_PIDS=()
+  for i in 1 2 3; do OSD_PIDS+=("$(cat "$STATE/run/osd.$i.pid")"); done
+  MON_PID=$(cat "$STATE/run/mon.a.pid")
+fi
+
+((QUICK)) || baselines b
 
 # --- report ----------------------------------------------------------------------------------
 

@@ -33,6 +33,14 @@ for pkg in "${!PROVIDES[@]}"; do
   fi
 done
 
+# bench/run.sh counts system calls and io_uring submissions per IO with perf (kernel
+# tracepoints); Debian packages it as linux-perf, Ubuntu per kernel (linux-tools-*), so it is
+# installed where the archive has linux-perf and the kit reports those counts as not
+# measured elsewhere.
+if ! command -v perf >/dev/null 2>&1 && apt-cache show linux-perf >/dev/null 2>&1; then
+  missing+=(linux-perf)
+fi
+
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then
   SUDO="sudo"
