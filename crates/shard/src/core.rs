@@ -153,6 +153,8 @@ pub struct ShardCore<D: Disk + 'static> {
     pub(crate) outs: BTreeMap<PgId, Output>,
     commits: Commits,
     deferred: Deferred,
+    /// Client reads whose barrier passed in this step, read together at its end.
+    pub(crate) ready_reads: crate::reads::ReadyReads,
     /// When the last apply batch started: the commit time of the writes it completes.
     apply_started: Micros,
     /// When the flush being committed began, and the WAL segment written then.
@@ -194,6 +196,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             outs: BTreeMap::new(),
             commits: Commits::default(),
             deferred: Deferred::default(),
+            ready_reads: Default::default(),
             apply_started: Micros(0),
             flush_started: None,
             flush_wal_seq: 0,
@@ -225,6 +228,8 @@ impl<D: Disk + 'static> ShardCore<D> {
             self.handle(input, &mut eff);
         }
         self.settle(&mut eff);
+        self.finish_reads(&mut eff);
+        assert!(self.ready_reads.is_empty(), "a step ends with its reads answered");
         eff
     }
 
@@ -895,23 +900,20 @@ impl<D: Disk + 'static> ShardCore<D> {
                     length,
                 },
             ) => {
-                let (addr, offset, length) = (*addr, *offset, *length);
-                let start = self.metrics_now();
-                let r = self.read_for_client(addr, offset, length, eff);
-                let end = self.metrics_now();
-                eff.stage(Stage::ReadIndex, pending.started, start);
-                eff.stages.push((Stage::Read, end.since(start)));
-                eff.stage(Stage::OpRead, pending.arrived, end);
-                if r.is_ok() {
-                    if let Some(h) = self.pgs.get_mut(&pending.pg) {
-                        h.io.read_ops += 1;
-                        h.io.read_bytes += u64::from(length);
-                    }
-                }
-                match r {
-                    Ok(data) => Reply::Data(data),
-                    Err(reply) => reply,
-                }
+                // Read with the step's other ready reads, at its end (`reads`).
+                let ready = self.metrics_now();
+                self.ready_reads.push(crate::reads::ReadyRead {
+                    conn: pending.conn,
+                    request_id: pending.request_id,
+                    pg: pending.pg,
+                    addr: *addr,
+                    offset: *offset,
+                    length: *length,
+                    arrived: pending.arrived,
+                    started: pending.started,
+                    ready,
+                });
+                return;
             }
             (
                 OpOutcome::ReadReady,

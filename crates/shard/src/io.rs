@@ -163,6 +163,10 @@ pub struct Probes {
     pub backfill_too_full: u64,
     /// Snapshots this shard refused to receive for lack of space.
     pub backfill_refused: u64,
+    /// Steps that read more than one client read in one batch.
+    pub reads_batched: u64,
+    /// Read batches that failed and were retried one read at a time.
+    pub read_batches_retried: u64,
 }
 
 /// What one step produced.

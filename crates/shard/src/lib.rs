@@ -17,6 +17,7 @@
 //! - [`hosting`]: which PGs live here, from the cluster map (create, reopen, targets,
 //!   removal, orphans, leader and membership reports).
 //! - [`recovery`]: snapshot transfer to members that need one, rate-limited.
+//! - [`reads`]: client reads whose barrier passed, read in one batch per step.
 //! - [`reclaim`]: deleting removed images and shrunk tails through the log; fencing IO by
 //!   the map's image table.
 //! - [`flush`]: flush and compaction.
@@ -33,6 +34,7 @@ pub mod flush;
 pub mod hosting;
 pub mod inspect;
 pub mod io;
+pub mod reads;
 pub mod reclaim;
 pub mod recovery;
 pub mod space;

@@ -876,6 +876,9 @@ impl Cluster {
             .add("snapshot.backfill_too_full", p.backfill_too_full);
         self.probes
             .add("snapshot.backfill_refused", p.backfill_refused);
+        self.probes.add("read.batched", p.reads_batched);
+        self.probes
+            .add("read.batch_retried", p.read_batches_retried);
     }
 
     fn on_pg_event(&mut self, id: OsdId, pg: PgId, event: Event) {

@@ -219,6 +219,14 @@ pub const PROBES: &[(&str, &str)] = &[
         "a replica installed a snapshot with object data",
     ),
     (
+        "read.batched",
+        "a step read more than one client read in one batch",
+    ),
+    (
+        "read.batch_retried",
+        "a batch of client reads failed and was retried one read at a time",
+    ),
+    (
         "snapshot.interrupted",
         "a snapshot transfer was abandoned (refused, stalled, leadership lost)",
     ),

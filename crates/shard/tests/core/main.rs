@@ -44,6 +44,39 @@ fn a_write_is_answered_and_read_back() {
 }
 
 #[test]
+fn reads_ready_in_one_step_are_read_in_one_batch_and_each_gets_its_own_data() {
+    let mut c = single();
+    for object in 0..8u64 {
+        let w = c.request(1, write(pg(0), object, 0, &[object as u8 + 1; 4096], 1));
+        assert_eq!(c.reply(w), Some(&Reply::Ok));
+    }
+    // Eight written objects and one never written (a hole reads as zeros), all in one step.
+    let mut reqs: Vec<Request> = (0..8u64).map(|o| read(pg(0), o, 0, 4096, 1)).collect();
+    reqs.push(read(pg(0), 100, 0, 4096, 1));
+    let ids = c.request_batch(1, reqs);
+    c.settle();
+    for _ in 0..5 {
+        if ids.iter().all(|&r| c.reply(r).is_some()) {
+            break;
+        }
+        c.tick();
+    }
+    for (object, &r) in ids.iter().enumerate() {
+        let want = if object < 8 { object as u8 + 1 } else { 0 };
+        assert_eq!(
+            c.reply(r),
+            Some(&Reply::Data(vec![want; 4096].into())),
+            "read {object}"
+        );
+    }
+    assert!(
+        c.probe(1, |p| p.reads_batched) >= 1,
+        "the step's reads went to the store one at a time"
+    );
+    assert_eq!(c.probe(1, |p| p.read_batches_retried), 0);
+}
+
+#[test]
 fn malformed_and_misrouted_requests_are_refused_with_their_status() {
     let mut c = single();
     // Beyond the request size limit.
