@@ -59,7 +59,7 @@ pub mod wal;
 pub use disk::{Disk, SimDisk, SimFile, UringDisk, UringOptions};
 pub use error::{Error, ObjectId, Result, SpaceArea};
 pub use flusher::{Finished, FlushRunner};
-pub use objects::MetaCommit;
 pub use objects::ObjectRead;
+pub use objects::{BlockCacheStats, MetaCommit};
 pub use raft_storage::PgStorage;
 pub use store::{meta_path, FlushDone, MkfsOptions, Store, StoreOptions};
