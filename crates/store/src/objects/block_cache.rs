@@ -6,9 +6,9 @@
 //! block and a read of a hole look up keys that are not in the table. `Objects::lookup_many`
 //! consults the dirty map first, then this, then redb, and fills this on a miss. It never
 //! disagrees with the flushed table: the only writer of that table is a flush's metadata
-//! commit, and `Objects::flush_finish` gives every key the commit wrote its committed value
-//! here. While the commit runs those keys are still in the dirty map, which hides what is
-//! cached for them.
+//! commit, and `Objects::flush_finish` gives every key the commit wrote that is cached here
+//! its committed value. While the commit runs those keys are still in the dirty map, which
+//! hides what is cached for them.
 //!
 //! Layout: one array of 40-byte slots, open addressing with linear probing, at most 2/3 full
 //! (60 bytes per entry when full; the array grows by doubling as entries arrive, so an idle
