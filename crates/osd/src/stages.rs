@@ -27,7 +27,11 @@
 //! (`crate::shard::runtime`) records them here, and measures `reply` (it owns the sockets)
 //! and counts loop iterations itself. Observing costs one uncontended lock per stage; the
 //! shard thread is the only writer of its histograms, and a scrape only reads them.
+//!
+//! The store's block-cache counters (hits, misses, evictions) are copied from the shard's
+//! store after every loop iteration.
 
+use fastblock_store::BlockCacheStats;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -59,6 +63,26 @@ pub const LATENCY_BUCKETS_US: [f64; 18] = [
 /// Bucket bounds of the log entries per group commit.
 pub const BATCH_BUCKETS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0];
 
+/// Names and help of the block-cache counters, in the order of [`block_cache_counts`].
+const BLOCK_CACHE_COUNTERS: [(&str, &str); 3] = [
+    (
+        "store_block_cache_hits",
+        "Block-map lookups answered by the store's in-memory cache",
+    ),
+    (
+        "store_block_cache_misses",
+        "Block-map lookups that went to the store's metadata database",
+    ),
+    (
+        "store_block_cache_evictions",
+        "Entries evicted from the store's block cache",
+    ),
+];
+
+fn block_cache_counts(s: &BlockCacheStats) -> [u64; 3] {
+    [s.hits, s.misses, s.evictions]
+}
+
 /// The stages of [the module doc](self), timed by the shard core.
 pub use fastblock_shard::Stage;
 
@@ -78,6 +102,7 @@ pub struct OsdMetrics {
     stage_us: Family<StageLabels, Histogram>,
     wal_commit_ops: Family<ShardLabels, Histogram>,
     loop_iterations: Family<ShardLabels, Counter>,
+    block_cache: [Family<ShardLabels, Counter>; 3],
 }
 
 impl OsdMetrics {
@@ -105,10 +130,15 @@ impl OsdMetrics {
             "Shard loop iterations",
             loop_iterations.clone(),
         );
+        let block_cache: [Family<ShardLabels, Counter>; 3] = Default::default();
+        for (family, (name, help)) in block_cache.iter().zip(BLOCK_CACHE_COUNTERS) {
+            registry.register(name, help, family.clone());
+        }
         OsdMetrics {
             stage_us,
             wal_commit_ops,
             loop_iterations,
+            block_cache,
         }
     }
 
@@ -127,6 +157,10 @@ impl OsdMetrics {
             histograms: Stage::ALL.map(stage),
             wal_commit_ops: self.wal_commit_ops.get_or_create(&labels).clone(),
             loop_iterations: self.loop_iterations.get_or_create(&labels).clone(),
+            block_cache: self
+                .block_cache
+                .each_ref()
+                .map(|f| f.get_or_create(&labels).clone()),
         }
     }
 }
@@ -138,6 +172,7 @@ pub struct ShardStages {
     histograms: [Histogram; Stage::ALL.len()],
     wal_commit_ops: Histogram,
     loop_iterations: Counter,
+    block_cache: [Counter; 3],
 }
 
 impl Default for ShardStages {
@@ -146,6 +181,7 @@ impl Default for ShardStages {
             histograms: Stage::ALL.map(|_| Histogram::new(LATENCY_BUCKETS_US)),
             wal_commit_ops: Histogram::new(BATCH_BUCKETS),
             loop_iterations: Counter::default(),
+            block_cache: Default::default(),
         }
     }
 }
@@ -168,6 +204,17 @@ impl ShardStages {
 
     pub fn iteration(&self) {
         self.loop_iterations.inc();
+    }
+
+    /// Brings the block-cache counters up to the store's counts. The store counts since it
+    /// opened, and a shard opens its store once, so each counter only adds the difference.
+    pub fn store_block_cache(&self, stats: &BlockCacheStats) {
+        for (counter, now) in self.block_cache.iter().zip(block_cache_counts(stats)) {
+            let delta = now.saturating_sub(counter.get());
+            if delta > 0 {
+                counter.inc_by(delta);
+            }
+        }
     }
 }
 
@@ -194,6 +241,14 @@ mod tests {
         s0.wal_commit(3);
         s0.observe(Stage::Reply, Duration::from_micros(7));
         s0.iteration();
+        let stats = BlockCacheStats {
+            hits: 5,
+            misses: 2,
+            evictions: 0,
+            entries: 2,
+        };
+        s0.store_block_cache(&stats);
+        s0.store_block_cache(&BlockCacheStats { hits: 9, ..stats });
         let mut text = String::new();
         encode(&mut text, &registry).expect("encodes");
         assert!(text
@@ -210,5 +265,9 @@ mod tests {
         );
         assert!(text.contains("fastblock_osd_loop_iterations_total{shard=\"0\"} 1"));
         assert!(text.contains("fastblock_osd_wal_commit_ops_sum{shard=\"0\"} 3.0"));
+        assert!(text.contains("fastblock_osd_store_block_cache_hits_total{shard=\"0\"} 9"));
+        assert!(text.contains("fastblock_osd_store_block_cache_misses_total{shard=\"0\"} 2"));
+        assert!(text.contains("fastblock_osd_store_block_cache_evictions_total{shard=\"0\"} 0"));
+        assert!(text.contains("fastblock_osd_store_block_cache_hits_total{shard=\"1\"} 0"));
     }
 }

@@ -9,7 +9,7 @@
 //!   group-committed batches, recycled segments, replay with a clean tail cut.
 //! - [`raft_storage`]: reading entries back and `raft::Storage` per PG.
 //! - [`objects`]: thin copy-on-write object store with a crc32c per 4 KiB block; block map,
-//!   object list and applied indexes in redb.
+//!   object list and applied indexes in redb, the block map's hot part cached in memory.
 //! - [`store`]: the facade an OSD shard drives, with fail-stop on I/O errors.
 //! - [`error`]: typed errors.
 //! - [`flusher`]: [`FlushRunner`], and the optional thread that runs a flush's metadata commit off the owner's
@@ -59,7 +59,7 @@ pub mod wal;
 pub use disk::{Disk, SimDisk, SimFile, UringDisk, UringOptions};
 pub use error::{Error, ObjectId, Result, SpaceArea};
 pub use flusher::{Finished, FlushRunner};
-pub use objects::MetaCommit;
 pub use objects::ObjectRead;
+pub use objects::{BlockCacheStats, MetaCommit};
 pub use raft_storage::PgStorage;
 pub use store::{meta_path, FlushDone, MkfsOptions, Store, StoreOptions};

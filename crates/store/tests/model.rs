@@ -7,13 +7,16 @@
 //! Method: random operations run against the engine and a plain in-memory model side by
 //! side; the model snapshots "durable" state on each successful commit/flush. An operation
 //! that failed with an I/O error may or may not have reached disk, so both outcomes are
-//! accepted for that one operation, nothing else.
+//! accepted for that one operation, nothing else. Reads during the run, and of every object
+//! at its end, must return what the model holds (applied state, flushed or not).
+//! Each case runs with the default block cache or with an 8-entry one, so that nearly every
+//! lookup evicts: the cache must never answer with a stale block-map entry.
 // raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
 #![allow(clippy::field_reassign_with_default)]
 
 mod common;
 use common::*;
-use fastblock_store::{Error, ObjectId, SimDisk, Store};
+use fastblock_store::{Error, ObjectId, SimDisk, Store, StoreOptions};
 use fastblock_types::PgId;
 use proptest::prelude::*;
 use raft::eraftpb::{ConfState, Entry, HardState};
@@ -60,6 +63,12 @@ enum Op {
         pg: u32,
         obj: u64,
     },
+    Read {
+        pg: u32,
+        obj: u64,
+        off: u64,
+        len: u64,
+    },
     Applied {
         pg: u32,
         step: u64,
@@ -82,6 +91,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(pg, obj, off, len, seed)| Op::Write { pg, obj, off: off / 512 * 512, len, seed }),
         2 => (pg.clone(), 0..4u64, 0..(OBJ_BYTES as u64), 1..20000u64).prop_map(|(pg, obj, off, len)| Op::Zero { pg, obj, off, len }),
         1 => (pg.clone(), 0..4u64).prop_map(|(pg, obj)| Op::Delete { pg, obj }),
+        4 => (pg.clone(), 0..4u64, 0..(OBJ_BYTES as u64), 1..12288u64).prop_map(|(pg, obj, off, len)| Op::Read { pg, obj, off, len }),
         3 => (pg.clone(), 0..3u64).prop_map(|(pg, step)| Op::Applied { pg, step }),
         2 => Just(Op::Flush),
         1 => pg.prop_map(|pg| Op::RemovePg { pg }),
@@ -232,6 +242,21 @@ fn step(s: &mut Store<SimDisk>, m: &mut Model, op: &Op) -> Result<(), Error> {
             s.delete_object(pg(p), obj(o))?;
             m.obj.objects.remove(&(p, o));
         }
+        Op::Read {
+            pg: p,
+            obj: o,
+            off,
+            len,
+        } => {
+            let len = len.min(OBJ_BYTES as u64 - off);
+            let mut buf = vec![0xEEu8; len as usize];
+            s.read_object(pg(p), obj(o), off, &mut buf)?;
+            let want = m.obj.objects.get(&(p, o)).map_or_else(
+                || vec![0; len as usize],
+                |b| b[off as usize..(off + len) as usize].to_vec(),
+            );
+            assert!(buf == want, "read {op:?} differs from the model");
+        }
         Op::Applied { pg: p, step: k } => {
             let a = m.obj.applied.get(&p).copied().unwrap_or(0);
             let last = m.wal.get(&p).map_or(0, PgModel::last);
@@ -301,6 +326,7 @@ fn wal_state(s: &mut Store<SimDisk>) -> BTreeMap<u32, PgModel> {
     out
 }
 
+/// Every object the store lists, read whole; and the flushed applied indexes.
 fn obj_state(s: &mut Store<SimDisk>) -> ObjModel {
     let mut m = ObjModel::default();
     for p in 0..PGS {
@@ -324,14 +350,28 @@ fn normalise(mut m: ObjModel) -> ObjModel {
     m
 }
 
-fn run(ops: &[Op], crash_seed: u64, fail_at: Option<(usize, u64)>) {
-    // Both ways of writing applied data: staged until flush, or alongside each commit.
-    let (disk, meta, mut s) = if crash_seed.is_multiple_of(2) {
-        new_sim(8 << 20)
-    } else {
-        new_sim_data_with_commit(8 << 20)
-    };
+/// The store's options for a case: `block_cache_entries_max`, and (by `crash_seed`) both
+/// ways of writing applied data: staged until flush, or alongside each commit.
+fn case_options(crash_seed: u64, block_cache_entries_max: usize) -> StoreOptions {
+    StoreOptions {
+        data_with_commit: !crash_seed.is_multiple_of(2),
+        block_cache_entries_max,
+        ..options()
+    }
+}
+
+fn block_cache_entries() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        Just(8),
+        Just(StoreOptions::default().block_cache_entries_max)
+    ]
+}
+
+fn run(ops: &[Op], crash_seed: u64, fail_at: Option<(usize, u64)>, block_cache_entries: usize) {
+    let opts = case_options(crash_seed, block_cache_entries);
+    let (disk, meta, mut s) = new_sim_with(8 << 20, opts.clone());
     let mut m = Model::default();
+    let mut failed = false;
     for (i, op) in ops.iter().enumerate() {
         if let Some((at, n)) = fail_at {
             if at == i {
@@ -349,14 +389,24 @@ fn run(ops: &[Op], crash_seed: u64, fail_at: Option<(usize, u64)>) {
                     s.read_object(pg(0), obj(0), 0, &mut buf),
                     Err(Error::PreviousIo)
                 ));
+                failed = true;
                 break;
             }
             Err(e) => panic!("op {op:?} failed: {e}"),
         }
     }
+    if !failed {
+        // An armed fault that did not fire during the ops must not fire in this check.
+        disk.image().clear_faults();
+        let live = obj_state(&mut s);
+        assert!(
+            live.objects == m.obj.objects,
+            "objects read before the crash differ from the applied model"
+        );
+    }
     drop(s);
     crash(&disk, &meta, crash_seed);
-    let mut s = reopen(&disk, &meta).expect("recovery");
+    let mut s = reopen_with(&disk, &meta, opts).expect("recovery");
     let wal = wal_state(&mut s);
     let ok = wal == m.wal_durable || m.wal_maybe.as_ref().is_some_and(|alt| *alt == wal);
     assert!(
@@ -392,12 +442,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn crash_recovers_exactly_the_durable_state(ops in prop::collection::vec(op(), 1..80), seed in any::<u64>()) {
-        run(&ops, seed, None);
+    fn crash_recovers_exactly_the_durable_state(ops in prop::collection::vec(op(), 1..80), seed in any::<u64>(), cache in block_cache_entries()) {
+        run(&ops, seed, None, cache);
     }
 
     #[test]
-    fn io_error_fail_stops_and_recovers(ops in prop::collection::vec(op(), 1..60), seed in any::<u64>(), at in 0usize..60, n in 0u64..30) {
-        run(&ops, seed, Some((at, n)));
+    fn io_error_fail_stops_and_recovers(ops in prop::collection::vec(op(), 1..60), seed in any::<u64>(), at in 0usize..60, n in 0u64..30, cache in block_cache_entries()) {
+        run(&ops, seed, Some((at, n)), cache);
     }
 }

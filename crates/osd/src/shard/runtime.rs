@@ -471,6 +471,9 @@ impl Runtime {
         }
         let eff = self.core.step_batch(batch, self.clock.now());
         self.drive(eff);
+        self.spec
+            .stages
+            .store_block_cache(&self.core.store().block_cache_stats());
     }
 
     /// Carries out `eff`, then steps the WAL commits it asks for, carrying out each step's

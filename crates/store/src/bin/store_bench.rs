@@ -3,19 +3,23 @@
 //! through the io_uring disk. Prints one `key=value` line per test.
 //!
 //! Usage: `store-bench <file> [--seconds S] [--dataset-mib M] [--data-with-commit 0|1]
-//!         [--sync dsync|twostep|linked|syscall]`
+//!         [--sync dsync|twostep|linked|syscall] [--block-cache-entries N]`
 //! (`dsync`: RWF_DSYNC writes, the default, as the OSD's; `twostep`: ring write, then a
 //! separate IORING_OP_FSYNC; `linked`: write and fsync in one submission; `syscall`:
-//! fdatasync(2) after the ring writes.)
+//! fdatasync(2) after the ring writes.) `--block-cache-entries` sets
+//! `StoreOptions::block_cache_entries_max` (0: every block-map lookup goes to redb); the
+//! cache's hits and misses of each test go to stderr.
 //! A "writer" is a PG: with 32 writers, 32 PGs each append one 4 KiB entry, all 32 share one
 //! commit (one write + one fdatasync), then the 32 writes are applied (their data goes out
 //! with the next commit's submission). The reported latency is append → durable → applied.
+//! `engine_lookup` is one block-map lookup (`allocated_ranges` of a 4 KiB block: no I/O).
 // raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
 #![allow(clippy::field_reassign_with_default)]
 
 use fastblock_store::disk::SyncMode;
 use fastblock_store::{
-    MkfsOptions, ObjectId, ObjectRead, Store, StoreOptions, UringDisk, UringOptions,
+    BlockCacheStats, MkfsOptions, ObjectId, ObjectRead, Store, StoreOptions, UringDisk,
+    UringOptions,
 };
 use fastblock_types::{ImageId, PgId, PoolId};
 use raft::eraftpb::Entry;
@@ -150,6 +154,26 @@ impl Bench {
         (ops as f64 / el, el * 1e6 / (ops / depth as u64) as f64)
     }
 
+    /// Block-map lookups alone: `allocated_ranges` of one random 4 KiB block, no disk I/O
+    /// (called after a flush: each lookup goes to the block cache or redb).
+    fn run_lookups(&mut self, seconds: f64) -> (f64, f64) {
+        let start = Instant::now();
+        let mut ops = 0u64;
+        while start.elapsed().as_secs_f64() < seconds {
+            for _ in 0..1000 {
+                let (o, off) = self.location();
+                let r = self
+                    .s
+                    .allocated_ranges(pg(o.index % PGS), o, off, BS)
+                    .expect("allocated_ranges");
+                assert_eq!(r, vec![(off, BS)], "the dataset is written in full");
+            }
+            ops += 1000;
+        }
+        let el = start.elapsed().as_secs_f64();
+        (ops as f64 / el, el * 1e6 / ops as f64)
+    }
+
     /// Writes the whole dataset once, so reads hit mapped blocks.
     fn prefill(&mut self) {
         let per_object = OBJECT_BYTES / BS;
@@ -170,12 +194,22 @@ impl Bench {
     }
 }
 
+fn cache_report(test: &str, before: BlockCacheStats, after: BlockCacheStats) {
+    eprintln!(
+        "  {test} block cache: {} hits, {} misses (redb lookups), {} evictions",
+        after.hits - before.hits,
+        after.misses - before.misses,
+        after.evictions - before.evictions
+    );
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let path = PathBuf::from(args.next().expect("usage: store-bench <file> [options]"));
     let (mut seconds, mut dataset_mib, mut sync) = (10.0, 256u64, SyncMode::DsyncWrites);
     let mut data_with_commit = false;
     let mut background = true;
+    let mut block_cache_entries = StoreOptions::default().block_cache_entries_max;
     while let Some(a) = args.next() {
         let v = args.next().expect("option needs a value");
         match a.as_str() {
@@ -183,6 +217,7 @@ fn main() {
             "--dataset-mib" => dataset_mib = v.parse().expect("MiB"),
             "--data-with-commit" => data_with_commit = v == "1",
             "--background" => background = v == "1",
+            "--block-cache-entries" => block_cache_entries = v.parse().expect("entries"),
             "--sync" => {
                 sync = match v.as_str() {
                     "dsync" => SyncMode::DsyncWrites,
@@ -215,6 +250,7 @@ fn main() {
         StoreOptions {
             data_with_commit,
             background_data_writes: background,
+            block_cache_entries_max: block_cache_entries,
             ..StoreOptions::default()
         },
     )
@@ -230,14 +266,33 @@ fn main() {
     b.prefill();
     for writers in [1u64, 32] {
         b.run_writes(writers, 1.0); // warm-up
+        let before = b.s.block_cache_stats();
         let (iops, lat_us) = b.run_writes(writers, seconds);
         println!("engine_write_qd{writers} iops={iops:.0} lat_us={lat_us:.1}");
         let [c, a, f] = std::mem::take(&mut b.profile).map(|d| d.as_secs_f64());
-        eprintln!("  qd{writers} time split: commit {c:.2} s, apply {a:.2} s, flush {f:.2} s");
+        let ops = iops * seconds;
+        eprintln!(
+            "  qd{writers} time split: commit {c:.2} s, apply {a:.2} s ({:.1} us/op), flush {f:.2} s",
+            a * 1e6 / ops
+        );
+        cache_report(
+            &format!("write qd{writers}"),
+            before,
+            b.s.block_cache_stats(),
+        );
     }
     for depth in [1usize, 32] {
         b.run_reads(depth, 1.0);
+        let before = b.s.block_cache_stats();
         let (iops, lat_us) = b.run_reads(depth, seconds);
         println!("engine_read_qd{depth} iops={iops:.0} lat_us={lat_us:.1}");
+        cache_report(&format!("read qd{depth}"), before, b.s.block_cache_stats());
     }
+    // Nothing dirty: every lookup asks the block cache or redb.
+    b.s.flush().expect("flush");
+    b.run_lookups(1.0);
+    let before = b.s.block_cache_stats();
+    let (iops, lat_us) = b.run_lookups(seconds);
+    println!("engine_lookup iops={iops:.0} lat_us={lat_us:.3}");
+    cache_report("lookup", before, b.s.block_cache_stats());
 }

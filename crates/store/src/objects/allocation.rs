@@ -13,7 +13,7 @@ impl Objects {
     /// the range is a hole and reads as zeros. Granularity is the 4 KiB block: a block that a
     /// discard only partly covered was rewritten with zeros and stays allocated.
     pub fn allocated_ranges(
-        &self,
+        &mut self,
         pg: PgId,
         object: ObjectId,
         offset_bytes: u64,

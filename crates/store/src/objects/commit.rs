@@ -15,6 +15,11 @@
 //! dirty for the next flush. Blocks freed before the prepare are released at the finish, when
 //! the map that no longer references them is durable; blocks freed later wait for the next
 //! flush.
+//!
+//! The block cache (`block_cache.rs`) holds flushed entries, and only this commit changes the
+//! flushed map, so `flush_finish` gives every block-map key the commit wrote its committed
+//! value there. While the commit runs, the cache may hold a key's old value, but the key is
+//! dirty until the finish, and lookups ask the dirty map first.
 
 use super::meta;
 use super::{BlockKey, BlockVal, ObjKey, Objects};
@@ -126,16 +131,16 @@ impl Objects {
         })
     }
 
-    /// Step 3, after [`MetaCommit::run`] succeeded: the committed entries leave the dirty
-    /// maps, the blocks the old map referenced are freed, and the flushed applied indexes
-    /// advance.
+    /// Step 3, after [`MetaCommit::run`] succeeded: the committed block-map entries become
+    /// the block cache's values, the committed entries leave the dirty maps, the blocks the
+    /// old map referenced are freed, and the flushed applied indexes advance.
     pub fn flush_finish(&mut self, commit: MetaCommit) {
         assert!(self.commit_outstanding, "no metadata commit outstanding");
         self.commit_outstanding = false;
         self.committing_free_blocks = 0;
         // The cached read view predates the commit; reads must see the new map once the
         // entries it holds leave the dirty maps.
-        self.blocks_view.borrow_mut().take();
+        self.blocks_view = None;
         let MetaCommit {
             blocks,
             objects,
@@ -145,6 +150,11 @@ impl Objects {
             applied_index,
             ..
         } = commit;
+        // The cache holds flushed values, and these are now flushed (an entry changed again
+        // since the prepare stays dirty below and hides its cached value until the next).
+        for (k, v) in &blocks {
+            self.block_cache.update(k, *v);
+        }
         settle(&mut self.dirty_blocks, blocks);
         settle(&mut self.dirty_objects, objects);
         settle(&mut self.dirty_applied, applied);

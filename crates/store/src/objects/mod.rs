@@ -3,6 +3,7 @@
 //!
 //! - [`alloc`]: the free-space bitmap (rebuilt from the block map at open).
 //! - [`meta`]: redb tables and their keys.
+//! - `block_cache`: the hot part of the flushed block map, in memory.
 //! - `allocation`: which ranges of an object hold data blocks (block status).
 //!
 //! Every applied write goes to newly allocated blocks, never over a block that the last
@@ -16,10 +17,12 @@
 
 pub mod alloc;
 mod allocation;
+mod block_cache;
 mod commit;
 pub mod meta;
 mod snapshot;
 
+pub use block_cache::BlockCacheStats;
 pub use commit::MetaCommit;
 pub use snapshot::SnapshotRecord;
 
@@ -29,10 +32,10 @@ use crate::superblock::Superblock;
 use crate::wal::record::pg_to_u64;
 use crate::wal::writer::io_err;
 use alloc::Allocator;
+use block_cache::BlockCache;
 use fastblock_types::units::BLOCK_SIZE_BYTES;
 use fastblock_types::{ImageId, PgId};
 use redb::{Database, ReadableTable, ReadableTableMetadata};
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -71,9 +74,12 @@ pub struct Objects {
     /// memory: one small entry per object (256 Ki objects for 1 TiB of 4 MiB objects), so
     /// that applying and listing never read the objects table.
     objects: BTreeMap<ObjKey, u64>,
-    /// A read view of the flushed block map, reused across lookups until the next flush
-    /// (opening a read transaction per applied write was measurable).
-    blocks_view: RefCell<Option<redb::ReadOnlyTable<BlockKey, BlockVal>>>,
+    /// Flushed block-map entries looked up recently, so that most lookups need no redb
+    /// (see `block_cache.rs`; `commit.rs` keeps it in step with each flush).
+    block_cache: BlockCache,
+    /// A read view of the flushed block map for the cache's misses, reused until the next
+    /// flush (opening a read transaction per applied write was measurable).
+    blocks_view: Option<redb::ReadOnlyTable<BlockKey, BlockVal>>,
     dirty_applied: BTreeMap<u64, Option<u64>>,
     applied: BTreeMap<PgId, u64>,
     flushed_applied: BTreeMap<PgId, u64>,
@@ -120,6 +126,7 @@ impl Objects {
         sb: &Superblock,
         stage_bytes_max: usize,
         background_writes: bool,
+        block_cache_entries_max: usize,
     ) -> Result<Self> {
         let mut alloc = Allocator::new(sb.data_blocks());
         let mut applied = BTreeMap::new();
@@ -158,7 +165,8 @@ impl Objects {
             dirty_blocks: BTreeMap::new(),
             dirty_objects: BTreeMap::new(),
             objects,
-            blocks_view: RefCell::new(None),
+            block_cache: BlockCache::new(block_cache_entries_max),
+            blocks_view: None,
             dirty_applied: BTreeMap::new(),
             flushed_applied: applied.clone(),
             applied,
@@ -211,21 +219,37 @@ impl Objects {
         Ok(())
     }
 
-    fn lookup_many(&self, keys: &[BlockKey]) -> Result<Vec<Option<BlockVal>>> {
+    /// The current value of each key: the dirty map's, else the flushed map's (from the
+    /// block cache, else from redb, which then fills the cache).
+    ///
+    /// A key missing from the dirty map is not in a metadata commit still running (its
+    /// entries stay dirty until `flush_finish`), so the flushed value read here is the same
+    /// whether the view predates that commit or not.
+    fn lookup_many(&mut self, keys: &[BlockKey]) -> Result<Vec<Option<BlockVal>>> {
         let mut out = Vec::with_capacity(keys.len());
-        let mut view = self.blocks_view.borrow_mut();
         for k in keys {
             if let Some(v) = self.dirty_blocks.get(k) {
                 out.push(*v);
                 continue;
             }
-            if view.is_none() {
-                *view = Some(self.db.begin_read()?.open_table(meta::BLOCKS)?);
+            if let Some(v) = self.block_cache.get(k) {
+                out.push(v);
+                continue;
             }
-            let table = view.as_ref().expect("opened");
-            out.push(table.get(k)?.map(|g| g.value()));
+            if self.blocks_view.is_none() {
+                self.blocks_view = Some(self.db.begin_read()?.open_table(meta::BLOCKS)?);
+            }
+            let table = self.blocks_view.as_ref().expect("opened");
+            let v = table.get(k)?.map(|g| g.value());
+            self.block_cache.fill(*k, v);
+            out.push(v);
         }
         Ok(out)
+    }
+
+    /// Hits, misses and evictions of the block cache.
+    pub fn block_cache_stats(&self) -> BlockCacheStats {
+        self.block_cache.stats()
     }
 
     fn touch_object(&mut self, k: ObjKey, end: u64) {

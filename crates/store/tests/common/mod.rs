@@ -27,26 +27,27 @@ pub fn options() -> StoreOptions {
 }
 
 pub fn new_sim(device_bytes: u64) -> (SimDisk, SimFile, Store<SimDisk>) {
-    let disk = SimDisk::new(device_bytes);
-    let meta = SimFile::new();
-    let store = Store::mkfs(disk.clone(), meta.clone(), &small_mkfs(), options()).expect("mkfs");
-    (disk, meta, store)
+    new_sim_with(device_bytes, options())
 }
 
-/// Like [`new_sim`], with applied data written alongside each WAL commit.
-pub fn new_sim_data_with_commit(device_bytes: u64) -> (SimDisk, SimFile, Store<SimDisk>) {
+/// Like [`new_sim`], with these options.
+pub fn new_sim_with(device_bytes: u64, opts: StoreOptions) -> (SimDisk, SimFile, Store<SimDisk>) {
     let disk = SimDisk::new(device_bytes);
     let meta = SimFile::new();
-    let opts = StoreOptions {
-        data_with_commit: true,
-        ..options()
-    };
     let store = Store::mkfs(disk.clone(), meta.clone(), &small_mkfs(), opts).expect("mkfs");
     (disk, meta, store)
 }
 
 pub fn reopen(disk: &SimDisk, meta: &SimFile) -> fastblock_store::Result<Store<SimDisk>> {
-    Store::open(disk.clone(), meta.clone(), options())
+    reopen_with(disk, meta, options())
+}
+
+pub fn reopen_with(
+    disk: &SimDisk,
+    meta: &SimFile,
+    opts: StoreOptions,
+) -> fastblock_store::Result<Store<SimDisk>> {
+    Store::open(disk.clone(), meta.clone(), opts)
 }
 
 pub fn crash(disk: &SimDisk, meta: &SimFile, seed: u64) {
