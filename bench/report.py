@@ -21,7 +21,7 @@ import sys
 
 TARGETS_DOC = "docs/benchmarks.md"
 STAGES = ["queue", "wal_commit", "replication", "apply", "reply", "op_write",
-          "read_index", "read", "op_read", "raft_queue", "flush"]
+          "read_index", "read", "op_read", "raft_queue", "flush", "flush_start"]
 POOL_REPLICAS = {"bench1": 1, "fb": 3}
 RAMP_SEC = 1.0
 

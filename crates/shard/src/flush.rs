@@ -23,7 +23,13 @@ impl<D: Disk + 'static> ShardCore<D> {
         if !(self.applied_since_flush || frees_waiting) || self.failed.is_some() {
             return;
         }
+        // What starting a flush holds the shard's thread for (the rest runs on the flush
+        // runner): the commits in flight, the staged data written, and the data's sync.
+        let start = self.metrics_now();
         let begun = self.store.borrow_mut().flush_begin();
+        if matches!(begun, Ok(true)) {
+            eff.stage(Stage::FlushStart, start, self.metrics_now());
+        }
         match begun {
             Ok(true) => {
                 self.applied_since_flush = false;

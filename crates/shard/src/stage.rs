@@ -14,10 +14,11 @@ pub enum Stage {
     OpRead,
     RaftQueue,
     Flush,
+    FlushStart,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 11] = [
+    pub const ALL: [Stage; 12] = [
         Stage::Queue,
         Stage::WalCommit,
         Stage::Replication,
@@ -29,6 +30,7 @@ impl Stage {
         Stage::OpRead,
         Stage::RaftQueue,
         Stage::Flush,
+        Stage::FlushStart,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +46,7 @@ impl Stage {
             Stage::OpRead => "op_read",
             Stage::RaftQueue => "raft_queue",
             Stage::Flush => "flush",
+            Stage::FlushStart => "flush_start",
         }
     }
 }
