@@ -229,7 +229,10 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
         self.settle(&mut eff);
         self.finish_reads(&mut eff);
-        assert!(self.ready_reads.is_empty(), "a step ends with its reads answered");
+        assert!(
+            self.ready_reads.is_empty(),
+            "a step ends with its reads answered"
+        );
         eff
     }
 

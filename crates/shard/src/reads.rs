@@ -60,10 +60,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
         let reads = std::mem::take(&mut self.ready_reads.reads);
         let start = self.metrics_now();
-        let mut bufs: Vec<Vec<u8>> = reads
-            .iter()
-            .map(|r| vec![0u8; r.length as usize])
-            .collect();
+        let mut bufs: Vec<Vec<u8>> = reads.iter().map(|r| vec![0u8; r.length as usize]).collect();
         let batch = {
             let mut reqs: Vec<ObjectRead<'_>> = reads
                 .iter()
