@@ -1,21 +1,24 @@
 //! Connections to OSD shard ports: one multiplexed TCP connection per (address, port).
 //!
-//! A connection has two tasks. The writer takes encoded frames from a bounded channel and
-//! writes everything queued at that moment with one `write_all` (many small requests, one
-//! syscall; `TCP_NODELAY` so a lone request is not held back by Nagle). The reader decodes
-//! reply frames and hands each to the request waiting on its `request_id`; replies may come in
-//! any order. Any error (EOF, I/O, an undecodable frame or reply, a request timing out)
-//! closes the connection: every request waiting on it fails at once and is retried by its
-//! caller on a fresh connection. `docs/wire-protocol.md` section 8 says why a framing error
-//! closes the connection.
+//! A connection has one task. It takes encoded frames from a bounded channel and writes
+//! everything queued at that moment in one vectored write (many small requests, one syscall;
+//! `TCP_NODELAY` so a lone request is not held back by Nagle), and it decodes reply frames and
+//! hands each to the request waiting on its `request_id`; replies may come in any order. One
+//! task rather than a reader and a writer: a request and its reply never hop between tasks or
+//! worker threads. Queued output is bounded (the channel, and at most
+//! `WRITE_BATCH_BYTES_MAX` taken from it while the socket does not take it). Any error (EOF,
+//! I/O, an undecodable frame or reply, a request timing out) closes the connection: every
+//! request waiting on it fails at once and is retried by its caller on a fresh connection.
+//! `docs/wire-protocol.md` section 8 says why a framing error closes the connection.
 //!
 //! When the map's auth mode is `sign` or `secure`, a new connection first runs the handshake
-//! ([`crate::auth::connect`]); then the writer seals each frame in place as it takes it (in
-//! queue order, which is the sequence the OSD checks) and the reader opens each reply in
-//! place. A refused handshake is final ([`ConnectError::Refused`]): the caller fails the IO
-//! instead of retrying with the same credentials.
+//! ([`crate::auth::connect`]); then the task seals each frame in place as it takes it (in
+//! queue order, which is the sequence the OSD checks) and opens each reply in place. A
+//! refused handshake is final ([`ConnectError::Refused`]): the caller fails the IO instead of
+//! retrying with the same credentials.
 
 use crate::auth::{Credentials, HandshakeError};
+use bytes::Buf;
 use bytes::BytesMut;
 use fastblock_auth::frame::{FrameOpener, FrameSealer};
 use fastblock_auth::AuthMode;
@@ -23,18 +26,18 @@ use fastblock_wire::{FrameDecoder, Kind, Protection, Reply, Request, Status, TAG
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// Encoded frames waiting for the writer, per connection. The in-flight semaphore of the
 /// cluster bounds requests long before this fills; the bound is a second line of defence.
 const QUEUED_FRAMES_MAX: usize = 1024;
-/// The writer stops gathering queued frames into one write past this many bytes.
+/// The task takes no more queued frames while this many bytes wait for the socket.
 const WRITE_BATCH_BYTES_MAX: usize = 256 << 10;
 /// Frames this large are written on their own instead of being copied into the batch.
 const WRITE_ALONE_BYTES_MIN: usize = 64 << 10;
+/// Buffers handed to one vectored write (the kernel's limit is 1024).
+const WRITE_SLICES_MAX: usize = 64;
 /// Read buffer growth step.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 
@@ -86,11 +89,11 @@ struct State {
     next_request_id: u64,
 }
 
-/// State shared by the handle and the two tasks.
+/// State shared by the handle and the connection's task.
 struct Shared {
     peer: String,
     state: Mutex<State>,
-    /// Flips to true once, when the connection closes: wakes both tasks.
+    /// Flips to true once, when the connection closes: wakes the task.
     closed_tx: watch::Sender<bool>,
 }
 
@@ -133,7 +136,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Connects to `address:port` within `timeout` and starts the reader and writer tasks.
+    /// Connects to `address:port` within `timeout` and starts the connection's task.
     /// In `mode` sign or secure, it authenticates with `credentials` first.
     pub(crate) async fn connect(
         address: &str,
@@ -192,7 +195,6 @@ impl Conn {
         } else {
             (None, None)
         };
-        let (read_half, write_half) = stream.into_split();
         let (frames_tx, frames_rx) = mpsc::channel(QUEUED_FRAMES_MAX);
         let (closed_tx, _) = watch::channel(false);
         let shared = Arc::new(Shared {
@@ -204,8 +206,14 @@ impl Conn {
             }),
             closed_tx,
         });
-        tokio::spawn(run_writer(shared.clone(), write_half, frames_rx, sealer));
-        tokio::spawn(run_reader(shared.clone(), read_half, buffer, opener));
+        tokio::spawn(run_conn(
+            shared.clone(),
+            stream,
+            frames_rx,
+            buffer,
+            sealer,
+            opener,
+        ));
         Ok(Conn {
             frames_tx,
             shared,
@@ -291,146 +299,199 @@ async fn wait_closed(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|closed| *closed).await;
 }
 
-async fn run_writer(
+/// The connection's one task: writes the queued frames (everything queued at once, in one
+/// vectored write where the socket takes it) and reads and dispatches replies, on one task,
+/// so a request's send and its reply's delivery never hop between tasks or worker threads.
+async fn run_conn(
     shared: Arc<Shared>,
-    mut write_half: OwnedWriteHalf,
+    stream: TcpStream,
     mut frames_rx: mpsc::Receiver<BytesMut>,
+    mut buffer: BytesMut,
     mut sealer: Option<FrameSealer>,
+    mut opener: Option<FrameOpener>,
 ) {
-    // Seals a frame in place, in the order frames are written (the OSD's sequence).
-    let mut protect = |mut frame: BytesMut| {
-        if let Some(sealer) = sealer.as_mut() {
-            crate::auth::seal_frame(&mut frame, 0, sealer);
-        }
-        frame
-    };
     let mut closed_rx = shared.closed_tx.subscribe();
-    let mut batch = BytesMut::with_capacity(WRITE_BATCH_BYTES_MAX);
+    let mut decoder = FrameDecoder::default();
+    let mut out = Outgoing::default();
+    // Replies read along with the handshake's last message are dispatched first.
+    if let Err(why) = dispatch_replies(&shared, &mut decoder, &mut buffer, &mut opener) {
+        shared.close(why);
+        return;
+    }
     loop {
-        let first = tokio::select! {
-            frame = frames_rx.recv() => frame,
-            _ = wait_closed(&mut closed_rx) => return,
-        };
-        let Some(first) = first else { return };
-        let first = protect(first);
-        // Gather what is queued right now; stop at the byte limit or at a large frame, which
-        // is written by itself rather than copied.
-        let mut alone = None;
-        if first.len() >= WRITE_ALONE_BYTES_MIN {
-            alone = Some(first);
-        } else {
-            batch.extend_from_slice(&first);
-            while batch.len() < WRITE_BATCH_BYTES_MAX {
-                match frames_rx.try_recv().map(&mut protect) {
-                    Ok(frame) if frame.len() >= WRITE_ALONE_BYTES_MIN => {
-                        alone = Some(frame);
-                        break;
-                    }
-                    Ok(frame) => batch.extend_from_slice(&frame),
-                    Err(_) => break,
-                }
-            }
+        if buffer.capacity() - buffer.len() < READ_CHUNK_BYTES / 4 {
+            buffer.reserve(READ_CHUNK_BYTES);
         }
-        let result = async {
-            if !batch.is_empty() {
-                write_half.write_all(&batch).await?;
-            }
-            if let Some(frame) = &alone {
-                write_half.write_all(frame).await?;
-            }
-            Ok::<(), std::io::Error>(())
-        };
-        let result = tokio::select! {
-            result = result => result,
+        let room = out.bytes < WRITE_BATCH_BYTES_MAX;
+        // Unbiased: under a steady stream of both, neither sends nor replies wait on the other.
+        let step = tokio::select! {
             _ = wait_closed(&mut closed_rx) => return,
+            ready = stream.readable() => ready.map(|()| Step::Read),
+            ready = stream.writable(), if !out.is_empty() => ready.map(|()| Step::Write),
+            frame = frames_rx.recv(), if room => Ok(match frame {
+                Some(frame) => Step::Queue(frame),
+                // The handle is gone: it closed the connection as it dropped.
+                None => return,
+            }),
         };
-        batch.clear();
-        if let Err(e) = result {
-            shared.close(format!("write to {}: {e}", shared.peer));
+        let result = match step {
+            Err(e) => Err(format!("waiting on {}: {e}", shared.peer)),
+            Ok(Step::Read) => read_replies(&shared, &stream, &mut buffer)
+                .and_then(|()| dispatch_replies(&shared, &mut decoder, &mut buffer, &mut opener)),
+            Ok(Step::Queue(first)) => {
+                // Gather everything queued right now; sealed in the order it is written (the
+                // OSD's sequence).
+                out.push(first, sealer.as_mut());
+                while out.bytes < WRITE_BATCH_BYTES_MAX {
+                    match frames_rx.try_recv() {
+                        Ok(frame) => out.push(frame, sealer.as_mut()),
+                        Err(_) => break,
+                    }
+                }
+                out.write(&stream, &shared.peer)
+            }
+            Ok(Step::Write) => out.write(&stream, &shared.peer),
+        };
+        if let Err(why) = result {
+            shared.close(why);
             return;
         }
     }
 }
 
-async fn run_reader(
-    shared: Arc<Shared>,
-    mut read_half: OwnedReadHalf,
-    mut buffer: BytesMut,
-    mut opener: Option<FrameOpener>,
-) {
-    let mut closed_rx = shared.closed_tx.subscribe();
-    let mut decoder = FrameDecoder::default();
-    loop {
-        loop {
-            match decoder.decode_mut(&mut buffer) {
-                Ok(Some(frame)) => {
-                    let frame = match opener.as_mut() {
-                        Some(opener) => match crate::auth::open_frame(frame, opener) {
-                            Ok(frame) => frame,
-                            Err(e) => {
-                                tracing::warn!(peer = %shared.peer, "closing the connection: {e}");
-                                shared.close(format!("{}: {e}", shared.peer));
-                                return;
-                            }
-                        },
-                        None if frame.protection != Protection::None => {
-                            shared.close(format!(
-                                "{} sent a protected frame on a connection without authentication",
-                                shared.peer
-                            ));
-                            return;
+enum Step {
+    Read,
+    Write,
+    Queue(BytesMut),
+}
+
+/// Frames sealed and waiting for the socket: small ones gathered into one buffer, large
+/// ones kept as they are (written by themselves rather than copied).
+#[derive(Default)]
+struct Outgoing {
+    chunks: std::collections::VecDeque<bytes::Bytes>,
+    gather: BytesMut,
+    bytes: usize,
+}
+
+impl Outgoing {
+    fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    fn push(&mut self, mut frame: BytesMut, sealer: Option<&mut FrameSealer>) {
+        if let Some(sealer) = sealer {
+            crate::auth::seal_frame(&mut frame, 0, sealer);
+        }
+        self.bytes += frame.len();
+        if frame.len() >= WRITE_ALONE_BYTES_MIN {
+            if !self.gather.is_empty() {
+                self.chunks.push_back(self.gather.split().freeze());
+            }
+            self.chunks.push_back(frame.freeze());
+        } else {
+            self.gather.extend_from_slice(&frame);
+        }
+    }
+
+    /// Writes what the socket takes now; the rest waits for it to become writable.
+    fn write(&mut self, stream: &TcpStream, peer: &str) -> Result<(), String> {
+        if !self.gather.is_empty() {
+            self.chunks.push_back(self.gather.split().freeze());
+        }
+        while !self.chunks.is_empty() {
+            let slices: Vec<std::io::IoSlice<'_>> = self
+                .chunks
+                .iter()
+                .take(WRITE_SLICES_MAX)
+                .map(|c| std::io::IoSlice::new(c))
+                .collect();
+            match stream.try_write_vectored(&slices) {
+                Ok(0) => return Err(format!("write to {peer}: the socket took nothing")),
+                Ok(mut n) => {
+                    self.bytes -= n;
+                    while n > 0 {
+                        let first = self.chunks.front_mut().expect("written bytes were queued");
+                        if n >= first.len() {
+                            n -= first.len();
+                            self.chunks.pop_front();
+                        } else {
+                            first.advance(n);
+                            n = 0;
                         }
-                        None => frame.freeze(),
-                    };
-                    if frame.kind != Kind::Reply {
-                        shared.close(format!(
-                            "{} sent a {:?} frame where replies were expected",
-                            shared.peer, frame.kind
-                        ));
-                        return;
-                    }
-                    let reply = match Reply::decode(&frame) {
-                        Ok(reply) => reply,
-                        Err(e) => {
-                            shared.close(format!("undecodable reply from {}: {e}", shared.peer));
-                            return;
-                        }
-                    };
-                    let waiter = shared.lock().pending.remove(&frame.request_id);
-                    match waiter {
-                        // The waiter may have given up in between; nothing to do then.
-                        Some(waiter) => drop(waiter.send(reply)),
-                        None => tracing::debug!(
-                            peer = %shared.peer,
-                            request_id = frame.request_id,
-                            "reply for a request nobody waits for"
-                        ),
                     }
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    shared.close(format!("bad frame from {}: {e}", shared.peer));
-                    return;
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(format!("write to {peer}: {e}")),
             }
         }
-        if buffer.capacity() - buffer.len() < READ_CHUNK_BYTES / 4 {
+        assert_eq!(self.bytes, 0, "every queued byte was written");
+        Ok(())
+    }
+}
+
+/// Reads what the socket holds now into `buffer`.
+fn read_replies(shared: &Shared, stream: &TcpStream, buffer: &mut BytesMut) -> Result<(), String> {
+    loop {
+        if buffer.capacity() == buffer.len() {
             buffer.reserve(READ_CHUNK_BYTES);
         }
-        let read = tokio::select! {
-            read = read_half.read_buf(&mut buffer) => read,
-            _ = wait_closed(&mut closed_rx) => return,
-        };
-        match read {
-            Ok(0) => {
-                shared.close(format!("{} closed the connection", shared.peer));
-                return;
-            }
+        match stream.try_read_buf(buffer) {
+            Ok(0) => return Err(format!("{} closed the connection", shared.peer)),
             Ok(_) => {}
-            Err(e) => {
-                shared.close(format!("read from {}: {e}", shared.peer));
-                return;
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(format!("read from {}: {e}", shared.peer)),
+        }
+    }
+}
+
+/// Decodes every whole reply in `buffer` and hands each to the request waiting on it. An
+/// error is final for the connection (`docs/wire-protocol.md` section 8).
+fn dispatch_replies(
+    shared: &Shared,
+    decoder: &mut FrameDecoder,
+    buffer: &mut BytesMut,
+    opener: &mut Option<FrameOpener>,
+) -> Result<(), String> {
+    loop {
+        let frame = match decoder.decode_mut(buffer) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(format!("bad frame from {}: {e}", shared.peer)),
+        };
+        let frame = match opener.as_mut() {
+            Some(opener) => match crate::auth::open_frame(frame, opener) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    tracing::warn!(peer = %shared.peer, "closing the connection: {e}");
+                    return Err(format!("{}: {e}", shared.peer));
+                }
+            },
+            None if frame.protection != Protection::None => {
+                return Err(format!(
+                    "{} sent a protected frame on a connection without authentication",
+                    shared.peer
+                ))
             }
+            None => frame.freeze(),
+        };
+        if frame.kind != Kind::Reply {
+            return Err(format!(
+                "{} sent a {:?} frame where replies were expected",
+                shared.peer, frame.kind
+            ));
+        }
+        let reply = Reply::decode(&frame)
+            .map_err(|e| format!("undecodable reply from {}: {e}", shared.peer))?;
+        let waiter = shared.lock().pending.remove(&frame.request_id);
+        match waiter {
+            // The waiter may have given up in between; nothing to do then.
+            Some(waiter) => drop(waiter.send(reply)),
+            None => tracing::debug!(
+                peer = %shared.peer,
+                request_id = frame.request_id,
+                "reply for a request nobody waits for"
+            ),
         }
     }
 }
