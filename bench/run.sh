@@ -408,7 +408,7 @@ fi
 log "restarting the cluster's OSDs without device flushes (measurement only)"
 ./vstart.sh --stop --state-dir "$STATE" >>"$RAW/vstart.log" 2>&1
 FASTBLOCK_BENCHMARK_ONLY_SKIP_FLUSH=acknowledged-writes-may-be-lost \
-  FASTBLOCK_VSTART_OSD_ARGS="--wal-sync no-flush-benchmark-only" \
+  FASTBLOCK_VSTART_OSD_ARGS="${FASTBLOCK_VSTART_OSD_ARGS:-} --wal-sync no-flush-benchmark-only" \
   ./vstart.sh --no-build --state-dir "$STATE" --mon-port "$MON_PORT" --etcd-port "$ETCD_PORT" \
   --osd-port "$OSD_PORT" -c 3 -r 3 -p "$PGS" --osd-size "$OSD_SIZE" --preallocate full \
   >>"$RAW/vstart.log" 2>&1 ||
