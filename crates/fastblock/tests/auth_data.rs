@@ -6,7 +6,7 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::{pool_with_image, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir};
+use common::{pool_with_image, start_osds, MonCluster, MonOptions, OsdProc, TempDir};
 use fastblock_auth::handshake::Connector;
 use fastblock_auth::{AuthMode, EntityName, Keyring, Secret};
 use fastblock_client::{ClientConfig, ClientError, Cluster};
@@ -28,12 +28,8 @@ struct Setup {
 async fn setup(pools: &[&str]) -> Setup {
     let mons = MonCluster::start(1, MonOptions::default()).await;
     let dir = TempDir::new("auth-data");
-    let osds: Vec<OsdProc> = (0..3)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1))
-        .collect();
+    let osds = start_osds(&mons, dir.path(), 3, "256M", 1, WAIT).await;
     let client = mons.client();
-    let ids: Vec<_> = osds.iter().map(|o| o.id).collect();
-    wait_osds_up(&client, &ids, WAIT).await;
     for pool in pools {
         pool_with_image(&client, (pool, 4, 3), ("img", 8 * MIB, MIB)).await;
     }

@@ -6,7 +6,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{pool_with_image, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc, TempDir};
+use common::{pool_with_image, start_osds, wait_until, MonCluster, MonOptions, TempDir};
 use fastblock_client::{ClientError, Cluster};
 use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
 use fastblock_types::map::FailureDomain;
@@ -40,12 +40,9 @@ async fn health_checks(client: &fastblock_monclient::MonClient) -> Vec<String> {
 async fn an_out_onto_a_full_osd_waits_visibly_and_completes_once_room_is_made() {
     let mons = MonCluster::start(1, MonOptions::default()).await;
     let dir = TempDir::new("toofull");
-    let mut osds: Vec<OsdProc> = (0..4)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1))
-        .collect();
+    let mut osds = start_osds(&mons, dir.path(), 4, "256M", 1, WAIT).await;
     let client = mons.client();
     let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
-    wait_osds_up(&client, &ids, WAIT).await;
     let image_bytes = 24 * MIB;
     pool_with_image(&client, ("rep", 8, 3), ("img", image_bytes, MIB)).await;
     let cluster = Cluster::connect(mons.client_config()).await.unwrap();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{wait_all_active, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir};
+use common::{start_osds, wait_all_active, MonCluster, MonOptions, OsdProc, TempDir};
 use fastblock_types::api::CreatePoolRequest;
 use fastblock_types::map::FailureDomain;
 use std::path::PathBuf;
@@ -24,16 +24,8 @@ fn block_bench() -> PathBuf {
 async fn cluster() -> (MonCluster, TempDir, Vec<OsdProc>) {
     let mons = MonCluster::start(1, MonOptions::default()).await;
     let dir = TempDir::new("bb");
-    let osds: Vec<OsdProc> = (0..3)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "512M", 1))
-        .collect();
+    let osds = start_osds(&mons, dir.path(), 3, "512M", 1, Duration::from_secs(20)).await;
     let client = mons.client();
-    wait_osds_up(
-        &client,
-        &osds.iter().map(|o| o.id).collect::<Vec<_>>(),
-        Duration::from_secs(20),
-    )
-    .await;
     let req = CreatePoolRequest {
         name: "fb".into(),
         pg_count: 8,

@@ -61,11 +61,7 @@ async fn mismatched_lease_settings_refused() {
     // The cluster: OSDs at the tests' --tick 50ms --election-ticks 10 (leases of 400 ms; a
     // member may vote again 445 ms after hearing from its leader).
     let cluster = "--tick 50ms --election-ticks 10 --lease-reads true";
-    let osds: Vec<OsdProc> = (0..2)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1))
-        .collect();
-    let ids: Vec<_> = osds.iter().map(|o| o.id).collect();
-    wait_osds_up(&client, &ids, Duration::from_secs(30)).await;
+    let _osds = start_osds(&mons, dir.path(), 2, "256M", 1, Duration::from_secs(30)).await;
 
     // 100 ms ticks: its leaders would lease 800 ms, far past the others' 445 ms.
     let mut slow = OsdProc::create_with(&mons, dir.path(), "slow", "256M", &["--tick", "100ms"]);

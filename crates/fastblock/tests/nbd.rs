@@ -12,8 +12,8 @@
 mod common;
 
 use common::{
-    bin, free_port, wait_all_active, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc,
-    Proc, TempDir,
+    bin, free_port, start_osds, wait_all_active, wait_until, MonCluster, MonOptions, OsdProc, Proc,
+    TempDir,
 };
 use fastblock_nbd::consts::*;
 use fastblock_nbd::testing::{accepts, pattern, RawClient};
@@ -61,12 +61,8 @@ impl Setup {
     async fn start_with(serve_args: &[&str]) -> Setup {
         let mons = MonCluster::start(1, MonOptions::default()).await;
         let dir = TempDir::new("nbd");
-        let osds: Vec<OsdProc> = (0..3)
-            .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "512M", 1))
-            .collect();
+        let osds = start_osds(&mons, dir.path(), 3, "512M", 1, Duration::from_secs(20)).await;
         let client = mons.client();
-        let ids: Vec<_> = osds.iter().map(|o| o.id).collect();
-        wait_osds_up(&client, &ids, Duration::from_secs(20)).await;
         for (name, size) in [("fb1", 1), ("fb3", 3)] {
             client
                 .create_pool(&CreatePoolRequest {

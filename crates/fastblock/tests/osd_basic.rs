@@ -15,12 +15,8 @@ use std::time::Duration;
 async fn cluster(n: usize, pg_count: u32, size: u32) -> (MonCluster, TempDir, Vec<OsdProc>) {
     let mons = MonCluster::start(1, MonOptions::default()).await;
     let dir = TempDir::new("osd");
-    let osds: Vec<OsdProc> = (0..n)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1))
-        .collect();
+    let osds = common::start_osds(&mons, dir.path(), n, "256M", 1, Duration::from_secs(20)).await;
     let client = mons.client();
-    let ids: Vec<_> = osds.iter().map(|o| o.id).collect();
-    common::wait_osds_up(&client, &ids, Duration::from_secs(20)).await;
     let req = CreatePoolRequest {
         name: "fb".into(),
         pg_count,

@@ -7,7 +7,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{
-    pool_with_image, wait_all_active, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir,
+    pool_with_image, start_osds, wait_all_active, MonCluster, MonOptions, OsdProc, TempDir,
     WireConn,
 };
 use fastblock_client::{ClientError, Cluster, Image};
@@ -46,16 +46,16 @@ async fn setup_sharded(
 ) -> (Setup, Image) {
     let mons = MonCluster::start(1, MonOptions::default()).await;
     let dir = TempDir::new("osdio");
-    let osds: Vec<OsdProc> = (0..n)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "512M", shards))
-        .collect();
-    let client = mons.client();
-    wait_osds_up(
-        &client,
-        &osds.iter().map(|o| o.id).collect::<Vec<_>>(),
+    let osds = start_osds(
+        &mons,
+        dir.path(),
+        n,
+        "512M",
+        shards,
         Duration::from_secs(20),
     )
     .await;
+    let client = mons.client();
     pool_with_image(
         &client,
         ("fb", pg_count, size),

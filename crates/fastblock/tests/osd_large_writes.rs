@@ -8,7 +8,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{pool_with_image, wait_osds_up, MonCluster, MonOptions, OsdProc, TempDir, WireConn};
+use common::{pool_with_image, start_osds, MonCluster, MonOptions, TempDir, WireConn};
 use fastblock_client::Cluster;
 use fastblock_types::{ImageId, PgId};
 use fastblock_wire::{ObjectAddr, Reply, Request, Status};
@@ -21,12 +21,8 @@ async fn large_writes_fit_the_wal_or_are_refused() {
     let mons = MonCluster::start(1, MonOptions::default()).await;
     let dir = TempDir::new("large");
     // 256 MiB OSDs: 8 MiB WAL segments, so 2 MiB batches (the smallest mkfs makes).
-    let mut osds: Vec<OsdProc> = (0..3)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1))
-        .collect();
+    let mut osds = start_osds(&mons, dir.path(), 3, "256M", 1, Duration::from_secs(20)).await;
     let client = mons.client();
-    let ids: Vec<_> = osds.iter().map(|o| o.id).collect();
-    wait_osds_up(&client, &ids, Duration::from_secs(20)).await;
     let pool = pool_with_image(&client, ("fb", 2, 3), ("big", 64 * MIB, 4 * MIB)).await;
 
     // A raw 4 MiB write cannot fit a 2 MiB batch: refused, nobody fails.

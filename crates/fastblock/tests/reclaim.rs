@@ -5,7 +5,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{pool_with_image, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc, TempDir};
+use common::{pool_with_image, start_osds, wait_until, MonCluster, MonOptions, OsdProc, TempDir};
 use fastblock_client::{ClientError, Cluster};
 use fastblock_types::api::{ErrorCode, ResizeImageRequest};
 use fastblock_wire::Status;
@@ -24,12 +24,8 @@ struct Setup {
 async fn setup(image_bytes: u64) -> Setup {
     let mons = MonCluster::start(1, MonOptions::default()).await;
     let dir = TempDir::new("reclaim");
-    let osds: Vec<OsdProc> = (0..3)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1))
-        .collect();
+    let osds = start_osds(&mons, dir.path(), 3, "256M", 1, WAIT).await;
     let client = mons.client();
-    let ids: Vec<_> = osds.iter().map(|o| o.id).collect();
-    wait_osds_up(&client, &ids, WAIT).await;
     pool_with_image(&client, ("fb", 8, 3), ("img", image_bytes, OBJECT_BYTES)).await;
     Setup {
         mons,

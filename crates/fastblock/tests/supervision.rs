@@ -7,8 +7,10 @@
 mod common;
 
 use bytes::Bytes;
-use common::{pool_with_image, stamped_block, wait_osds_up, wait_until, MonCluster, MonOptions};
-use common::{OsdProc, TempDir, BLOCK};
+use common::{
+    pool_with_image, stamped_block, start_osds, wait_osds_up, wait_until, MonCluster, MonOptions,
+};
+use common::{TempDir, BLOCK};
 use fastblock_client::{Cluster, Image};
 use fastblock_monclient::MonClient;
 use fastblock_types::api::{CreateImageRequest, ErrorCode};
@@ -100,12 +102,8 @@ async fn osd_state(client: &MonClient, id: OsdId) -> Option<(bool, bool)> {
 async fn a_missing_pg_map_is_reported_not_fatal() {
     let mut mons = MonCluster::start(1, MonOptions::default()).await;
     let dir = TempDir::new("supervision");
-    let mut osds: Vec<OsdProc> = (0..3)
-        .map(|i| OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1))
-        .collect();
+    let mut osds = start_osds(&mons, dir.path(), 3, "256M", 1, WAIT).await;
     let client = mons.client();
-    let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
-    wait_osds_up(&client, &ids, WAIT).await;
     pool_with_image(&client, ("good", 4, 3), ("img", 16 * MIB, MIB)).await;
     let bad = pool_with_image(&client, ("bad", 4, 3), ("img", 16 * MIB, MIB)).await;
     write_blocks(&open(&mons, "good").await, 1).await;

@@ -781,6 +781,24 @@ impl OsdProc {
     }
 }
 
+/// Creates and starts `count` OSDs (hosts `h0`, `h1`, ...) of `size` with `shards` shards
+/// each under `dir`, and waits until all are up and in.
+pub async fn start_osds(
+    mons: &MonCluster,
+    dir: &Path,
+    count: usize,
+    size: &str,
+    shards: u32,
+    timeout: Duration,
+) -> Vec<OsdProc> {
+    let osds: Vec<OsdProc> = (0..count)
+        .map(|i| OsdProc::create(mons, dir, &format!("h{i}"), size, shards))
+        .collect();
+    let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
+    wait_osds_up(&mons.client(), &ids, timeout).await;
+    osds
+}
+
 /// Waits until these OSDs are up and in.
 pub async fn wait_osds_up(client: &MonClient, ids: &[OsdId], timeout: Duration) {
     let deadline = Instant::now() + timeout;
