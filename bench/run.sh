@@ -212,7 +212,7 @@ cswitch_snapshot() { # group pids...
 }
 # Counts the window for one run (the command's pid is the client when it is block_bench).
 count_window() { # name client-pid|"" window-seconds
-  local name=$1 client=$2 secs=$3 groups=() g pids
+  local name=$1 client=$2 secs=$3 groups=() g
   groups+=("osd:$(IFS=,; echo "${OSD_PIDS[*]}")" "mon:$MON_PID")
   [[ -n $NBD_PID ]] && groups+=("nbd:$NBD_PID")
   [[ -n $client ]] && groups+=("client:$client")
