@@ -68,7 +68,20 @@ async fn a_removed_image_gives_its_space_back_and_an_open_handle_is_refused() {
     let cluster = Cluster::connect(s.mons.client_config()).await.unwrap();
     let image = cluster.open_image("fb", "img").await.unwrap();
     image.write(0, pattern(0, 32 * MIB)).await.unwrap();
-    let written = common::free_bytes(&s.osds).await;
+    // The write is answered once a majority holds it; the third replica may still be
+    // applying it, so wait (bounded) until every OSD holds its copy.
+    let osds = &s.osds;
+    let before_ref = &before;
+    let written = wait_until(
+        WAIT,
+        "every OSD to hold a replica of the 32 MiB",
+        || async move {
+            let now = common::free_bytes(osds).await;
+            let all = before_ref.iter().zip(&now).all(|(b, w)| b - w >= 30 * MIB);
+            all.then_some(now)
+        },
+    )
+    .await;
     for (b, w) in before.iter().zip(&written) {
         assert!(
             b - w >= 30 * MIB,
