@@ -304,7 +304,9 @@ impl<S: Storage> PgReplica<S> {
     pub fn tick(&mut self, now_ms: u64, out: &mut Output) {
         self.now_ms = self.now_ms.max(now_ms);
         self.ticks_since_open = self.ticks_since_open.saturating_add(1);
-        if self.failed.is_none() {
+        // A follower whose received snapshot is not durable yet does not count down to an
+        // election (see `installing_snapshot`); nothing else in a follower's tick matters.
+        if self.failed.is_none() && !self.installing_snapshot() {
             self.node.tick();
             if self.is_leader() {
                 self.drive_membership(out);
@@ -574,15 +576,37 @@ impl<S: Storage> PgReplica<S> {
             }
             return;
         }
+        // A leader handing over to this replica while it installs a snapshot: campaigning
+        // now would fail the same way a timed-out election would (`installing_snapshot`).
+        // The leader's transfer times out and it keeps leading.
+        if msg.get_msg_type() == MessageType::MsgTimeoutNow && self.installing_snapshot() {
+            return;
+        }
         // Errors here are stale or misdirected messages (for example from a removed peer);
         // Raft has already ignored them.
         let _ = self.node.step(msg);
         self.after_input(out);
     }
 
-    /// Starts an election now (tests and leader handoff); a no-op for a leader.
+    /// Whether a snapshot this replica received is handed to the driver but not durable.
+    ///
+    /// Meanwhile the replica must not campaign. raft-rs takes the snapshot out of its unstable
+    /// log when the ready is handed over (`advance_append_async`), so its log's first index
+    /// is then the snapshot's, served by the overlay, while its applied index stays behind
+    /// until the driver reports the ready persisted (`on_persisted`). A campaign reads the
+    /// entries between the two to look for pending configuration changes, finds them
+    /// compacted, and raft-rs panics ("unexpected error getting unapplied entries"). A slow
+    /// disk stretches this window past an election timeout (found by the simulator, seed
+    /// 11792110904029364411 with followers learning commits from the next append). Such a
+    /// replica could not lead anyway before its objects are installed.
+    pub fn installing_snapshot(&self) -> bool {
+        self.snapshot_pending.is_some()
+    }
+
+    /// Starts an election now (tests and leader handoff); a no-op for a leader, and for a
+    /// replica installing a snapshot (`installing_snapshot`).
     pub fn campaign(&mut self, out: &mut Output) {
-        if self.failed.is_none() && !self.is_leader() {
+        if self.failed.is_none() && !self.is_leader() && !self.installing_snapshot() {
             let _ = self.node.campaign();
         }
         self.after_input(out);

@@ -36,6 +36,10 @@ struct Cluster {
     leaders_by_term: BTreeMap<u64, u64>,
     /// The drivers' clock: 100 ms per tick (only the lease reads it).
     now_ms: u64,
+    /// Nodes whose disk stalls from the first log write carrying a snapshot on: their
+    /// writes wait in `held` until `release_held`.
+    slow_snapshot: BTreeSet<u64>,
+    held: BTreeMap<u64, Vec<LogWrite>>,
 }
 
 const TICK_MS: u64 = 100;
@@ -71,6 +75,8 @@ impl Cluster {
             events: Vec::new(),
             leaders_by_term: BTreeMap::new(),
             now_ms: 0,
+            slow_snapshot: BTreeSet::new(),
+            held: BTreeMap::new(),
         }
     }
 
@@ -109,7 +115,12 @@ impl Cluster {
                 self.events.push((id, e));
             }
             let mut next = Output::default();
-            let writes: Vec<LogWrite> = out.log_writes.drain(..).collect();
+            let mut writes: Vec<LogWrite> = out.log_writes.drain(..).collect();
+            let stall = self.held.contains_key(&id)
+                || (self.slow_snapshot.contains(&id) && writes.iter().any(|w| w.snapshot.is_some()));
+            if stall {
+                self.held.entry(id).or_default().append(&mut writes);
+            }
             let mut last = None;
             for w in writes {
                 let mut store = node.storage.wl();
@@ -146,6 +157,30 @@ impl Cluster {
                 return;
             }
             out = next;
+        }
+    }
+
+    /// The stalled disk of `id` catches up: its held log writes become durable.
+    fn release_held(&mut self, id: u64) {
+        let writes = self.held.remove(&id).unwrap_or_default();
+        let node = self.nodes.get_mut(&id).unwrap();
+        let mut last = None;
+        for w in writes {
+            let mut store = node.storage.wl();
+            if let Some(s) = &w.snapshot {
+                store.apply_snapshot(s.clone()).unwrap();
+                node.objects = self.snapshot_objects.remove(&id).expect("objects sent");
+            }
+            store.append(&w.entries).unwrap();
+            if let Some(hs) = &w.hard_state {
+                store.set_hardstate(hs.clone());
+            }
+            last = Some(w.ready_number);
+        }
+        if let Some(n) = last {
+            let mut out = Output::default();
+            node.replica.on_persisted(n, &mut out);
+            self.drive(id, out);
         }
     }
 
@@ -835,4 +870,63 @@ fn a_heartbeat_past_the_log_is_answered_and_commits_nothing() {
         0,
         "nothing committed past the log"
     );
+}
+
+/// Goal: a follower whose disk stalls while it installs a snapshot does not campaign (raft-rs
+/// would read log entries the snapshot replaced, and panic), and leads normally once the
+/// snapshot is durable. Method: a follower falls behind a compacted log, its disk stalls as
+/// the snapshot arrives, then it is cut off from everyone for many election timeouts.
+#[test]
+fn a_follower_installing_a_snapshot_on_a_stalled_disk_does_not_campaign() {
+    for seed in 0..8 {
+        let mut c = Cluster::new(seed);
+        let leader = c.wait_leader(200);
+        let behind = (1..=3).find(|id| *id != leader).unwrap();
+        let third = (1..=3).find(|id| *id != leader && *id != behind).unwrap();
+        c.cut.insert((leader, behind));
+        c.cut.insert((behind, leader));
+        for i in 0..20 {
+            c.propose(leader, OpId(i), write(i % 4, 0, i as u8 + 1));
+            c.run_ticks(1);
+        }
+        // The log no longer reaches back to `behind`: it needs a snapshot.
+        let applied = c.nodes[&leader].replica.applied().0;
+        for id in [leader, third] {
+            let upto = applied.min(c.nodes[&id].replica.applied().0);
+            c.nodes[&id].storage.wl().compact(upto).unwrap();
+        }
+        c.slow_snapshot.insert(behind);
+        c.cut.clear();
+        for _ in 0..50 {
+            c.run_ticks(1);
+            if c.nodes[&behind].replica.installing_snapshot() {
+                break;
+            }
+        }
+        assert!(
+            c.nodes[&behind].replica.installing_snapshot(),
+            "seed {seed}: no snapshot reached {behind}"
+        );
+        c.isolate(behind);
+        // Many election timeouts with the snapshot not durable: no campaign, no panic.
+        c.run_ticks(60);
+        assert!(
+            !c.nodes[&behind].replica.is_leader(),
+            "seed {seed}: {behind} led with its snapshot not installed"
+        );
+        c.slow_snapshot.clear();
+        c.release_held(behind);
+        assert!(!c.nodes[&behind].replica.installing_snapshot());
+        assert!(c.nodes[&behind].replica.applied().0 >= applied, "seed {seed}");
+        c.cut.clear();
+        c.run_ticks(30);
+        let leader = c.wait_leader(200);
+        c.propose(leader, OpId(100), write(7, 0, 0xEE));
+        c.run_ticks(5);
+        assert_eq!(c.outcome(OpId(100)), Some(&OpOutcome::Applied), "seed {seed}");
+        let want = c.nodes[&leader].objects.clone();
+        for id in 1..=3 {
+            assert_eq!(c.nodes[&id].objects, want, "seed {seed}: node {id} differs");
+        }
+    }
 }
