@@ -143,6 +143,7 @@ impl<S: Storage> PgReplica<S> {
             // found by the simulator, tests/scenarios.rs `isolated_leader_serves_no_stale_read`).
             // A stalled loop (a slow fdatasync) stretches that window further.
             read_only_option: ReadOnlyOption::Safe,
+            skip_bcast_commit: !config.commit_broadcast,
             ..Default::default()
         };
         raft_config.validate()?;

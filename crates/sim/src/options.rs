@@ -181,6 +181,8 @@ impl SimOptions {
             pending_ops_max: r.pick(&[2, 64, 1024]) as usize,
             // Set per node from the final options (`node::shard_config`, `lease_ms`).
             lease_ms: 0,
+            // Drawn below from a stream of its own, so the draws above stay the seed's.
+            commit_broadcast: false,
         };
         pg.validate().expect("sim picks a valid PG config");
         let on = |r: &mut SplitMix64, pct: u64, every: u64| {
@@ -270,6 +272,10 @@ impl SimOptions {
             o.map_stall_every_us = stall.range(2 * SEC, 8 * SEC);
             o.map_stall_us_max = stall.pick(&[500 * MS, 3 * SEC]);
         }
+        // Mostly the OSD's default (followers learn the commit index from the next append
+        // or heartbeat), sometimes raft-rs's broadcast of every commit.
+        let mut broadcast = SplitMix64::new(seed ^ 0xB0AD_CA57_0000_0005);
+        o.pg.commit_broadcast = broadcast.chance_pct(25);
         if shrink_on {
             // Cut anywhere past the first block, often in the middle of an object.
             let blocks = o.objects * o.object_bytes / 4096;
