@@ -110,16 +110,25 @@ where
                 run(&export, command, handle, payload, structured, pinned)
             });
         }
+        let idle = conn.running.is_empty() && conn.outbox.is_idle();
+        // Room is held only by requests running or replies waiting: a request waiting for
+        // room always has something to wait for.
+        assert!(!(conn.blocked && idle), "blocked with nothing in flight");
         if ending.is_some() {
-            if conn.running.is_empty() && conn.outbox.is_idle() {
+            drain.get_or_insert_with(|| Box::pin(tokio::time::sleep(limits.drain_timeout)));
+            if idle {
                 break;
             }
-            drain.get_or_insert_with(|| Box::pin(tokio::time::sleep(limits.drain_timeout)));
         }
         let read = ending.is_none() && !conn.blocked;
         tokio::select! {
-            // Work first: shutdown and the drain deadline are checked when there is none.
+            // The shutdown and the deadline first (both are cheap to poll), so that a stream
+            // of work never hides them.
             biased;
+            () = &mut stop, if ending.is_none() => ending = Some(Ok(())),
+            () = deadline(&mut drain) => {
+                return Err(TransmissionError::DrainTimeout(limits.drain_timeout));
+            }
             step = std::future::poll_fn(|cx| conn.poll_step(cx, read)) => {
                 if let Some(e) = step.write_failed {
                     conn.outbox.break_down(&mut conn.flight);
@@ -137,17 +146,12 @@ where
                     Some(Err(e)) => ending = Some(Err(e.into())),
                 }
             }
-            () = &mut stop, if ending.is_none() => ending = Some(Ok(())),
-            () = deadline(&mut drain) => {
-                return Err(TransmissionError::DrainTimeout(limits.drain_timeout));
-            }
         }
     }
-    let closed = match (&write_failed, drain) {
-        (None, Some(drain)) => {
-            tokio::time::timeout_at(drain.deadline(), conn.stream.shutdown()).await
-        }
-        _ => Ok(Ok(())),
+    let drain = drain.expect("set once the connection is ending");
+    let closed = match write_failed {
+        None => tokio::time::timeout_at(drain.deadline(), conn.stream.shutdown()).await,
+        Some(_) => Ok(Ok(())),
     };
     ending.expect("the loop ends once the connection is ending")?;
     if let Some(e) = write_failed {
