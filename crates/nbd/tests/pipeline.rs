@@ -7,7 +7,9 @@
 
 use fastblock_nbd::consts::*;
 use fastblock_nbd::memory::{MemoryExport, MemoryExports};
+use fastblock_nbd::request::Negotiated;
 use fastblock_nbd::testing::*;
+use fastblock_nbd::transmission::serve;
 use fastblock_nbd::Limits;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -271,6 +273,51 @@ async fn shutdown_drains_every_admitted_request() {
             pattern(4096, handle as u8)
         );
     }
+}
+
+/// Shutdown while requests wait for room (two slots, four slow reads): the two admitted are
+/// answered, the two waiting are never run, and the connection ends cleanly (`serve` driven
+/// directly on a socket pair, so that its result, or a panic, is seen).
+#[tokio::test]
+async fn shutdown_at_the_limit_answers_the_admitted_requests_only() {
+    let limits = Limits {
+        inflight_requests_max: 2,
+        ..Limits::default()
+    };
+    let mut export = MemoryExport::new("fb/img", 1 << 20);
+    for i in 0..4u64 {
+        export = export.with_slow_read(i * 4096, Duration::from_millis(400));
+    }
+    let negotiated = Negotiated {
+        size_bytes: 1 << 20,
+        structured: false,
+        allocation_context: false,
+    };
+    let (ours, theirs) = tokio::net::UnixStream::pair().unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let serving = tokio::spawn(serve(theirs, export.clone(), negotiated, limits, stopped));
+    let mut c = RawClient {
+        stream: Box::new(ours),
+    };
+    let burst: Vec<u8> = (0..4u64)
+        .flat_map(|i| request_bytes(0, CMD_READ, i, i * 4096, 4096, &[]))
+        .collect();
+    c.send(&burst).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.send(true).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (error, handle) = c.simple_reply().await;
+        assert_eq!(error, 0);
+        c.read(4096).await;
+        seen.push(handle);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1]);
+    assert!(c.closed().await);
+    let served = tokio::time::timeout(TIMEOUT, serving).await.unwrap();
+    served.expect("serve did not panic").expect("serve ended cleanly");
+    assert_eq!(export.reads_served(), 2);
 }
 
 /// Shutdown with replies the client never reads: the drain gives up at its timeout (not
