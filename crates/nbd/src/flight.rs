@@ -34,7 +34,10 @@ impl Flight {
     }
 
     pub(crate) fn admit(&mut self, pinned: u32) {
-        assert!(self.has_room(pinned), "admitted beyond the limits: {self:?}");
+        assert!(
+            self.has_room(pinned),
+            "admitted beyond the limits: {self:?}"
+        );
         self.requests += 1;
         self.bytes += u64::from(pinned);
     }
@@ -46,7 +49,10 @@ impl Flight {
 
     /// A request's payload bytes become its reply's bytes.
     pub(crate) fn complete(&mut self, pinned: u32, reply_bytes: u64) {
-        assert!(self.bytes >= u64::from(pinned), "{self:?} releases {pinned}");
+        assert!(
+            self.bytes >= u64::from(pinned),
+            "{self:?} releases {pinned}"
+        );
         self.bytes = self.bytes - u64::from(pinned) + reply_bytes;
     }
 

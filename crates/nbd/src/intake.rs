@@ -204,7 +204,11 @@ mod tests {
         flight.written(16);
         assert!(matches!(
             intake.next(&mut flight),
-            Next::Run { handle: 3, pinned: 4096, .. }
+            Next::Run {
+                handle: 3,
+                pinned: 4096,
+                ..
+            }
         ));
         assert!(matches!(intake.next(&mut flight), Next::NeedBytes));
         assert!(!intake.is_mid_request());

@@ -50,13 +50,7 @@ pub async fn run<E: Exports>(
         allocation_context: false,
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let server = tokio::spawn(serve(
-        ours,
-        export,
-        negotiated,
-        Limits::default(),
-        stop_rx,
-    ));
+    let server = tokio::spawn(serve(ours, export, negotiated, Limits::default(), stop_rx));
     let attachment = kernel::attach(
         &device,
         size_bytes,

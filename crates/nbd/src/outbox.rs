@@ -86,7 +86,9 @@ impl Outbox {
                 *slice = IoSlice::new(segment);
             }
             let written = match Pin::new(&mut *writer).poll_write_vectored(cx, &slices[..count]) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
                 Poll::Ready(Ok(n)) => n,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return blocked(released),
@@ -117,7 +119,10 @@ impl Outbox {
         self.written_position += written as u64;
         assert!(self.written_position <= self.queued_position);
         while written > 0 {
-            let first = self.segments.front_mut().expect("written bytes were queued");
+            let first = self
+                .segments
+                .front_mut()
+                .expect("written bytes were queued");
             if written >= first.len() {
                 written -= first.len();
                 self.segments.pop_front();

@@ -131,7 +131,11 @@ impl<F: Future> PollSet<F> {
         let before = done.len();
         {
             let mut ready = self.shared.lock();
-            if !ready.owner.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            if !ready
+                .owner
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
                 ready.owner = Some(cx.waker().clone());
             }
             std::mem::swap(&mut self.polling, &mut ready.slots);

@@ -38,12 +38,7 @@ async fn many_requests_in_one_write_get_every_reply() {
         let len = 1 + (handle as usize * 7919) % 70_000;
         let data = pattern(len, handle as u8);
         burst.extend(request_bytes(
-            0,
-            CMD_WRITE,
-            handle,
-            offset,
-            len as u32,
-            &data,
+            0, CMD_WRITE, handle, offset, len as u32, &data,
         ));
         ranges.insert(handle, (offset, data));
         offset += len as u64 + 100;
@@ -59,7 +54,10 @@ async fn many_requests_in_one_write_get_every_reply() {
     assert_eq!(answered, (0..300).collect::<Vec<_>>());
     let contents = server.export().contents();
     for (offset, data) in ranges.values() {
-        assert_eq!(&contents[*offset as usize..*offset as usize + data.len()], data);
+        assert_eq!(
+            &contents[*offset as usize..*offset as usize + data.len()],
+            data
+        );
     }
 
     let mut burst = Vec::new();
@@ -99,8 +97,15 @@ async fn concurrent_requests_are_answered_as_they_complete() {
     let mut server = server_with(export, Limits::default()).await;
     let mut c = simple_client(&server).await;
     for i in 0..4u64 {
-        c.request(0, CMD_WRITE, 10 + i, i * 4096, 4096, &pattern(4096, i as u8))
-            .await;
+        c.request(
+            0,
+            CMD_WRITE,
+            10 + i,
+            i * 4096,
+            4096,
+            &pattern(4096, i as u8),
+        )
+        .await;
         assert_eq!(c.simple_reply().await, (0, 10 + i));
     }
     let burst: Vec<u8> = (0..4u64)
@@ -117,7 +122,10 @@ async fn concurrent_requests_are_answered_as_they_complete() {
     }
     let took = started.elapsed();
     assert_eq!(order, [3, 2, 1, 0], "answered as they finished");
-    assert!(took < Duration::from_millis(900), "ran concurrently: {took:?}");
+    assert!(
+        took < Duration::from_millis(900),
+        "ran concurrently: {took:?}"
+    );
     server.stop().await;
 }
 
@@ -136,7 +144,8 @@ async fn a_request_beyond_the_limits_waits_until_one_finishes() {
     };
     for (limits, read_len) in [(one_slot, 4096), (one_payload, PAYLOAD_BYTES_MAX)] {
         let size = u64::from(PAYLOAD_BYTES_MAX) + (1 << 20);
-        let export = MemoryExport::new("fb/img", size).with_slow_read(0, Duration::from_millis(600));
+        let export =
+            MemoryExport::new("fb/img", size).with_slow_read(0, Duration::from_millis(600));
         let mut server = server_with(export, limits).await;
         let export = server.export();
         let mut c = simple_client(&server).await;
@@ -165,7 +174,10 @@ async fn settled(count: impl Fn() -> u64, quiet: Duration) -> u64 {
     let mut last = count();
     let mut since = Instant::now();
     while since.elapsed() < quiet {
-        assert!(Instant::now() < deadline, "still changing after {TIMEOUT:?}");
+        assert!(
+            Instant::now() < deadline,
+            "still changing after {TIMEOUT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
         let now = count();
         if now != last {
@@ -316,7 +328,9 @@ async fn shutdown_at_the_limit_answers_the_admitted_requests_only() {
     assert_eq!(seen, [0, 1]);
     assert!(c.closed().await);
     let served = tokio::time::timeout(TIMEOUT, serving).await.unwrap();
-    served.expect("serve did not panic").expect("serve ended cleanly");
+    served
+        .expect("serve did not panic")
+        .expect("serve ended cleanly");
     assert_eq!(export.reads_served(), 2);
 }
 
