@@ -2,7 +2,8 @@
 //! export ([`Export`]). The cluster implements them over the client library (`cluster`); the
 //! tests and the fuzz target use the in-memory [`crate::memory`] one.
 //!
-//! The futures are `Send` because each request runs on its own tokio task.
+//! The futures are `Send` because a connection's requests run on the connection's tokio task,
+//! which may move between worker threads.
 
 use bytes::Bytes;
 use std::future::Future;

@@ -1,5 +1,6 @@
-//! One validated request against an export, into its reply. Runs on the request's own task,
-//! so requests of a connection proceed concurrently and are answered as they finish.
+//! One validated request against an export, into its reply. Runs as one future among those
+//! of its connection's task, so requests of a connection proceed concurrently and are answered
+//! as they finish.
 
 use crate::backend::{Export, IoError};
 use crate::consts::*;
@@ -78,7 +79,7 @@ pub async fn execute<X: Export>(
                 Err(e) => failed(e),
             }
         }
-        // The reader stops at a disconnect and never hands it to a task.
+        // The connection stops reading at a disconnect and never runs it.
         Command::Disconnect => failed(IoError::Invalid("disconnect has no reply".into())),
     }
 }

@@ -22,8 +22,12 @@
 //! - [`handshake`]: option haggling on a connection, across the `STARTTLS` upgrade.
 //! - [`tls`]: TLS credentials (qemu's x509 directory layout) and the TLS handshake.
 //! - [`certs`]: `gen-certs`, a CA with server and client certificates in that layout.
-//! - [`transmission`]: the request loop: admission limits, one task per request, the reply
-//!   writer.
+//! - [`transmission`]: the request loop of a connection, on one task: reading, admission
+//!   limits, the requests' executions, the reply writes.
+//! - `intake`: requests out of the read buffer (header, admission, payload, validation).
+//! - `flight`: the request slots and bytes a connection holds against its limits.
+//! - `poll_set`: the executions of a connection, polled on its task when woken.
+//! - `outbox`: replies waiting for the socket, written in vectored writes.
 //! - `execute`: one request against an export.
 //! - [`server`]: TCP and Unix listeners, connection tasks, shutdown with draining.
 //! - [`cluster`]: the cluster's images as exports `pool/image`.
@@ -36,8 +40,8 @@
 //!   a malformed request gets the protocol's error (or, when the stream's framing is lost, a
 //!   disconnect); other connections never notice.
 //! - Memory per connection is bounded: at most `inflight_requests_max` requests and
-//!   `inflight_bytes_max` payload bytes are admitted; the reader stops reading the socket
-//!   beyond that.
+//!   `inflight_bytes_max` payload bytes are admitted, their replies counting until written;
+//!   the connection stops reading the socket beyond that.
 //! - A reply is sent only after the export finished the request; write replies mean the data
 //!   is durable on a majority of the PG's replicas.
 //!
@@ -66,13 +70,21 @@ pub mod cluster;
 #[cfg(feature = "server")]
 mod execute;
 #[cfg(feature = "server")]
+mod flight;
+#[cfg(feature = "server")]
 pub mod handshake;
+#[cfg(feature = "server")]
+mod intake;
 #[cfg(feature = "server")]
 pub mod kernel;
 #[cfg(feature = "server")]
 pub mod map;
 #[cfg(feature = "server")]
 pub mod memory;
+#[cfg(feature = "server")]
+mod outbox;
+#[cfg(feature = "server")]
+mod poll_set;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(all(feature = "server", any(test, feature = "test-util")))]

@@ -43,7 +43,6 @@ pub async fn run<E: Exports>(
     let (ours, kernels) = std::os::unix::net::UnixStream::pair().map_err(MapError::Socket)?;
     ours.set_nonblocking(true).map_err(MapError::Socket)?;
     let ours = tokio::net::UnixStream::from_std(ours).map_err(MapError::Socket)?;
-    let (reader, writer) = ours.into_split();
     // The kernel never negotiates: simple replies, no metadata contexts.
     let negotiated = Negotiated {
         size_bytes,
@@ -51,14 +50,7 @@ pub async fn run<E: Exports>(
         allocation_context: false,
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let server = tokio::spawn(serve(
-        reader,
-        writer,
-        export,
-        negotiated,
-        Limits::default(),
-        stop_rx,
-    ));
+    let server = tokio::spawn(serve(ours, export, negotiated, Limits::default(), stop_rx));
     let attachment = kernel::attach(
         &device,
         size_bytes,

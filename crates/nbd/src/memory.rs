@@ -1,7 +1,8 @@
 //! In-memory exports for tests: a byte vector per export, with 4 KiB-block allocation that
 //! behaves like the OSD's (writes allocate the blocks they touch, discards and write-zeroes
-//! unmap whole blocks and zero partial ones), and an optional delay on reads at one offset so
-//! that tests can force out-of-order replies. A test double, not a model of durability.
+//! unmap whole blocks and zero partial ones), optional delays on reads at given offsets so
+//! that tests can force out-of-order replies, and a count of the reads served. A test double,
+//! not a model of durability.
 
 use crate::backend::{Export, ExportError, Exports, IoError};
 use bytes::Bytes;
@@ -16,6 +17,7 @@ struct State {
     data: Vec<u8>,
     allocated: BTreeSet<u64>,
     flushes: u64,
+    reads: u64,
 }
 
 /// One in-memory export. Clones share the data.
@@ -23,7 +25,8 @@ struct State {
 pub struct MemoryExport {
     name: String,
     state: Arc<Mutex<State>>,
-    slow_read: Option<(u64, Duration)>,
+    /// Reads starting at these offsets take this much longer.
+    slow_reads: Vec<(u64, Duration)>,
 }
 
 impl MemoryExport {
@@ -34,13 +37,14 @@ impl MemoryExport {
                 data: vec![0; size_bytes as usize],
                 ..State::default()
             })),
-            slow_read: None,
+            slow_reads: Vec::new(),
         }
     }
 
-    /// Reads starting at `offset` take `delay` longer (to reorder replies in tests).
+    /// Reads starting at `offset` take `delay` longer (to reorder replies in tests); may be
+    /// given for several offsets.
     pub fn with_slow_read(mut self, offset: u64, delay: Duration) -> MemoryExport {
-        self.slow_read = Some((offset, delay));
+        self.slow_reads.push((offset, delay));
         self
     }
 
@@ -60,6 +64,11 @@ impl MemoryExport {
 
     pub fn flushes(&self) -> u64 {
         self.lock().flushes
+    }
+
+    /// Reads that returned their data (after any delay), on every connection.
+    pub fn reads_served(&self) -> u64 {
+        self.lock().reads
     }
 
     fn check(&self, offset: u64, len: u64) -> Result<(), IoError> {
@@ -95,12 +104,12 @@ impl Export for MemoryExport {
 
     async fn read(&self, offset: u64, len: u32) -> Result<Bytes, IoError> {
         self.check(offset, u64::from(len))?;
-        if let Some((at, delay)) = self.slow_read {
-            if at == offset {
-                tokio::time::sleep(delay).await;
-            }
+        let delay = self.slow_reads.iter().find(|(at, _)| *at == offset);
+        if let Some((_, delay)) = delay {
+            tokio::time::sleep(*delay).await;
         }
-        let s = self.lock();
+        let mut s = self.lock();
+        s.reads += 1;
         Ok(Bytes::copy_from_slice(
             &s.data[offset as usize..(offset + u64::from(len)) as usize],
         ))

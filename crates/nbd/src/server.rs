@@ -223,38 +223,16 @@ fn check_tls(config: &ServerConfig) -> Result<(), ServerError> {
     Ok(())
 }
 
-/// A connected socket: read and written during the handshake, split in two for transmission
-/// (the reader task and the reply writer).
-pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
-    type Read: AsyncRead + Unpin + Send + 'static;
-    type Write: AsyncWrite + Unpin + Send + 'static;
-    fn into_halves(self) -> (Self::Read, Self::Write);
-}
+/// A connected socket: TCP, a Unix socket, or a TLS session over either. The connection's
+/// one task reads and writes it whole (no split: a TLS session is one state machine for both
+/// directions).
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 
-impl Stream for tokio::net::TcpStream {
-    type Read = tokio::net::tcp::OwnedReadHalf;
-    type Write = tokio::net::tcp::OwnedWriteHalf;
-    fn into_halves(self) -> (Self::Read, Self::Write) {
-        self.into_split()
-    }
-}
+impl Stream for tokio::net::TcpStream {}
 
-impl Stream for tokio::net::UnixStream {
-    type Read = tokio::net::unix::OwnedReadHalf;
-    type Write = tokio::net::unix::OwnedWriteHalf;
-    fn into_halves(self) -> (Self::Read, Self::Write) {
-        self.into_split()
-    }
-}
+impl Stream for tokio::net::UnixStream {}
 
-/// A TLS session is one state machine for both directions, so its halves share it (a lock).
-impl<S: Stream> Stream for tokio_rustls::server::TlsStream<S> {
-    type Read = tokio::io::ReadHalf<Self>;
-    type Write = tokio::io::WriteHalf<Self>;
-    fn into_halves(self) -> (Self::Read, Self::Write) {
-        tokio::io::split(self)
-    }
-}
+impl<S: Stream> Stream for tokio_rustls::server::TlsStream<S> {}
 
 /// One connection: handshake with the TLS upgrade (bounded by the timeout, abandoned at
 /// shutdown), then transmission.
@@ -349,8 +327,7 @@ async fn transmit<S: Stream, X: crate::backend::Export>(
         return Ok(());
     };
     tracing::debug!(export = %name, structured = negotiated.structured, "transmission");
-    let (reader, writer) = stream.into_halves();
-    serve(reader, writer, export, negotiated, config.limits, stop)
+    serve(stream, export, negotiated, config.limits, stop)
         .await
         .map_err(|e| format!("export {name}: {e}"))
 }

@@ -174,6 +174,24 @@ impl RawClient {
         c
     }
 
+    /// As [`RawClient::connect_raw`] from a socket whose receive buffer is `bytes` (the
+    /// kernel doubles it), fixed before connecting so that it does not grow: the replies a
+    /// client does not read then stay in the server.
+    pub async fn connect_raw_with_receive_buffer(addr: SocketAddr, bytes: u32) -> RawClient {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(bytes).unwrap();
+        let stream = tokio::time::timeout(TIMEOUT, socket.connect(addr))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut c = RawClient {
+            stream: Box::new(stream),
+        };
+        let greeting = c.read(18).await;
+        assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
+        c
+    }
+
     /// Connects and sends client flags fixed-newstyle + no-zeroes.
     pub async fn connect(addr: SocketAddr) -> RawClient {
         let mut c = RawClient::connect_raw(addr).await;
@@ -303,13 +321,7 @@ impl RawClient {
         length: u32,
         payload: &[u8],
     ) {
-        let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
-        b.extend_from_slice(&flags.to_be_bytes());
-        b.extend_from_slice(&kind.to_be_bytes());
-        b.extend_from_slice(&handle.to_be_bytes());
-        b.extend_from_slice(&offset.to_be_bytes());
-        b.extend_from_slice(&length.to_be_bytes());
-        b.extend_from_slice(payload);
+        let b = request_bytes(flags, kind, handle, offset, length, payload);
         self.send(&b).await;
     }
 
@@ -379,6 +391,25 @@ impl RawClient {
         }
         Ok(data)
     }
+}
+
+/// One request as sent: header then payload (to pipeline many in one write).
+pub fn request_bytes(
+    flags: u16,
+    kind: u16,
+    handle: u64,
+    offset: u64,
+    length: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut b = REQUEST_MAGIC.to_be_bytes().to_vec();
+    b.extend_from_slice(&flags.to_be_bytes());
+    b.extend_from_slice(&kind.to_be_bytes());
+    b.extend_from_slice(&handle.to_be_bytes());
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.extend_from_slice(&length.to_be_bytes());
+    b.extend_from_slice(payload);
+    b
 }
 
 pub fn info_payload(name: &str, requests: &[u16]) -> Vec<u8> {

@@ -1,34 +1,43 @@
-//! The transmission phase of one connection: a reader that admits requests, one task per
-//! request, and a writer that sends replies as they complete (out of order).
+//! The transmission phase of one connection, all on the connection's one task: it reads
+//! requests, runs them concurrently, and writes their replies as they complete (out of order),
+//! with no task per request and no writer task, so a request costs no task spawn, no channel
+//! hop and no wake-up of another task.
 //!
 //! ```text
-//! socket ──▶ reader: header → limits (permits) → payload → validate ──▶ spawn(execute)
-//!                                                                         │ reply + permits
-//! socket ◀── writer: replies back to back, flushed when none is waiting ◀─┘
+//!            one task per connection, one pass per wake-up:
+//! socket ──▶ read_buf → every whole request buffered: header → limits → payload → validate
+//!                                                                 │ execution futures
+//!                     poll set: each woken execution polled once ◀┘
+//! socket ◀── replies completed in this pass (and earlier, unwritten): one vectored write
 //! ```
 //!
 //! Memory is bounded per connection: a request holds a slot of `inflight_requests_max` and
-//! its payload bytes (write data, or the length of a read) of `inflight_bytes_max` from
-//! before its payload is read until its reply is written. When either runs out the reader
-//! stops reading the socket, so a client that sends faster than the cluster answers is slowed
-//! by TCP, not buffered.
+//! bytes of `inflight_bytes_max` (its payload, then its reply) from before its payload is read
+//! until its reply is written (`flight`). When either runs out the task stops reading the
+//! socket but goes on running requests and writing replies, so a client that sends faster than
+//! the cluster answers, or that does not read its replies, is slowed by TCP, not buffered.
 //!
 //! Ending: `NBD_CMD_DISC`, EOF, a header with a bad magic (the stream cannot be resynced) or
-//! server shutdown stop the reader; the requests already admitted finish and their replies
-//! are written (bounded by `drain_timeout`), then the socket closes.
+//! server shutdown stop the reading; the requests already admitted finish and their replies
+//! are written (all bounded by `drain_timeout`), then the socket closes.
 
 use crate::backend::Export;
 use crate::consts::*;
 use crate::execute::execute;
-use crate::handshake::skip;
-use crate::reply::{self, ReplyBytes};
-use crate::request::{Command, Negotiated, RequestHeader};
-use bytes::BytesMut;
-use std::sync::Arc;
+use crate::flight::Flight;
+use crate::intake::{Intake, Next};
+use crate::outbox::Outbox;
+use crate::poll_set::PollSet;
+use crate::reply::ReplyBytes;
+use crate::request::{Command, Negotiated};
+use bytes::Bytes;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::time::Sleep;
 
 /// Per-connection limits.
 #[derive(Clone, Copy, Debug)]
@@ -36,7 +45,8 @@ pub struct Limits {
     pub inflight_requests_max: usize,
     /// Must be at least `PAYLOAD_BYTES_MAX`, so that the largest legal request can run.
     pub inflight_bytes_max: u32,
-    /// How long admitted requests may take to finish once the connection is ending.
+    /// How long admitted requests may take to finish, and their replies to be written, once
+    /// the connection is ending.
     pub drain_timeout: Duration,
 }
 
@@ -53,18 +63,6 @@ impl Default for Limits {
     }
 }
 
-/// Bytes the writer buffers before writing to the socket (small replies coalesce).
-const WRITE_BUFFER_BYTES: usize = 256 << 10;
-/// Bytes the reader buffers from the socket (many headers per read syscall).
-const READ_BUFFER_BYTES: usize = 64 << 10;
-
-/// A reply with the permits its request held; dropping it (after writing) frees them.
-struct Outgoing {
-    reply: ReplyBytes,
-    _slot: OwnedSemaphorePermit,
-    _bytes: Option<OwnedSemaphorePermit>,
-}
-
 /// Why a connection ended other than by the client's disconnect.
 #[derive(Debug, thiserror::Error)]
 pub enum TransmissionError {
@@ -72,205 +70,232 @@ pub enum TransmissionError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Protocol(#[from] crate::request::BadRequestMagic),
-    #[error("requests still running after the {0:?} drain timeout")]
+    #[error("requests or replies still pending after the {0:?} drain timeout")]
     DrainTimeout(Duration),
 }
 
-/// Serves requests on `reader`/`writer` until the client disconnects, the socket fails, or
-/// `shutdown` turns true.
-pub async fn serve<R, W, X>(
-    reader: R,
-    writer: W,
+/// Serves requests on `stream` until the client disconnects, the socket fails, or `shutdown`
+/// turns true.
+pub async fn serve<S, X>(
+    stream: S,
     export: X,
     negotiated: Negotiated,
     limits: Limits,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<(), TransmissionError>
 where
-    R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + Unpin,
     X: Export,
 {
     assert!(limits.inflight_bytes_max >= PAYLOAD_BYTES_MAX);
     assert!(limits.inflight_requests_max > 0);
-    // One message per admitted request plus reader-made error replies, each holding a slot:
-    // the channel never fills.
-    let (replies, outbox) = mpsc::channel::<Outgoing>(limits.inflight_requests_max + 1);
-    let writer_task = tokio::spawn(write_replies(writer, outbox));
-    let slots = Arc::new(Semaphore::new(limits.inflight_requests_max));
-    let bytes = Arc::new(Semaphore::new(limits.inflight_bytes_max as usize));
-    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
-    let mut tasks = JoinSet::new();
-    let ended: Result<(), TransmissionError> = loop {
-        while tasks.try_join_next().is_some() {}
-        let mut raw = [0u8; REQUEST_HEADER_BYTES];
-        let read = tokio::select! {
+    let mut conn = Conn {
+        stream,
+        intake: Intake::new(negotiated),
+        flight: Flight::new(&limits),
+        outbox: Outbox::default(),
+        running: PollSet::new(),
+        completed: Vec::new(),
+        blocked: false,
+    };
+    // Set once the connection stops reading requests: why it ended.
+    let mut ending: Option<Result<(), TransmissionError>> = None;
+    let mut write_failed: Option<std::io::Error> = None;
+    let mut stop = pin!(stopped(shutdown));
+    let mut drain: Option<Pin<Box<Sleep>>> = None;
+    loop {
+        if ending.is_none() {
+            let structured = negotiated.structured;
+            ending = conn.take_requests(|command, handle, payload, pinned| {
+                run(&export, command, handle, payload, structured, pinned)
+            });
+        }
+        let idle = conn.running.is_empty() && conn.outbox.is_idle();
+        if ending.is_none() {
+            // Room is held only by requests running or replies waiting: a request waiting for
+            // room always has something to wait for. (Once ending, nothing more is taken.)
+            assert!(!(conn.blocked && idle), "blocked with nothing in flight");
+        }
+        if ending.is_some() {
+            drain.get_or_insert_with(|| Box::pin(tokio::time::sleep(limits.drain_timeout)));
+            if idle {
+                break;
+            }
+        }
+        let read = ending.is_none() && !conn.blocked;
+        tokio::select! {
+            // The shutdown and the deadline first (both are cheap to poll), so that a stream
+            // of work never hides them.
             biased;
-            _ = shutdown.wait_for(|stop| *stop) => break Ok(()),
-            read = read_header(&mut reader, &mut raw) => read,
-        };
-        match read {
-            Ok(true) => {}
-            Ok(false) => break Ok(()),
-            Err(e) => break Err(e.into()),
-        }
-        let header = match RequestHeader::parse(&raw) {
-            Ok(header) => header,
-            Err(e) => break Err(e.into()),
-        };
-        let admitted = admit(&mut reader, &header, &negotiated, &slots, &bytes).await;
-        let (slot, bytes_permit, payload, command) = match admitted {
-            Ok(Admitted::Run(a, b, payload, command)) => (a, b, payload, command),
-            Ok(Admitted::Refused(slot, reply)) => {
-                send(&replies, reply, slot, None).await;
-                continue;
+            () = &mut stop, if ending.is_none() => ending = Some(Ok(())),
+            () = deadline(&mut drain) => {
+                return Err(TransmissionError::DrainTimeout(limits.drain_timeout));
             }
-            Ok(Admitted::Disconnect) => break Ok(()),
-            Err(e) => break Err(e.into()),
-        };
-        let export = export.clone();
-        let replies = replies.clone();
-        let structured = negotiated.structured;
-        tasks.spawn(async move {
-            let reply = execute(&export, command, header.handle, payload, structured).await;
-            send(&replies, reply, slot, bytes_permit).await;
-        });
-    };
-    drop(replies);
-    let drained = tokio::time::timeout(limits.drain_timeout, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tasks.abort_all();
-    }
-    // The writer ends once every sender is gone: the reader's and each task's.
-    let written = writer_task.await.unwrap_or(Ok(()));
-    ended?;
-    written?;
-    drained.map_err(|_| TransmissionError::DrainTimeout(limits.drain_timeout))
-}
-
-enum Admitted {
-    Run(
-        OwnedSemaphorePermit,
-        Option<OwnedSemaphorePermit>,
-        bytes::Bytes,
-        Command,
-    ),
-    Refused(OwnedSemaphorePermit, ReplyBytes),
-    Disconnect,
-}
-
-/// Takes the request's permits, reads (or skips) its payload and validates it.
-async fn admit<R: AsyncRead + Unpin>(
-    reader: &mut R,
-    header: &RequestHeader,
-    negotiated: &Negotiated,
-    slots: &Arc<Semaphore>,
-    bytes: &Arc<Semaphore>,
-) -> std::io::Result<Admitted> {
-    // The semaphores are never closed, so acquiring only waits.
-    let slot = slots
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| std::io::Error::other("request slots closed"))?;
-    let payload_bytes = header.payload_bytes();
-    // Bytes a request pins: its write data, or the data a read will return.
-    let pinned = match header.kind {
-        CMD_WRITE | CMD_READ if header.length <= PAYLOAD_BYTES_MAX => header.length,
-        _ => 0,
-    };
-    let bytes_permit = if pinned > 0 {
-        Some(
-            bytes
-                .clone()
-                .acquire_many_owned(pinned)
-                .await
-                .map_err(|_| std::io::Error::other("byte budget closed"))?,
-        )
-    } else {
-        None
-    };
-    let payload = if payload_bytes > PAYLOAD_BYTES_MAX {
-        // Over the limit: keep the stream's framing, hold nothing (validation refuses it).
-        skip(reader, u64::from(payload_bytes)).await?;
-        bytes::Bytes::new()
-    } else {
-        let mut data = BytesMut::with_capacity(payload_bytes as usize);
-        while data.len() < payload_bytes as usize {
-            let want = payload_bytes as usize - data.len();
-            if (&mut *reader).take(want as u64).read_buf(&mut data).await? == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            step = std::future::poll_fn(|cx| conn.poll_step(cx, read)) => {
+                if let Some(e) = step.write_failed {
+                    conn.outbox.break_down(&mut conn.flight);
+                    ending.get_or_insert(Ok(()));
+                    write_failed.get_or_insert(e);
+                }
+                match step.read {
+                    None | Some(Ok(1..)) => {}
+                    Some(Ok(0)) if conn.intake.is_mid_request() => {
+                        ending = Some(Err(std::io::Error::from(
+                            std::io::ErrorKind::UnexpectedEof,
+                        ).into()));
+                    }
+                    Some(Ok(0)) => ending = Some(Ok(())),
+                    Some(Err(e)) => ending = Some(Err(e.into())),
+                }
             }
         }
-        data.freeze()
+    }
+    let drain = drain.expect("set once the connection is ending");
+    let closed = match write_failed {
+        None => tokio::time::timeout_at(drain.deadline(), conn.stream.shutdown()).await,
+        Some(_) => Ok(Ok(())),
     };
-    Ok(match header.validate(negotiated) {
-        Ok(Command::Disconnect) => Admitted::Disconnect,
-        Ok(command) => Admitted::Run(slot, bytes_permit, payload, command),
-        Err(rejection) => Admitted::Refused(
-            slot,
-            reply::error(
-                header.handle,
-                negotiated.structured,
-                rejection.error,
-                &rejection.message,
-            ),
-        ),
-    })
-}
-
-async fn send(
-    replies: &mpsc::Sender<Outgoing>,
-    reply: ReplyBytes,
-    slot: OwnedSemaphorePermit,
-    bytes: Option<OwnedSemaphorePermit>,
-) {
-    // Fails only when the writer stopped (socket error); the reply has nowhere to go then.
-    let _ = replies
-        .send(Outgoing {
-            reply,
-            _slot: slot,
-            _bytes: bytes,
-        })
-        .await;
-}
-
-/// Fills `raw`; `false` on a clean EOF before the first byte.
-async fn read_header<R: AsyncRead + Unpin>(
-    reader: &mut R,
-    raw: &mut [u8; REQUEST_HEADER_BYTES],
-) -> std::io::Result<bool> {
-    let first = reader.read(&mut raw[..1]).await?;
-    if first == 0 {
-        return Ok(false);
+    ending.expect("the loop ends once the connection is ending")?;
+    if let Some(e) = write_failed {
+        return Err(e.into());
     }
-    reader.read_exact(&mut raw[1..]).await?;
-    Ok(true)
+    match closed {
+        Ok(closed) => Ok(closed?),
+        Err(_) => Err(TransmissionError::DrainTimeout(limits.drain_timeout)),
+    }
 }
 
-/// Writes replies as they arrive; flushes whenever no other reply is waiting, so replies
-/// that complete together share one write and a lone reply is not delayed.
-async fn write_replies<W: AsyncWrite + Unpin>(
-    writer: W,
-    mut outbox: mpsc::Receiver<Outgoing>,
-) -> std::io::Result<()> {
-    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
-    while let Some(first) = outbox.recv().await {
-        let mut next = Some(first);
-        while let Some(outgoing) = next {
-            for segment in &outgoing.reply.segments {
-                writer.write_all(segment).await?;
+/// What one request's execution yields: its reply, and the payload bytes it held.
+type Done = (ReplyBytes, u32);
+
+/// Runs one admitted request against the export.
+async fn run<X: Export>(
+    export: &X,
+    command: Command,
+    handle: u64,
+    payload: Bytes,
+    structured: bool,
+    pinned: u32,
+) -> Done {
+    (
+        execute(export, command, handle, payload, structured).await,
+        pinned,
+    )
+}
+
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    // An error means the sender is gone, which is a shutdown too.
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+async fn deadline(drain: &mut Option<Pin<Box<Sleep>>>) {
+    match drain {
+        Some(sleep) => sleep.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What one pass over the connection did, besides running requests and writing replies.
+#[derive(Default)]
+struct Step {
+    /// A read from the socket happened: bytes read (0 at EOF) or its error.
+    read: Option<std::io::Result<usize>>,
+    write_failed: Option<std::io::Error>,
+}
+
+struct Conn<S, F: Future<Output = Done>> {
+    stream: S,
+    intake: Intake,
+    flight: Flight,
+    outbox: Outbox,
+    running: PollSet<F>,
+    /// Outputs of one pass over `running` (kept to reuse its allocation).
+    completed: Vec<Done>,
+    /// A buffered request waits for room: the socket is not read.
+    blocked: bool,
+}
+
+impl<S, F> Conn<S, F>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: Future<Output = Done>,
+{
+    /// Takes every request the buffer holds, in order: starts the valid ones (`start` makes
+    /// their execution), queues the refusals. Stops at a request it needs more bytes for, or
+    /// one that finds no room (`blocked`). Some when reading ends: why.
+    fn take_requests(
+        &mut self,
+        mut start: impl FnMut(Command, u64, Bytes, u32) -> F,
+    ) -> Option<Result<(), TransmissionError>> {
+        self.blocked = false;
+        loop {
+            match self.intake.next(&mut self.flight) {
+                Next::Run {
+                    command,
+                    handle,
+                    payload,
+                    pinned,
+                } => self.running.push(start(command, handle, payload, pinned)),
+                Next::Refused { reply, pinned } => {
+                    self.flight.complete(pinned, reply.len_bytes() as u64);
+                    self.outbox.push(reply, &mut self.flight);
+                }
+                Next::Disconnect { pinned } => {
+                    self.flight.forget(pinned);
+                    return Some(Ok(()));
+                }
+                Next::NeedBytes => return None,
+                Next::Blocked => {
+                    self.blocked = true;
+                    return None;
+                }
+                Next::BadMagic(e) => return Some(Err(e.into())),
             }
-            // Permits are released here, once the reply's bytes left this connection's
-            // buffers or are in the socket.
-            drop(outgoing);
-            next = outbox.try_recv().ok();
         }
-        writer.flush().await?;
     }
-    writer.flush().await?;
-    writer.shutdown().await
+
+    /// One pass: the executions that were woken (their replies queued), one vectored write of
+    /// every queued reply, and one read of the socket if `read`. Ready when any of it did
+    /// something, so that the caller takes the requests read or admits the ones that waited
+    /// for room.
+    fn poll_step(&mut self, cx: &mut Context<'_>, read: bool) -> Poll<Step> {
+        let mut step = Step::default();
+        let mut progress = false;
+        if self
+            .running
+            .poll_completed(cx, &mut self.completed)
+            .is_ready()
+        {
+            for (reply, pinned) in self.completed.drain(..) {
+                self.flight.complete(pinned, reply.len_bytes() as u64);
+                self.outbox.push(reply, &mut self.flight);
+            }
+            progress = true;
+        }
+        match self
+            .outbox
+            .poll_write(cx, &mut self.stream, &mut self.flight)
+        {
+            Poll::Ready(Ok(released)) => progress |= released,
+            Poll::Ready(Err(e)) => {
+                step.write_failed = Some(e);
+                progress = true;
+            }
+            Poll::Pending => {}
+        }
+        if read && step.write_failed.is_none() {
+            self.intake.reserve();
+            // `read_buf` is cancel safe: dropped unfinished, it has read nothing.
+            let reading = pin!(self.stream.read_buf(&mut self.intake.buffer));
+            if let Poll::Ready(result) = reading.poll(cx) {
+                step.read = Some(result);
+                progress = true;
+            }
+        }
+        if progress {
+            Poll::Ready(step)
+        } else {
+            Poll::Pending
+        }
+    }
 }
