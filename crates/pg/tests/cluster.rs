@@ -117,7 +117,8 @@ impl Cluster {
             let mut next = Output::default();
             let mut writes: Vec<LogWrite> = out.log_writes.drain(..).collect();
             let stall = self.held.contains_key(&id)
-                || (self.slow_snapshot.contains(&id) && writes.iter().any(|w| w.snapshot.is_some()));
+                || (self.slow_snapshot.contains(&id)
+                    && writes.iter().any(|w| w.snapshot.is_some()));
             if stall {
                 self.held.entry(id).or_default().append(&mut writes);
             }
@@ -917,13 +918,20 @@ fn a_follower_installing_a_snapshot_on_a_stalled_disk_does_not_campaign() {
         c.slow_snapshot.clear();
         c.release_held(behind);
         assert!(!c.nodes[&behind].replica.installing_snapshot());
-        assert!(c.nodes[&behind].replica.applied().0 >= applied, "seed {seed}");
+        assert!(
+            c.nodes[&behind].replica.applied().0 >= applied,
+            "seed {seed}"
+        );
         c.cut.clear();
         c.run_ticks(30);
         let leader = c.wait_leader(200);
         c.propose(leader, OpId(100), write(7, 0, 0xEE));
         c.run_ticks(5);
-        assert_eq!(c.outcome(OpId(100)), Some(&OpOutcome::Applied), "seed {seed}");
+        assert_eq!(
+            c.outcome(OpId(100)),
+            Some(&OpOutcome::Applied),
+            "seed {seed}"
+        );
         let want = c.nodes[&leader].objects.clone();
         for id in 1..=3 {
             assert_eq!(c.nodes[&id].objects, want, "seed {seed}: node {id} differs");
