@@ -16,6 +16,16 @@ pub struct RegionDisk<D: Disk> {
     size_bytes: u64,
 }
 
+impl RegionDisk<fastblock_store::UringDisk> {
+    /// [`fastblock_store::UringDisk::wait_completion`] (the ring is the whole device's).
+    pub fn wait_completion(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> io::Result<Option<fastblock_store::disk::CompletionWait>> {
+        self.inner.wait_completion(timeout)
+    }
+}
+
 impl<D: Disk> RegionDisk<D> {
     /// Region `index` of `count` equal regions of `inner`.
     pub fn new(inner: D, index: u32, count: u32) -> io::Result<Self> {

@@ -253,6 +253,13 @@ impl<D: Disk + 'static> ShardCore<D> {
         self.commits.due.is_none() && self.commit_blocks()
     }
 
+    /// The disk, for a runtime that waits on its completions between steps (the OSD waits on
+    /// its io_uring while `inputs_wait_for_commit`). Not for submitting or reaping: the core
+    /// does that when it steps `WalDurable`.
+    pub fn with_disk<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
+        f(self.store.borrow_mut().disk_mut())
+    }
+
     /// Whether new inputs wait in the core: a commit is due (the runtime steps `WalCommit`
     /// next), or as many are in flight as the configuration allows.
     fn commit_blocks(&self) -> bool {

@@ -343,3 +343,84 @@ fn a_commit_left_behind_a_torn_one_is_erased_at_replay() {
         "the stale commit after the torn one came back into the log"
     );
 }
+
+/// Goal: the OSD's commit wait on the ring itself (`UringDisk::wait_completion`) returns when
+/// a commit completes, leaves the completion for `commit_reap`, and keeps the eventfd quiet
+/// (the event loop must not wake again for a completion its thread already waited for);
+/// with nothing in flight it returns at the timeout. The OSD's default mode (`RWF_DSYNC`
+/// writes), where a commit is mostly one completion.
+#[test]
+fn a_commit_wait_on_the_ring_returns_at_the_completion_without_signalling() {
+    let dir = std::env::temp_dir().join(format!("fastblock-ringwait-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("osd.img");
+    UringDisk::create_file(&path, 4 << 20).unwrap();
+    let uring = UringOptions {
+        sync_mode: SyncMode::DsyncWrites,
+        ..UringOptions::default()
+    };
+    let mut s = Store::open_path(&path, None, Some(&small_mkfs()), uring, options()).unwrap();
+    let efd = eventfd();
+    s.disk_mut().register_eventfd(efd.as_raw_fd()).unwrap();
+    // Nothing in flight: the slice ends, nothing is ready.
+    let started = Instant::now();
+    let wait = s
+        .disk_mut()
+        .wait_completion(Duration::from_millis(20))
+        .unwrap()
+        .expect("this kernel waits on the ring (IORING_FEAT_EXT_ARG)");
+    assert!(!wait.ready && !wait.signalled, "{wait:?}");
+    assert!(started.elapsed() >= Duration::from_millis(15));
+    assert!(started.elapsed() < COMMIT_WAIT_MAX);
+    let (mut quiet, mut waited) = (0, 0);
+    for i in 1..=40u64 {
+        let p = pg((i % 3) as u32);
+        let idx = s.log_bounds(p).1 + 1;
+        s.append_entries(p, &[entry(idx, 1, 4096)]).unwrap();
+        let lsn = s.commit_submit().unwrap();
+        if s.commits_in_flight() == 0 {
+            continue;
+        }
+        let deadline = Instant::now() + COMMIT_WAIT_MAX;
+        loop {
+            let wait = s
+                .disk_mut()
+                .wait_completion(Duration::from_millis(10))
+                .unwrap()
+                .expect("ring wait");
+            if wait.ready {
+                waited += 1;
+                // Posted while the signal was off: the eventfd stays quiet. (A completion
+                // the wait found already there was posted with it on.)
+                let signalled = drain(&efd);
+                assert!(
+                    signalled || !wait.signalled,
+                    "commit {i}: the wait reports a signal the eventfd does not hold"
+                );
+                quiet += usize::from(!signalled);
+                break;
+            }
+            assert!(Instant::now() < deadline, "commit {i} never completed");
+        }
+        wait_durable(&mut s, None, lsn);
+        s.set_applied(p, idx).unwrap();
+        if i % 10 == 0 {
+            s.flush().unwrap();
+            for q in 0..3 {
+                let applied = s.log_bounds(pg(q)).1;
+                s.compact(pg(q), applied.saturating_sub(2)).unwrap();
+            }
+        }
+    }
+    assert!(waited > 0, "no commit went in flight");
+    // A completion posted before the wait began, or after it returned (a commit of two
+    // writes, across a segment's end), signals; those the thread waited for must not. Most
+    // commits are one write that takes longer than the call to the wait: waiting on the
+    // eventfd instead, every one of them signals.
+    assert!(
+        quiet * 2 > waited,
+        "{quiet} of {waited} commit waits left the eventfd quiet"
+    );
+    drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

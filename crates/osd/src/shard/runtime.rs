@@ -501,8 +501,28 @@ impl Runtime {
     /// Blocks (one slice at most) until the disk completes something. False without an
     /// eventfd or when the slice ended first: the loop's `select!` takes over.
     fn wait_for_disk(&self) -> bool {
-        self.completion_fd
-            .is_some_and(|fd| wait_eventfd(fd, COMMIT_WAIT_SLICE))
+        let Some(fd) = self.completion_fd else {
+            return false;
+        };
+        match self
+            .core
+            .with_disk(|disk| disk.wait_completion(COMMIT_WAIT_SLICE))
+        {
+            Ok(Some(wait)) => {
+                if wait.signalled {
+                    drain_eventfd(fd);
+                }
+                wait.ready
+            }
+            // No wait on the ring here: the eventfd, as the loop's `select!` would.
+            Ok(None) => wait_eventfd(fd, COMMIT_WAIT_SLICE),
+            // The eventfd still works; the step that reaps reports a failing ring.
+            Err(e) => {
+                tracing::warn!(shard = self.spec.index, error = %e,
+                    "waiting on the disk's ring failed; waiting on its eventfd");
+                wait_eventfd(fd, COMMIT_WAIT_SLICE)
+            }
+        }
     }
 
     /// Carries out one step's effects, except the WAL commit cycle (see [`Runtime::drive`]).

@@ -16,7 +16,7 @@ mod uring;
 
 pub use aligned::AlignedBuf;
 pub use sim::{Prng, SimDisk, SimFile, SimImage};
-pub use uring::{SyncMode, UringDisk, UringOptions};
+pub use uring::{CompletionWait, SyncMode, UringDisk, UringOptions};
 
 use fastblock_types::units::SECTOR_SIZE_BYTES;
 use std::io;
