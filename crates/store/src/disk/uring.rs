@@ -113,6 +113,7 @@ pub struct CompletionWait {
     /// signalled: the caller drains it before its event loop waits on it again.
     pub signalled: bool,
 }
+
 /// Buffers of background writes in flight at most; one more waits for the oldest.
 const BACKGROUND_BUFS_MAX: usize = 2;
 
