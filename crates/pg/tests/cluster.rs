@@ -122,19 +122,7 @@ impl Cluster {
             if stall {
                 self.held.entry(id).or_default().append(&mut writes);
             }
-            let mut last = None;
-            for w in writes {
-                let mut store = node.storage.wl();
-                if let Some(s) = &w.snapshot {
-                    store.apply_snapshot(s.clone()).unwrap();
-                    node.objects = self.snapshot_objects.remove(&id).expect("objects sent");
-                }
-                store.append(&w.entries).unwrap();
-                if let Some(hs) = &w.hard_state {
-                    store.set_hardstate(hs.clone());
-                }
-                last = Some(w.ready_number);
-            }
+            let last = persist(node, &mut self.snapshot_objects, id, writes);
             let applies: Vec<Apply> = out.apply.drain(..).collect();
             let mut applied = None;
             for a in applies {
@@ -165,20 +153,7 @@ impl Cluster {
     fn release_held(&mut self, id: u64) {
         let writes = self.held.remove(&id).unwrap_or_default();
         let node = self.nodes.get_mut(&id).unwrap();
-        let mut last = None;
-        for w in writes {
-            let mut store = node.storage.wl();
-            if let Some(s) = &w.snapshot {
-                store.apply_snapshot(s.clone()).unwrap();
-                node.objects = self.snapshot_objects.remove(&id).expect("objects sent");
-            }
-            store.append(&w.entries).unwrap();
-            if let Some(hs) = &w.hard_state {
-                store.set_hardstate(hs.clone());
-            }
-            last = Some(w.ready_number);
-        }
-        if let Some(n) = last {
+        if let Some(n) = persist(node, &mut self.snapshot_objects, id, writes) {
             let mut out = Output::default();
             node.replica.on_persisted(n, &mut out);
             self.drive(id, out);
@@ -295,6 +270,30 @@ impl Cluster {
             }
         }
     }
+}
+
+/// Makes `writes` durable in `node`'s storage (installing a snapshot's objects sent to `id`);
+/// the last ready number persisted, if any.
+fn persist(
+    node: &mut Node,
+    snapshot_objects: &mut BTreeMap<u64, BTreeMap<(u64, u64), Vec<u8>>>,
+    id: u64,
+    writes: Vec<LogWrite>,
+) -> Option<u64> {
+    let mut last = None;
+    for w in writes {
+        let mut store = node.storage.wl();
+        if let Some(s) = &w.snapshot {
+            store.apply_snapshot(s.clone()).unwrap();
+            node.objects = snapshot_objects.remove(&id).expect("objects sent");
+        }
+        store.append(&w.entries).unwrap();
+        if let Some(hs) = &w.hard_state {
+            store.set_hardstate(hs.clone());
+        }
+        last = Some(w.ready_number);
+    }
+    last
 }
 
 fn apply_op(objects: &mut BTreeMap<(u64, u64), Vec<u8>>, op: &ClientOp) {
