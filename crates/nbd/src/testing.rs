@@ -165,6 +165,11 @@ impl RawClient {
             .await
             .unwrap()
             .unwrap();
+        RawClient::greeted(stream).await
+    }
+
+    /// Reads the greeting on a new connection.
+    async fn greeted(stream: TcpStream) -> RawClient {
         let mut c = RawClient {
             stream: Box::new(stream),
         };
@@ -184,12 +189,7 @@ impl RawClient {
             .await
             .unwrap()
             .unwrap();
-        let mut c = RawClient {
-            stream: Box::new(stream),
-        };
-        let greeting = c.read(18).await;
-        assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
-        c
+        RawClient::greeted(stream).await
     }
 
     /// Connects and sends client flags fixed-newstyle + no-zeroes.
