@@ -18,7 +18,6 @@
 //! retrying with the same credentials.
 
 use crate::auth::{Credentials, HandshakeError};
-use bytes::Buf;
 use bytes::BytesMut;
 use fastblock_auth::frame::{FrameOpener, FrameSealer};
 use fastblock_auth::AuthMode;
@@ -408,18 +407,9 @@ impl Outgoing {
                 .collect();
             match stream.try_write_vectored(&slices) {
                 Ok(0) => return Err(format!("write to {peer}: the socket took nothing")),
-                Ok(mut n) => {
+                Ok(n) => {
                     self.bytes -= n;
-                    while n > 0 {
-                        let first = self.chunks.front_mut().expect("written bytes were queued");
-                        if n >= first.len() {
-                            n -= first.len();
-                            self.chunks.pop_front();
-                        } else {
-                            first.advance(n);
-                            n = 0;
-                        }
-                    }
+                    fastblock_wire::advance_chunks(&mut self.chunks, n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(format!("write to {peer}: {e}")),

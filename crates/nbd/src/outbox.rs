@@ -5,7 +5,7 @@
 
 use crate::flight::Flight;
 use crate::reply::ReplyBytes;
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::pin::Pin;
@@ -115,22 +115,10 @@ impl Outbox {
         Poll::Ready(Ok(released))
     }
 
-    fn advance(&mut self, mut written: usize) {
+    fn advance(&mut self, written: usize) {
         self.written_position += written as u64;
         assert!(self.written_position <= self.queued_position);
-        while written > 0 {
-            let first = self
-                .segments
-                .front_mut()
-                .expect("written bytes were queued");
-            if written >= first.len() {
-                written -= first.len();
-                self.segments.pop_front();
-            } else {
-                first.advance(written);
-                written = 0;
-            }
-        }
+        fastblock_wire::advance_chunks(&mut self.segments, written);
     }
 }
 

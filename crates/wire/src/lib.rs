@@ -16,6 +16,7 @@
 //! - [`reply`]: [`Reply`], [`Status`] and their payload layouts.
 //! - [`error`]: [`WireError`], split into framing errors (close the connection) and payload
 //!   errors (answer `InvalidArgument`, keep serving).
+//! - [`chunks`]: [`advance_chunks`], what a vectored write of queued frame chunks took.
 //!
 //! Invariants:
 //! - Decoding never panics and never allocates more than one frame's bytes for one frame,
@@ -33,6 +34,7 @@
 //! `raft` (Raft messages are opaque bytes here). It is pure functions over byte buffers, so
 //! the simulator, the OSD, the client and the fuzzer all use the same code.
 
+pub mod chunks;
 pub(crate) mod codec;
 pub mod decoder;
 pub mod error;
@@ -43,6 +45,7 @@ pub mod request;
 // Re-exported because `Bytes`/`BytesMut` appear in this crate's API: users (and the fuzz
 // target) name the same version without a dependency of their own.
 pub use bytes;
+pub use chunks::advance_chunks;
 pub use codec::{encode_frame, protect_frame};
 pub use decoder::{tag_header, Frame, FrameDecoder, FrameMut, Protection};
 pub use error::WireError;
