@@ -26,6 +26,15 @@ async fn server_with(export: MemoryExport, limits: Limits) -> TestServer {
 
 /// 300 writes of sizes from 1 byte to about 70 KiB (so headers and payloads straddle the
 /// server's reads) sent in one write, then 300 reads of the same ranges in one write: every
+
+/// A client of `fb/img` whose socket receives into a small fixed buffer (64 KiB, doubled by
+/// the kernel): replies it does not read stay in the server.
+async fn slow_reader(addr: std::net::SocketAddr) -> RawClient {
+    let mut c = RawClient::connect_raw_with_receive_buffer(addr, 64 << 10).await;
+    c.send(&3u32.to_be_bytes()).await;
+    c.go("fb/img").await.unwrap();
+    c
+}
 /// request gets exactly one reply, with its handle, and each read returns what its range holds.
 #[tokio::test]
 async fn many_requests_in_one_write_get_every_reply() {
@@ -209,9 +218,7 @@ async fn a_client_that_does_not_read_replies_is_not_buffered_for() {
     };
     let mut server = server_with(MemoryExport::new("fb/img", 4 << 20), limits).await;
     let export = server.export();
-    let mut c = RawClient::connect_raw_with_receive_buffer(server.addr, 64 << 10).await;
-    c.send(&3u32.to_be_bytes()).await;
-    c.go("fb/img").await.unwrap();
+    let mut c = slow_reader(server.addr).await;
     // What may be held outside the budget: the server's send buffer, the client's receive
     // buffer (64 KiB, doubled by the kernel), and the reply being written.
     let outside = send_buffer_max_bytes() + (128 << 10) + READ_BYTES;
@@ -344,9 +351,7 @@ async fn shutdown_gives_up_on_a_client_that_does_not_read_at_the_drain_timeout()
     };
     let mut server = server_with(MemoryExport::new("fb/img", 4 << 20), limits).await;
     let export = server.export();
-    let mut c = RawClient::connect_raw_with_receive_buffer(server.addr, 64 << 10).await;
-    c.send(&3u32.to_be_bytes()).await;
-    c.go("fb/img").await.unwrap();
+    let mut c = slow_reader(server.addr).await;
     let burst: Vec<u8> = (0..64u64)
         .flat_map(|h| request_bytes(0, CMD_READ, h, 0, 1 << 20, &[]))
         .collect();
