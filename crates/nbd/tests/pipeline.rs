@@ -24,9 +24,6 @@ async fn server_with(export: MemoryExport, limits: Limits) -> TestServer {
     TestServer::start(MemoryExports::new().with(export), limits).await
 }
 
-/// 300 writes of sizes from 1 byte to about 70 KiB (so headers and payloads straddle the
-/// server's reads) sent in one write, then 300 reads of the same ranges in one write: every
-
 /// A client of `fb/img` whose socket receives into a small fixed buffer (64 KiB, doubled by
 /// the kernel): replies it does not read stay in the server.
 async fn slow_reader(addr: std::net::SocketAddr) -> RawClient {
@@ -35,6 +32,9 @@ async fn slow_reader(addr: std::net::SocketAddr) -> RawClient {
     c.go("fb/img").await.unwrap();
     c
 }
+
+/// 300 writes of sizes from 1 byte to about 70 KiB (so headers and payloads straddle the
+/// server's reads) sent in one write, then 300 reads of the same ranges in one write: every
 /// request gets exactly one reply, with its handle, and each read returns what its range holds.
 #[tokio::test]
 async fn many_requests_in_one_write_get_every_reply() {
