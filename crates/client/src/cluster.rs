@@ -8,7 +8,7 @@ use crate::map_cache::MapCache;
 use crate::ClientError;
 use fastblock_monclient::{MonClient, MonError};
 use fastblock_types::api::ErrorCode;
-use fastblock_types::map::{ClusterMap, ImageInfo};
+use fastblock_types::map::{ClusterMap, ImageFence, ImageInfo};
 use fastblock_types::{Epoch, OsdId, PgId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -18,6 +18,8 @@ use tokio::task::JoinHandle;
 
 /// Pause after a failed map watch before the next one (the monitor client already retried).
 const WATCH_RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// Pause between map refreshes while waiting for a map that shows an image just opened.
+const MAP_BEHIND_PAUSE: Duration = Duration::from_millis(50);
 
 /// Counters of what the client did, for benchmarks and operators.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -237,11 +239,58 @@ impl Cluster {
         if !self.map().pools.contains_key(&info.pool) {
             self.refresh_map("image's pool is not in the map").await;
         }
+        self.await_image_in_map(&info).await?;
         let map = self.map();
         let Some(pool) = map.pools.get(&info.pool) else {
             return Err(ClientError::PoolNotFound(info.pool_name.clone()));
         };
         Image::new(self.clone(), info, pool.pg_count)
+    }
+
+    /// Waits until this client's map shows the image at its whole size, refreshing it from
+    /// the monitor. Every request carries the epoch of the client's map, and an OSD whose
+    /// map is as old as the request's cannot tell an image created (or grown) a moment ago
+    /// from one that never existed: it answers `NoSuchImage` (`OutOfRange`) where a newer
+    /// request epoch gets `StaleEpoch`, "retry once I have the map". The monitor derives the
+    /// map in the same operation that creates or resizes the image, so one refresh usually
+    /// suffices; a monitor that answers from behind is retried until the op deadline.
+    async fn await_image_in_map(&self, info: &ImageInfo) -> Result<(), ClientError> {
+        let deadline = tokio::time::Instant::now() + self.config.op_deadline;
+        loop {
+            let map = self.map();
+            match image_in_map(&map, info) {
+                ImageFence::Allowed => return Ok(()),
+                ImageFence::Removed => {
+                    return Err(ClientError::ImageNotFound {
+                        pool: info.pool_name.clone(),
+                        name: info.name.clone(),
+                    })
+                }
+                ImageFence::Unknown | ImageFence::BeyondSize { .. } => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::MapBehind {
+                    pool: info.pool_name.clone(),
+                    name: info.name.clone(),
+                    epoch: map.epoch,
+                    deadline: self.config.op_deadline,
+                });
+            }
+            if self.mon.is_none() {
+                // An injected map changes only through `set_map`: nothing to wait for.
+                return Err(ClientError::MapBehind {
+                    pool: info.pool_name.clone(),
+                    name: info.name.clone(),
+                    epoch: map.epoch,
+                    deadline: Duration::ZERO,
+                });
+            }
+            self.refresh_map("an image newer than the map was opened")
+                .await;
+            if image_in_map(&self.map(), info) != ImageFence::Allowed {
+                tokio::time::sleep(MAP_BEHIND_PAUSE).await;
+            }
+        }
     }
 
     /// Fetches the map from the monitor now, unless a newer map arrived since the caller
@@ -298,6 +347,22 @@ impl Drop for Cluster {
             handle.abort();
         }
     }
+}
+
+/// Whether `map` shows `info`'s image at its whole size: its last byte may be written. A
+/// map without an image table (an injected one) fences nothing, so it shows every image.
+fn image_in_map(map: &ClusterMap, info: &ImageInfo) -> ImageFence {
+    let Some(table) = &map.images else {
+        return ImageFence::Allowed;
+    };
+    let last_byte = info.size_bytes.saturating_sub(1);
+    let object_bytes = info.object_size_bytes.max(1);
+    table.check(
+        info.id,
+        last_byte / object_bytes,
+        last_byte % object_bytes,
+        info.size_bytes.min(1),
+    )
 }
 
 /// Long-polls the monitor for maps newer than ours, forever (until the cluster is dropped).

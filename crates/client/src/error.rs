@@ -2,7 +2,7 @@
 //! operator needs: the PG, the OSD, the status the OSD answered, the last retryable failure.
 
 use fastblock_monclient::MonError;
-use fastblock_types::{OsdId, PgId};
+use fastblock_types::{Epoch, OsdId, PgId};
 use fastblock_wire::Status;
 use std::time::Duration;
 
@@ -30,6 +30,19 @@ pub enum ClientError {
         pg: PgId,
         deadline: Duration,
         last: String,
+    },
+    /// The image was created or resized, but the cluster map the monitors serve did not show
+    /// it within the deadline (the monitors are behind or unreachable). Nothing was sent to
+    /// an OSD: without that map, the OSDs would refuse the IO as for an image that does not
+    /// exist.
+    #[error(
+        "image {pool}/{name} is not in the cluster map yet (epoch {epoch}) after {deadline:?}"
+    )]
+    MapBehind {
+        pool: String,
+        name: String,
+        epoch: Epoch,
+        deadline: Duration,
     },
     /// An OSD answered a non-retryable error (IoError, Checksum, NoSpace, InvalidArgument,
     /// OutOfRange, Internal, UnknownOp, NoSuchImage: the image was removed).
@@ -60,7 +73,7 @@ impl ClientError {
     /// Whether the same call may succeed later unchanged (the cluster may heal).
     pub fn is_retryable(&self) -> bool {
         match self {
-            ClientError::Timeout { .. } => true,
+            ClientError::Timeout { .. } | ClientError::MapBehind { .. } => true,
             ClientError::Monitor(MonError::Unreachable { .. }) => true,
             ClientError::Monitor(MonError::Api(e)) => e.retryable,
             _ => false,

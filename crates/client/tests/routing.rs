@@ -326,3 +326,47 @@ async fn allocated_ranges_span_objects_and_are_checked() {
     let err = image.allocated_ranges(8 * KIB, 4 * KIB).await.unwrap_err();
     assert!(matches!(err, ClientError::Protocol(_)), "{err}");
 }
+
+/// An image opened before the client's map shows it (created or grown a moment ago) would
+/// be refused by an OSD whose map is as old as the requests' epoch as if it did not exist;
+/// open waits for a map that shows it, and refuses an image the map says was removed.
+#[tokio::test]
+async fn open_needs_a_map_that_shows_the_image_at_its_size() {
+    use fastblock_client::types::map::{ImageExtent, ImageTable};
+    use fastblock_client::types::ImageId;
+    let with_table = |next_id: u64, images: &[(u64, u64)]| {
+        let mut map = MapBuilder::new(4).osd(1, 1).members(&[1]).build();
+        map.images = Some(ImageTable {
+            next_id,
+            images: images
+                .iter()
+                .map(|&(id, size_bytes)| {
+                    let extent = ImageExtent {
+                        size_bytes,
+                        object_size_bytes: MIB,
+                    };
+                    (ImageId(id), extent)
+                })
+                .collect(),
+        });
+        map
+    };
+    let info = image_info(7, "img", 8 * MIB, MIB);
+    let open = |map| async {
+        let cluster = Cluster::with_map(map, config(Duration::from_secs(1))).unwrap();
+        cluster.open_image_info(info.clone()).await.map(drop)
+    };
+    // Shown at its size: opens.
+    open(with_table(8, &[(7, 8 * MIB)])).await.unwrap();
+    // Newer than the map (id not issued yet), or grown since: the map is behind.
+    for behind in [with_table(7, &[]), with_table(8, &[(7, 4 * MIB)])] {
+        let e = open(behind).await.unwrap_err();
+        assert!(
+            matches!(e, ClientError::MapBehind { .. }) && e.is_retryable(),
+            "{e}"
+        );
+    }
+    // Removed (issued, not in the table): the image does not exist.
+    let e = open(with_table(8, &[(6, MIB)])).await.unwrap_err();
+    assert!(matches!(e, ClientError::ImageNotFound { .. }), "{e}");
+}
