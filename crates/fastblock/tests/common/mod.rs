@@ -19,12 +19,61 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, for a daemon to bind.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("binding an ephemeral port")
+    free_ports(1)
+}
+
+/// The lowest port handed out by [`free_ports`].
+const TEST_PORT_LOW: u16 = 20_000;
+
+/// The first of `n` consecutive ports nobody listens on right now. They are taken from below
+/// the kernel's ephemeral range (`ip_local_port_range`), never from it: every outgoing
+/// connection of the suite (clients, etcd's gRPC, the daemons' peers) takes its local port
+/// from that range, and one could take a port handed out here before its daemon binds it
+/// (etcd takes a second to start) or while an OSD restarts on it. That race failed CI runs
+/// with a monitor whose etcd member never joined. Ports are drawn at random so that tests
+/// running at the same time in other processes rarely draw the same one, and a port handed
+/// out once is not handed out again by this process.
+pub fn free_ports(n: u16) -> u16 {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let high = ephemeral_low_port().max(TEST_PORT_LOW + 1_000);
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    let mut rng = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    for _ in 0..10_000 {
+        // xorshift64: good enough to spread draws; no dependency for it.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let span = u64::from(high - TEST_PORT_LOW - n);
+        let first = TEST_PORT_LOW + (rng % span) as u16;
+        let ports = first..first + n;
+        if ports.clone().any(|p| given.contains(&p)) {
+            continue;
+        }
+        if ports
+            .clone()
+            .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        {
+            given.extend(ports);
+            return first;
+        }
+    }
+    panic!("no {n} free consecutive ports between {TEST_PORT_LOW} and {high}");
+}
+
+/// The first port of the kernel's ephemeral range (32768 if it cannot be read).
+fn ephemeral_low_port() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// A directory removed on drop.
@@ -689,15 +738,8 @@ impl OsdProc {
             String::from_utf8_lossy(&out.stderr)
         );
         let id = OsdId(stdout.trim().parse().expect("mkfs prints the new id"));
-        // Shard ports must all be free: reserve a block by probing.
-        let port = loop {
-            let p = free_port();
-            if p < 60000
-                && (0..shards).all(|k| TcpListener::bind(("127.0.0.1", p + k as u16)).is_ok())
-            {
-                break p;
-            }
-        };
+        // One port per shard, consecutive.
+        let port = free_ports(u16::try_from(shards).expect("a few shards"));
         let mut osd = OsdProc {
             id,
             data,
