@@ -32,6 +32,20 @@ impl AlignedBuf {
         self.capacity
     }
 
+    /// Changes the length within the capacity, leaving whatever bytes were there (zeros, or
+    /// what an earlier, longer length held): for a caller that overwrites all of the new
+    /// bytes at once, where zeroing them first was a memset per WAL record. The bytes are
+    /// always initialised (the buffer is allocated zeroed), so this is no unsafety, only
+    /// unspecified content until overwritten.
+    pub fn set_len_for_overwrite(&mut self, len: usize) {
+        assert!(
+            len <= self.capacity,
+            "length {len} beyond capacity {}",
+            self.capacity
+        );
+        self.len = len;
+    }
+
     /// Changes the length within the capacity; new bytes are zero.
     pub fn resize(&mut self, len: usize) {
         assert!(
@@ -75,5 +89,33 @@ impl Drop for AlignedBuf {
 impl std::fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AlignedBuf;
+
+    #[test]
+    fn resize_zeroes_new_bytes_and_set_len_for_overwrite_keeps_them() {
+        let mut buf = AlignedBuf::zeroed(8192);
+        assert!(buf.iter().all(|b| *b == 0));
+        buf.fill(7);
+        buf.resize(0);
+        buf.resize(4096);
+        assert!(buf.iter().all(|b| *b == 0), "resize must zero what it adds");
+        buf.fill(9);
+        buf.resize(0);
+        buf.set_len_for_overwrite(8192);
+        assert!(buf[..4096].iter().all(|b| *b == 9));
+        assert!(buf[4096..].iter().all(|b| *b == 7));
+        assert_eq!(buf.len(), 8192);
+    }
+
+    #[test]
+    #[should_panic(expected = "beyond capacity")]
+    fn set_len_for_overwrite_stays_within_the_capacity() {
+        let mut buf = AlignedBuf::zeroed(4096);
+        buf.set_len_for_overwrite(4097);
     }
 }

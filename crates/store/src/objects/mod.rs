@@ -405,9 +405,10 @@ impl Objects {
             let b = first_block + i as u64;
             let at = self.stage_block(disk, phys)?;
             let dst = &mut self.stage.buf[at..at + BS as usize];
-            match edges.get(&b) {
-                Some(old) => dst.copy_from_slice(old),
-                None => dst.fill(0),
+            // A block without an edge entry is covered whole by `data` (copied next), so
+            // its stage bytes need no zeroing first.
+            if let Some(old) = edges.get(&b) {
+                dst.copy_from_slice(old);
             }
             let lo = (b * BS).max(offset_bytes);
             let hi = ((b + 1) * BS).min(end);

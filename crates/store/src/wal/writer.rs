@@ -92,7 +92,9 @@ impl Wal {
             "reserve() admitted an oversized record"
         );
         if self.batch_buf.len() < end {
-            self.batch_buf.resize(end);
+            // `encode_into` writes every byte of start..end (asserted below), the header
+            // is written at sealing and the padding zeroed there: no need to zero first.
+            self.batch_buf.set_len_for_overwrite(end);
         }
         let lsn = self.next_lsn;
         let n = record::encode_into(&mut self.batch_buf[start..end], lsn, pg, kind, payload);
@@ -414,7 +416,8 @@ impl Wal {
             batch_offset + padded as u64 <= self.sb.segment_size_bytes,
             "batch overflows its segment"
         );
-        self.batch_buf.resize(padded);
+        // The padding is zeroed here (recovery must not read stale bytes as records).
+        self.batch_buf.set_len_for_overwrite(padded);
         self.batch_buf[used..padded].fill(0);
         header.write(&mut self.batch_buf);
         (batch_offset, padded)
