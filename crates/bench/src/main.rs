@@ -54,6 +54,7 @@ fn run(args: &Args) -> Result<i32> {
         config.image_name.clone()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.threads)
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;

@@ -106,6 +106,13 @@ fn counts_and_timings_out_of_range_are_refused_at_startup() {
     mon(&["--lease-ttl", "500ms"], "whole number of seconds");
     mon(&["--lease-ttl", "1500ms"], "whole number of seconds");
     mon(&["--lease-ttl", "10000000000s"], "longest lease TTL");
+    // The NBD server's runtime threads (on a port nobody listens on, in case the server took
+    // the arguments).
+    let bind = format!("127.0.0.1:{}", free_port());
+    for threads in ["0", "65"] {
+        let args = ["serve", "--bind", &bind, "--threads", threads];
+        refused("fastblock-nbd", &args, "--threads");
+    }
 }
 
 /// `--preallocate none` (a sparse data file, which a full file system turns into a crash

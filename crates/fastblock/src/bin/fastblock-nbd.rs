@@ -29,6 +29,11 @@ struct Args {
     /// The entity to act as towards the cluster.
     #[arg(long, global = true, default_value = "client.admin")]
     name: String,
+    /// Worker threads serving the exports. One keeps each request, its IO to the OSDs and
+    /// its reply on one thread (no wake-up across threads per request): on a small machine
+    /// it serves more IOPS on less CPU. More for many busy exports.
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
 }
 
 #[derive(Subcommand, Debug)]
@@ -123,8 +128,7 @@ fn allow_rule(s: &str) -> Result<AllowRule, String> {
     parse_allow_rule(s).map_err(|e| e.why)
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -133,11 +137,26 @@ async fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(args.threads))
+        .enable_all()
+        .build();
+    let result = match runtime {
+        Ok(runtime) => runtime.block_on(run(args)),
+        Err(e) => Err(anyhow::Error::new(e).context("starting the runtime")),
+    };
+    if let Err(e) = result {
+        eprintln!("fastblock-nbd: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
     let who = Credentials {
         keyring: args.keyring,
         name: args.name,
     };
-    let result = match args.command {
+    match args.command {
         Cmd::Serve {
             mon,
             bind,
@@ -154,10 +173,6 @@ async fn main() {
         } => map_foreground(mon, &who, &image, device).await,
         Cmd::Map { .. } => map_in_background(),
         Cmd::Unmap { device } => kernel::detach(&device).map_err(Into::into),
-    };
-    if let Err(e) = result {
-        eprintln!("fastblock-nbd: {e:#}");
-        std::process::exit(1);
     }
 }
 
