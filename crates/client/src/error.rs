@@ -9,9 +9,11 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    /// The monitor refused a call or could not be reached (after its own retries).
+    /// The monitor refused a call or could not be reached (after its own retries). The
+    /// message includes the monitor's, so the `MonError` is not also given as the source:
+    /// a printed chain would say it twice.
     #[error("monitor: {0}")]
-    Monitor(#[from] MonError),
+    Monitor(MonError),
     /// The configuration cannot work (checked before anything is sent).
     #[error("invalid client configuration: {0}")]
     Config(String),
@@ -69,6 +71,12 @@ pub enum ClientError {
     Protocol(String),
 }
 
+impl From<MonError> for ClientError {
+    fn from(e: MonError) -> Self {
+        ClientError::Monitor(e)
+    }
+}
+
 impl ClientError {
     /// Whether the same call may succeed later unchanged (the cluster may heal).
     pub fn is_retryable(&self) -> bool {
@@ -86,5 +94,33 @@ impl ClientError {
             ClientError::Timeout { pg, .. } | ClientError::Io { pg, .. } => Some(*pg),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastblock_types::api::{ApiError, ErrorCode};
+    use std::error::Error as _;
+
+    /// Every message of the chain, as `anyhow`'s `{:#}` prints it.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            out += &format!(": {c}");
+            cause = c.source();
+        }
+        out
+    }
+
+    #[test]
+    fn a_monitor_refusal_is_printed_once() {
+        let e = ClientError::from(MonError::from(ApiError::new(
+            ErrorCode::AuthRequired,
+            "the call must be signed",
+        )));
+        assert_eq!(chain(&e), "monitor: the call must be signed");
+        assert!(e.source().is_none());
     }
 }

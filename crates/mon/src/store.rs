@@ -31,17 +31,39 @@ pub enum CommitError {
     #[error("a concurrent change touched the same keys, or leadership was lost")]
     Conflict,
     #[error("etcd: {0}")]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(etcd_client::Error),
+}
+
+// The message includes the cause's, so the cause is not also its `source()` (a printed
+// chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<etcd_client::Error> for CommitError {
+    fn from(e: etcd_client::Error) -> Self {
+        CommitError::Etcd(e)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("etcd: {0}")]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(etcd_client::Error),
     #[error("damaged cluster state in etcd: {0}")]
-    Damaged(#[from] KeyError),
+    Damaged(KeyError),
     #[error("etcd holds a non-UTF-8 key or value under the fastblock prefix")]
     NotUtf8,
+}
+
+// The message includes the cause's, so the cause is not also its `source()` (a printed
+// chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<KeyError> for LoadError {
+    fn from(e: KeyError) -> Self {
+        LoadError::Damaged(e)
+    }
+}
+
+impl From<etcd_client::Error> for LoadError {
+    fn from(e: etcd_client::Error) -> Self {
+        LoadError::Etcd(e)
+    }
 }
 
 pub struct EtcdStore {

@@ -31,8 +31,9 @@ const RESPONSE_BYTES_MAX: usize = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MonError {
-    /// The monitor answered with an error.
-    #[error("{0}")]
+    /// The monitor answered with an error. Transparent: its message is this error's, and
+    /// it is not repeated as a cause (an `anyhow` chain printed the message twice).
+    #[error(transparent)]
     Api(#[from] ApiError),
     /// No monitor answered before the deadline.
     #[error("no monitor reachable at {endpoints} within {deadline:?}: {last}")]

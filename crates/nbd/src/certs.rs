@@ -29,12 +29,20 @@ pub enum CertsError {
     #[error("client name {0:?}: use letters, digits, '.', '_' and '-'")]
     BadClientName(String),
     #[error("generating a certificate: {0}")]
-    Generate(#[from] rcgen::Error),
+    Generate(rcgen::Error),
     #[error("writing {path}: {error}")]
     Write {
         path: PathBuf,
         error: std::io::Error,
     },
+}
+
+// The message includes the cause's, so the cause is not also its `source()` (a printed
+// chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<rcgen::Error> for CertsError {
+    fn from(e: rcgen::Error) -> Self {
+        CertsError::Generate(e)
+    }
 }
 
 /// The files written, for the caller to print.

@@ -42,7 +42,7 @@ pub enum Outcome<X> {
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
     #[error("socket: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error(transparent)]
     Protocol(#[from] OptionError),
     #[error("option payload of {0} bytes; not even skipping it")]
@@ -52,6 +52,14 @@ pub enum HandshakeError {
     /// `EXPORT_NAME` cannot answer an error: the spec says to disconnect.
     #[error("EXPORT_NAME {name:?}: {why}")]
     ExportName { name: String, why: String },
+}
+
+// The message includes the cause's, so the cause is not also its `source()` (a printed
+// chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<std::io::Error> for HandshakeError {
+    fn from(e: std::io::Error) -> Self {
+        HandshakeError::Io(e)
+    }
 }
 
 /// What the client negotiated so far.

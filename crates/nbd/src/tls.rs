@@ -30,9 +30,23 @@ pub enum TlsError {
     #[error("{path}: {error}")]
     BadCa { path: PathBuf, error: rustls::Error },
     #[error("client certificate verifier: {0}")]
-    Verifier(#[from] rustls::server::VerifierBuilderError),
+    Verifier(rustls::server::VerifierBuilderError),
     #[error("TLS configuration: {0}")]
-    Config(#[from] rustls::Error),
+    Config(rustls::Error),
+}
+
+// The message includes the cause's, so the cause is not also its `source()` (a printed
+// chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<rustls::Error> for TlsError {
+    fn from(e: rustls::Error) -> Self {
+        TlsError::Config(e)
+    }
+}
+
+impl From<rustls::server::VerifierBuilderError> for TlsError {
+    fn from(e: rustls::server::VerifierBuilderError) -> Self {
+        TlsError::Verifier(e)
+    }
 }
 
 /// The server's TLS credentials, ready to accept connections.

@@ -67,11 +67,19 @@ impl Default for Limits {
 #[derive(Debug, thiserror::Error)]
 pub enum TransmissionError {
     #[error("socket: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error(transparent)]
     Protocol(#[from] crate::request::BadRequestMagic),
     #[error("requests or replies still pending after the {0:?} drain timeout")]
     DrainTimeout(Duration),
+}
+
+// The message includes the cause's, so the cause is not also its `source()` (a printed
+// chain would say it twice): `From` by hand instead of `#[from]`.
+impl From<std::io::Error> for TransmissionError {
+    fn from(e: std::io::Error) -> Self {
+        TransmissionError::Io(e)
+    }
 }
 
 /// Serves requests on `stream` until the client disconnects, the socket fails, or `shutdown`

@@ -252,9 +252,11 @@ async fn main() {
         // Settings the monitor refused are refused again on every restart: exit as for a bad
         // argument, so that a supervisor can tell this from a crash worth restarting.
         let refused = e.chain().any(|cause| {
-            cause
-                .downcast_ref::<ApiError>()
-                .is_some_and(|a| a.code == ErrorCode::IncompatibleConfig)
+            let code = match cause.downcast_ref::<fastblock_monclient::MonError>() {
+                Some(mon) => mon.code(),
+                None => cause.downcast_ref::<ApiError>().map(|a| a.code),
+            };
+            code == Some(ErrorCode::IncompatibleConfig)
         });
         std::process::exit(if refused { 2 } else { 1 });
     }
