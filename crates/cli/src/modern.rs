@@ -21,7 +21,6 @@ fn size(s: &str) -> Result<u64, String> {
 #[command(
     name = "fastblock-client",
     version,
-    about,
     after_help = "The reference syntax works too: fastblock-client -op=createpool -poolname=P -pgcount=8 -pgsize=3"
 )]
 struct Cli {

@@ -148,3 +148,31 @@ fn a_sparse_data_file_is_no_longer_offered() {
         "reserve, wal or full",
     );
 }
+
+/// `--help` opens with what the program is, not with the description of the crate that
+/// builds it (`about` without a value took the package's).
+#[test]
+fn help_opens_with_what_each_program_is() {
+    for (program, says) in [
+        ("fastblock-mon", "monitor"),
+        ("fastblock-osd", "storage daemon"),
+        ("fastblock-client", "Administer a fastblock cluster"),
+        ("fastblock-nbd", "NBD server"),
+    ] {
+        let out = Command::new(bin(program))
+            .arg("--help")
+            .output()
+            .expect("running --help");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let first = text.lines().next().unwrap_or_default();
+        assert!(out.status.success(), "{program} --help: {text}");
+        assert!(
+            first.contains(says),
+            "{program} --help opens with {first:?}"
+        );
+        assert!(
+            !first.contains("Layer"),
+            "{program} --help opens with {first:?}"
+        );
+    }
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// The fastblock monitor: keeps the cluster map in etcd and serves it over HTTP.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// This monitor's name (also its etcd member name).
     #[arg(long, default_value = "a")]

@@ -17,7 +17,7 @@ fn size(s: &str) -> Result<u64, String> {
 
 /// The fastblock storage daemon.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Data file or block device.
     #[arg(long)]
