@@ -256,6 +256,7 @@ impl Cluster {
     /// suffices; a monitor that answers from behind is retried until the op deadline.
     async fn await_image_in_map(&self, info: &ImageInfo) -> Result<(), ClientError> {
         let deadline = tokio::time::Instant::now() + self.config.op_deadline;
+        let mut record_checked = false;
         loop {
             let map = self.map();
             match image_in_map(&map, info) {
@@ -266,7 +267,22 @@ impl Cluster {
                         name: info.name.clone(),
                     })
                 }
-                ImageFence::Unknown | ImageFence::BeyondSize { .. } => {}
+                ImageFence::Unknown => {}
+                // Smaller in the map than in `info`: the map is behind a grow, or `info` is
+                // older than a shrink. The monitor's record tells which (once: a shrunk
+                // image does not grow back by waiting).
+                ImageFence::BeyondSize { .. } if !record_checked => {
+                    record_checked = true;
+                    if let Some(now) = self.shrunk_since(info).await {
+                        return Err(ClientError::ImageResized {
+                            pool: info.pool_name.clone(),
+                            name: info.name.clone(),
+                            size_bytes: now,
+                            opened_bytes: info.size_bytes,
+                        });
+                    }
+                }
+                ImageFence::BeyondSize { .. } => {}
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(ClientError::MapBehind {
@@ -291,6 +307,19 @@ impl Cluster {
                 tokio::time::sleep(MAP_BEHIND_PAUSE).await;
             }
         }
+    }
+
+    /// The image's size now, if the monitor's record of it is smaller than `info` says
+    /// (it was shrunk after `info` was read). `None` when it is not, or when the monitor
+    /// cannot say (the caller goes on waiting for the map).
+    async fn shrunk_since(&self, info: &ImageInfo) -> Option<u64> {
+        let mon = self.mon.as_ref()?;
+        let timeout = self.config.attempt_timeout;
+        let now = tokio::time::timeout(timeout, mon.image(&info.pool_name, &info.name))
+            .await
+            .ok()?
+            .ok()?;
+        (now.id == info.id && now.size_bytes < info.size_bytes).then_some(now.size_bytes)
     }
 
     /// Fetches the map from the monitor now, unless a newer map arrived since the caller

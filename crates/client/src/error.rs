@@ -46,6 +46,15 @@ pub enum ClientError {
         epoch: Epoch,
         deadline: Duration,
     },
+    /// The image was shrunk after the description it was opened with was read: open it
+    /// again (by name) to use its new size. Nothing was sent to an OSD.
+    #[error("image {pool}/{name} is {size_bytes} bytes now, not the {opened_bytes} it was opened with; open it again")]
+    ImageResized {
+        pool: String,
+        name: String,
+        size_bytes: u64,
+        opened_bytes: u64,
+    },
     /// An OSD answered a non-retryable error (IoError, Checksum, NoSpace, InvalidArgument,
     /// OutOfRange, Internal, UnknownOp, NoSuchImage: the image was removed).
     #[error("PG {pg}: osd.{osd} answered {status:?}: {message}")]
