@@ -31,10 +31,10 @@ const TEST_PORT_LOW: u16 = 20_000;
 /// the kernel's ephemeral range (`ip_local_port_range`), never from it: every outgoing
 /// connection of the suite (clients, etcd's gRPC, the daemons' peers) takes its local port
 /// from that range, and one could take a port handed out here before its daemon binds it
-/// (etcd takes a second to start) or while an OSD restarts on it. That race failed CI runs
-/// with a monitor whose etcd member never joined. Ports are drawn at random so that tests
-/// running at the same time in other processes rarely draw the same one, and a port handed
-/// out once is not handed out again by this process.
+/// (etcd takes a second to start) or while an OSD restarts on it: the likely cause of CI runs
+/// where one monitor never saw a leader (its etcd member could not bind). Ports are drawn at
+/// random so that tests running at the same time in other processes rarely draw the same
+/// one, and a port handed out once is not handed out again by this process.
 pub fn free_ports(n: u16) -> u16 {
     use std::collections::HashSet;
     use std::sync::Mutex;
