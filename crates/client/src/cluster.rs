@@ -257,6 +257,7 @@ impl Cluster {
     async fn await_image_in_map(&self, info: &ImageInfo) -> Result<(), ClientError> {
         let deadline = tokio::time::Instant::now() + self.config.op_deadline;
         let mut record_checked = false;
+        let mut refreshed = false;
         loop {
             let map = self.map();
             match image_in_map(&map, info) {
@@ -268,10 +269,10 @@ impl Cluster {
                     })
                 }
                 ImageFence::Unknown => {}
-                // Smaller in the map than in `info`: the map is behind a grow, or `info` is
-                // older than a shrink. The monitor's record tells which (once: a shrunk
-                // image does not grow back by waiting).
-                ImageFence::BeyondSize { .. } if !record_checked => {
+                // Smaller in the map than in `info`, even in a map just fetched: the map is
+                // behind a grow, or `info` is older than a shrink. The monitor's record tells
+                // which (once: a shrunk image does not grow back by waiting).
+                ImageFence::BeyondSize { .. } if refreshed && !record_checked => {
                     record_checked = true;
                     if let Some(now) = self.shrunk_since(info).await {
                         return Err(ClientError::ImageResized {
@@ -284,28 +285,25 @@ impl Cluster {
                 }
                 ImageFence::BeyondSize { .. } => {}
             }
-            if tokio::time::Instant::now() >= deadline {
+            // An injected map (no monitor) changes only through `set_map`: nothing to wait for.
+            let waited = match self.mon {
+                Some(_) => self.config.op_deadline,
+                None => Duration::ZERO,
+            };
+            if self.mon.is_none() || tokio::time::Instant::now() >= deadline {
                 return Err(ClientError::MapBehind {
                     pool: info.pool_name.clone(),
                     name: info.name.clone(),
                     epoch: map.epoch,
-                    deadline: self.config.op_deadline,
+                    deadline: waited,
                 });
             }
-            if self.mon.is_none() {
-                // An injected map changes only through `set_map`: nothing to wait for.
-                return Err(ClientError::MapBehind {
-                    pool: info.pool_name.clone(),
-                    name: info.name.clone(),
-                    epoch: map.epoch,
-                    deadline: Duration::ZERO,
-                });
+            if refreshed {
+                tokio::time::sleep(MAP_BEHIND_PAUSE).await;
             }
             self.refresh_map("an image newer than the map was opened")
                 .await;
-            if image_in_map(&self.map(), info) != ImageFence::Allowed {
-                tokio::time::sleep(MAP_BEHIND_PAUSE).await;
-            }
+            refreshed = true;
         }
     }
 

@@ -67,6 +67,13 @@ fn wait_durable(s: &mut Store<UringDisk>, fd: Option<&OwnedFd>, lsn: u64) {
     }
 }
 
+fn uring_options(sync_mode: SyncMode) -> UringOptions {
+    UringOptions {
+        sync_mode,
+        ..UringOptions::default()
+    }
+}
+
 /// A new store on a 4 MiB file in its own directory, with an eventfd registered with its ring.
 fn open_on_file(name: &str, sync_mode: SyncMode) -> (PathBuf, Store<UringDisk>, OwnedFd) {
     let dir =
@@ -74,11 +81,14 @@ fn open_on_file(name: &str, sync_mode: SyncMode) -> (PathBuf, Store<UringDisk>, 
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("osd.img");
     UringDisk::create_file(&path, 4 << 20).unwrap();
-    let uring = UringOptions {
-        sync_mode,
-        ..UringOptions::default()
-    };
-    let mut s = Store::open_path(&path, None, Some(&small_mkfs()), uring, options()).unwrap();
+    let mut s = Store::open_path(
+        &path,
+        None,
+        Some(&small_mkfs()),
+        uring_options(sync_mode),
+        options(),
+    )
+    .unwrap();
     let efd = eventfd();
     s.disk_mut().register_eventfd(efd.as_raw_fd()).unwrap();
     (dir, s, efd)
@@ -205,11 +215,7 @@ fn run(name: &str, sync_mode: SyncMode, asynchronous: bool) {
     );
     let logs: Vec<(u64, u64)> = (0..3).map(|q| s.log_bounds(pg(q))).collect();
     drop(s);
-    let uring = UringOptions {
-        sync_mode,
-        ..UringOptions::default()
-    };
-    let mut s = Store::open_path(&path, None, None, uring, options()).unwrap();
+    let mut s = Store::open_path(&path, None, None, uring_options(sync_mode), options()).unwrap();
     for q in 0..3u32 {
         assert_eq!(
             s.log_bounds(pg(q)),

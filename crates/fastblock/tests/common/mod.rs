@@ -36,23 +36,14 @@ const TEST_PORT_LOW: u16 = 20_000;
 /// random so that tests running at the same time in other processes rarely draw the same
 /// one, and a port handed out once is not handed out again by this process.
 pub fn free_ports(n: u16) -> u16 {
-    use std::collections::HashSet;
+    use std::collections::BTreeSet;
     use std::sync::Mutex;
-    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let high = ephemeral_low_port().max(TEST_PORT_LOW + 1_000);
+    let span = u128::from(high - TEST_PORT_LOW - n);
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-    let given = given.get_or_insert_with(HashSet::new);
-    let mut rng = std::process::id() as u64
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
     for _ in 0..10_000 {
-        // xorshift64: good enough to spread draws; no dependency for it.
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let span = u64::from(high - TEST_PORT_LOW - n);
-        let first = TEST_PORT_LOW + (rng % span) as u16;
+        let first = TEST_PORT_LOW + (uuid::Uuid::new_v4().as_u128() % span) as u16;
         let ports = first..first + n;
         if ports.clone().any(|p| given.contains(&p)) {
             continue;
