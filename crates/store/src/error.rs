@@ -51,6 +51,14 @@ pub enum Error {
         block_index: u64,
         physical_block: u64,
     },
+    /// A read or rollback named a snapshot this PG does not hold for the image (never
+    /// created here, or removed). `snap` 0: the image has no snapshots in this PG.
+    #[error("PG {pg} holds no snapshot {snap} of image {image}")]
+    NoSuchImageSnap {
+        pg: PgId,
+        image: fastblock_types::ImageId,
+        snap: u64,
+    },
     /// The log is damaged before its tail: a record that was durable cannot be read. Never
     /// skipped silently.
     #[error(

@@ -4,7 +4,7 @@
 use crate::disk::{AlignedBuf, Disk, UringDisk, UringOptions};
 use crate::error::{Error, ObjectId, Result};
 use crate::flusher::{Finished, FlushRunner, Flusher};
-use crate::objects::{meta, BlockCacheStats, ObjectRead, Objects};
+use crate::objects::{meta, BlockCacheStats, ImageSnapUsage, ImageSnaps, ObjectRead, Objects};
 use crate::superblock::{Superblock, SUPERBLOCK_SIZE_BYTES};
 use crate::wal::writer::io_err;
 use crate::wal::{PgLog, Wal, WalOptions};
@@ -539,6 +539,49 @@ impl<D: Disk> Store<D> {
         })
     }
 
+    // ---- image snapshots (`objects/image_snaps.rs`), applied through the log ----
+
+    /// Takes snapshot `snap` of `image` in `pg` (no data moves).
+    pub fn image_snap_create(&mut self, pg: PgId, image: ImageId, snap: u64) -> Result<()> {
+        self.guard(|s| s.objects.image_snap_create(pg, image, snap))
+    }
+
+    /// Removes snapshot `snap` of `image` in `pg`; returns the blocks freed (at the next
+    /// flush).
+    pub fn image_snap_remove(&mut self, pg: PgId, image: ImageId, snap: u64) -> Result<u64> {
+        self.guard(|s| s.objects.image_snap_remove(pg, image, snap))
+    }
+
+    /// Makes the head of `object` equal to snapshot `snap`; returns the blocks copied.
+    pub fn image_snap_rollback(&mut self, pg: PgId, object: ObjectId, snap: u64) -> Result<u64> {
+        self.guard(|s| s.objects.image_snap_rollback(&mut s.disk, pg, object, snap))
+    }
+
+    /// Reads `object` as snapshot `snap` saw it.
+    pub fn read_image_snap(
+        &mut self,
+        pg: PgId,
+        object: ObjectId,
+        snap: u64,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        self.guard(|s| {
+            s.objects
+                .read_image_snap(&mut s.disk, pg, object, snap, offset_bytes, buf)
+        })
+    }
+
+    /// The snapshot state of `image` in `pg`.
+    pub fn image_snaps(&self, pg: PgId, image: ImageId) -> ImageSnaps {
+        self.objects.image_snaps(pg, image)
+    }
+
+    /// Blocks kept under each live snapshot of `image` in `pg`.
+    pub fn image_snap_usage(&mut self, pg: PgId, image: ImageId) -> Result<ImageSnapUsage> {
+        self.guard(|s| s.objects.image_snap_usage(pg, image))
+    }
+
     pub fn delete_object(&mut self, pg: PgId, object: ObjectId) -> Result<()> {
         self.guard(|s| s.objects.delete(pg, object))
     }
@@ -639,6 +682,12 @@ impl<D: Disk> Store<D> {
     /// Hits, misses and evictions of the in-memory block-map cache since the store opened.
     pub fn block_cache_stats(&self) -> BlockCacheStats {
         self.objects.block_cache_stats()
+    }
+
+    /// Head blocks in the flushed block map (tests: what the head holds, apart from the
+    /// blocks snapshots keep).
+    pub fn flushed_block_count(&mut self) -> Result<u64> {
+        self.guard(|s| s.objects.flushed_block_count())
     }
 
     pub fn free_data_bytes(&self) -> u64 {

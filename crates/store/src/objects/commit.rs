@@ -21,6 +21,7 @@
 //! value there. While the commit runs, the cache may hold a key's old value, but the key is
 //! dirty until the finish, and lookups ask the dirty map first.
 
+use super::image_snaps::SnapBlockKey;
 use super::meta;
 use super::{BlockKey, BlockVal, ObjKey, Objects};
 use crate::error::Result;
@@ -37,6 +38,8 @@ pub struct MetaCommit {
     objects: BTreeMap<ObjKey, Option<u64>>,
     applied: BTreeMap<u64, Option<u64>>,
     snapshots: BTreeMap<u64, Option<Vec<u8>>>,
+    snap_blocks: BTreeMap<SnapBlockKey, Option<BlockVal>>,
+    image_snaps: BTreeMap<(u64, u64), Option<Vec<u8>>>,
     wal_durable_lsn: u64,
     /// Blocks the committed map no longer references: free once it is durable.
     free: Vec<u64>,
@@ -76,6 +79,20 @@ impl MetaCommit {
                 match v {
                     Some(v) => snaps.insert(k, v.as_slice())?,
                     None => snaps.remove(k)?,
+                };
+            }
+            let mut kept = tx.open_table(meta::SNAP_BLOCKS)?;
+            for (k, v) in &self.snap_blocks {
+                match v {
+                    Some(v) => kept.insert(k, v)?,
+                    None => kept.remove(k)?,
+                };
+            }
+            let mut states = tx.open_table(meta::IMAGE_SNAPS)?;
+            for (k, v) in &self.image_snaps {
+                match v {
+                    Some(v) => states.insert(k, v.as_slice())?,
+                    None => states.remove(k)?,
                 };
             }
             let mut m = tx.open_table(meta::META)?;
@@ -125,6 +142,8 @@ impl Objects {
             objects: self.dirty_objects.clone(),
             applied: self.dirty_applied.clone(),
             snapshots: self.dirty_snapshots.clone(),
+            snap_blocks: self.dirty_snap_blocks.clone(),
+            image_snaps: self.dirty_image_snaps.clone(),
             wal_durable_lsn,
             free: std::mem::take(&mut self.pending_free),
             applied_index: self.applied.clone(),
@@ -146,6 +165,8 @@ impl Objects {
             objects,
             applied,
             snapshots,
+            snap_blocks,
+            image_snaps,
             free,
             applied_index,
             ..
@@ -159,6 +180,8 @@ impl Objects {
         settle(&mut self.dirty_objects, objects);
         settle(&mut self.dirty_applied, applied);
         settle(&mut self.dirty_snapshots, snapshots);
+        settle(&mut self.dirty_snap_blocks, snap_blocks);
+        settle(&mut self.dirty_image_snaps, image_snaps);
         for b in free {
             self.alloc.free(b);
         }

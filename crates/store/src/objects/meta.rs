@@ -22,6 +22,15 @@ pub const APPLIED: TableDefinition<u64, u64> = TableDefinition::new("applied");
 /// Written in the same commit as the snapshot's objects, so that opening the store can finish
 /// an install whose WAL record did not become durable (see `Store::install_snapshot`).
 pub const SNAPSHOTS: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshots");
+/// (pg, image, object index, block index, snapshot id) -> (physical block | birth << 40,
+/// crc32c): head blocks replaced since a snapshot, kept under the newest snapshot that sees
+/// them (see `image_snaps.rs`).
+pub const SNAP_BLOCKS: TableDefinition<SnapBlockKey, (u64, u32)> =
+    TableDefinition::new("snap_blocks");
+/// The key of [`SNAP_BLOCKS`].
+pub type SnapBlockKey = (u64, u64, u64, u32, u64);
+/// (pg, image) -> snapshot state: seq u64 LE, count u32 LE, live snapshot ids u64 LE.
+pub const IMAGE_SNAPS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("image_snaps");
 /// Store-wide values.
 pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
@@ -35,11 +44,37 @@ pub fn create(db: &Database, osd_uuid: &[u8; 16]) -> Result<()> {
         tx.open_table(OBJECTS)?;
         tx.open_table(APPLIED)?;
         tx.open_table(SNAPSHOTS)?;
+        tx.open_table(SNAP_BLOCKS)?;
+        tx.open_table(IMAGE_SNAPS)?;
         let mut meta = tx.open_table(META)?;
         meta.insert(KEY_UUID, &osd_uuid[..])?;
         meta.insert(KEY_FLUSHED_LSN, &0u64.to_le_bytes()[..])?;
     }
     tx.commit()?;
+    Ok(())
+}
+
+/// Creates the tables a store formatted by an older version lacks (they start empty), so
+/// that reads can open every table.
+pub fn create_missing_tables(db: &Database) -> Result<()> {
+    let missing = {
+        let tx = db.begin_read()?;
+        let snap_blocks = matches!(
+            tx.open_table(SNAP_BLOCKS),
+            Err(redb::TableError::TableDoesNotExist(_))
+        );
+        let image_snaps = matches!(
+            tx.open_table(IMAGE_SNAPS),
+            Err(redb::TableError::TableDoesNotExist(_))
+        );
+        snap_blocks || image_snaps
+    };
+    if missing {
+        let tx = db.begin_write()?;
+        tx.open_table(SNAP_BLOCKS)?;
+        tx.open_table(IMAGE_SNAPS)?;
+        tx.commit()?;
+    }
     Ok(())
 }
 

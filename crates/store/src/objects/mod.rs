@@ -19,11 +19,13 @@ pub mod alloc;
 mod allocation;
 mod block_cache;
 mod commit;
+mod image_snaps;
 pub mod meta;
 mod snapshot;
 
 pub use block_cache::BlockCacheStats;
 pub use commit::MetaCommit;
+pub use image_snaps::{ImageSnapUsage, ImageSnaps, DATA_BLOCKS_MAX, IMAGE_SNAP_ID_MAX};
 pub use snapshot::SnapshotRecord;
 
 use crate::disk::{AlignedBuf, BackgroundRun, Disk, ReadOp, WriteOp};
@@ -35,6 +37,7 @@ use alloc::Allocator;
 use block_cache::BlockCache;
 use fastblock_types::units::BLOCK_SIZE_BYTES;
 use fastblock_types::{ImageId, PgId};
+use image_snaps::{pack, phys_of, SnapBlockKey};
 use redb::{Database, ReadableTable, ReadableTableMetadata};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,6 +47,7 @@ pub const OBJECT_SIZE_MAX_BYTES: u64 = 64 << 20;
 const BS: u64 = BLOCK_SIZE_BYTES;
 
 type BlockKey = (u64, u64, u64, u32);
+/// (physical block | birth << 40, crc32c): see `image_snaps.rs` for the birth.
 type BlockVal = (u64, u32);
 type ObjKey = (u64, u64, u64);
 
@@ -96,6 +100,12 @@ pub struct Objects {
     dirty_snapshots: BTreeMap<u64, Option<Vec<u8>>>,
     /// A [`MetaCommit`] was prepared and not finished (see `commit.rs`).
     commit_outstanding: bool,
+    /// Snapshot state per (pg, image), all of it in memory (see `image_snaps.rs`).
+    image_snaps: BTreeMap<(u64, u64), image_snaps::ImageSnaps>,
+    /// Snapshot states to write (Some, encoded) or delete (None) at the next flush.
+    dirty_image_snaps: BTreeMap<(u64, u64), Option<Vec<u8>>>,
+    /// Changes to the blocks kept for snapshots, not flushed yet.
+    dirty_snap_blocks: BTreeMap<SnapBlockKey, Option<BlockVal>>,
 }
 
 fn obj_key(pg: PgId, o: ObjectId) -> ObjKey {
@@ -128,15 +138,24 @@ impl Objects {
         background_writes: bool,
         block_cache_entries_max: usize,
     ) -> Result<Self> {
+        if sb.data_blocks() > DATA_BLOCKS_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "a data region of {} blocks is more than the {DATA_BLOCKS_MAX} a store can address",
+                sb.data_blocks()
+            )));
+        }
+        meta::create_missing_tables(&db)?;
         let mut alloc = Allocator::new(sb.data_blocks());
         let mut applied = BTreeMap::new();
         let mut objects = BTreeMap::new();
+        let image_snaps;
         {
             let tx = db.begin_read()?;
+            image_snaps = Self::load_image_snaps(&tx, &mut alloc)?;
             let blocks = tx.open_table(meta::BLOCKS)?;
             for row in blocks.iter()? {
                 let (k, v) = row?;
-                let (phys, _) = v.value();
+                let phys = phys_of(v.value());
                 if phys >= alloc.block_count() {
                     return Err(Error::Meta(format!(
                         "block map points past the data region: {phys}"
@@ -181,6 +200,9 @@ impl Objects {
             receiving: BTreeMap::new(),
             dirty_snapshots: BTreeMap::new(),
             commit_outstanding: false,
+            image_snaps,
+            dirty_image_snaps: BTreeMap::new(),
+            dirty_snap_blocks: BTreeMap::new(),
         })
     }
 
@@ -339,7 +361,7 @@ impl Objects {
         val: BlockVal,
         out: &mut AlignedBuf,
     ) -> Result<()> {
-        let (phys, crc) = val;
+        let (phys, crc) = (phys_of(val), val.1);
         let at = self.data_offset_bytes + phys * BS;
         disk.read(at, out).map_err(|e| io_err("data read", at, e))?;
         if block_crc(key, out) != crc {
@@ -401,6 +423,7 @@ impl Objects {
         let physs = extents
             .iter()
             .flat_map(|e| e.start_block..e.start_block + e.block_count);
+        let birth = self.birth_now(&keys[0]);
         for (i, phys) in physs.enumerate().collect::<Vec<_>>() {
             let b = first_block + i as u64;
             let at = self.stage_block(disk, phys)?;
@@ -415,10 +438,13 @@ impl Objects {
             dst[(lo - b * BS) as usize..(hi - b * BS) as usize]
                 .copy_from_slice(&data[(lo - offset_bytes) as usize..(hi - offset_bytes) as usize]);
             let crc = block_crc(&keys[i], dst);
-            self.dirty_blocks.insert(keys[i], Some((phys, crc)));
+            self.dirty_blocks
+                .insert(keys[i], Some(pack(phys, birth, crc)));
         }
-        for old in olds.iter().flatten() {
-            self.release(pg, old.0);
+        for (key, old) in keys.iter().zip(&olds) {
+            if let Some(old) = old {
+                self.retire(pg, key, *old);
+            }
         }
         self.touch_object(ok, end);
         Ok(())
@@ -468,8 +494,8 @@ impl Objects {
             .collect();
         let olds = self.lookup_many(&keys)?;
         for (k, old) in keys.iter().zip(olds) {
-            if let Some((phys, _)) = old {
-                self.release(pg, phys);
+            if let Some(old) = old {
+                self.retire(pg, k, old);
                 self.dirty_blocks.insert(*k, None);
             }
         }
@@ -501,8 +527,8 @@ impl Objects {
 
     pub fn delete(&mut self, pg: PgId, object: ObjectId) -> Result<()> {
         let ok = obj_key(pg, object);
-        for (k, (phys, _)) in self.object_blocks(ok)? {
-            self.release(pg, phys);
+        for (k, old) in self.object_blocks(ok)? {
+            self.retire(pg, &k, old);
             self.dirty_blocks.insert(k, None);
         }
         self.objects.remove(&ok);
@@ -572,6 +598,9 @@ impl Objects {
 
     /// Deletes every object of the PG and forgets its applied index.
     pub fn delete_pg(&mut self, pg: PgId) -> Result<()> {
+        // Snapshots first, so that deleting the objects frees their blocks instead of
+        // keeping them for a snapshot.
+        self.image_snaps_drop_pg(pg)?;
         for o in self.list(pg)? {
             self.delete(pg, o)?;
         }
@@ -601,7 +630,7 @@ impl Objects {
         {
             let mut ops: Vec<ReadOp<'_>> = Vec::with_capacity(mapped.len());
             for (chunk, i) in blocks.chunks_mut(BS as usize).zip(&mapped) {
-                let (phys, _) = vals[*i].expect("mapped");
+                let phys = phys_of(vals[*i].expect("mapped"));
                 ops.push(ReadOp {
                     offset_bytes: self.data_offset_bytes + phys * BS,
                     buf: chunk,
@@ -614,7 +643,8 @@ impl Objects {
         for (n, i) in mapped.iter().enumerate() {
             slot_of[*i] = n;
             let data = &blocks[n * BS as usize..(n + 1) * BS as usize];
-            let (phys, crc) = vals[*i].expect("mapped");
+            let val = vals[*i].expect("mapped");
+            let (phys, crc) = (phys_of(val), val.1);
             if block_crc(&keys[*i], data) != crc {
                 let k = keys[*i];
                 let pg = crate::wal::record::pg_from_u64(k.0);

@@ -125,16 +125,13 @@ impl Objects {
         let mut same: Vec<Option<u64>> = vec![None; count];
         let mut buf = AlignedBuf::zeroed(BS as usize);
         for i in 0..count {
-            let Some((phys, crc)) = live[i] else { continue };
-            if crc != crcs[i] {
+            let Some(val) = live[i] else { continue };
+            if val.1 != crcs[i] {
                 continue;
             }
+            let phys = super::image_snaps::phys_of(val);
             self.submit_staged(disk, false)?;
-            if self
-                .read_block(disk, pg, &keys[i], (phys, crc), &mut buf)
-                .is_ok()
-                && buf[..] == *block(i)
-            {
+            if self.read_block(disk, pg, &keys[i], val, &mut buf).is_ok() && buf[..] == *block(i) {
                 same[i] = Some(phys);
             }
         }
@@ -241,6 +238,9 @@ impl Objects {
     /// (atomically) at the next flush, which the caller does at once.
     pub fn snapshot_install(&mut self, pg: PgId, record: &SnapshotRecord) -> Result<()> {
         assert_eq!(record.pg, pg);
+        // The PG's image snapshots are not part of the transfer yet: they go, before the
+        // objects, so that deleting the objects frees their blocks instead of keeping them.
+        self.image_snaps_drop_pg(pg)?;
         // The old objects go first, while the staging still says which of their blocks it
         // shares (those are kept).
         for o in self.list(pg)? {
