@@ -55,6 +55,9 @@ pub enum ClientError {
         size_bytes: u64,
         opened_bytes: u64,
     },
+    /// A write to a read-only view (an image snapshot). Nothing was sent.
+    #[error("{what} is a snapshot: read-only")]
+    ReadOnly { what: String },
     /// An OSD answered a non-retryable error (IoError, Checksum, NoSpace, InvalidArgument,
     /// OutOfRange, Internal, UnknownOp, NoSuchImage: the image was removed).
     #[error("PG {pg}: osd.{osd} answered {status:?}: {message}")]

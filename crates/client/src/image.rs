@@ -28,6 +28,16 @@ struct Inner {
     /// Writes hold it shared; `flush` takes it exclusively, so it returns only after every
     /// write that was in flight when it was called has finished.
     write_gate: tokio::sync::RwLock<()>,
+    /// A read-only view of this image snapshot (`info.size_bytes` is then the snapshot's
+    /// size), or the image's head.
+    snap: Option<SnapView>,
+}
+
+/// Which snapshot a read-only [`Image`] shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapView {
+    pub id: u64,
+    pub name: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +47,7 @@ enum Op {
     Discard,
     WriteZeroes,
     Allocation,
+    Rollback,
 }
 
 /// What one object request returned.
@@ -72,8 +83,94 @@ impl Image {
                 info,
                 pg_count,
                 write_gate: tokio::sync::RwLock::new(()),
+                snap: None,
             }),
         })
+    }
+
+    /// A read-only view of snapshot `snap` of this image, `size_bytes` large (the image's
+    /// size when the snapshot was taken). Reads go to the snapshot; writes fail with
+    /// [`ClientError::ReadOnly`].
+    pub fn snapshot_view(&self, snap: SnapView, size_bytes: u64) -> Image {
+        let mut info = self.inner.info.clone();
+        info.size_bytes = size_bytes;
+        Image {
+            inner: Arc::new(Inner {
+                cluster: self.inner.cluster.clone(),
+                info,
+                pg_count: self.inner.pg_count,
+                write_gate: tokio::sync::RwLock::new(()),
+                snap: Some(snap),
+            }),
+        }
+    }
+
+    /// The snapshot this view shows, if it is one (then it is read-only).
+    pub fn snapshot(&self) -> Option<&SnapView> {
+        self.inner.snap.as_ref()
+    }
+
+    fn writable(&self) -> Result<(), ClientError> {
+        match &self.inner.snap {
+            None => Ok(()),
+            Some(s) => Err(ClientError::ReadOnly {
+                what: format!(
+                    "{}/{}@{}",
+                    self.inner.info.pool_name, self.inner.info.name, s.name
+                ),
+            }),
+        }
+    }
+
+    /// Makes every object of the image up to `snap_size_bytes` hold what snapshot `snap`
+    /// holds, through each PG's log, `objects_in_flight_max` objects at a time; `progress`
+    /// is called with (objects done, objects in all) after each. The image must be at least
+    /// `snap_size_bytes` large (grow it first); a tail beyond it is the caller's to cut.
+    pub async fn rollback_objects(
+        &self,
+        snap: u64,
+        snap_size_bytes: u64,
+        objects_in_flight_max: usize,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<(), ClientError> {
+        self.writable()?;
+        let _gate = self.inner.write_gate.read().await;
+        let object_bytes = self.inner.info.object_size_bytes;
+        let count = snap_size_bytes.div_ceil(object_bytes);
+        if snap_size_bytes > self.size_bytes() {
+            return Err(ClientError::OutOfRange {
+                offset: 0,
+                len: snap_size_bytes,
+                size: self.size_bytes(),
+            });
+        }
+        let mut tasks = JoinSet::new();
+        let mut next = 0u64;
+        let mut done = 0u64;
+        while done < count {
+            while next < count && tasks.len() < objects_in_flight_max.max(1) {
+                let image = self.clone();
+                let extent = Extent {
+                    object_index: next,
+                    object_offset: 0,
+                    len: 0,
+                    buffer_offset: 0,
+                };
+                tasks.spawn(async move { image.object_op(Op::Rollback, extent, None, snap).await });
+                next += 1;
+            }
+            match tasks.join_next().await {
+                Some(Ok(r)) => {
+                    r?;
+                    done += 1;
+                    progress(done, count);
+                }
+                Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Some(Err(e)) => return Err(ClientError::Protocol(format!("IO task: {e}"))),
+                None => break,
+            }
+        }
+        Ok(())
     }
 
     pub fn info(&self) -> &ImageInfo {
@@ -117,6 +214,7 @@ impl Image {
     /// Writes `data` at `offset`. Acknowledged only when durable on a majority of every PG it
     /// touched.
     pub async fn write(&self, offset: u64, data: Bytes) -> Result<(), ClientError> {
+        self.writable()?;
         let _gate = self.inner.write_gate.read().await;
         let len = data.len() as u64;
         self.run(Op::Write, offset, len, Some(data)).await.map(drop)
@@ -124,12 +222,14 @@ impl Image {
 
     /// Discards `len` bytes at `offset`: they read as zeros afterwards.
     pub async fn discard(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+        self.writable()?;
         let _gate = self.inner.write_gate.read().await;
         self.run(Op::Discard, offset, len, None).await.map(drop)
     }
 
     /// Writes zeros over `len` bytes at `offset` without sending them.
     pub async fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+        self.writable()?;
         let _gate = self.inner.write_gate.read().await;
         self.run(Op::WriteZeroes, offset, len, None).await.map(drop)
     }
@@ -144,6 +244,16 @@ impl Image {
         offset: u64,
         len: u64,
     ) -> Result<Vec<(u64, u64)>, ClientError> {
+        if self.inner.snap.is_some() {
+            // The OSDs answer block status for the head only: a snapshot reports its whole
+            // range as data (correct, not sparse).
+            check_range(offset, len, self.size_bytes())?;
+            return Ok(if len == 0 {
+                Vec::new()
+            } else {
+                vec![(offset, len)]
+            });
+        }
         let pieces = self.run(Op::Allocation, offset, len, None).await?;
         let mut out: Vec<(u64, u64)> = Vec::new();
         for piece in pieces {
@@ -180,8 +290,11 @@ impl Image {
         check_range(offset, len, self.size_bytes())?;
         let piece_bytes_max = match op {
             Op::Write => WRITE_PIECE_BYTES_MAX,
-            Op::Read | Op::Discard | Op::WriteZeroes | Op::Allocation => PIECE_BYTES_MAX,
+            Op::Read | Op::Discard | Op::WriteZeroes | Op::Allocation | Op::Rollback => {
+                PIECE_BYTES_MAX
+            }
         };
+        let snap = self.inner.snap.as_ref().map_or(0, |s| s.id);
         let extents = split(
             offset,
             len,
@@ -197,14 +310,18 @@ impl Image {
         match extents.as_slice() {
             [] => Ok(Vec::new()),
             // One piece: no task to spawn.
-            [only] => Ok(vec![self.object_op(op, *only, piece_data(only)).await?]),
+            [only] => Ok(vec![
+                self.object_op(op, *only, piece_data(only), snap).await?,
+            ]),
             many => {
                 let mut tasks = JoinSet::new();
                 for (index, extent) in many.iter().enumerate() {
                     let image = self.clone();
                     let extent = *extent;
                     let piece = piece_data(&extent);
-                    tasks.spawn(async move { (index, image.object_op(op, extent, piece).await) });
+                    tasks.spawn(
+                        async move { (index, image.object_op(op, extent, piece, snap).await) },
+                    );
                 }
                 let mut out: Vec<Piece> = many.iter().map(|_| Piece::Done).collect();
                 while let Some(joined) = tasks.join_next().await {
@@ -221,11 +338,13 @@ impl Image {
         }
     }
 
+    /// One object request. `snap`: the snapshot a read or rollback names (0: the head).
     async fn object_op(
         &self,
         op: Op,
         extent: Extent,
         data: Option<Bytes>,
+        snap: u64,
     ) -> Result<Piece, ClientError> {
         let pg = self.object_pg(extent.object_index);
         let addr = ObjectAddr {
@@ -236,12 +355,20 @@ impl Image {
         let (offset, length) = (extent.object_offset, extent.len);
         let data = data.unwrap_or_default();
         let build = move |epoch| match op {
+            Op::Read if snap != 0 => Request::SnapRead {
+                addr,
+                offset,
+                length,
+                epoch,
+                snap,
+            },
             Op::Read => Request::Read {
                 addr,
                 offset,
                 length,
                 epoch,
             },
+            Op::Rollback => Request::Rollback { addr, epoch, snap },
             Op::Write => Request::Write {
                 addr,
                 offset,
@@ -277,7 +404,9 @@ impl Image {
                 extent.object_index,
                 bytes.len()
             ))),
-            (Op::Write | Op::Discard | Op::WriteZeroes, Reply::Ok) => Ok(Piece::Done),
+            (Op::Write | Op::Discard | Op::WriteZeroes | Op::Rollback, Reply::Ok) => {
+                Ok(Piece::Done)
+            }
             (Op::Allocation, Reply::Allocated(ranges)) => {
                 let object_start = extent.object_index * self.inner.info.object_size_bytes;
                 allocated_in_image(&ranges, object_start, offset, length)

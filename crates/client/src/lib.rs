@@ -61,7 +61,7 @@ pub use bytes::Bytes;
 pub use cluster::{ClientStats, Cluster};
 pub use config::ClientConfig;
 pub use error::ClientError;
-pub use image::Image;
+pub use image::{Image, SnapView};
 
 // Re-exported because they appear in this crate's API.
 pub use fastblock_monclient::{MonClient, MonError};

@@ -17,6 +17,9 @@ pub enum IoError {
     Invalid(String),
     #[error("no space: {0}")]
     NoSpace(String),
+    /// A write to a read-only export (a snapshot).
+    #[error("read-only: {0}")]
+    ReadOnly(String),
     /// Anything else: the cluster failed the IO or did not answer in time.
     #[error("I/O error: {0}")]
     Io(String),
@@ -28,6 +31,7 @@ impl IoError {
         match self {
             IoError::Invalid(_) => crate::consts::EINVAL,
             IoError::NoSpace(_) => crate::consts::ENOSPC,
+            IoError::ReadOnly(_) => crate::consts::EPERM,
             IoError::Io(_) => crate::consts::EIO,
         }
     }
@@ -49,6 +53,11 @@ pub enum ExportError {
 /// One open export. Cheap to clone; clones share the same image.
 pub trait Export: Clone + Send + Sync + 'static {
     fn size_bytes(&self) -> u64;
+    /// Whether the export refuses writes (`NBD_FLAG_READ_ONLY`; writes, trims and
+    /// write-zeroes are answered `EPERM` without reaching the backend).
+    fn read_only(&self) -> bool {
+        false
+    }
     /// A human description (`NBD_INFO_DESCRIPTION`).
     fn description(&self) -> String;
     fn read(&self, offset: u64, len: u32) -> impl Future<Output = Result<Bytes, IoError>> + Send;

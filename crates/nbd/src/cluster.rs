@@ -78,6 +78,7 @@ impl ImageExport {
 fn io_error(e: ClientError) -> IoError {
     match &e {
         ClientError::OutOfRange { .. } => IoError::Invalid(e.to_string()),
+        ClientError::ReadOnly { .. } => IoError::ReadOnly(e.to_string()),
         ClientError::Io {
             status: Status::NoSpace,
             ..
@@ -91,10 +92,18 @@ impl Export for ImageExport {
         self.image.size_bytes()
     }
 
+    fn read_only(&self) -> bool {
+        self.image.snapshot().is_some()
+    }
+
     fn description(&self) -> String {
         let info = self.image.info();
+        let snap = match self.image.snapshot() {
+            Some(s) => format!("@{} (snapshot {}, read-only)", s.name, s.id),
+            None => String::new(),
+        };
         format!(
-            "fastblock image {}/{} (id {}, {} byte objects)",
+            "fastblock image {}/{}{snap} (id {}, {} byte objects)",
             info.pool_name, info.name, info.id, info.object_size_bytes
         )
     }

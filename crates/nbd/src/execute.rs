@@ -27,6 +27,13 @@ pub async fn execute<X: Export>(
         Ok(()) => reply::simple(handle, 0),
         Err(e) => failed(e),
     };
+    let writes = matches!(
+        command,
+        Command::Write { .. } | Command::Trim { .. } | Command::WriteZeroes { .. }
+    );
+    if writes && export.read_only() {
+        return failed(IoError::ReadOnly("the export is read-only".into()));
+    }
     match command {
         Command::Read { offset, length, df } => match export.read(offset, length).await {
             Ok(data) if data.len() != length as usize => failed(IoError::Io(format!(

@@ -272,7 +272,7 @@ impl<'a, E: Exports> Handshake<'a, E> {
                             why: e.to_string(),
                         })?;
                 let negotiated = self.state.negotiated(&name, export.size_bytes());
-                let flags = out::transmission_flags(negotiated.structured);
+                let flags = out::transmission_flags(negotiated.structured, export.read_only());
                 let no_zeroes = self.state.no_zeroes;
                 out::put_export_name_answer(buf, negotiated.size_bytes, flags, no_zeroes);
                 return Ok(Some(Outcome::Transmission {
@@ -389,7 +389,7 @@ async fn on_info<E: Exports>(
         }
     };
     let negotiated = state.negotiated(&name, export.size_bytes());
-    let flags = out::transmission_flags(negotiated.structured);
+    let flags = out::transmission_flags(negotiated.structured, export.read_only());
     out::put_info_export(buf, code, negotiated.size_bytes, flags);
     if requests.contains(&INFO_NAME) {
         out::put_info_text(buf, code, INFO_NAME, &name);

@@ -40,6 +40,7 @@ pub async fn run<E: Exports>(
     };
     let export = exports.open(name).await?;
     let size_bytes = export.size_bytes();
+    let read_only = export.read_only();
     let (ours, kernels) = std::os::unix::net::UnixStream::pair().map_err(MapError::Socket)?;
     ours.set_nonblocking(true).map_err(MapError::Socket)?;
     let ours = tokio::net::UnixStream::from_std(ours).map_err(MapError::Socket)?;
@@ -54,7 +55,7 @@ pub async fn run<E: Exports>(
     let attachment = kernel::attach(
         &device,
         size_bytes,
-        transmission_flags(false),
+        transmission_flags(false, read_only),
         OwnedFd::from(kernels),
     );
     let attachment = match attachment {

@@ -27,6 +27,7 @@ pub struct MemoryExport {
     state: Arc<Mutex<State>>,
     /// Reads starting at these offsets take this much longer.
     slow_reads: Vec<(u64, Duration)>,
+    read_only: bool,
 }
 
 impl MemoryExport {
@@ -38,7 +39,14 @@ impl MemoryExport {
                 ..State::default()
             })),
             slow_reads: Vec::new(),
+            read_only: false,
         }
+    }
+
+    /// The export refuses writes (as a snapshot's does).
+    pub fn read_only(mut self) -> MemoryExport {
+        self.read_only = true;
+        self
     }
 
     /// Reads starting at `offset` take `delay` longer (to reorder replies in tests); may be
@@ -94,6 +102,10 @@ impl MemoryExport {
 }
 
 impl Export for MemoryExport {
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
     fn size_bytes(&self) -> u64 {
         self.lock().data.len() as u64
     }

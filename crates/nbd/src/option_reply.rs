@@ -92,7 +92,7 @@ pub fn put_export_name_answer(out: &mut BytesMut, size_bytes: u64, flags: u16, n
 /// `CAN_MULTI_CONN` is true because a write is acknowledged only when durable on a Raft
 /// majority, so a flush on any connection covers every write completed on all of them
 /// (`docs/nbd.md`).
-pub fn transmission_flags(structured: bool) -> u16 {
+pub fn transmission_flags(structured: bool, read_only: bool) -> u16 {
     let mut flags = TFLAG_HAS_FLAGS
         | TFLAG_SEND_FLUSH
         | TFLAG_SEND_FUA
@@ -103,6 +103,9 @@ pub fn transmission_flags(structured: bool) -> u16 {
         | TFLAG_SEND_FAST_ZERO;
     if structured {
         flags |= TFLAG_SEND_DF;
+    }
+    if read_only {
+        flags |= TFLAG_READ_ONLY;
     }
     flags
 }
@@ -164,10 +167,11 @@ mod tests {
 
     #[test]
     fn df_only_with_structured_replies_and_multi_conn_always() {
-        assert_eq!(transmission_flags(false) & TFLAG_SEND_DF, 0);
-        assert_ne!(transmission_flags(true) & TFLAG_SEND_DF, 0);
-        assert_ne!(transmission_flags(false) & TFLAG_CAN_MULTI_CONN, 0);
-        assert_eq!(transmission_flags(true) & TFLAG_READ_ONLY, 0);
+        assert_eq!(transmission_flags(false, false) & TFLAG_SEND_DF, 0);
+        assert_ne!(transmission_flags(true, false) & TFLAG_SEND_DF, 0);
+        assert_ne!(transmission_flags(false, false) & TFLAG_CAN_MULTI_CONN, 0);
+        assert_eq!(transmission_flags(true, false) & TFLAG_READ_ONLY, 0);
+        assert_ne!(transmission_flags(true, true) & TFLAG_READ_ONLY, 0);
     }
 
     #[test]

@@ -308,3 +308,26 @@ async fn multi_conn_writes_on_one_flush_and_read_on_others() {
     assert_eq!(b.read(8192).await, data);
     server.stop().await;
 }
+
+/// A read-only export (a snapshot) says so in its flags and answers writes, trims and
+/// write-zeroes with EPERM without changing a byte; reads work.
+#[tokio::test]
+async fn a_read_only_export_refuses_every_write_with_eperm() {
+    let export = MemoryExport::new("fb/img", 1 << 20).read_only();
+    let mut server = TestServer::start(MemoryExports::new().with(export), Limits::default()).await;
+    let mut c = RawClient::connect(server.addr).await;
+    let (_, flags) = c.go("fb/img").await.unwrap();
+    assert_ne!(flags & TFLAG_READ_ONLY, 0, "flags {flags:#x}");
+    let data = pattern(4096, 3);
+    c.request(0, CMD_WRITE, 1, 0, 4096, &data).await;
+    assert_eq!(c.simple_reply().await, (EPERM, 1));
+    c.request(0, CMD_TRIM, 2, 0, 4096, &[]).await;
+    assert_eq!(c.simple_reply().await, (EPERM, 2));
+    c.request(0, CMD_WRITE_ZEROES, 3, 0, 4096, &[]).await;
+    assert_eq!(c.simple_reply().await, (EPERM, 3));
+    c.request(0, CMD_READ, 4, 0, 4096, &[]).await;
+    assert_eq!(c.simple_reply().await, (0, 4));
+    assert_eq!(c.read(4096).await, vec![0; 4096]);
+    assert!(server.export().contents().iter().all(|b| *b == 0));
+    server.stop().await;
+}

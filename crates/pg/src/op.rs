@@ -7,17 +7,23 @@
 //! Header (little-endian, 30 bytes):
 //! ```text
 //! 0  u8  version = 1
-//! 1  u8  kind: 1 write, 2 discard, 3 write-zeroes, 4 reclaim
+//! 1  u8  kind: 1 write, 2 discard, 3 write-zeroes, 4 reclaim, 5 snap mark, 6 snap trim,
+//!          7 rollback
 //! 2  u64 image id
-//! 10 u64 object index (reclaim: 0)
-//! 18 u32 offset in the object (reclaim: 0)
-//! 22 u32 length (write: must equal data.len(); reclaim: 40)
+//! 10 u64 object index (reclaim, snap mark, snap trim: 0)
+//! 18 u32 offset in the object (reclaim, snap mark, snap trim, rollback: 0)
+//! 22 u32 length (write: must equal data.len(); reclaim: 40; snap mark, rollback: 8;
+//!        snap trim: 16)
 //! 26 u32 crc32c-free padding, 0 (reserved)
 //! ```
 //!
 //! A reclaim's `data` (40 bytes, little-endian): u64 reclaim entry id, u64 first image byte
 //! to delete, u64 end byte (exclusive), u64 the image's object size, u64 the map epoch that
 //! recorded the entry (a leader whose map is older must not admit IO after applying it).
+//!
+//! A snap mark's and a rollback's `data` is the snapshot id (u64 LE); a snap trim's is the
+//! trim entry id, then the snapshot id (u64 LE each). `docs/design/snapshots.md` says what
+//! each does.
 
 use bytes::Bytes;
 use fastblock_types::ImageId;
@@ -68,6 +74,14 @@ pub enum ClientOp {
         /// The map epoch that recorded the reclaim entry.
         epoch: u64,
     },
+    /// Take image snapshot `snap` of `image` in this PG: from here on in the log, writes of
+    /// the image keep what they replace for it. Proposed by the PG leader for a snapshot the
+    /// map shows being created.
+    SnapMark { image: ImageId, snap: u64 },
+    /// Remove image snapshot `snap` of `image` in this PG (the monitor's trim entry `id`).
+    SnapTrim { id: u64, image: ImageId, snap: u64 },
+    /// Make the object's data what image snapshot `snap` holds.
+    Rollback { object: ObjectRef, snap: u64 },
 }
 
 impl ClientOp {
@@ -76,8 +90,11 @@ impl ClientOp {
         match self {
             ClientOp::Write { object, .. }
             | ClientOp::Discard { object, .. }
-            | ClientOp::WriteZeroes { object, .. } => Some(*object),
-            ClientOp::Reclaim { .. } => None,
+            | ClientOp::WriteZeroes { object, .. }
+            | ClientOp::Rollback { object, .. } => Some(*object),
+            ClientOp::Reclaim { .. } | ClientOp::SnapMark { .. } | ClientOp::SnapTrim { .. } => {
+                None
+            }
         }
     }
 
@@ -101,6 +118,28 @@ impl ClientOp {
                     index: 0,
                 };
                 (4u8, object, 0, RECLAIM_PAYLOAD_BYTES as u32, Bytes::from(d))
+            }
+            ClientOp::SnapMark { image, snap } => {
+                let object = ObjectRef {
+                    image: *image,
+                    index: 0,
+                };
+                let d = Bytes::copy_from_slice(&snap.to_le_bytes());
+                (5u8, object, 0, 8, d)
+            }
+            ClientOp::SnapTrim { id, image, snap } => {
+                let object = ObjectRef {
+                    image: *image,
+                    index: 0,
+                };
+                let mut d = Vec::with_capacity(16);
+                d.extend_from_slice(&id.to_le_bytes());
+                d.extend_from_slice(&snap.to_le_bytes());
+                (6u8, object, 0, 16, Bytes::from(d))
+            }
+            ClientOp::Rollback { object, snap } => {
+                let d = Bytes::copy_from_slice(&snap.to_le_bytes());
+                (7u8, *object, 0, 8, d)
             }
             ClientOp::Write {
                 object,
@@ -196,6 +235,32 @@ impl ClientOp {
                     epoch: d(4),
                 })
             }
+            5..=7 => {
+                let want = if context[1] == 6 { 16 } else { 8 };
+                if data.len() != want || length as usize != want || offset != 0 {
+                    return Err(format!(
+                        "op kind {} with {} bytes of data at offset {offset}",
+                        context[1],
+                        data.len()
+                    ));
+                }
+                let d = |i: usize| {
+                    u64::from_le_bytes(data[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+                };
+                Ok(match context[1] {
+                    5 if object.index == 0 => ClientOp::SnapMark {
+                        image: object.image,
+                        snap: d(0),
+                    },
+                    6 if object.index == 0 => ClientOp::SnapTrim {
+                        id: d(0),
+                        image: object.image,
+                        snap: d(1),
+                    },
+                    7 => ClientOp::Rollback { object, snap: d(0) },
+                    k => return Err(format!("op kind {k} names object {}", object.index)),
+                })
+            }
             k => Err(format!("unknown op kind {k}")),
         }
     }
@@ -215,11 +280,14 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(kind in 0u8..4, image: u64, index: u64, offset: u32, len in 0u32..9000, epoch: u64) {
+        fn round_trips(kind in 0u8..7, image: u64, index: u64, offset: u32, len in 0u32..9000, epoch: u64) {
             let op = match kind {
                 0 => ClientOp::Write { object: obj(image, index), offset, data: Bytes::from(vec![7u8; len as usize]) },
                 1 => ClientOp::Discard { object: obj(image, index), offset, length: len },
                 2 => ClientOp::WriteZeroes { object: obj(image, index), offset, length: len },
+                3 => ClientOp::SnapMark { image: ImageId(image), snap: epoch },
+                4 => ClientOp::SnapTrim { id: index, image: ImageId(image), snap: epoch },
+                5 => ClientOp::Rollback { object: obj(image, index), snap: epoch },
                 _ => ClientOp::Reclaim {
                     id: index,
                     image: ImageId(image),

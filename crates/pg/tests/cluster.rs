@@ -320,7 +320,10 @@ fn apply_op(objects: &mut BTreeMap<(u64, u64), Vec<u8>>, op: &ClientOp) {
         ClientOp::Discard { offset, length, .. } | ClientOp::WriteZeroes { offset, length, .. } => {
             (*offset as usize, vec![0; *length as usize])
         }
-        ClientOp::Reclaim { .. } => unreachable!("the model issues no reclaims"),
+        ClientOp::Reclaim { .. }
+        | ClientOp::SnapMark { .. }
+        | ClientOp::SnapTrim { .. }
+        | ClientOp::Rollback { .. } => unreachable!("the model issues no reclaims or snapshot ops"),
     };
     if obj.len() < offset + data.len() {
         obj.resize(offset + data.len(), 0);

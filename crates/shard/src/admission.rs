@@ -116,6 +116,16 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
                 length,
             }
         })),
+        Request::Rollback { addr, epoch, snap } => Ok(Mutation {
+            addr,
+            offset: 0,
+            length: 0,
+            epoch,
+            op: ClientOp::Rollback {
+                object: object(&addr),
+                snap,
+            },
+        }),
         other => Err(other),
     }
 }
@@ -169,13 +179,36 @@ impl<D: Disk + 'static> ShardCore<D> {
         let Some(req) = self.hold_until_own_term(conn, request_id, req, arrived, eff) else {
             return;
         };
+        if let Request::Rollback { addr, snap, .. } = &req {
+            if let Some(m) = self.snap_missing(addr, *snap) {
+                return self.refuse(conn, request_id, Status::NoSuchSnap, m, eff);
+            }
+        }
         let req = match mutation(req) {
             Ok(m) => return self.propose(conn, request_id, m, arrived, eff),
             Err(req) => req,
         };
         match req {
-            Request::Write { .. } | Request::Discard { .. } | Request::WriteZeroes { .. } => {
+            Request::Write { .. }
+            | Request::Discard { .. }
+            | Request::WriteZeroes { .. }
+            | Request::Rollback { .. } => {
                 unreachable!("mutations were taken above")
+            }
+            Request::SnapRead {
+                addr,
+                offset,
+                length,
+                epoch,
+                snap,
+            } => {
+                let kind = OpKind::SnapRead {
+                    addr,
+                    offset,
+                    length,
+                    snap,
+                };
+                self.read(conn, request_id, kind, epoch, arrived, eff)
             }
             Request::Read {
                 addr,
@@ -418,6 +451,21 @@ impl<D: Disk + 'static> ShardCore<D> {
         // Only a write carries its bytes in the log entry; discards carry a range.
         let is_write = matches!(m.op, ClientOp::Write { .. });
         let length = m.length;
+        // A rollback copies up to a whole object from the snapshot: it needs that room.
+        if let ClientOp::Rollback { object, .. } = &m.op {
+            let object_bytes = self
+                .map
+                .images
+                .as_ref()
+                .and_then(|t| t.images.get(&object.image))
+                .map_or(fastblock_store::objects::OBJECT_SIZE_MAX_BYTES, |e| {
+                    e.object_size_bytes
+                });
+            if let Some(msg) = self.space_refusal(object_bytes) {
+                self.refuse(conn, request_id, Status::NoSpace, msg, eff);
+                return;
+            }
+        }
         if is_write && !crate::wal_fit::mutation_fits(u64::from(length), batch_bytes_max) {
             let msg = format!(
                 "a mutation of {length} bytes does not fit one WAL batch of {batch_bytes_max}"
@@ -496,22 +544,33 @@ impl<D: Disk + 'static> ShardCore<D> {
             addr,
             offset,
             length,
+        }
+        | OpKind::SnapRead {
+            addr,
+            offset,
+            length,
+            ..
         }) = kind
         else {
             unreachable!("read admits only reads and block-status queries");
         };
+        // A snapshot keeps its own size, which a later shrink of the image does not change:
+        // the head's size does not fence its reads (beyond the snapshot's data they read
+        // zeros; the client bounds them by the snapshot's size).
+        let fenced = !matches!(kind, OpKind::SnapRead { .. });
         if !self.admit(conn, request_id, addr.pg, (offset, length), epoch, eff)
-            || !self.fence(
-                conn,
-                request_id,
-                FenceQuery {
-                    addr,
-                    offset,
-                    length,
-                    epoch,
-                },
-                eff,
-            )
+            || fenced
+                && !self.fence(
+                    conn,
+                    request_id,
+                    FenceQuery {
+                        addr,
+                        offset,
+                        length,
+                        epoch,
+                    },
+                    eff,
+                )
         {
             return;
         }
@@ -529,6 +588,73 @@ impl<D: Disk + 'static> ShardCore<D> {
         hosted
             .replica
             .read(id, now_ms, self.outs.entry(addr.pg).or_default());
+    }
+
+    /// Why a rollback or snapshot read of `addr` to `snap` cannot be served by this replica
+    /// if it leads the PG and holds no such snapshot (`None`: go on; a replica that does not
+    /// lead answers as for any request).
+    fn snap_missing(&self, addr: &ObjectAddr, snap: u64) -> Option<String> {
+        let leads = self
+            .pgs
+            .get(&addr.pg)
+            .is_some_and(|h| h.replica.is_leader());
+        let live = self
+            .store
+            .borrow()
+            .image_snaps(addr.pg, addr.image)
+            .live
+            .contains(&snap);
+        (leads && !live).then(|| {
+            format!(
+                "pg {} holds no snapshot {snap} of image {}",
+                addr.pg, addr.image
+            )
+        })
+    }
+
+    /// Reads `addr` as image snapshot `snap` holds it, on this (leader) replica, once the
+    /// read barrier passed.
+    pub(crate) fn snap_read_reply(
+        &mut self,
+        addr: ObjectAddr,
+        (offset, length): (u32, u32),
+        snap: u64,
+        eff: &mut Effects,
+    ) -> Reply {
+        let object = fastblock_store::ObjectId {
+            image: addr.image,
+            index: addr.object_index,
+        };
+        let mut buf = vec![0u8; length as usize];
+        let r = self.store.borrow_mut().read_image_snap(
+            addr.pg,
+            object,
+            snap,
+            u64::from(offset),
+            &mut buf,
+        );
+        match r {
+            Ok(()) => Reply::Data(buf.into()),
+            Err(e) => {
+                let status = match &e {
+                    fastblock_store::Error::NoSuchImageSnap { .. } => Status::NoSuchSnap,
+                    fastblock_store::Error::Checksum { .. } => Status::Checksum,
+                    e if e.is_fatal() => Status::IoError,
+                    _ => Status::InvalidArgument,
+                };
+                let reply =
+                    Reply::error(status, None, format!("pg {}: snapshot read: {e}", addr.pg));
+                if e.is_fatal() {
+                    let f = crate::error::ShardFailure::store(
+                        crate::error::Operation::Read,
+                        Some(addr.pg),
+                        e,
+                    );
+                    self.fail(f, eff);
+                }
+                reply
+            }
+        }
     }
 
     /// The data-holding ranges of an object's range on this (leader) replica.

@@ -77,6 +77,13 @@ pub(crate) enum OpKind {
         offset: u32,
         length: u32,
     },
+    /// A read of an image snapshot: behind the same read barrier as a read.
+    SnapRead {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        snap: u64,
+    },
     /// A reclaim the shard proposed itself (no client waits for it).
     Reclaim { id: u64 },
 }
@@ -936,6 +943,18 @@ impl<D: Disk + 'static> ShardCore<D> {
                 let (addr, offset, length) = (*addr, *offset, *length);
                 self.allocation_reply(addr, offset, length, eff)
             }
+            (
+                OpOutcome::ReadReady,
+                OpKind::SnapRead {
+                    addr,
+                    offset,
+                    length,
+                    snap,
+                },
+            ) => {
+                let (addr, range, snap) = (*addr, (*offset, *length), *snap);
+                self.snap_read_reply(addr, range, snap, eff)
+            }
             (OpOutcome::Failed(e), kind) => {
                 if matches!(e, PgError::Dropped) && matches!(kind, OpKind::Mutation { .. }) {
                     eff.probes.writes_dropped += 1;
@@ -1165,6 +1184,34 @@ fn apply_op<D: Disk>(store: &mut Store<D>, pg: PgId, op: &ClientOp) -> fastblock
                 store.reclaim_image_range(pg, image, from_bytes, to_bytes, object_size_bytes)?;
             tracing::info!(%pg, reclaim = id, %image, objects = touched, "reclaim applied");
             Ok(())
+        }
+        // The snapshot operations are decided by the log's order, the same on every replica,
+        // so a mark that is no longer newest or a rollback to a snapshot trimmed since it was
+        // proposed does nothing, on every replica alike (the leader confirms a mark only if
+        // the snapshot is live after it; a rollback's client sees the snapshot gone).
+        &ClientOp::SnapMark { image, snap } => match store.image_snap_create(pg, image, snap) {
+            Err(fastblock_store::Error::InvalidArgument(m)) => {
+                tracing::warn!(%pg, %image, snap, "snapshot mark skipped: {m}");
+                Ok(())
+            }
+            r => {
+                tracing::info!(%pg, %image, snap, "snapshot marked");
+                r
+            }
+        },
+        &ClientOp::SnapTrim { id, image, snap } => {
+            let freed = store.image_snap_remove(pg, image, snap)?;
+            tracing::info!(%pg, %image, snap, trim = id, blocks_freed = freed, "snapshot trimmed");
+            Ok(())
+        }
+        ClientOp::Rollback { object: o, snap } => {
+            match store.image_snap_rollback(pg, object(o), *snap) {
+                Err(fastblock_store::Error::NoSuchImageSnap { .. }) => {
+                    tracing::warn!(%pg, image = %o.image, object = o.index, snap, "rollback to a snapshot this PG no longer holds: nothing done");
+                    Ok(())
+                }
+                r => r.map(|_| ()),
+            }
         }
     }
 }

@@ -254,7 +254,8 @@ impl<D: Disk + 'static> ShardCore<D> {
         let pg = match &req {
             Request::Write { addr, .. }
             | Request::Discard { addr, .. }
-            | Request::WriteZeroes { addr, .. } => addr.pg,
+            | Request::WriteZeroes { addr, .. }
+            | Request::Rollback { addr, .. } => addr.pg,
             _ => return Some(req),
         };
         // Writes already held for the PG keep their place: a later one waits behind them.

@@ -81,6 +81,8 @@ pub enum Kind {
     ReplicaDigest = 7,
     Allocation = 8,
     ShardSpace = 9,
+    SnapRead = 10,
+    Rollback = 11,
     AuthHello = 16,
     AuthChallenge = 17,
     AuthProof = 18,
@@ -94,7 +96,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 20] = [
         Kind::Write,
         Kind::Read,
         Kind::Discard,
@@ -104,6 +106,8 @@ impl Kind {
         Kind::ReplicaDigest,
         Kind::Allocation,
         Kind::ShardSpace,
+        Kind::SnapRead,
+        Kind::Rollback,
         Kind::AuthHello,
         Kind::AuthChallenge,
         Kind::AuthProof,

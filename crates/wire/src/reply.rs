@@ -90,11 +90,16 @@ pub enum Status {
     /// The authenticated entity's caps do not allow this request (a pool it may not use, an
     /// OSD-to-OSD message from a client).
     PermissionDenied = 17,
+    /// The PG holds no such snapshot of the image (never taken, or removed).
+    NoSuchSnap = 18,
+    /// A snapshot of the image is being taken and this PG has marked it: writes to the image
+    /// wait until every PG has (a few milliseconds to the monitor's timeout). Retryable.
+    SnapInProgress = 19,
 }
 
 impl Status {
     /// Every status, for tests and exhaustive tables.
-    pub const ALL: [Status; 18] = [
+    pub const ALL: [Status; 20] = [
         Status::Ok,
         Status::NotLeader,
         Status::NotReady,
@@ -113,6 +118,8 @@ impl Status {
         Status::AuthRequired,
         Status::AuthFailed,
         Status::PermissionDenied,
+        Status::NoSuchSnap,
+        Status::SnapInProgress,
     ];
 
     /// The status with this wire value, if any.
@@ -131,6 +138,7 @@ impl Status {
             | Status::NoSuchPg
             | Status::Busy
             | Status::StaleEpoch
+            | Status::SnapInProgress
             | Status::Timeout => true,
             Status::Ok
             | Status::InvalidArgument
@@ -143,6 +151,7 @@ impl Status {
             | Status::NoSuchImage
             | Status::AuthRequired
             | Status::AuthFailed
+            | Status::NoSuchSnap
             | Status::PermissionDenied => false,
         }
     }

@@ -99,6 +99,23 @@ pub enum Request {
         length: u32,
         epoch: Epoch,
     },
+    /// Reads the object as image snapshot `snap` holds it (`docs/design/snapshots.md`).
+    /// Served by the PG leader behind the same read barrier as a read; answered with
+    /// `Reply::Data`, or `NoSuchSnap` if the PG holds no such snapshot of the image.
+    SnapRead {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        epoch: Epoch,
+        snap: u64,
+    },
+    /// Makes the object's data what image snapshot `snap` holds, through the PG's log
+    /// (every replica copies the differing blocks from its own copy of the snapshot).
+    Rollback {
+        addr: ObjectAddr,
+        epoch: Epoch,
+        snap: u64,
+    },
     /// Debug/test: the free data space of the shard that receives it, answered with
     /// `Reply::Space` (tests check that discards give space back).
     ShardSpace,
@@ -192,6 +209,8 @@ impl Request {
             Request::ReplicaDigest { .. } => Kind::ReplicaDigest,
             Request::Allocation { .. } => Kind::Allocation,
             Request::ShardSpace => Kind::ShardSpace,
+            Request::SnapRead { .. } => Kind::SnapRead,
+            Request::Rollback { .. } => Kind::Rollback,
             Request::Hello { .. } => Kind::Hello,
             Request::RaftBatch { .. } => Kind::RaftBatch,
             Request::SnapChunk(_) => Kind::SnapChunk,
@@ -257,6 +276,21 @@ impl Request {
                 writer.put_u32(*length);
             }
             Request::ReplicaDigest { pg } => writer.put_pg(*pg),
+            Request::SnapRead {
+                addr,
+                offset,
+                length,
+                epoch,
+                snap,
+            } => {
+                put_object_op(&mut writer, addr, *epoch, *offset, *length);
+                writer.put_u64(*snap);
+            }
+            Request::Rollback { addr, epoch, snap } => {
+                put_addr(&mut writer, addr);
+                writer.put_u64(epoch.get());
+                writer.put_u64(*snap);
+            }
             Request::ShardSpace => {}
             Request::Hello { osd, boot_epoch } => {
                 writer.put_u32(osd.get());
@@ -392,6 +426,27 @@ impl Request {
                 Reader::new(payload, "ShardSpace").finish()?;
                 Request::ShardSpace
             }
+            Kind::SnapRead => {
+                let mut reader = Reader::new(payload, "SnapRead");
+                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                let snap = reader.u64("snap")?;
+                reader.finish()?;
+                Request::SnapRead {
+                    addr,
+                    offset,
+                    length,
+                    epoch,
+                    snap,
+                }
+            }
+            Kind::Rollback => {
+                let mut reader = Reader::new(payload, "Rollback");
+                let addr = read_addr(&mut reader)?;
+                let epoch = reader.epoch()?;
+                let snap = reader.u64("snap")?;
+                reader.finish()?;
+                Request::Rollback { addr, epoch, snap }
+            }
             Kind::Hello => {
                 let mut reader = Reader::new(payload, "Hello");
                 let osd = reader.osd("osd")?;
@@ -498,6 +553,8 @@ impl Request {
             | Request::WriteZeroes { .. }
             | Request::Allocation { .. } => OBJECT_OP_BYTES,
             Request::ShardSpace => 0,
+            Request::SnapRead { .. } => OBJECT_OP_BYTES + 8,
+            Request::Rollback { .. } => OBJECT_ADDR_BYTES + 16,
             Request::GetLeader { .. } | Request::Hello { .. } => 16,
             Request::ReplicaRead { .. } => OBJECT_ADDR_BYTES + 8,
             Request::ReplicaDigest { .. } => 8,

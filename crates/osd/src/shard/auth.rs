@@ -118,6 +118,8 @@ pub fn authorize(peer: &PeerAuth, req: &Request, map: &ClusterMap) -> Result<(),
         | Request::Discard { addr, .. }
         | Request::WriteZeroes { addr, .. }
         | Request::Allocation { addr, .. }
+        | Request::SnapRead { addr, .. }
+        | Request::Rollback { addr, .. }
         | Request::ReplicaRead { addr, .. } => pool_check(peer, addr.pg, map),
         Request::GetLeader { pg, .. } | Request::ReplicaDigest { pg } => pool_check(peer, *pg, map),
         Request::ShardSpace => Ok(()),

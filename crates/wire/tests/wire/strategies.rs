@@ -75,6 +75,20 @@ pub fn request() -> impl Strategy<Value = Request> {
             length,
             epoch
         }),
+        (object_op(), any::<u64>()).prop_map(|((addr, offset, length, epoch), snap)| {
+            Request::SnapRead {
+                addr,
+                offset,
+                length,
+                epoch,
+                snap,
+            }
+        }),
+        (addr(), epoch(), any::<u64>()).prop_map(|(addr, epoch, snap)| Request::Rollback {
+            addr,
+            epoch,
+            snap
+        }),
         Just(Request::ShardSpace),
         (any::<u32>(), epoch()).prop_map(|(osd, boot_epoch)| Request::Hello {
             osd: OsdId(osd),
