@@ -482,6 +482,12 @@ impl<D: Disk + 'static> ShardCore<D> {
                 applies.push((*pg, std::mem::take(&mut out.apply)));
             }
         }
+        // Snapshot transfers are planned before this step applies anything: raft-rs took the
+        // snapshot's index when it made the message, and the image snapshot states a transfer
+        // carries must be as of that index (`recovery.rs`).
+        for (pg, msg) in snapshots {
+            self.on_snapshot_request(pg, msg, eff);
+        }
         // Apply and answer first: committed entries are durable on a majority already
         // (raft-rs hands out only committed entries that are also persisted here), so their
         // clients wait neither for this round's Raft messages nor for the fdatasync of newer
@@ -495,9 +501,6 @@ impl<D: Disk + 'static> ShardCore<D> {
                     self.complete(op, outcome, eff);
                 }
             }
-        }
-        for (pg, msg) in snapshots {
-            self.on_snapshot_request(pg, msg, eff);
         }
         // Raft messages before the log write: a leader's appends leave before its own
         // fdatasync, so the followers' overlaps it.

@@ -31,7 +31,15 @@ struct ActiveSend {
     sender: Sender,
     /// The `MsgSnapshot` to deliver once every chunk is staged.
     msg: Message,
+    /// The PG's image snapshot states as of the snapshot's index (taken when the transfer
+    /// was planned, before this step applied anything): sent first, as the state the log
+    /// replayed after the install starts from.
+    image_snaps: BTreeMap<fastblock_types::ImageId, fastblock_store::ImageSnaps>,
 }
+
+/// The object index of a chunk that carries an image's snapshot state, not data (no
+/// object of an image has this index).
+pub const IMAGE_SNAPS_CHUNK_INDEX: u64 = u64::MAX;
 
 /// A member refused to reserve room for a snapshot of a PG (a backfill reservation refused):
 /// no new transfer to it before `retry_at`, and the leader reports it to the monitor
@@ -183,17 +191,52 @@ impl<D: Disk + 'static> ShardCore<D> {
             return;
         }
         let md = msg.get_snapshot().get_metadata();
-        let objects: Vec<ObjectExtent> = self
-            .store
-            .borrow()
-            .object_sizes(pg)
-            .into_iter()
-            .map(|(o, size)| ObjectExtent {
-                image: o.image,
-                index: o.index,
-                size_bytes: size.next_multiple_of(BLOCK_SIZE_BYTES),
+        // The head's objects, and those only image snapshots still keep blocks of (deleted
+        // from the head since).
+        let (image_snaps, extents) = {
+            let mut store = self.store.borrow_mut();
+            let mut extents: BTreeMap<fastblock_store::ObjectId, u64> = store
+                .object_sizes(pg)
+                .into_iter()
+                .map(|(o, size)| (o, size.next_multiple_of(BLOCK_SIZE_BYTES)))
+                .collect();
+            match store.kept_extents(pg) {
+                Ok(kept) => {
+                    for (o, end) in kept {
+                        let e = extents.entry(o).or_insert(0);
+                        *e = (*e).max(end);
+                    }
+                }
+                Err(e) => {
+                    drop(store);
+                    if e.is_fatal() {
+                        self.fail(ShardFailure::store(Operation::SnapshotRead, Some(pg), e), eff);
+                    } else {
+                        tracing::warn!(%pg, "planning a snapshot: {e}");
+                    }
+                    if let Some(h) = self.pgs.get_mut(&pg) {
+                        h.replica
+                            .report_snapshot(to, false, self.outs.entry(pg).or_default());
+                    }
+                    return;
+                }
+            }
+            let states: BTreeMap<_, _> = store.image_snaps_of_pg(pg).into_iter().collect();
+            (states, extents)
+        };
+        let mut objects: Vec<ObjectExtent> = image_snaps
+            .keys()
+            .map(|image| ObjectExtent {
+                image: *image,
+                index: IMAGE_SNAPS_CHUNK_INDEX,
+                size_bytes: BLOCK_SIZE_BYTES,
             })
             .collect();
+        objects.extend(extents.into_iter().map(|(o, size_bytes)| ObjectExtent {
+            image: o.image,
+            index: o.index,
+            size_bytes,
+        }));
         let transfer = self.recovery.next_transfer;
         self.recovery.next_transfer += 1;
         eff.probes.transfers_started += 1;
@@ -211,9 +254,14 @@ impl<D: Disk + 'static> ShardCore<D> {
             limits.chunk_bytes,
             limits.window_chunks,
         );
-        self.recovery
-            .sending
-            .insert(key, ActiveSend { sender, msg });
+        self.recovery.sending.insert(
+            key,
+            ActiveSend {
+                sender,
+                msg,
+                image_snaps,
+            },
+        );
     }
 
     /// Sends chunks within the window and the rate limit. Called at the end of every step,
@@ -245,32 +293,33 @@ impl<D: Disk + 'static> ShardCore<D> {
                 );
                 let total_bytes = active.sender.total_bytes;
                 let mut data = bytes::Bytes::new();
-                if plan.len_bytes > 0 {
-                    let mut buf = vec![0u8; plan.len_bytes as usize];
+                if plan.len_bytes > 0 && plan.object_index == IMAGE_SNAPS_CHUNK_INDEX {
+                    let state = active.image_snaps.get(&plan.image).cloned();
+                    data = state.unwrap_or_default().encode().into();
+                } else if plan.len_bytes > 0 {
                     let object = fastblock_store::ObjectId {
                         image: plan.image,
                         index: plan.object_index,
                     };
-                    let r = self.store.borrow_mut().read_object(
+                    let r = self.store.borrow_mut().transfer_read(
                         key.0,
                         object,
                         plan.offset_bytes,
-                        &mut buf,
+                        plan.len_bytes,
                     );
-                    if let Err(e) = r {
-                        if e.is_fatal() {
+                    match r {
+                        Ok(versions) => data = versions.encode().into(),
+                        Err(e) if e.is_fatal() => {
                             let f = ShardFailure::store(Operation::SnapshotRead, Some(key.0), e);
                             self.fail(f, eff);
                             return;
                         }
-                        tracing::warn!(pg = %key.0, "snapshot read: {e}; abandoning the transfer");
-                        self.abandon_send(*key);
-                        eff.probes.transfers_abandoned += 1;
-                        continue;
-                    }
-                    // Holes are not sent: the receiver starts from nothing.
-                    if buf.iter().any(|b| *b != 0) {
-                        data = buf.into();
+                        Err(e) => {
+                            tracing::warn!(pg = %key.0, "snapshot read: {e}; abandoning the transfer");
+                            self.abandon_send(*key);
+                            eff.probes.transfers_abandoned += 1;
+                            continue;
+                        }
                     }
                     self.recovery.tokens_bytes = self
                         .recovery
@@ -453,13 +502,14 @@ impl<D: Disk + 'static> ShardCore<D> {
                     if c.last && c.data.is_empty() {
                         // The end marker names no object.
                         Ok(())
-                    } else if c.data.is_empty() {
-                        // A hole: nothing to store, but the object exists on the sender (a
-                        // tail cut by a reclaim leaves one with no data), so it must here.
-                        store.snapshot_touch(c.pg, c.transfer, object, c.offset);
-                        Ok(())
+                    } else if c.object_index == IMAGE_SNAPS_CHUNK_INDEX {
+                        fastblock_store::ImageSnaps::decode(&c.data).map(|state| {
+                            store.snapshot_image_snaps(c.pg, c.transfer, c.image, state)
+                        })
                     } else {
-                        store.snapshot_write(c.pg, c.transfer, object, c.offset, &c.data)
+                        fastblock_store::ChunkVersions::decode(&c.data).and_then(|versions| {
+                            store.snapshot_stage(c.pg, c.transfer, object, c.offset, &versions)
+                        })
                     }
                 };
                 match r {

@@ -352,6 +352,76 @@ impl<D: Disk> Store<D> {
         })
     }
 
+    /// Stages one chunk of a PG snapshot transfer: every version of the blocks of one range
+    /// of `object` (see `Objects::snapshot_stage`). A full data region flushes once and
+    /// retries, as [`Store::snapshot_write`] does.
+    pub fn snapshot_stage(
+        &mut self,
+        pg: PgId,
+        transfer: u64,
+        object: ObjectId,
+        offset_bytes: u64,
+        chunk: &crate::objects::transfer::ChunkVersions,
+    ) -> Result<()> {
+        self.guard(|s| {
+            let stage = |s: &mut Self| {
+                s.objects.snapshot_stage(
+                    &mut s.disk,
+                    pg,
+                    transfer,
+                    object,
+                    offset_bytes,
+                    chunk,
+                )
+            };
+            match stage(s) {
+                Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {
+                    s.flush_inner()?;
+                    stage(s)
+                }
+                r => r,
+            }
+        })
+    }
+
+    /// Stages the image snapshot state of `image` for a PG snapshot transfer.
+    pub fn snapshot_image_snaps(
+        &mut self,
+        pg: PgId,
+        transfer: u64,
+        image: ImageId,
+        state: ImageSnaps,
+    ) {
+        self.objects
+            .snapshot_image_snaps(pg, transfer, image, state);
+    }
+
+    /// What a PG snapshot transfer sends of one range of `object`: every version of its
+    /// blocks, read now (see `Objects::transfer_read`).
+    pub fn transfer_read(
+        &mut self,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<crate::objects::transfer::ChunkVersions> {
+        self.guard(|s| {
+            s.objects
+                .transfer_read(&mut s.disk, pg, object, offset_bytes, len_bytes)
+        })
+    }
+
+    /// Every object of `pg` with blocks kept for image snapshots, and the bytes up to its
+    /// last kept block.
+    pub fn kept_extents(&mut self, pg: PgId) -> Result<Vec<(ObjectId, u64)>> {
+        self.guard(|s| s.objects.kept_extents(pg))
+    }
+
+    /// Every image of `pg` with image snapshot state, and that state.
+    pub fn image_snaps_of_pg(&self, pg: PgId) -> Vec<(ImageId, ImageSnaps)> {
+        self.objects.image_snaps_of_pg(pg)
+    }
+
     /// Stages that `object` exists though a chunk of it held only zeros (see
     /// `Objects::snapshot_touch`).
     pub fn snapshot_touch(&mut self, pg: PgId, transfer: u64, object: ObjectId, offset_bytes: u64) {

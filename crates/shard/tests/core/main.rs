@@ -837,7 +837,21 @@ fn first_chunk(transfer: u64, total_bytes: u64) -> Request {
         object_index: 0,
         offset: 0,
         total_bytes,
-        data: vec![7u8; 8192].into(),
+        // Two head blocks, in the transfer chunk's encoding.
+        data: fastblock_store::ChunkVersions {
+            head_exists: true,
+            len_bytes: 8192,
+            versions: (0..2)
+                .map(|block| fastblock_store::BlockVersion {
+                    block,
+                    birth: 0,
+                    snap: 0,
+                    data: vec![7u8; 4096],
+                })
+                .collect(),
+        }
+        .encode()
+        .into(),
     })
 }
 

@@ -160,6 +160,7 @@ impl Objects {
         // The cached read view predates the commit; reads must see the new map once the
         // entries it holds leave the dirty maps.
         self.blocks_view = None;
+        self.snap_blocks_view = None;
         let MetaCommit {
             blocks,
             objects,

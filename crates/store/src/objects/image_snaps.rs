@@ -27,6 +27,7 @@
 //! are the physical block, bits 40..61 the birth. So a data region holds at most 2^40 blocks
 //! (4 PiB) and an image at most [`IMAGE_SNAP_ID_MAX`] snapshot ids.
 
+use super::transfer::{BlockVersion, ChunkVersions};
 use super::{block_crc, meta, obj_key, BlockKey, BlockVal, Objects, BS};
 use crate::disk::{AlignedBuf, Disk};
 use crate::error::{Error, ObjectId, Result, SpaceArea};
@@ -73,7 +74,7 @@ pub struct ImageSnaps {
 
 impl ImageSnaps {
     /// Encoding in the `image_snaps` table: seq u64 LE, count u32 LE, then the live ids u64 LE.
-    pub(super) fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(12 + 8 * self.live.len());
         v.extend_from_slice(&self.seq.to_le_bytes());
         v.extend_from_slice(&(self.live.len() as u32).to_le_bytes());
@@ -83,7 +84,7 @@ impl ImageSnaps {
         v
     }
 
-    pub(super) fn decode(bytes: &[u8]) -> Result<ImageSnaps> {
+    pub fn decode(bytes: &[u8]) -> Result<ImageSnaps> {
         let bad = || Error::Meta(format!("image snapshot record of {} bytes", bytes.len()));
         if bytes.len() < 12 {
             return Err(bad());
@@ -136,7 +137,7 @@ impl Objects {
             .collect()
     }
 
-    fn set_image_snaps(&mut self, key: (u64, u64), state: ImageSnaps) {
+    pub(super) fn set_image_snaps(&mut self, key: (u64, u64), state: ImageSnaps) {
         if state == ImageSnaps::default() {
             self.image_snaps.remove(&key);
             self.dirty_image_snaps.insert(key, None);
@@ -174,7 +175,7 @@ impl Objects {
 
     /// Replaces a head block's value: the old block is kept for the newest live snapshot that
     /// sees it, or released. Every path that unmaps or remaps a head block comes here.
-    pub(super) fn retire(&mut self, pg: PgId, key: &BlockKey, old: BlockVal) {
+    pub(super) fn retire(&mut self, pg: PgId, key: &BlockKey, old: BlockVal) -> Result<()> {
         let keeper = if self.image_snaps.is_empty() {
             None
         } else {
@@ -182,17 +183,33 @@ impl Objects {
                 .get(&(key.0, key.1))
                 .and_then(|s| s.keeper(birth_of(old)))
         };
-        match keeper {
-            Some(snap) => {
-                let sk = (key.0, key.1, key.2, key.3, snap);
-                let prev = self.dirty_snap_blocks.insert(sk, Some(old));
-                debug_assert!(
-                    !matches!(prev, Some(Some(_))),
-                    "snapshot {snap} already keeps block {key:?}"
-                );
-            }
-            None => self.release(pg, phys_of(old)),
+        let Some(snap) = keeper else {
+            self.release(pg, phys_of(old));
+            return Ok(());
+        };
+        let sk = (key.0, key.1, key.2, key.3, snap);
+        // Already kept: only while the log is replayed over a PG snapshot transfer's copy,
+        // which holds the versions the sender kept later on (`design/snapshots.md`,
+        // "Catch-up"). The copied version is the one the snapshot saw; the block replaced
+        // now may be a merge of a replayed partial write with newer bytes, so it goes.
+        if self.kept_value(&sk)?.is_some() {
+            self.release(pg, phys_of(old));
+            return Ok(());
         }
+        self.dirty_snap_blocks.insert(sk, Some(old));
+        Ok(())
+    }
+
+    /// The current value of one kept entry: the applied changes, else the flushed table.
+    fn kept_value(&mut self, sk: &SnapBlockKey) -> Result<Option<BlockVal>> {
+        if let Some(v) = self.dirty_snap_blocks.get(sk) {
+            return Ok(*v);
+        }
+        if self.snap_blocks_view.is_none() {
+            self.snap_blocks_view = Some(self.db.begin_read()?.open_table(meta::SNAP_BLOCKS)?);
+        }
+        let table = self.snap_blocks_view.as_ref().expect("opened");
+        Ok(table.get(sk)?.map(|g| g.value()))
     }
 
     /// The birth of a block written now: the image's snapshot sequence.
@@ -390,7 +407,7 @@ impl Objects {
                 }
             };
             if let Some(old) = head {
-                self.retire(pg, &key, old);
+                self.retire(pg, &key, old)?;
             }
             self.dirty_blocks.insert(key, new);
         }
@@ -433,6 +450,78 @@ impl Objects {
             self.set_image_snaps(k, ImageSnaps::default());
         }
         Ok(())
+    }
+
+    /// What a PG snapshot transfer sends of `object` at `offset_bytes..+len_bytes` (4 KiB
+    /// aligned): every version of its blocks, the head's and those kept for image
+    /// snapshots, read now (see `transfer.rs` for why at one instant). Every block read is
+    /// checked against its checksum.
+    pub fn transfer_read(
+        &mut self,
+        disk: &mut dyn Disk,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<ChunkVersions> {
+        super::check_range(offset_bytes, len_bytes)?;
+        if !offset_bytes.is_multiple_of(BS) || !len_bytes.is_multiple_of(BS) || len_bytes == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "transfer read {offset_bytes}+{len_bytes} is not 4 KiB aligned"
+            )));
+        }
+        self.submit_staged(disk, false)?;
+        let ok = obj_key(pg, object);
+        let (first, end) = ((offset_bytes / BS) as u32, ((offset_bytes + len_bytes) / BS) as u32);
+        let keys: Vec<BlockKey> = (first..end).map(|b| (ok.0, ok.1, ok.2, b)).collect();
+        let mut found: Vec<(BlockKey, u64, BlockVal)> = Vec::new();
+        for (k, v) in keys.iter().zip(self.lookup_many(&keys)?) {
+            if let Some(v) = v {
+                found.push((*k, 0, v));
+            }
+        }
+        let kept = self.snap_entries((ok.0, ok.1, ok.2, first, 0), (ok.0, ok.1, ok.2, end - 1, u64::MAX))?;
+        for (sk, v) in kept {
+            found.push(((sk.0, sk.1, sk.2, sk.3), sk.4, v));
+        }
+        let mut block = AlignedBuf::zeroed(BS as usize);
+        let mut versions = Vec::with_capacity(found.len());
+        for (k, snap, v) in found {
+            self.read_block(disk, pg, &k, v, &mut block)?;
+            versions.push(BlockVersion {
+                block: k.3,
+                birth: u32::try_from(birth_of(v)).expect("births fit 21 bits"),
+                snap,
+                data: block.to_vec(),
+            });
+        }
+        Ok(ChunkVersions {
+            head_exists: self.objects.contains_key(&ok),
+            len_bytes,
+            versions,
+        })
+    }
+
+    /// Every object of `pg` with blocks kept for image snapshots, and the bytes up to its
+    /// last kept block: what a PG snapshot transfer covers besides the head's objects.
+    pub fn kept_extents(&self, pg: PgId) -> Result<Vec<(ObjectId, u64)>> {
+        let p = pg_to_u64(pg);
+        let kept = self.snap_entries((p, 0, 0, 0, 0), (p, u64::MAX, u64::MAX, u32::MAX, u64::MAX))?;
+        let mut ends: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+        for sk in kept.keys() {
+            let end = ends.entry((sk.1, sk.2)).or_insert(0);
+            *end = (*end).max((u64::from(sk.3) + 1) * BS);
+        }
+        Ok(ends
+            .into_iter()
+            .map(|((image, index), end)| {
+                let object = ObjectId {
+                    image: ImageId(image),
+                    index,
+                };
+                (object, end)
+            })
+            .collect())
     }
 
     /// Loads the snapshot tables at open: marks the kept blocks used and returns the state.

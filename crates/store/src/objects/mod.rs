@@ -22,6 +22,7 @@ mod commit;
 mod image_snaps;
 pub mod meta;
 mod snapshot;
+pub mod transfer;
 
 pub use block_cache::BlockCacheStats;
 pub use commit::MetaCommit;
@@ -84,6 +85,8 @@ pub struct Objects {
     /// A read view of the flushed block map for the cache's misses, reused until the next
     /// flush (opening a read transaction per applied write was measurable).
     blocks_view: Option<redb::ReadOnlyTable<BlockKey, BlockVal>>,
+    /// The same for the blocks kept for image snapshots.
+    snap_blocks_view: Option<redb::ReadOnlyTable<SnapBlockKey, BlockVal>>,
     dirty_applied: BTreeMap<u64, Option<u64>>,
     applied: BTreeMap<PgId, u64>,
     flushed_applied: BTreeMap<PgId, u64>,
@@ -186,6 +189,7 @@ impl Objects {
             objects,
             block_cache: BlockCache::new(block_cache_entries_max),
             blocks_view: None,
+            snap_blocks_view: None,
             dirty_applied: BTreeMap::new(),
             flushed_applied: applied.clone(),
             applied,
@@ -443,7 +447,7 @@ impl Objects {
         }
         for (key, old) in keys.iter().zip(&olds) {
             if let Some(old) = old {
-                self.retire(pg, key, *old);
+                self.retire(pg, key, *old)?;
             }
         }
         self.touch_object(ok, end);
@@ -495,7 +499,7 @@ impl Objects {
         let olds = self.lookup_many(&keys)?;
         for (k, old) in keys.iter().zip(olds) {
             if let Some(old) = old {
-                self.retire(pg, k, old);
+                self.retire(pg, k, old)?;
                 self.dirty_blocks.insert(*k, None);
             }
         }
@@ -528,7 +532,7 @@ impl Objects {
     pub fn delete(&mut self, pg: PgId, object: ObjectId) -> Result<()> {
         let ok = obj_key(pg, object);
         for (k, old) in self.object_blocks(ok)? {
-            self.retire(pg, &k, old);
+            self.retire(pg, &k, old)?;
             self.dirty_blocks.insert(k, None);
         }
         self.objects.remove(&ok);

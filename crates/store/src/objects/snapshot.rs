@@ -15,6 +15,8 @@
 //! or delete hands it to the staging alone (it is not freed), an abort frees only what the
 //! staging owns alone, and the install keeps every block the staged map references.
 
+use super::image_snaps::{pack, phys_of, ImageSnaps, SnapBlockKey, IMAGE_SNAP_ID_MAX};
+use super::transfer::{BlockVersion, ChunkVersions};
 use super::{block_crc, check_range, meta, obj_key, BlockKey, BlockVal, ObjKey, Objects, BS};
 use crate::disk::AlignedBuf;
 use crate::disk::Disk;
@@ -30,6 +32,10 @@ pub(super) struct Receiving {
     /// Identifies the transfer; chunks of another transfer restart the staging.
     transfer: u64,
     blocks: BTreeMap<BlockKey, BlockVal>,
+    /// Blocks kept for image snapshots (never shared with the live map).
+    kept: BTreeMap<SnapBlockKey, BlockVal>,
+    /// Image snapshot states, per (pg, image).
+    states: BTreeMap<(u64, u64), ImageSnaps>,
     objects: BTreeMap<ObjKey, u64>,
     /// Physical blocks the staged map shares with the PG's live objects.
     shared: BTreeSet<u64>,
@@ -40,6 +46,8 @@ impl Receiving {
         Receiving {
             transfer,
             blocks: BTreeMap::new(),
+            kept: BTreeMap::new(),
+            states: BTreeMap::new(),
             objects: BTreeMap::new(),
             shared: BTreeSet::new(),
         }
@@ -87,8 +95,8 @@ impl SnapshotRecord {
 
 impl Objects {
     /// Stages one chunk of transfer `transfer` for `pg`: `data` at `offset_bytes` of `object`,
-    /// both multiples of 4 KiB. A chunk of a different transfer than the one staged discards
-    /// the staged one first.
+    /// both multiples of 4 KiB, every block a head block born at 0 (a PG without image
+    /// snapshots). See [`Objects::snapshot_stage`].
     pub fn snapshot_write(
         &mut self,
         disk: &mut dyn Disk,
@@ -99,11 +107,64 @@ impl Objects {
         data: &[u8],
     ) -> Result<()> {
         let len = data.len() as u64;
-        check_range(offset_bytes, len)?;
         if !offset_bytes.is_multiple_of(BS) || !len.is_multiple_of(BS) {
             return Err(Error::InvalidArgument(format!(
                 "snapshot chunk {offset_bytes}+{len} is not 4 KiB aligned"
             )));
+        }
+        check_range(offset_bytes, len)?;
+        let versions = data
+            .chunks_exact(BS as usize)
+            .enumerate()
+            .map(|(i, d)| BlockVersion {
+                block: (offset_bytes / BS) as u32 + i as u32,
+                birth: 0,
+                snap: 0,
+                data: d.to_vec(),
+            })
+            .collect();
+        let chunk = ChunkVersions {
+            head_exists: true,
+            len_bytes: len,
+            versions,
+        };
+        self.snapshot_stage(disk, pg, transfer, object, offset_bytes, &chunk)
+    }
+
+    /// Stages one chunk of transfer `transfer` for `pg`: the versions of the blocks of
+    /// `object` in `offset_bytes..+chunk.len_bytes` (4 KiB aligned) that the sender read at one
+    /// instant (`transfer.rs`). Head blocks go to the staged head (sharing a block the PG
+    /// holds with the same content), kept blocks to the staged blocks of their image
+    /// snapshot. A chunk of a different transfer than the one staged discards the staged one
+    /// first.
+    pub fn snapshot_stage(
+        &mut self,
+        disk: &mut dyn Disk,
+        pg: PgId,
+        transfer: u64,
+        object: ObjectId,
+        offset_bytes: u64,
+        chunk: &ChunkVersions,
+    ) -> Result<()> {
+        let len_bytes = chunk.len_bytes;
+        check_range(offset_bytes, len_bytes)?;
+        if !offset_bytes.is_multiple_of(BS) || !len_bytes.is_multiple_of(BS) {
+            return Err(Error::InvalidArgument(format!(
+                "snapshot chunk {offset_bytes}+{len_bytes} is not 4 KiB aligned"
+            )));
+        }
+        let (lo, hi) = (offset_bytes / BS, (offset_bytes + len_bytes) / BS);
+        for v in &chunk.versions {
+            let inside = (lo..hi).contains(&u64::from(v.block));
+            if !inside || u64::from(v.birth) > IMAGE_SNAP_ID_MAX || v.data.len() != BS as usize {
+                return Err(Error::InvalidArgument(format!(
+                    "snapshot chunk {offset_bytes}+{len_bytes}: a version of block {} born at {} \
+                     with {} bytes",
+                    v.block,
+                    v.birth,
+                    v.data.len()
+                )));
+            }
         }
         if self
             .receiving
@@ -113,26 +174,37 @@ impl Objects {
             self.snapshot_abort(pg);
         }
         let ok = obj_key(pg, object);
-        let first_block = offset_bytes / BS;
-        let count = (len / BS) as usize;
-        let keys: Vec<BlockKey> = (0..count)
-            .map(|i| (ok.0, ok.1, ok.2, (first_block + i as u64) as u32))
+        let keys: Vec<BlockKey> = chunk
+            .versions
+            .iter()
+            .map(|v| (ok.0, ok.1, ok.2, v.block))
             .collect();
-        let block = |i: usize| &data[i * BS as usize..(i + 1) * BS as usize];
-        let crcs: Vec<u32> = (0..count).map(|i| block_crc(&keys[i], block(i))).collect();
-        // Blocks the PG already holds with the same content are shared, not copied.
-        let live = self.lookup_many(&keys)?;
+        let crcs: Vec<u32> = chunk
+            .versions
+            .iter()
+            .zip(&keys)
+            .map(|(v, k)| block_crc(k, &v.data))
+            .collect();
+        // Head blocks the PG already holds with the same content are shared, not copied
+        // (kept blocks are always copied: sharing them would tie maps of two kinds).
+        let count = chunk.versions.len();
         let mut same: Vec<Option<u64>> = vec![None; count];
+        let live = self.lookup_many(&keys)?;
         let mut buf = AlignedBuf::zeroed(BS as usize);
-        for i in 0..count {
-            let Some(val) = live[i] else { continue };
-            if val.1 != crcs[i] {
+        for n in 0..count {
+            let (Some(val), 0) = (live[n], chunk.versions[n].snap) else {
+                continue;
+            };
+            if val.1 != crcs[n] {
                 continue;
             }
-            let phys = super::image_snaps::phys_of(val);
             self.submit_staged(disk, false)?;
-            if self.read_block(disk, pg, &keys[i], val, &mut buf).is_ok() && buf[..] == *block(i) {
-                same[i] = Some(phys);
+            if self
+                .read_block(disk, pg, &keys[n], val, &mut buf)
+                .is_ok()
+                && buf[..] == chunk.versions[n].data[..]
+            {
+                same[n] = Some(phys_of(val));
             }
         }
         let new_count = same.iter().filter(|s| s.is_none()).count() as u64;
@@ -145,38 +217,78 @@ impl Objects {
             .iter()
             .flat_map(|e| e.start_block..e.start_block + e.block_count);
         let mut staged = Vec::with_capacity(count);
-        for i in 0..count {
-            let phys = match same[i] {
+        for n in 0..count {
+            let phys = match same[n] {
                 Some(phys) => phys,
                 None => {
                     let phys = physs.next().expect("allocated one block per new block");
                     let at = self.stage_block(disk, phys)?;
-                    self.stage.buf[at..at + BS as usize].copy_from_slice(block(i));
+                    self.stage.buf[at..at + BS as usize].copy_from_slice(&chunk.versions[n].data);
                     phys
                 }
             };
-            staged.push((keys[i], (phys, crcs[i]), same[i].is_some()));
+            let v = &chunk.versions[n];
+            staged.push((keys[n], v.snap, pack(phys, u64::from(v.birth), crcs[n]), same[n].is_some()));
         }
         let r = self
             .receiving
             .entry(pg)
             .or_insert_with(|| Receiving::new(transfer));
-        for (key, val, shared) in staged {
+        let mut garbage = Vec::new();
+        let mut head_blocks = false;
+        for (key, snap, val, shared) in staged {
+            let phys = phys_of(val);
             if shared {
-                r.shared.insert(val.0);
+                r.shared.insert(phys);
             }
-            if let Some((old, _)) = r.blocks.insert(key, val) {
+            let old = if snap == 0 {
+                head_blocks = true;
+                r.blocks.insert(key, val)
+            } else {
+                r.kept.insert((key.0, key.1, key.2, key.3, snap), val)
+            };
+            if let Some(old) = old.map(phys_of) {
                 // A resent chunk: the earlier copy is garbage (freed after the next flush,
                 // when its staged write has surely been submitted), unless the PG's objects
                 // still reference it or the new copy is the same block.
-                if old != val.0 && !r.shared.remove(&old) {
-                    self.pending_free.push(old);
+                if old != phys && !r.shared.remove(&old) {
+                    garbage.push(old);
                 }
             }
         }
-        let end = r.objects.entry(ok).or_insert(0);
-        *end = (*end).max(offset_bytes + len);
+        if chunk.head_exists {
+            // An object with no head block in this range still exists on the sender (a
+            // tail cut by a reclaim leaves one with no data), so it must here.
+            let end = r.objects.entry(ok).or_insert(0);
+            let reach = if head_blocks { offset_bytes + len_bytes } else { offset_bytes };
+            *end = (*end).max(reach);
+        }
+        self.pending_free.extend(garbage);
         Ok(())
+    }
+
+    /// Stages the snapshot state of `image` for the transfer (sent before any block, so it
+    /// is as old as every block copied; the log replayed after the install brings it up to
+    /// date).
+    pub fn snapshot_image_snaps(
+        &mut self,
+        pg: PgId,
+        transfer: u64,
+        image: fastblock_types::ImageId,
+        state: ImageSnaps,
+    ) {
+        if self
+            .receiving
+            .get(&pg)
+            .is_some_and(|r| r.transfer != transfer)
+        {
+            self.snapshot_abort(pg);
+        }
+        let r = self
+            .receiving
+            .entry(pg)
+            .or_insert_with(|| Receiving::new(transfer));
+        r.states.insert((pg_to_u64(pg), image.0), state);
     }
 
     /// Stages that `object` exists (a chunk of transfer `transfer` that is all hole at
@@ -208,7 +320,7 @@ impl Objects {
         if let Some(r) = self.receiving.remove(&pg) {
             // Not freed at once: a staged write of these blocks may still be queued. Blocks
             // shared with the PG's objects stay theirs.
-            let owned = r.blocks.values().map(|v| v.0);
+            let owned = r.blocks.values().chain(r.kept.values()).map(|v| phys_of(*v));
             self.pending_free
                 .extend(owned.filter(|phys| !r.shared.contains(phys)));
         }
@@ -257,6 +369,12 @@ impl Objects {
         );
         for (k, v) in staged.blocks {
             self.dirty_blocks.insert(k, Some(v));
+        }
+        for (k, v) in staged.kept {
+            self.dirty_snap_blocks.insert(k, Some(v));
+        }
+        for (k, state) in staged.states {
+            self.set_image_snaps(k, state);
         }
         for (k, end) in staged.objects {
             self.objects.insert(k, end);
