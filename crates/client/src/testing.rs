@@ -363,5 +363,7 @@ pub fn image_info(id: u64, name: &str, size_bytes: u64, object_size_bytes: u64) 
         size_bytes,
         object_size_bytes,
         created_epoch: Epoch(1),
+        snap_seq: 0,
+        parent: None,
     }
 }

@@ -86,6 +86,8 @@ impl MonState {
             size_bytes: req.size_bytes,
             object_size_bytes: object_size,
             created_epoch: self.next_epoch(),
+            snap_seq: 0,
+            parent: None,
         };
         self.counters.next_image_id += 1;
         self.images.insert(key, image.clone());
@@ -112,10 +114,12 @@ impl MonState {
     }
 
     /// Removes an image's metadata and records its whole range for the data path to delete.
+    /// Refused while the image has snapshots or clones (`crate::snap_ops`).
     pub fn remove_image(&mut self, pool: &str, name: &str) -> OpResult<ImageInfo> {
         let image = self.image(pool, name)?.clone();
         // Its reclaim could never be confirmed by the pool's PGs; `pool rm` removes it all.
         self.check_pool_usable(image.pool)?;
+        self.check_no_snap_dependents(&image)?;
         self.images.remove(&(image.pool, image.name.clone()));
         self.push_reclaim(&image, 0, image.size_bytes, "image removed");
         Ok(image)
@@ -204,8 +208,9 @@ impl MonState {
         Ok(finished)
     }
 
-    /// Copies what the data path needs from the image and reclaim records into the map: the
-    /// image table (for fencing IO) and the pending reclaims (for the PG leaders).
+    /// Copies what the data path needs from the image, reclaim and snapshot records into the
+    /// map: the image table (for fencing IO), the pending reclaims, the live snapshots and the
+    /// pending snapshot trims (for the PG leaders).
     pub fn derive_data_map(&mut self) {
         self.map.images = Some(ImageTable {
             next_id: self.counters.next_image_id,
@@ -224,5 +229,7 @@ impl MonState {
                 .collect(),
         });
         self.map.reclaim = self.reclaim.clone();
+        self.map.snaps = self.snaps.clone();
+        self.map.snap_trims = self.snap_trims.clone();
     }
 }

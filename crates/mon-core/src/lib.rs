@@ -12,6 +12,8 @@
 //! - [`osd_ops`]: apply-id, boot, down, up, out, in, flags.
 //! - [`pool_ops`]: pool create/delete, repair and rebalance of PG targets.
 //! - [`image_ops`]: image create/remove/resize and the reclaim list.
+//! - [`snap_ops`]: image snapshots (create, confirm per PG, timeout, remove, protect), clones
+//!   and flatten, and the trim list that makes the PGs drop removed or aborted snapshots.
 //! - [`pg_reports`]: "leader elected" and "membership change finished" from PG leaders.
 //! - [`report_checks`]: the rules a PG report must pass against its sender ([`Reporter`]) and
 //!   the recorded PG before it is recorded.
@@ -39,6 +41,7 @@ pub mod osd_ops;
 pub mod pg_reports;
 pub mod pool_ops;
 pub mod report_checks;
+pub mod snap_ops;
 pub mod state;
 
 pub use report_checks::Reporter;

@@ -128,8 +128,9 @@ impl MonState {
         Ok(pool)
     }
 
-    /// Deletes a pool, its PGs and its images. OSDs drop the PGs of a pool that left the map.
-    /// Refused while the pool holds images unless `force`, because it destroys their data.
+    /// Deletes a pool, its PGs, its images and their snapshots. OSDs drop the PGs of a pool
+    /// that left the map. Refused while the pool holds images unless `force`, because it
+    /// destroys their data, and refused while images of other pools are cloned from its own.
     /// A damaged pool (`crate::damage`) can be deleted too: that is the one change it takes.
     pub fn delete_pool(&mut self, name: &str, force: bool) -> OpResult<PoolInfo> {
         let pool = self.pool_by_name(name)?.clone();
@@ -142,10 +143,28 @@ impl MonState {
                 ),
             );
         }
+        // Even with force: a clone in another pool would be left reading from a parent that
+        // is gone.
+        let clones = self.clones_outside_pool(pool.id);
+        if !clones.is_empty() {
+            let names: Vec<String> = clones
+                .iter()
+                .map(|c| format!("{}/{}", c.pool_name, c.name))
+                .collect();
+            return err(
+                ErrorCode::SnapInUse,
+                format!(
+                    "pool {name:?} holds the parents of {} clone(s) in other pools: {}; flatten or remove them first",
+                    names.len(),
+                    names.join(", ")
+                ),
+            );
+        }
         self.map.pools.remove(&pool.id);
         self.map.pgmaps.remove(&pool.id);
         self.images.retain(|(p, _), _| *p != pool.id);
         self.reclaim.retain(|_, r| r.pool != pool.id);
+        self.forget_snaps_of_pool(pool.id);
         Ok(pool)
     }
 

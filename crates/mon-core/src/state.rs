@@ -1,7 +1,9 @@
 //! [`MonState`]: everything the monitor persists, and the derivation of PG states.
 
-use fastblock_types::map::{ClusterMap, Counters, ImageInfo, PgInfo, ReclaimEntry};
-use fastblock_types::{Epoch, OsdId, PgState, PoolId};
+use fastblock_types::map::{
+    ClusterMap, Counters, ImageInfo, PgInfo, ReclaimEntry, SnapInfo, SnapTrimEntry,
+};
+use fastblock_types::{Epoch, ImageId, OsdId, PgState, PoolId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,6 +21,10 @@ pub struct MonState {
     /// Images keyed by (pool, name): names are unique per pool.
     pub images: BTreeMap<(PoolId, String), ImageInfo>,
     pub reclaim: BTreeMap<u64, ReclaimEntry>,
+    /// Live snapshots per image, sorted by id (`crate::snap_ops`).
+    pub snaps: BTreeMap<ImageId, Vec<SnapInfo>>,
+    /// Snapshots whose data the PGs must drop, by trim id.
+    pub snap_trims: BTreeMap<u64, SnapTrimEntry>,
     pub counters: Counters,
     pub pending: Pending,
     /// The key table (the mode and its epoch are in `map.auth`).
@@ -151,7 +157,7 @@ impl MonState {
                 format!("reclaim id {id} not below counter"),
             )?;
         }
-        Ok(())
+        self.validate_snaps()
     }
 
     /// Asserts that an operation damaged no pool: damage comes only from etcd, and pools

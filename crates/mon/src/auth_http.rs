@@ -44,7 +44,8 @@ pub enum Need {
     Any,
     /// Caps `admin` (every change but the OSDs' own calls).
     Admin,
-    /// Caps `osd` (PG reports, reclaim confirmations, the data-key table).
+    /// Caps `osd` (PG reports, reclaim, snapshot mark and trim confirmations, the data-key
+    /// table).
     OsdCap,
     /// Only `osd.{id}` for the `{id}` in the path (boot, heartbeat).
     OsdSelf,
@@ -57,6 +58,8 @@ pub fn need_of(method: &Method, route: &str) -> Need {
         ("POST", "/v1/osds/{id}/boot" | "/v1/osds/{id}/heartbeat") => Need::OsdSelf,
         ("POST", "/v1/pgs/{pgid}/leader" | "/v1/pgs/{pgid}/membership")
         | ("POST", "/v1/reclaim/{id}/pgs/{pgid}")
+        | ("POST", "/v1/snaps/{image}/{snap}/pgs/{pgid}")
+        | ("POST", "/v1/snaptrim/{id}/pgs/{pgid}")
         | ("GET", "/v1/auth/data-keys") => Need::OsdCap,
         // The key table lists who can do what: administrators only.
         ("GET", "/v1/auth") => Need::Admin,
@@ -389,6 +392,29 @@ mod tests {
         assert_eq!(need_of(&post, "/v1/osds/{id}/heartbeat"), Need::OsdSelf);
         assert_eq!(need_of(&post, "/v1/pgs/{pgid}/leader"), Need::OsdCap);
         assert_eq!(need_of(&post, "/v1/reclaim/{id}/pgs/{pgid}"), Need::OsdCap);
+        assert_eq!(
+            need_of(&post, "/v1/snaps/{image}/{snap}/pgs/{pgid}"),
+            Need::OsdCap
+        );
+        assert_eq!(need_of(&post, "/v1/snaptrim/{id}/pgs/{pgid}"), Need::OsdCap);
+        assert_eq!(need_of(&get, "/v1/snaptrim"), Need::Any);
+        assert_eq!(need_of(&get, "/v1/images/{pool}/{name}/snaps"), Need::Any);
+        assert_eq!(
+            need_of(&post, "/v1/images/{pool}/{name}/snaps"),
+            Need::Admin
+        );
+        assert_eq!(
+            need_of(&post, "/v1/images/{pool}/{name}/snaps/{snap}/clone"),
+            Need::Admin
+        );
+        assert_eq!(
+            need_of(&Method::DELETE, "/v1/images/{pool}/{name}/snaps/{snap}"),
+            Need::Admin
+        );
+        assert_eq!(
+            need_of(&post, "/v1/images/{pool}/{name}/flatten-done"),
+            Need::Admin
+        );
         assert_eq!(need_of(&post, "/v1/osds/apply-id"), Need::Admin);
         assert_eq!(need_of(&post, "/v1/pools"), Need::Admin);
         assert_eq!(need_of(&Method::DELETE, "/v1/auth/{entity}"), Need::Admin);

@@ -17,10 +17,13 @@ use axum::{Extension, Json, Router};
 use fastblock_auth::EntityName;
 use fastblock_mon_core::health::{health, pg_state_counts};
 use fastblock_mon_core::osd_ops::Flag;
+use fastblock_mon_core::snap_ops::SnapAbort;
 use fastblock_mon_core::Reporter;
 use fastblock_types::api::*;
-use fastblock_types::map::{Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry};
-use fastblock_types::{Epoch, OsdId, PgId};
+use fastblock_types::map::{
+    Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry, SnapInfo, SnapState, SnapTrimEntry,
+};
+use fastblock_types::{Epoch, ImageId, OsdId, PgId, SnapId};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -28,6 +31,8 @@ use std::time::{Duration, Instant};
 
 /// Longest a map long-poll is held.
 const LONG_POLL_MS_MAX: u64 = 60_000;
+/// How often a snapshot create call looks whether every PG confirmed.
+const SNAP_CREATE_POLL_MS: u64 = 20;
 
 pub struct AppState {
     pub mon: Arc<Monitor>,
@@ -94,6 +99,31 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(get_image).delete(remove_image),
         )
         .route("/v1/images/{pool}/{name}/resize", post(resize_image))
+        .route("/v1/images/{pool}/{name}/flatten-done", post(flatten_done))
+        .route(
+            "/v1/images/{pool}/{name}/snaps",
+            get(list_snaps).post(create_snap),
+        )
+        .route("/v1/images/{pool}/{name}/snaps/{snap}", delete(remove_snap))
+        .route(
+            "/v1/images/{pool}/{name}/snaps/{snap}/protect",
+            post(protect_snap),
+        )
+        .route(
+            "/v1/images/{pool}/{name}/snaps/{snap}/unprotect",
+            post(unprotect_snap),
+        )
+        .route(
+            "/v1/images/{pool}/{name}/snaps/{snap}/children",
+            get(snap_children),
+        )
+        .route(
+            "/v1/images/{pool}/{name}/snaps/{snap}/clone",
+            post(clone_snap),
+        )
+        .route("/v1/snaps/{image}/{snap}/pgs/{pgid}", post(snap_pg_done))
+        .route("/v1/snaptrim", get(list_snap_trims))
+        .route("/v1/snaptrim/{id}/pgs/{pgid}", post(snap_trim_pg_done))
         .route("/v1/flags", get(get_flags))
         .route("/v1/flags/{flag}", put(set_flag).delete(unset_flag))
         .route("/v1/reclaim", get(list_reclaim))
@@ -675,6 +705,177 @@ async fn reclaim_pg_done(
     let pg = parse_pg(&pgid)?;
     let finished = app.mon.apply(|s, _| s.reclaim_pg_done(id, pg)).await?;
     Ok(Json(ReclaimPgDoneResponse { finished }))
+}
+
+async fn list_snaps(
+    State(app): App,
+    Path((pool, name)): Path<(String, String)>,
+) -> ApiResult<Vec<SnapInfo>> {
+    Ok(Json(
+        app.mon.read(|s, _| s.list_snaps(&pool, &name)).await??,
+    ))
+}
+
+/// Records the snapshot, then waits (bounded by `--snap-create-timeout-ms`) until every PG of
+/// the pool confirmed its mark; on timeout the snapshot is aborted and the call fails naming
+/// the PGs that did not confirm. The wait polls the state: confirmations arrive as separate
+/// calls, each its own operation.
+async fn create_snap(
+    State(app): App,
+    Path((pool, name)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<SnapInfo> {
+    let req: CreateSnapRequest = parse(&body)?;
+    let timeout_ms = app.mon.snap_create_timeout_ms;
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let snap = app
+        .mon
+        .apply(|s, side| s.create_snap(&pool, &name, &req.name, side.unix_ms))
+        .await?;
+    tracing::info!(%pool, image = %name, snap = %snap.name, id = %snap.id, "snapshot creating");
+    let (image, id) = (snap.image, snap.id);
+    // The error once the snapshot is gone (aborted), from its last state seen.
+    let timed_out = |s: &fastblock_mon_core::MonState, last: &SnapInfo| {
+        s.snap_timed_out_error(last, &s.snap_missing_pgs(last), timeout_ms)
+    };
+    let mut last = snap;
+    loop {
+        let now = app
+            .mon
+            .read(|s, _| {
+                s.snap_by_id(image, id)
+                    .cloned()
+                    .ok_or_else(|| timed_out(s, &last))
+            })
+            .await??;
+        if now.state == SnapState::Created {
+            return Ok(Json(now));
+        }
+        last = now;
+        if Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(SNAP_CREATE_POLL_MS)).await;
+    }
+    let outcome = app.mon.apply(|s, _| s.abort_snap_create(image, id)).await?;
+    let e = match outcome {
+        SnapAbort::Created(done) => return Ok(Json(done)),
+        SnapAbort::Aborted { missing_pgs } => {
+            app.mon
+                .read(|s, _| s.snap_timed_out_error(&last, &missing_pgs, timeout_ms))
+                .await?
+        }
+        // The ticker aborted it between the last look and the abort.
+        SnapAbort::Gone => app.mon.read(|s, _| timed_out(s, &last)).await?,
+    };
+    tracing::warn!("{e}");
+    Err(ApiErr(e))
+}
+
+async fn remove_snap(
+    State(app): App,
+    Path((pool, name, snap)): Path<(String, String, String)>,
+) -> ApiResult<SnapInfo> {
+    Ok(Json(
+        app.mon
+            .apply(|s, _| s.remove_snap(&pool, &name, &snap))
+            .await?,
+    ))
+}
+
+async fn protect_snap(
+    State(app): App,
+    Path((pool, name, snap)): Path<(String, String, String)>,
+) -> ApiResult<SnapInfo> {
+    Ok(Json(
+        app.mon
+            .apply(|s, _| s.protect_snap(&pool, &name, &snap, true))
+            .await?,
+    ))
+}
+
+async fn unprotect_snap(
+    State(app): App,
+    Path((pool, name, snap)): Path<(String, String, String)>,
+) -> ApiResult<SnapInfo> {
+    Ok(Json(
+        app.mon
+            .apply(|s, _| s.protect_snap(&pool, &name, &snap, false))
+            .await?,
+    ))
+}
+
+async fn snap_children(
+    State(app): App,
+    Path((pool, name, snap)): Path<(String, String, String)>,
+) -> ApiResult<Vec<ImageInfo>> {
+    Ok(Json(
+        app.mon
+            .read(|s, _| s.snap_children(&pool, &name, &snap))
+            .await??,
+    ))
+}
+
+async fn clone_snap(
+    State(app): App,
+    Path((pool, name, snap)): Path<(String, String, String)>,
+    body: Bytes,
+) -> ApiResult<ImageInfo> {
+    let req: CloneRequest = parse(&body)?;
+    Ok(Json(
+        app.mon
+            .apply(|s, _| s.clone_snap(&pool, &name, &snap, &req))
+            .await?,
+    ))
+}
+
+async fn flatten_done(
+    State(app): App,
+    Path((pool, name)): Path<(String, String)>,
+) -> ApiResult<ImageInfo> {
+    Ok(Json(
+        app.mon.apply(|s, _| s.flatten_done(&pool, &name)).await?,
+    ))
+}
+
+/// A PG leader confirms it applied a snapshot's mark through its log.
+async fn snap_pg_done(
+    State(app): App,
+    Path((image, snap, pgid)): Path<(String, String, String)>,
+) -> ApiResult<SnapPgDoneResponse> {
+    let image: ImageId = image
+        .parse()
+        .map_err(|_| invalid(format!("invalid image id {image:?}")))?;
+    let snap: SnapId = snap
+        .parse()
+        .map_err(|_| invalid(format!("invalid snapshot id {snap:?}")))?;
+    let pg = parse_pg(&pgid)?;
+    let created = app
+        .mon
+        .apply(|s, _| s.snap_pg_done(image, snap, pg))
+        .await?;
+    Ok(Json(SnapPgDoneResponse { created }))
+}
+
+async fn list_snap_trims(State(app): App) -> ApiResult<Vec<SnapTrimEntry>> {
+    Ok(Json(
+        app.mon
+            .read(|s, _| s.snap_trims.values().cloned().collect())
+            .await?,
+    ))
+}
+
+/// A PG leader confirms it applied a snapshot trim through its log.
+async fn snap_trim_pg_done(
+    State(app): App,
+    Path((id, pgid)): Path<(String, String)>,
+) -> ApiResult<SnapTrimPgDoneResponse> {
+    let id: u64 = id
+        .parse()
+        .map_err(|_| invalid(format!("invalid snapshot trim id {id:?}")))?;
+    let pg = parse_pg(&pgid)?;
+    let finished = app.mon.apply(|s, _| s.snap_trim_pg_done(id, pg)).await?;
+    Ok(Json(SnapTrimPgDoneResponse { finished }))
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@
 //! <prefix>/pgmaps/<pool id>        PgMap                  all PGs of one pool
 //! <prefix>/images/<pool id>/<name> ImageInfo
 //! <prefix>/reclaim/<id>            ReclaimEntry           data the data path must delete
+//! <prefix>/snaps/<image id>/<snap id>  SnapInfo           a live snapshot of an image
+//! <prefix>/snaptrim/<id>           SnapTrimEntry          a snapshot the PGs must drop
 //! <prefix>/auth/config             AuthSettings           auth mode and key-table epoch
 //! <prefix>/auth/entities/<entity>  {key,caps,generation}  one entity's key (base64)
 //! <prefix>/mon/leader              MonMember              held with the leader's lease
@@ -20,7 +22,9 @@
 use fastblock_mon_core::auth_ops::AuthEntity;
 use fastblock_mon_core::state::{MonState, Pending};
 use fastblock_types::auth::AuthSettings;
-use fastblock_types::map::{Counters, Flags, ImageInfo, OsdInfo, PgMap, PoolInfo, ReclaimEntry};
+use fastblock_types::map::{
+    Counters, Flags, ImageInfo, OsdInfo, PgMap, PoolInfo, ReclaimEntry, SnapInfo, SnapTrimEntry,
+};
 use fastblock_types::Epoch;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -81,6 +85,10 @@ impl Keyspace {
         format!("{}/images/{pool}/", self.prefix)
     }
 
+    pub fn snaps_of_image_prefix(&self, image: u64) -> String {
+        format!("{}/snaps/{image}/", self.prefix)
+    }
+
     /// Serializes the state into its keys and JSON values.
     pub fn encode(&self, state: &MonState) -> BTreeMap<String, String> {
         let p = &self.prefix;
@@ -109,6 +117,14 @@ impl Keyspace {
         }
         for (id, entry) in &state.reclaim {
             out.insert(format!("{p}/reclaim/{id}"), json(entry));
+        }
+        for (image, snaps) in &state.snaps {
+            for snap in snaps {
+                out.insert(format!("{p}/snaps/{image}/{}", snap.id), json(snap));
+            }
+        }
+        for (id, entry) in &state.snap_trims {
+            out.insert(format!("{p}/snaptrim/{id}"), json(entry));
         }
         // A cluster whose auth is not set up yet has no config key: the first leader sees
         // it missing and sets it up (`service::Monitor::bootstrap_auth`).
@@ -176,6 +192,14 @@ impl Keyspace {
                     let entry: ReclaimEntry = serde_json::from_str(value).map_err(parse_err)?;
                     state.reclaim.insert(entry.id, entry);
                 }
+                ["snaps", _, _] => {
+                    let snap: SnapInfo = serde_json::from_str(value).map_err(parse_err)?;
+                    state.snaps.entry(snap.image).or_default().push(snap);
+                }
+                ["snaptrim", _] => {
+                    let entry: SnapTrimEntry = serde_json::from_str(value).map_err(parse_err)?;
+                    state.snap_trims.insert(entry.id, entry);
+                }
                 ["auth", "config"] => {
                     state.map.auth =
                         serde_json::from_str::<AuthSettings>(value).map_err(parse_err)?;
@@ -201,6 +225,11 @@ impl Keyspace {
                 ["mon", ..] | ["readiness-probe"] => {}
                 _ => return Err(bad("unknown key".to_string())),
             }
+        }
+        // etcd lists keys in byte order (`snaps/1/10` before `snaps/1/9`): snapshots are kept
+        // by id.
+        for snaps in state.snaps.values_mut() {
+            snaps.sort_by_key(|s| s.id);
         }
         // Re-encoding must reproduce every key: a value stored under the wrong key (an osd
         // JSON whose id differs from its key) would otherwise be silently moved.
@@ -302,6 +331,70 @@ mod tests {
         );
         // Re-encoding writes no PG map for it: loading changes nothing in etcd.
         assert_eq!(ks.encode(&back), kvs);
+    }
+
+    /// Snapshots and trims round-trip through their keys, and snapshots come back in id order
+    /// although etcd lists `snaps/<image>/10` before `snaps/<image>/9`.
+    #[test]
+    fn snapshots_and_trims_round_trip_in_id_order() {
+        use fastblock_types::api::{BootRequest, CreateImageRequest, CreatePoolRequest};
+        use fastblock_types::map::{FailureDomain, SnapState};
+        let ks = Keyspace::new("/fb");
+        let mut state = MonState::default();
+        let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
+        let id = state.apply_id(uuid).unwrap();
+        let boot = BootRequest {
+            uuid: uuid.into(),
+            address: "127.0.0.1".into(),
+            port: 7000,
+            shards: 1,
+            host: "h".into(),
+            capacity_bytes: 1 << 30,
+            config: String::new(),
+            lease_timing: None,
+        };
+        state.boot(id, &boot).unwrap();
+        state
+            .create_pool(&CreatePoolRequest {
+                name: "p".into(),
+                pg_count: 1,
+                size: 1,
+                failure_domain: FailureDomain::Osd,
+            })
+            .unwrap();
+        let image = state
+            .create_image(&CreateImageRequest {
+                pool: "p".into(),
+                name: "img".into(),
+                size_bytes: 1 << 20,
+                object_size_bytes: None,
+            })
+            .unwrap();
+        for i in 1..=8 {
+            state.create_snap("p", "img", &format!("s{i}"), 5).unwrap();
+        }
+        // Aborted: each leaves a trim entry.
+        assert_eq!(state.tick_snaps(100, 10).len(), 8);
+        for i in 9..=10 {
+            state.create_snap("p", "img", &format!("s{i}"), 5).unwrap();
+        }
+        let pg = fastblock_types::PgId::new(image.pool, 0);
+        state
+            .snap_pg_done(image.id, fastblock_types::SnapId(10), pg)
+            .unwrap();
+        state.finish(&MonState::default());
+        let kvs = ks.encode(&state);
+        assert!(kvs.contains_key(&format!("/fb/snaps/{}/9", image.id)));
+        assert!(kvs.contains_key(&format!("/fb/snaps/{}/10", image.id)));
+        assert!(kvs.contains_key("/fb/snaptrim/8"));
+        let back = ks.decode(&kvs).unwrap();
+        assert_eq!(back, state);
+        let snaps = &back.map.snaps[&image.id];
+        assert_eq!(snaps.len(), 2);
+        assert_eq!(snaps[0].id, fastblock_types::SnapId(9));
+        assert_eq!(snaps[1].state, SnapState::Created);
+        assert_eq!(back.map.snap_trims.len(), 8);
+        assert!(kvs["/fb/counters"].contains("\"next_snap_trim_id\":9"));
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct MonConfig {
     pub lease_ttl_secs: i64,
     /// How authentication is set up if this monitor creates the cluster.
     pub auth: crate::service::AuthBootstrap,
+    /// How long a snapshot may stay `creating` before it is aborted (at most
+    /// `SNAP_CREATE_TIMEOUT_MS_MAX`).
+    pub snap_create_timeout_ms: u64,
 }
 
 async fn connect(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
@@ -109,6 +112,7 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     };
     let mut mon = Monitor::new(me, keys, client, role_rx, config.liveness);
     mon.auth_bootstrap = config.auth.clone();
+    mon.snap_create_timeout_ms = config.snap_create_timeout_ms;
     let mon = Arc::new(mon);
     let ticker = {
         let (mon, rx) = (mon.clone(), shutdown_rx.clone());

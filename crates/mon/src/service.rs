@@ -56,6 +56,9 @@ pub struct Monitor {
     pub ctx: Mutex<Option<LeaderCtx>>,
     /// The published epoch: long-polls wait on it.
     pub epoch: watch::Sender<Epoch>,
+    /// How long a snapshot may stay `creating` before it is aborted
+    /// (`--snap-create-timeout-ms`).
+    pub snap_create_timeout_ms: u64,
     started: Instant,
 }
 
@@ -84,6 +87,7 @@ impl Monitor {
             liveness_config,
             ctx: Mutex::new(None),
             epoch: watch::channel(Epoch(0)).0,
+            snap_create_timeout_ms: fastblock_types::api::SNAP_CREATE_TIMEOUT_MS_DEFAULT,
             started: Instant::now(),
         }
     }
@@ -91,6 +95,15 @@ impl Monitor {
     /// Milliseconds on this process's monotonic clock.
     pub fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// Milliseconds since the Unix epoch on this host's clock: what snapshot records carry
+    /// (`SnapInfo::started_at_ms`), because a monitor that takes over must be able to judge
+    /// the age of a snapshot another monitor recorded, which no process-local clock allows.
+    pub fn unix_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
     }
 
     /// The epoch of the last committed change (what an answer should report).
@@ -195,6 +208,7 @@ impl Monitor {
             let mut next = before.clone();
             let mut side = LeaderSide {
                 now_ms: self.now_ms(),
+                unix_ms: self.unix_ms(),
                 liveness: &mut ctx.liveness,
                 stats: &mut ctx.stats,
             };
@@ -238,7 +252,8 @@ impl Monitor {
         Ok(f(&ctx.snapshot.state, ctx))
     }
 
-    /// Turns heartbeat silence into down/up/out every `interval`, while leading.
+    /// Turns heartbeat silence into down/up/out every `interval`, while leading, and aborts
+    /// snapshots still `creating` after `snap_create_timeout_ms`.
     pub async fn run_ticker(&self, interval: Duration, mut shutdown: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -251,6 +266,7 @@ impl Monitor {
                 let _ = self.leader_ctx().await; // drops a stale context
                 continue;
             }
+            let timeout_ms = self.snap_create_timeout_ms;
             let result = self
                 .apply(|state, side| {
                     let events = side.liveness.tick(state, side.now_ms);
@@ -261,13 +277,23 @@ impl Monitor {
                             LivenessEvent::Out(id) => state.mark_out(id)?,
                         }
                     }
-                    Ok(events)
+                    let aborted = state.tick_snaps(side.unix_ms, timeout_ms);
+                    Ok((events, aborted))
                 })
                 .await;
             match result {
-                Ok(events) => {
+                Ok((events, aborted)) => {
                     for e in events {
                         tracing::info!(?e, "osd liveness change");
+                    }
+                    for snap in aborted {
+                        tracing::warn!(
+                            image = %snap.image,
+                            snap = %snap.id,
+                            name = %snap.name,
+                            confirmed_pgs = ?snap.done_pgs,
+                            "snapshot still creating after {timeout_ms} ms: aborted"
+                        );
                     }
                 }
                 Err(e) if e.code == ErrorCode::NoLeader => {}
@@ -280,6 +306,8 @@ impl Monitor {
 /// Leader-only bookkeeping an operation may touch besides the persisted state.
 pub struct LeaderSide<'a> {
     pub now_ms: u64,
+    /// [`Monitor::unix_ms`] when the operation started.
+    pub unix_ms: u64,
     pub liveness: &'a mut Liveness,
     pub stats: &'a mut IoStats,
 }

@@ -132,8 +132,9 @@ impl EtcdStore {
             ops.push(TxnOp::put(key.clone(), value.clone(), None));
             put_keys.push(key.clone());
         }
-        // Images of a deleted pool go with one range delete, so a pool with many images does
-        // not exceed etcd's per-transaction operation limit.
+        // Images of a deleted pool go with one range delete, and the snapshots of each of
+        // them with one more, so a pool with many images and snapshots does not exceed etcd's
+        // per-transaction operation limit.
         let deleted_pools: Vec<u32> = snapshot
             .state
             .map
@@ -142,22 +143,31 @@ impl EtcdStore {
             .filter(|id| !next.map.pools.contains_key(id))
             .map(|id| id.0)
             .collect();
-        let mut deleted_keys = Vec::new();
+        let mut range_deleted: Vec<String> = Vec::new();
         for pool in &deleted_pools {
+            range_deleted.push(self.keys.images_of_pool_prefix(*pool));
+        }
+        for (image, snaps) in &snapshot.state.snaps {
+            let in_deleted_pool = snaps
+                .first()
+                .is_some_and(|s| deleted_pools.contains(&s.pool.0));
+            if in_deleted_pool && !next.snaps.contains_key(image) {
+                range_deleted.push(self.keys.snaps_of_image_prefix(image.0));
+            }
+        }
+        for prefix in &range_deleted {
             ops.push(TxnOp::delete(
-                self.keys.images_of_pool_prefix(*pool),
+                prefix.clone(),
                 Some(etcd_client::DeleteOptions::new().with_prefix()),
             ));
         }
+        let mut deleted_keys = Vec::new();
         for key in snapshot.kvs.keys() {
             if new_kvs.contains_key(key) {
                 continue;
             }
             deleted_keys.push(key.clone());
-            let in_deleted_pool = deleted_pools
-                .iter()
-                .any(|p| key.starts_with(&self.keys.images_of_pool_prefix(*p)));
-            if in_deleted_pool {
+            if range_deleted.iter().any(|p| key.starts_with(p)) {
                 continue;
             }
             if let Some(rev) = snapshot.revisions.get(key) {

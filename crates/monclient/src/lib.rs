@@ -13,8 +13,10 @@ use fastblock_auth::request::sign_request;
 use fastblock_auth::{open_blob, EntityName, Secret};
 use fastblock_types::api::*;
 use fastblock_types::auth::{AuthMode, AuthSettings};
-use fastblock_types::map::{Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry};
-use fastblock_types::{Epoch, OsdId, PgId};
+use fastblock_types::map::{
+    Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry, SnapInfo, SnapTrimEntry,
+};
+use fastblock_types::{Epoch, ImageId, OsdId, PgId, SnapId};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -403,6 +405,137 @@ impl MonClient {
     ) -> Result<ImageInfo, MonError> {
         self.post(&format!("/v1/images/{pool}/{name}/resize"), req)
             .await
+    }
+
+    /// Takes snapshot `snap` of `pool/name`: answers once every PG of the pool applied its
+    /// mark (`created`), or fails with `snap_create_timed_out` after the monitor's
+    /// `--snap-create-timeout-ms` (the snapshot is then aborted). Each attempt waits that
+    /// long at most, plus the usual request timeout.
+    pub async fn create_snap(
+        &self,
+        pool: &str,
+        name: &str,
+        snap: &str,
+    ) -> Result<SnapInfo, MonError> {
+        let body = CreateSnapRequest { name: snap.into() };
+        let body = Bytes::from(serde_json::to_vec(&body).expect("request serializes"));
+        let timeout = self.request_timeout + Duration::from_millis(SNAP_CREATE_TIMEOUT_MS_MAX);
+        let bytes = self
+            .call_raw(
+                Method::POST,
+                &format!("/v1/images/{pool}/{name}/snaps"),
+                Some(body),
+                timeout,
+            )
+            .await?;
+        decode(&self.endpoints.join(","), &bytes)
+    }
+
+    /// The snapshots of `pool/name`, sorted by id.
+    pub async fn snaps(&self, pool: &str, name: &str) -> Result<Vec<SnapInfo>, MonError> {
+        self.get(&format!("/v1/images/{pool}/{name}/snaps")).await
+    }
+
+    pub async fn remove_snap(
+        &self,
+        pool: &str,
+        name: &str,
+        snap: &str,
+    ) -> Result<SnapInfo, MonError> {
+        self.call(
+            Method::DELETE,
+            &format!("/v1/images/{pool}/{name}/snaps/{snap}"),
+            None::<&()>,
+        )
+        .await
+    }
+
+    pub async fn protect_snap(
+        &self,
+        pool: &str,
+        name: &str,
+        snap: &str,
+    ) -> Result<SnapInfo, MonError> {
+        self.post(
+            &format!("/v1/images/{pool}/{name}/snaps/{snap}/protect"),
+            &(),
+        )
+        .await
+    }
+
+    pub async fn unprotect_snap(
+        &self,
+        pool: &str,
+        name: &str,
+        snap: &str,
+    ) -> Result<SnapInfo, MonError> {
+        self.post(
+            &format!("/v1/images/{pool}/{name}/snaps/{snap}/unprotect"),
+            &(),
+        )
+        .await
+    }
+
+    /// The images cloned from `pool/name@snap`.
+    pub async fn snap_children(
+        &self,
+        pool: &str,
+        name: &str,
+        snap: &str,
+    ) -> Result<Vec<ImageInfo>, MonError> {
+        self.get(&format!("/v1/images/{pool}/{name}/snaps/{snap}/children"))
+            .await
+    }
+
+    /// Creates image `target_pool/target_name` as a clone of `pool/name@snap`.
+    pub async fn clone_snap(
+        &self,
+        pool: &str,
+        name: &str,
+        snap: &str,
+        target_pool: &str,
+        target_name: &str,
+    ) -> Result<ImageInfo, MonError> {
+        let req = CloneRequest {
+            pool: target_pool.into(),
+            name: target_name.into(),
+        };
+        self.post(
+            &format!("/v1/images/{pool}/{name}/snaps/{snap}/clone"),
+            &req,
+        )
+        .await
+    }
+
+    /// The clone `pool/name` holds all its parent's data now: it stops reading through.
+    pub async fn flatten_done(&self, pool: &str, name: &str) -> Result<ImageInfo, MonError> {
+        self.post(&format!("/v1/images/{pool}/{name}/flatten-done"), &())
+            .await
+    }
+
+    /// A PG leader confirms it applied the mark of snapshot `snap` of `image`.
+    pub async fn snap_pg_done(
+        &self,
+        image: ImageId,
+        snap: SnapId,
+        pg: PgId,
+    ) -> Result<SnapPgDoneResponse, MonError> {
+        self.post(&format!("/v1/snaps/{image}/{snap}/pgs/{pg}"), &())
+            .await
+    }
+
+    /// Snapshots whose data the PGs must drop.
+    pub async fn snap_trims(&self) -> Result<Vec<SnapTrimEntry>, MonError> {
+        self.get("/v1/snaptrim").await
+    }
+
+    /// A PG leader confirms it applied snapshot trim `id`.
+    pub async fn snap_trim_pg_done(
+        &self,
+        id: u64,
+        pg: PgId,
+    ) -> Result<SnapTrimPgDoneResponse, MonError> {
+        self.post(&format!("/v1/snaptrim/{id}/pgs/{pg}"), &()).await
     }
 
     pub async fn flags(&self) -> Result<Flags, MonError> {

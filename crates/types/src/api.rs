@@ -64,6 +64,21 @@ pub enum ErrorCode {
     EntityExists,
     /// The entity has no key in the monitor's table.
     EntityNotFound,
+    /// No snapshot of that name (or id) on the image.
+    SnapNotFound,
+    /// The image already has a snapshot of that name.
+    SnapExists,
+    /// Refused because something depends on it: a protected snapshot, a snapshot with clones,
+    /// an image with snapshots or clones. The message names what, and what to do first.
+    SnapInUse,
+    /// The snapshot is not in a state that allows the call: still being created, or (for a
+    /// clone) not protected.
+    SnapNotReady,
+    /// Not every PG of the pool confirmed the snapshot's mark within the monitor's
+    /// `--snap-create-timeout-ms`: the snapshot was aborted. The message names the PGs that
+    /// did not confirm. A new `snap create` may be tried.
+    SnapCreateTimedOut,
+    SnapTrimNotFound,
     /// A code this build does not know (sent by a newer monitor).
     #[serde(other)]
     Unknown,
@@ -97,6 +112,8 @@ impl ErrorCode {
             | ErrorCode::OsdNotFound
             | ErrorCode::PgNotFound
             | ErrorCode::ReclaimNotFound
+            | ErrorCode::SnapNotFound
+            | ErrorCode::SnapTrimNotFound
             | ErrorCode::EntityNotFound => 404,
             ErrorCode::PoolExists
             | ErrorCode::ImageExists
@@ -107,6 +124,10 @@ impl ErrorCode {
             | ErrorCode::ReclaimPending
             | ErrorCode::PoolDamaged
             | ErrorCode::IncompatibleConfig
+            | ErrorCode::SnapExists
+            | ErrorCode::SnapInUse
+            | ErrorCode::SnapNotReady
+            | ErrorCode::SnapCreateTimedOut
             | ErrorCode::Conflict => 409,
             ErrorCode::NoLeader | ErrorCode::Unavailable => 503,
             ErrorCode::Internal | ErrorCode::Unknown => 500,
@@ -363,6 +384,41 @@ pub struct ReclaimPgDoneResponse {
     /// Every PG of the pool confirmed: the entry is gone.
     pub finished: bool,
 }
+
+/// `POST /v1/images/{pool}/{name}/snaps`: take a snapshot.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CreateSnapRequest {
+    pub name: String,
+}
+
+/// `POST /v1/images/{pool}/{name}/snaps/{snap}/clone`: the new image.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CloneRequest {
+    pub pool: String,
+    pub name: String,
+}
+
+/// Answer to `POST /v1/snaps/{image id}/{snap id}/pgs/{pg}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapPgDoneResponse {
+    /// Every PG of the pool confirmed the mark: the snapshot is `created`.
+    pub created: bool,
+}
+
+/// Answer to `POST /v1/snaptrim/{id}/pgs/{pg}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapTrimPgDoneResponse {
+    /// Every PG of the pool confirmed the trim: the entry is gone.
+    pub finished: bool,
+}
+
+/// The longest `fastblock-mon --snap-create-timeout-ms`: a snapshot create call is answered
+/// within it, and it stays below the time a follower waits for a forwarded call (75 s), so a
+/// create sent to any monitor gets its answer.
+pub const SNAP_CREATE_TIMEOUT_MS_MAX: u64 = 60_000;
+/// The default of `--snap-create-timeout-ms`.
+pub const SNAP_CREATE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+const _: () = assert!(SNAP_CREATE_TIMEOUT_MS_DEFAULT <= SNAP_CREATE_TIMEOUT_MS_MAX);
 
 /// One entity of the monitor's key table, as `GET /v1/auth` lists it (no key).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

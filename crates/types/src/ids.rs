@@ -50,6 +50,19 @@ id_newtype!(
     ImageId(u64)
 );
 id_newtype!(
+    /// A snapshot of an image. Ids are allocated per image from 1 and never reused (the image
+    /// records the last one given, `ImageInfo::snap_seq`); the OSD store packs them in 21 bits,
+    /// so they stay below [`SnapId::LIMIT`].
+    SnapId(u64)
+);
+
+impl SnapId {
+    /// Snapshot ids are below this: the OSD store packs them in 21 bits and keeps the top
+    /// value free.
+    pub const LIMIT: u64 = 1 << 20;
+}
+
+id_newtype!(
     /// The cluster-map epoch: bumped by every change the monitor persists.
     Epoch(u64)
 );

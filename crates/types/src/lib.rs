@@ -6,7 +6,7 @@
 //! - [`units`]: byte-size constants and the human size parser/formatter (`10G`, `512M`).
 //! - [`pg_state`]: the PG state bits shared with the reference system (creating 1, active 2,
 //!   undersize 4, down 8, remapped 16) and their display strings.
-//! - [`map`]: the cluster map model (OSDs, pools, PG maps, flags, images) exactly as it is stored
+//! - [`map`]: the cluster map model (OSDs, pools, PG maps, flags, images, snapshots) exactly as it is stored
 //!   in etcd as JSON and served by the monitor.
 //! - [`rng`]: the seeded SplitMix64 generator used wherever randomness must be replayable.
 //! - [`route`]: object → PG and PG → shard, the stable routing functions.
@@ -31,5 +31,5 @@ pub mod rng;
 pub mod route;
 pub mod units;
 
-pub use ids::{Epoch, ImageId, LogIndex, OsdId, PgId, PoolId, Term};
+pub use ids::{Epoch, ImageId, LogIndex, OsdId, PgId, PoolId, SnapId, Term};
 pub use pg_state::PgState;

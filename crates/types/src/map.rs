@@ -4,7 +4,7 @@
 //! Maps are `BTreeMap`s so that iteration order, and therefore every JSON document and every
 //! placement decision made from it, is deterministic.
 
-use crate::ids::{Epoch, ImageId, LogIndex, OsdId, PgId, PoolId, Term};
+use crate::ids::{Epoch, ImageId, LogIndex, OsdId, PgId, PoolId, SnapId, Term};
 use crate::pg_state::PgState;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -173,6 +173,83 @@ pub struct ImageInfo {
     pub size_bytes: u64,
     pub object_size_bytes: u64,
     pub created_epoch: Epoch,
+    /// The last snapshot id given to this image (0: none yet). Ids are never reused, so this
+    /// only grows; absent in records written before snapshots existed.
+    #[serde(default)]
+    pub snap_seq: u64,
+    /// The snapshot this image was cloned from, while the clone still reads through to it;
+    /// cleared by `flatten-done` once the client copied the parent's data in.
+    #[serde(default)]
+    pub parent: Option<ParentSpec>,
+}
+
+/// Where a clone reads what it has not written itself: a protected snapshot of another image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentSpec {
+    pub pool: PoolId,
+    pub image: ImageId,
+    pub image_name: String,
+    pub pool_name: String,
+    pub snap: SnapId,
+    pub snap_name: String,
+    /// The parent snapshot's size when the clone was made: reads of the clone beyond it never
+    /// go to the parent.
+    pub overlap_bytes: u64,
+}
+
+/// Whether a snapshot is complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SnapState {
+    /// Recorded; PG leaders are applying the snap mark (and refusing writes to the image
+    /// once they did) until every PG of the pool confirmed.
+    Creating,
+    /// Every PG of the pool applied the mark: the point in time is complete.
+    Created,
+}
+
+/// A snapshot of an image: a crash-consistent point in time, marked by each PG of the pool
+/// through its Raft log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapInfo {
+    pub id: SnapId,
+    pub pool: PoolId,
+    pub image: ImageId,
+    pub image_name: String,
+    pub name: String,
+    pub state: SnapState,
+    /// The image's size when the snapshot was taken (a later resize of the image leaves it).
+    pub size_bytes: u64,
+    pub object_size_bytes: u64,
+    pub created_epoch: Epoch,
+    /// A protected snapshot cannot be removed; only protected snapshots can be cloned.
+    #[serde(default)]
+    pub protected: bool,
+    /// PGs of the pool (by sequence number) whose leaders confirmed the mark; empty once
+    /// `created`.
+    #[serde(default)]
+    pub done_pgs: BTreeSet<u32>,
+    /// The monitor's clock (Unix milliseconds) when the snapshot was recorded: a snapshot
+    /// still `creating` `snap_create_timeout_ms` later is aborted.
+    #[serde(default)]
+    pub started_at_ms: u64,
+}
+
+/// A snapshot whose data the PGs must drop: it was removed, or its creation was aborted. The
+/// entry stays until every PG of the pool confirmed it applied the trim through its log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapTrimEntry {
+    pub id: u64,
+    pub pool: PoolId,
+    pub image: ImageId,
+    pub image_name: String,
+    pub snap: SnapId,
+    /// `removed` or `create timed out`.
+    pub reason: String,
+    /// The map epoch that recorded it.
+    pub epoch: Epoch,
+    #[serde(default)]
+    pub done_pgs: BTreeSet<u32>,
 }
 
 impl ImageInfo {
@@ -272,6 +349,13 @@ pub struct Counters {
     pub next_pool_id: u32,
     pub next_image_id: u64,
     pub next_reclaim_id: u64,
+    /// Absent in counters written before snapshots existed: trim ids then start at 1.
+    #[serde(default = "one_u64")]
+    pub next_snap_trim_id: u64,
+}
+
+fn one_u64() -> u64 {
+    1
 }
 
 impl Default for Counters {
@@ -281,6 +365,7 @@ impl Default for Counters {
             next_pool_id: 1,
             next_image_id: 1,
             next_reclaim_id: 1,
+            next_snap_trim_id: 1,
         }
     }
 }
@@ -300,6 +385,13 @@ pub struct ClusterMap {
     /// Data still to delete, for the PG leaders (derived from the monitor's reclaim records).
     #[serde(default)]
     pub reclaim: BTreeMap<u64, ReclaimEntry>,
+    /// The live snapshots of each image, `creating` and `created`, sorted by id (derived from
+    /// the monitor's snapshot records): PG leaders apply the marks of `creating` ones.
+    #[serde(default)]
+    pub snaps: BTreeMap<ImageId, Vec<SnapInfo>>,
+    /// Snapshots whose data the PG leaders must drop (derived from the monitor's records).
+    #[serde(default)]
+    pub snap_trims: BTreeMap<u64, SnapTrimEntry>,
     /// How the cluster authenticates (`docs/security.md`); absent in maps written before
     /// authentication existed, which then read as mode `none`.
     #[serde(default)]
@@ -359,6 +451,37 @@ mod tests {
         assert!(json.contains("\"in\":true"), "{json}");
         let back: ClusterMap = serde_json::from_str(&json).unwrap();
         assert_eq!(back, map);
+    }
+
+    #[test]
+    fn records_written_before_snapshots_load_with_defaults() {
+        let image: ImageInfo = serde_json::from_str(
+            r#"{"id":4,"pool":1,"pool_name":"p","name":"i","size_bytes":4096,
+                "object_size_bytes":4096,"created_epoch":2}"#,
+        )
+        .unwrap();
+        assert_eq!(image.snap_seq, 0);
+        assert_eq!(image.parent, None);
+        let counters: Counters = serde_json::from_str(
+            r#"{"next_osd_id":2,"next_pool_id":3,"next_image_id":4,"next_reclaim_id":5}"#,
+        )
+        .unwrap();
+        assert_eq!(counters.next_snap_trim_id, 1);
+        let map: ClusterMap = serde_json::from_str(
+            r#"{"epoch":1,"osds":{},"pools":{},"pgmaps":{},"flags":{"noout":false,"norebalance":false}}"#,
+        )
+        .unwrap();
+        assert!(map.snaps.is_empty() && map.snap_trims.is_empty());
+    }
+
+    #[test]
+    fn snap_state_is_lowercase_in_json() {
+        assert_eq!(
+            serde_json::to_string(&SnapState::Creating).unwrap(),
+            "\"creating\""
+        );
+        let back: SnapState = serde_json::from_str("\"created\"").unwrap();
+        assert_eq!(back, SnapState::Created);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use fastblock_mon::etcd_proc::EtcdMemberConfig;
 use fastblock_mon::server::{run, MonConfig};
 use fastblock_mon::service::AuthBootstrap;
 use fastblock_mon_core::liveness::LivenessConfig;
+use fastblock_types::api::{SNAP_CREATE_TIMEOUT_MS_DEFAULT, SNAP_CREATE_TIMEOUT_MS_MAX};
 use fastblock_types::auth::AuthMode;
 use fastblock_types::units::interval_arg;
 use std::path::PathBuf;
@@ -66,6 +67,24 @@ struct Args {
     /// /etc/fastblock/keyring. In mode none, an admin key is made only if this is given.
     #[arg(long)]
     keyring: Option<PathBuf>,
+    /// A snapshot whose mark not every PG of its pool confirmed within this many
+    /// milliseconds is aborted (its create call fails, naming those PGs); at most 60000.
+    #[arg(long, default_value_t = SNAP_CREATE_TIMEOUT_MS_DEFAULT, value_parser = snap_timeout_arg)]
+    snap_create_timeout_ms: u64,
+}
+
+/// `--snap-create-timeout-ms`: 1..=SNAP_CREATE_TIMEOUT_MS_MAX, so the create call's answer
+/// reaches a caller whose call a follower forwarded.
+fn snap_timeout_arg(input: &str) -> Result<u64, String> {
+    let ms: u64 = input
+        .parse()
+        .map_err(|e| format!("{input:?} is not a number of milliseconds: {e}"))?;
+    if ms == 0 || ms > SNAP_CREATE_TIMEOUT_MS_MAX {
+        return Err(format!(
+            "{ms} must be between 1 and {SNAP_CREATE_TIMEOUT_MS_MAX} milliseconds"
+        ));
+    }
+    Ok(ms)
 }
 
 /// The longest lease TTL etcd grants (its `MaxLeaseTTL`, seconds).
@@ -152,6 +171,7 @@ async fn main() {
                 None
             },
         },
+        snap_create_timeout_ms: args.snap_create_timeout_ms,
     };
     if let Err(e) = run(config).await {
         eprintln!("fastblock-mon: {e:#}");

@@ -252,6 +252,8 @@ pub struct MonOptions {
     pub lease_ttl: &'static str,
     /// `--auth-mode` of the cluster the monitors create (`none`, `sign`, `secure`).
     pub auth_mode: &'static str,
+    /// `--snap-create-timeout-ms`.
+    pub snap_create_timeout_ms: u64,
 }
 
 impl Default for MonOptions {
@@ -261,6 +263,7 @@ impl Default for MonOptions {
             osd_out_after: "3s",
             lease_ttl: "3s",
             auth_mode: "sign",
+            snap_create_timeout_ms: 30_000,
         }
     }
 }
@@ -389,6 +392,8 @@ impl MonCluster {
             .arg(self.options.auth_mode)
             .arg("--keyring")
             .arg(self.keyring())
+            .arg("--snap-create-timeout-ms")
+            .arg(self.options.snap_create_timeout_ms.to_string())
             .env("RUST_LOG", "info");
         let log = self.dir.path().join(format!("mon-{}.log", s.name));
         Proc::spawn(&format!("mon.{}", s.name), cmd, log)
