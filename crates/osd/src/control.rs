@@ -220,6 +220,28 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
                         }
                     });
                 }
+                Some(ShardEvent::SnapMarked { pg, image, snap }) => {
+                    let mon = mon.clone();
+                    reports.spawn(async move {
+                        // Repeated by the shard while the map lists the PG as not done
+                        // (`fastblock_shard::snaps`).
+                        match mon.snap_pg_done(image, fastblock_types::SnapId(snap), pg).await {
+                            Ok(r) => tracing::info!(%pg, %image, snap, created = r.created, "snapshot mark reported"),
+                            Err(e) if e.code() == Some(ErrorCode::SnapNotFound) => {}
+                            Err(e) => tracing::warn!(%pg, %image, snap, "snapshot mark report failed: {e}"),
+                        }
+                    });
+                }
+                Some(ShardEvent::SnapTrimmed { pg, id }) => {
+                    let mon = mon.clone();
+                    reports.spawn(async move {
+                        match mon.snap_trim_pg_done(id, pg).await {
+                            Ok(r) => tracing::info!(%pg, trim = id, finished = r.finished, "snapshot trim reported"),
+                            Err(e) if e.code() == Some(ErrorCode::SnapTrimNotFound) => {}
+                            Err(e) => tracing::warn!(%pg, trim = id, "snapshot trim report failed: {e}"),
+                        }
+                    });
+                }
                 Some(ShardEvent::Fatal { shard, failure }) => break Err(anyhow::anyhow!("shard {shard} failed: {failure}")),
                 Some(ShardEvent::Stopped { shard, reason }) => break Err(anyhow::anyhow!("shard {shard} stopped: {reason}")),
                 None => break Err(anyhow::anyhow!("all shards stopped")),

@@ -428,6 +428,13 @@ impl<D: Disk + 'static> ShardCore<D> {
         eff: &mut Effects,
     ) {
         let pg = m.addr.pg;
+        if let Some((status, msg)) = self.snap_freeze(pg, m.addr.image) {
+            if self.pgs.get(&pg).is_some_and(|h| h.replica.is_leader()) {
+                eff.probes.fenced += 1;
+                self.refuse(conn, request_id, status, msg, eff);
+                return;
+            }
+        }
         if !self.admit(conn, request_id, pg, (m.offset, m.length), m.epoch, eff)
             || !self.fence(
                 conn,

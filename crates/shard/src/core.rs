@@ -86,6 +86,13 @@ pub(crate) enum OpKind {
     },
     /// A reclaim the shard proposed itself (no client waits for it).
     Reclaim { id: u64 },
+    /// A snapshot mark the shard proposed itself.
+    SnapMark {
+        image: fastblock_types::ImageId,
+        snap: u64,
+    },
+    /// A snapshot trim the shard proposed itself.
+    SnapTrim { id: u64 },
 }
 
 pub(crate) struct PendingOp {
@@ -153,6 +160,7 @@ pub struct ShardCore<D: Disk + 'static> {
     pub(crate) applied_since_flush: bool,
     pub(crate) recovery: Recovery,
     pub(crate) reclaims: crate::reclaim::Reclaims,
+    pub(crate) snap_ops: crate::snaps::SnapOps,
     /// Leader and membership reports waiting until the WAL is durable up to the LSN staged
     /// when they were made (see `hold_report`).
     held_reports: VecDeque<(u64, Report)>,
@@ -199,6 +207,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             applied_since_flush: false,
             recovery,
             reclaims: Default::default(),
+            snap_ops: Default::default(),
             held_reports: VecDeque::new(),
             outs: BTreeMap::new(),
             commits: Commits::default(),
@@ -376,6 +385,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
         self.tick_recovery(eff);
         self.drive_reclaims(eff);
+        self.drive_snaps(eff);
     }
 
     /// Rounds until quiet or a commit is due; then, when idle, what waited for the commit,
@@ -897,10 +907,16 @@ impl<D: Disk + 'static> ShardCore<D> {
         if let Some(n) = self.conn_inflight.get_mut(&pending.conn) {
             *n = n.saturating_sub(1);
         }
-        if let OpKind::Reclaim { id } = pending.kind {
-            let applied = matches!(outcome, OpOutcome::Applied);
-            self.reclaim_finished(pending.pg, id, applied, eff);
-            return;
+        let applied = matches!(outcome, OpOutcome::Applied);
+        match pending.kind {
+            OpKind::Reclaim { id } => return self.reclaim_finished(pending.pg, id, applied, eff),
+            OpKind::SnapMark { image, snap } => {
+                return self.snap_mark_finished(pending.pg, (image, snap), applied, eff)
+            }
+            OpKind::SnapTrim { id } => {
+                return self.snap_trim_finished(pending.pg, id, applied, eff)
+            }
+            _ => {}
         }
         let reply = match (outcome, &pending.kind) {
             (OpOutcome::Applied, OpKind::Mutation { bytes, .. }) => {

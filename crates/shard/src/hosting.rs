@@ -98,6 +98,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             self.maybe_report_leader(*pg, info, eff);
         }
         self.drive_reclaims(eff);
+        self.drive_snaps(eff);
     }
 
     /// Whether this OSD, not listed for `pg` by the map, is still a member by its own durable

@@ -106,6 +106,15 @@ pub enum Report {
     /// This OSD leads `pg`, which applied reclaim entry `id`: the monitor may count the PG
     /// done (see [`crate::reclaim`]).
     ReclaimDone { pg: PgId, id: u64 },
+    /// This OSD leads `pg`, which applied the mark of snapshot `snap` of `image` (see
+    /// [`crate::snaps`]).
+    SnapMarked {
+        pg: PgId,
+        image: fastblock_types::ImageId,
+        snap: u64,
+    },
+    /// This OSD leads `pg`, which applied snapshot trim entry `id`.
+    SnapTrimmed { pg: PgId, id: u64 },
     /// The shard stopped serving (an I/O error or a corrupt log): the OSD must stop.
     Fatal(ShardFailure),
 }

@@ -20,6 +20,8 @@
 //! - [`reads`]: client reads whose barrier passed, read in one batch per step.
 //! - [`reclaim`]: deleting removed images and shrunk tails through the log; fencing IO by
 //!   the map's image table.
+//! - [`snaps`]: image snapshot marks and trims through the log; holding writes while a
+//!   snapshot is taken.
 //! - [`flush`]: flush and compaction.
 //! - [`wal_fit`]: cutting log writes into WAL batches; the uncommitted-write budgets.
 //! - [`wal_space`]: keeping the WAL ring moving when a PG cannot release its log.
@@ -37,6 +39,7 @@ pub mod io;
 pub mod reads;
 pub mod reclaim;
 pub mod recovery;
+pub mod snaps;
 pub mod space;
 pub mod stage;
 pub mod wal_fit;

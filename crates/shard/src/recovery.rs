@@ -210,7 +210,10 @@ impl<D: Disk + 'static> ShardCore<D> {
                 Err(e) => {
                     drop(store);
                     if e.is_fatal() {
-                        self.fail(ShardFailure::store(Operation::SnapshotRead, Some(pg), e), eff);
+                        self.fail(
+                            ShardFailure::store(Operation::SnapshotRead, Some(pg), e),
+                            eff,
+                        );
                     } else {
                         tracing::warn!(%pg, "planning a snapshot: {e}");
                     }

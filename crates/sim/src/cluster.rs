@@ -772,6 +772,14 @@ impl Cluster {
                     let d = self.rng.range(MS, 20 * MS);
                     self.after(d, Ev::MonReclaimDone { pg, id: reclaim });
                 }
+                // The simulated monitor takes no snapshots (its map lists none), so no shard
+                // may report one.
+                Report::SnapMarked { pg, image, snap } => self.fail(format!(
+                    "osd {id}: snapshot {snap} of image {image} marked in pg {pg}, none was taken"
+                )),
+                Report::SnapTrimmed { pg, id: trim } => self.fail(format!(
+                    "osd {id}: snapshot trim {trim} of pg {pg} reported, none was asked"
+                )),
                 Report::Fatal(failure) => fatal = Some(failure),
             }
         }

@@ -365,14 +365,8 @@ impl<D: Disk> Store<D> {
     ) -> Result<()> {
         self.guard(|s| {
             let stage = |s: &mut Self| {
-                s.objects.snapshot_stage(
-                    &mut s.disk,
-                    pg,
-                    transfer,
-                    object,
-                    offset_bytes,
-                    chunk,
-                )
+                s.objects
+                    .snapshot_stage(&mut s.disk, pg, transfer, object, offset_bytes, chunk)
             };
             match stage(s) {
                 Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {

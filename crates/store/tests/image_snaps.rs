@@ -528,8 +528,7 @@ fn send(from: &mut Store<SimDisk>, to: &mut Store<SimDisk>, chunk: &Chunk) {
         } => {
             let versions = from.transfer_read(the_pg(), object, offset, len).unwrap();
             // Through the wire encoding, as the OSD sends it.
-            let versions =
-                fastblock_store::ChunkVersions::decode(&versions.encode()).unwrap();
+            let versions = fastblock_store::ChunkVersions::decode(&versions.encode()).unwrap();
             to.snapshot_stage(the_pg(), 1, object, offset, &versions)
                 .unwrap();
         }
@@ -618,4 +617,3 @@ proptest! {
         run_transfer(&before, &during, &after);
     }
 }
-

@@ -96,6 +96,17 @@ pub enum ShardEvent {
         pg: PgId,
         id: u64,
     },
+    /// This OSD leads `pg`, which applied the mark of snapshot `snap` of `image`.
+    SnapMarked {
+        pg: PgId,
+        image: fastblock_types::ImageId,
+        snap: u64,
+    },
+    /// This OSD leads `pg`, which applied snapshot trim `id`.
+    SnapTrimmed {
+        pg: PgId,
+        id: u64,
+    },
     /// The shard stopped serving (an I/O error or a corrupt log): the OSD must stop.
     Fatal {
         shard: u32,

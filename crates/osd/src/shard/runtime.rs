@@ -567,6 +567,8 @@ impl Runtime {
             Report::LeaderElected { pg, req } => ShardEvent::LeaderElected { pg, req },
             Report::MembershipFinished { pg, req } => ShardEvent::MembershipFinished { pg, req },
             Report::ReclaimDone { pg, id } => ShardEvent::ReclaimDone { pg, id },
+            Report::SnapMarked { pg, image, snap } => ShardEvent::SnapMarked { pg, image, snap },
+            Report::SnapTrimmed { pg, id } => ShardEvent::SnapTrimmed { pg, id },
             Report::Fatal(failure) => ShardEvent::Fatal {
                 shard: self.spec.index,
                 failure,

@@ -472,7 +472,10 @@ impl Objects {
         }
         self.submit_staged(disk, false)?;
         let ok = obj_key(pg, object);
-        let (first, end) = ((offset_bytes / BS) as u32, ((offset_bytes + len_bytes) / BS) as u32);
+        let (first, end) = (
+            (offset_bytes / BS) as u32,
+            ((offset_bytes + len_bytes) / BS) as u32,
+        );
         let keys: Vec<BlockKey> = (first..end).map(|b| (ok.0, ok.1, ok.2, b)).collect();
         let mut found: Vec<(BlockKey, u64, BlockVal)> = Vec::new();
         for (k, v) in keys.iter().zip(self.lookup_many(&keys)?) {
@@ -480,7 +483,10 @@ impl Objects {
                 found.push((*k, 0, v));
             }
         }
-        let kept = self.snap_entries((ok.0, ok.1, ok.2, first, 0), (ok.0, ok.1, ok.2, end - 1, u64::MAX))?;
+        let kept = self.snap_entries(
+            (ok.0, ok.1, ok.2, first, 0),
+            (ok.0, ok.1, ok.2, end - 1, u64::MAX),
+        )?;
         for (sk, v) in kept {
             found.push(((sk.0, sk.1, sk.2, sk.3), sk.4, v));
         }
@@ -506,7 +512,8 @@ impl Objects {
     /// last kept block: what a PG snapshot transfer covers besides the head's objects.
     pub fn kept_extents(&self, pg: PgId) -> Result<Vec<(ObjectId, u64)>> {
         let p = pg_to_u64(pg);
-        let kept = self.snap_entries((p, 0, 0, 0, 0), (p, u64::MAX, u64::MAX, u32::MAX, u64::MAX))?;
+        let kept =
+            self.snap_entries((p, 0, 0, 0, 0), (p, u64::MAX, u64::MAX, u32::MAX, u64::MAX))?;
         let mut ends: BTreeMap<(u64, u64), u64> = BTreeMap::new();
         for sk in kept.keys() {
             let end = ends.entry((sk.1, sk.2)).or_insert(0);

@@ -199,9 +199,7 @@ impl Objects {
                 continue;
             }
             self.submit_staged(disk, false)?;
-            if self
-                .read_block(disk, pg, &keys[n], val, &mut buf)
-                .is_ok()
+            if self.read_block(disk, pg, &keys[n], val, &mut buf).is_ok()
                 && buf[..] == chunk.versions[n].data[..]
             {
                 same[n] = Some(phys_of(val));
@@ -228,7 +226,12 @@ impl Objects {
                 }
             };
             let v = &chunk.versions[n];
-            staged.push((keys[n], v.snap, pack(phys, u64::from(v.birth), crcs[n]), same[n].is_some()));
+            staged.push((
+                keys[n],
+                v.snap,
+                pack(phys, u64::from(v.birth), crcs[n]),
+                same[n].is_some(),
+            ));
         }
         let r = self
             .receiving
@@ -260,7 +263,11 @@ impl Objects {
             // An object with no head block in this range still exists on the sender (a
             // tail cut by a reclaim leaves one with no data), so it must here.
             let end = r.objects.entry(ok).or_insert(0);
-            let reach = if head_blocks { offset_bytes + len_bytes } else { offset_bytes };
+            let reach = if head_blocks {
+                offset_bytes + len_bytes
+            } else {
+                offset_bytes
+            };
             *end = (*end).max(reach);
         }
         self.pending_free.extend(garbage);
@@ -320,7 +327,11 @@ impl Objects {
         if let Some(r) = self.receiving.remove(&pg) {
             // Not freed at once: a staged write of these blocks may still be queued. Blocks
             // shared with the PG's objects stay theirs.
-            let owned = r.blocks.values().chain(r.kept.values()).map(|v| phys_of(*v));
+            let owned = r
+                .blocks
+                .values()
+                .chain(r.kept.values())
+                .map(|v| phys_of(*v));
             self.pending_free
                 .extend(owned.filter(|phys| !r.shared.contains(phys)));
         }
