@@ -232,6 +232,34 @@ impl Cluster {
         self.open_image_info(info).await
     }
 
+    /// Opens snapshot `snap` of `pool/name`, read-only (see [`Image::snapshot_view`]); it
+    /// must be complete (`created`).
+    pub async fn open_snapshot(
+        self: &Arc<Self>,
+        pool: &str,
+        name: &str,
+        snap: &str,
+    ) -> Result<Image, ClientError> {
+        let image = self.open_image(pool, name).await?;
+        let mon = self.mon.as_ref().expect("open_image needs the monitor too");
+        let snaps = mon.snaps(pool, name).await?;
+        let Some(info) = snaps
+            .into_iter()
+            .find(|s| s.name == snap && s.state == fastblock_types::map::SnapState::Created)
+        else {
+            return Err(ClientError::SnapNotFound {
+                pool: pool.to_string(),
+                name: name.to_string(),
+                snap: snap.to_string(),
+            });
+        };
+        let view = crate::SnapView {
+            id: info.id.0,
+            name: info.name,
+        };
+        Ok(image.snapshot_view(view, info.size_bytes))
+    }
+
     /// Opens an image whose description the caller already has (tests with an injected map;
     /// a frontend that listed images). The image's pool must be in the map (after one
     /// refresh, for a pool created a moment ago).

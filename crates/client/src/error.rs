@@ -55,6 +55,13 @@ pub enum ClientError {
         size_bytes: u64,
         opened_bytes: u64,
     },
+    /// No complete snapshot of that name (never taken, removed, or still being taken).
+    #[error("image {pool}/{name} has no snapshot {snap:?}")]
+    SnapNotFound {
+        pool: String,
+        name: String,
+        snap: String,
+    },
     /// A write to a read-only view (an image snapshot). Nothing was sent.
     #[error("{what} is a snapshot: read-only")]
     ReadOnly { what: String },

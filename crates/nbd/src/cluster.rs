@@ -1,4 +1,5 @@
-//! The cluster's images as NBD exports named `pool/image`, over the client library.
+//! The cluster's images as NBD exports named `pool/image`, and their snapshots, read-only,
+//! as `pool/image@snap`, over the client library.
 //!
 //! Every connection opens its own [`Image`] handle (one monitor lookup), so a resized image is
 //! seen by the next connection. All handles share the process's one [`Cluster`]: its OSD
@@ -43,19 +44,40 @@ impl Exports for ClusterExports {
             .images(None)
             .await
             .map_err(|e| ExportError::Unavailable(e.to_string()))?;
-        Ok(images
-            .into_iter()
-            .map(|i| format!("{}/{}", i.pool_name, i.name))
-            .collect())
+        // Snapshots from the map (complete ones only), after their images.
+        let map = self.cluster.map();
+        let mut names = Vec::new();
+        for i in images {
+            names.push(format!("{}/{}", i.pool_name, i.name));
+            for s in map.snaps.get(&i.id).into_iter().flatten() {
+                if s.state == fastblock_client::types::map::SnapState::Created {
+                    names.push(format!("{}/{}@{}", i.pool_name, i.name, s.name));
+                }
+            }
+        }
+        Ok(names)
     }
 
     async fn open(&self, name: &str) -> Result<ImageExport, ExportError> {
         let (pool, image) = split_export_name(name)?;
-        match self.cluster.open_image(pool, image).await {
-            Ok(image) => Ok(ImageExport { image }),
-            Err(ClientError::ImageNotFound { .. } | ClientError::PoolNotFound(_)) => {
-                Err(ExportError::NotFound(name.to_owned()))
+        let opened = match image.split_once('@') {
+            None => self.cluster.open_image(pool, image).await,
+            Some((image, snap)) if !image.is_empty() && !snap.is_empty() => {
+                self.cluster.open_snapshot(pool, image, snap).await
             }
+            Some(_) => {
+                return Err(ExportError::BadName(format!(
+                    "export name {name:?} is not pool/image or pool/image@snapshot"
+                )))
+            }
+        };
+        match opened {
+            Ok(image) => Ok(ImageExport { image }),
+            Err(
+                ClientError::ImageNotFound { .. }
+                | ClientError::PoolNotFound(_)
+                | ClientError::SnapNotFound { .. },
+            ) => Err(ExportError::NotFound(name.to_owned())),
             Err(e) => Err(ExportError::Unavailable(e.to_string())),
         }
     }

@@ -1088,3 +1088,134 @@ fn shrink_entry(id: u64, from_bytes: u64, epoch: u64) -> fastblock_types::map::R
         done_pgs: Default::default(),
     }
 }
+
+// ---- image snapshots (`fastblock_shard::snaps`) ----
+
+/// The one-OSD map of `map_with_images` with snapshot 1 of the harness image in `state`
+/// (absent: `None`), and trim entry `trim` pending.
+fn map_with_snap(
+    epoch: u64,
+    state: Option<fastblock_types::map::SnapState>,
+    trim: Option<u64>,
+) -> std::sync::Arc<fastblock_types::map::ClusterMap> {
+    use fastblock_types::map::{SnapInfo, SnapTrimEntry};
+    use fastblock_types::SnapId;
+    let image = harness::IMAGE;
+    let mut m = (*map_with_images(epoch, Some(256 << 10), image.0 + 1, Vec::new())).clone();
+    let pool = harness::addr(pg(0), 0).pg.pool;
+    if let Some(state) = state {
+        let snap = SnapInfo {
+            id: SnapId(1),
+            pool,
+            image,
+            image_name: "img".into(),
+            name: "s1".into(),
+            state,
+            size_bytes: 256 << 10,
+            object_size_bytes: 64 << 10,
+            created_epoch: fastblock_types::Epoch(epoch),
+            protected: false,
+            done_pgs: Default::default(),
+            started_at_ms: 0,
+        };
+        m.snaps.insert(image, vec![snap]);
+    }
+    if let Some(id) = trim {
+        let entry = SnapTrimEntry {
+            id,
+            pool,
+            image,
+            image_name: "img".into(),
+            snap: SnapId(1),
+            reason: "removed".into(),
+            epoch: fastblock_types::Epoch(epoch),
+            done_pgs: Default::default(),
+        };
+        m.snap_trims.insert(id, entry);
+    }
+    std::sync::Arc::new(m)
+}
+
+fn snap_read(object: u64, length: u32, epoch: u64) -> Request {
+    Request::SnapRead {
+        addr: harness::addr(pg(0), object),
+        offset: 0,
+        length,
+        epoch: fastblock_types::Epoch(epoch),
+        snap: 1,
+    }
+}
+
+/// Goal: a snapshot the map shows `creating` is marked through the PG's log and confirmed
+/// once; from its mark until the map shows it `created`, writes to the image are refused
+/// with the retryable `SnapInProgress` (reads go on); the snapshot then reads what was
+/// written before the mark whatever is written after; a rollback brings that back; a trim
+/// removes it (reads of it are refused `NoSuchSnap`) and is confirmed once.
+#[test]
+fn a_snapshot_is_marked_holds_writes_until_created_reads_as_taken_and_is_trimmed() {
+    use fastblock_types::map::SnapState;
+    let mut c = single();
+    c.map(map_with_snap(2, None, None));
+    let before = c.request(1, write(pg(0), 0, 0, &[1u8; 8192], 2));
+    assert_eq!(c.reply(before), Some(&Reply::Ok));
+    c.map(map_with_snap(3, Some(SnapState::Creating), None));
+    c.tick();
+    let marked = |c: &Cluster| {
+        c.reports
+            .iter()
+            .filter(|(_, r)| matches!(r, Report::SnapMarked { snap: 1, .. }))
+            .count()
+    };
+    assert_eq!(marked(&c), 1, "the leader confirms the mark");
+    assert!(c
+        .core(1)
+        .store()
+        .image_snaps(pg(0), harness::IMAGE)
+        .live
+        .contains(&1));
+    let held = c.request(1, write(pg(0), 0, 0, &[2u8; 4096], 3));
+    assert_eq!(status(c.reply(held)), Some(Status::SnapInProgress));
+    let r = c.request(1, read(pg(0), 0, 0, 4096, 3));
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![1u8; 4096].into())));
+    // Created: writes go again; the snapshot keeps what was there before the mark.
+    c.map(map_with_snap(4, Some(SnapState::Created), None));
+    let after = c.request(1, write(pg(0), 0, 0, &[2u8; 4096], 4));
+    assert_eq!(c.reply(after), Some(&Reply::Ok));
+    let s = c.request(1, snap_read(0, 8192, 4));
+    assert_eq!(c.reply(s), Some(&Reply::Data(vec![1u8; 8192].into())));
+    let h = c.request(1, read(pg(0), 0, 0, 4096, 4));
+    assert_eq!(c.reply(h), Some(&Reply::Data(vec![2u8; 4096].into())));
+    // Rollback through the log.
+    let rb = c.request(
+        1,
+        Request::Rollback {
+            addr: harness::addr(pg(0), 0),
+            epoch: fastblock_types::Epoch(4),
+            snap: 1,
+        },
+    );
+    assert_eq!(c.reply(rb), Some(&Reply::Ok));
+    let h = c.request(1, read(pg(0), 0, 0, 8192, 4));
+    assert_eq!(c.reply(h), Some(&Reply::Data(vec![1u8; 8192].into())));
+    // Removed: the trim is applied and confirmed, the snapshot is gone.
+    c.map(map_with_snap(5, None, Some(9)));
+    c.tick();
+    let trimmed = c
+        .reports
+        .iter()
+        .filter(|(_, r)| matches!(r, Report::SnapTrimmed { id: 9, .. }))
+        .count();
+    assert_eq!(trimmed, 1);
+    let gone = c.request(1, snap_read(0, 4096, 5));
+    assert_eq!(status(c.reply(gone)), Some(Status::NoSuchSnap));
+    let rb = c.request(
+        1,
+        Request::Rollback {
+            addr: harness::addr(pg(0), 0),
+            epoch: fastblock_types::Epoch(5),
+            snap: 1,
+        },
+    );
+    assert_eq!(status(c.reply(rb)), Some(Status::NoSuchSnap));
+    assert_eq!(marked(&c), 1, "confirmed once");
+}
