@@ -272,7 +272,19 @@ impl Cluster {
         let Some(pool) = map.pools.get(&info.pool) else {
             return Err(ClientError::PoolNotFound(info.pool_name.clone()));
         };
-        Image::new(self.clone(), info, pool.pg_count)
+        let parent = info.parent.clone();
+        let image = Image::new(self.clone(), info, pool.pg_count)?;
+        let Some(p) = parent else {
+            return Ok(image);
+        };
+        // A clone: its parent snapshot, read-only, as large as the overlap.
+        let parent_image = Box::pin(self.open_image(&p.pool_name, &p.image_name)).await?;
+        let view = crate::SnapView {
+            id: p.snap.0,
+            name: p.snap_name.clone(),
+        };
+        let parent_view = parent_image.snapshot_view(view, p.overlap_bytes);
+        Ok(image.with_parent(parent_view, p.overlap_bytes))
     }
 
     /// Waits until this client's map shows the image at its whole size, refreshing it from

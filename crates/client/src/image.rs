@@ -31,7 +31,24 @@ struct Inner {
     /// A read-only view of this image snapshot (`info.size_bytes` is then the snapshot's
     /// size), or the image's head.
     snap: Option<SnapView>,
+    /// The parent snapshot of a clone (`docs/design/snapshots.md`, "Clones").
+    parent: Option<ParentLink>,
 }
+
+/// A clone's parent: objects the clone has not copied up read from here, within the
+/// overlap.
+struct ParentLink {
+    /// A read-only view of the parent snapshot, `overlap_bytes` large.
+    view: Image,
+    overlap_bytes: u64,
+    /// Objects known to be copied up (a cache: the OSD's mark is the truth).
+    copied: std::sync::Mutex<std::collections::HashSet<u64>>,
+    /// One copy-up at a time per object, so that this client's writes wait for it.
+    locks: std::sync::Mutex<std::collections::HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A copy-up is written in pieces of at most this much (each a log entry).
+const COPY_UP_PIECE_BYTES_MAX: u64 = WRITE_PIECE_BYTES_MAX;
 
 /// Which snapshot a read-only [`Image`] shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,8 +101,241 @@ impl Image {
                 pg_count,
                 write_gate: tokio::sync::RwLock::new(()),
                 snap: None,
+                parent: None,
             }),
         })
+    }
+
+    /// This image as a clone of `parent` (a read-only view of the parent snapshot), whose
+    /// data reads through to it within `overlap_bytes` until copied up.
+    pub(crate) fn with_parent(self, parent: Image, overlap_bytes: u64) -> Image {
+        let inner = &self.inner;
+        Image {
+            inner: Arc::new(Inner {
+                cluster: inner.cluster.clone(),
+                info: inner.info.clone(),
+                pg_count: inner.pg_count,
+                write_gate: tokio::sync::RwLock::new(()),
+                snap: inner.snap.clone(),
+                parent: Some(ParentLink {
+                    view: parent,
+                    overlap_bytes,
+                    copied: Default::default(),
+                    locks: Default::default(),
+                }),
+            }),
+        }
+    }
+
+    /// Whether this image is a clone that still reads through to a parent snapshot.
+    pub fn is_clone(&self) -> bool {
+        self.inner.parent.is_some()
+    }
+
+    /// Copies every object of a clone that it has not copied up yet from its parent,
+    /// `objects_in_flight_max` at a time, calling `progress` with (objects done, objects in
+    /// all) after each; the clone then holds all its data (the caller tells the monitor,
+    /// which ends the link). Not a clone: nothing to do.
+    pub async fn flatten(
+        &self,
+        objects_in_flight_max: usize,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<(), ClientError> {
+        self.writable()?;
+        let Some(link) = &self.inner.parent else {
+            return Ok(());
+        };
+        let object_bytes = self.inner.info.object_size_bytes;
+        let count = link
+            .overlap_bytes
+            .min(self.size_bytes())
+            .div_ceil(object_bytes);
+        let mut tasks = JoinSet::new();
+        let (mut next, mut done) = (0u64, 0u64);
+        while done < count {
+            while next < count && tasks.len() < objects_in_flight_max.max(1) {
+                let image = self.clone();
+                let object = next;
+                tasks.spawn(async move { image.ensure_copied(object).await });
+                next += 1;
+            }
+            match tasks.join_next().await {
+                Some(Ok(r)) => {
+                    r?;
+                    done += 1;
+                    progress(done, count);
+                }
+                Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Some(Err(e)) => return Err(ClientError::Protocol(format!("IO task: {e}"))),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn addr(&self, object_index: u64) -> ObjectAddr {
+        ObjectAddr {
+            pg: self.object_pg(object_index),
+            image: self.inner.info.id,
+            object_index,
+        }
+    }
+
+    /// Makes object `object_index` of a clone hold its own data before it is changed: reads
+    /// the parent's object (within the overlap), writes it in pieces (all-zero pieces are
+    /// holes already), then marks the object copied (`docs/design/snapshots.md`, "Clones").
+    async fn ensure_copied(&self, object_index: u64) -> Result<(), ClientError> {
+        let Some(link) = &self.inner.parent else {
+            return Ok(());
+        };
+        let known = |l: &ParentLink| {
+            l.copied
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&object_index)
+        };
+        if known(link) {
+            return Ok(());
+        }
+        let lock = link
+            .locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(object_index)
+            .or_default()
+            .clone();
+        let _held = lock.lock().await;
+        if known(link) {
+            return Ok(());
+        }
+        let addr = self.addr(object_index);
+        let probe = move |epoch| Request::CloneRead {
+            addr,
+            offset: 0,
+            length: 0,
+            epoch,
+        };
+        let copied = match self.inner.cluster.execute(addr.pg, &probe).await {
+            Ok(Reply::Data(_)) => true,
+            Err(ClientError::Io {
+                status: fastblock_wire::Status::ObjectAbsent,
+                ..
+            }) => false,
+            Ok(other) => {
+                return Err(ClientError::Protocol(format!(
+                    "PG {}: unexpected {} reply to a clone read",
+                    addr.pg,
+                    reply_name(&other)
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        if !copied {
+            let object_bytes = self.inner.info.object_size_bytes;
+            let start = object_index * object_bytes;
+            if start < link.overlap_bytes {
+                let len = object_bytes.min(link.overlap_bytes - start);
+                let data = link.view.read_boxed(start, len).await?;
+                let mut at = 0u64;
+                while at < len {
+                    let piece_len = COPY_UP_PIECE_BYTES_MAX.min(len - at);
+                    let piece = data.slice(at as usize..(at + piece_len) as usize);
+                    if piece.iter().any(|b| *b != 0) {
+                        let offset = at as u32;
+                        let build = move |epoch| Request::CopyUp {
+                            addr,
+                            offset,
+                            epoch,
+                            data: piece.clone(),
+                        };
+                        self.expect_ok(addr.pg, &build).await?;
+                    }
+                    at += piece_len;
+                }
+            }
+            let done = move |epoch| Request::CopyUpDone { addr, epoch };
+            self.expect_ok(addr.pg, &done).await?;
+        }
+        link.copied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(object_index);
+        Ok(())
+    }
+
+    async fn expect_ok(
+        &self,
+        pg: PgId,
+        build: &(dyn Fn(fastblock_types::Epoch) -> Request + Sync),
+    ) -> Result<(), ClientError> {
+        match self.inner.cluster.execute(pg, build).await? {
+            Reply::Ok => Ok(()),
+            other => Err(ClientError::Protocol(format!(
+                "PG {pg}: unexpected {} reply to a copy-up",
+                reply_name(&other)
+            ))),
+        }
+    }
+
+    /// [`Image::read`] as a boxed `Send` future: a clone reads its parent through it, and
+    /// the boxing ends the recursion in the future's type (read -> object request -> parent
+    /// read).
+    fn read_boxed(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, ClientError>> + Send + '_>>
+    {
+        Box::pin(self.read(offset, len))
+    }
+
+    /// A clone's read of one piece: from the clone if it copied the object up, else from
+    /// the parent.
+    async fn clone_read(&self, extent: Extent) -> Result<Piece, ClientError> {
+        let addr = self.addr(extent.object_index);
+        let (offset, length) = (extent.object_offset, extent.len);
+        let build = move |epoch| Request::CloneRead {
+            addr,
+            offset,
+            length,
+            epoch,
+        };
+        match self.inner.cluster.execute(addr.pg, &build).await {
+            Ok(Reply::Data(bytes)) if bytes.len() == length as usize => Ok(Piece::Data(bytes)),
+            Err(ClientError::Io {
+                status: fastblock_wire::Status::ObjectAbsent,
+                ..
+            }) => Ok(Piece::Data(self.read_parent(extent).await?)),
+            Ok(other) => Err(ClientError::Protocol(format!(
+                "PG {}: unexpected {} reply to a clone read of {length} bytes",
+                addr.pg,
+                reply_name(&other)
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A clone's read of one piece of an object that it has not copied up: the parent's
+    /// bytes within the overlap, zeros beyond.
+    async fn read_parent(&self, extent: Extent) -> Result<Bytes, ClientError> {
+        let link = self
+            .inner
+            .parent
+            .as_ref()
+            .expect("only clones read their parent");
+        let start = extent.object_index * self.inner.info.object_size_bytes
+            + u64::from(extent.object_offset);
+        let len = u64::from(extent.len);
+        let from_parent = link.overlap_bytes.saturating_sub(start).min(len);
+        if from_parent == len {
+            return link.view.read_boxed(start, len).await;
+        }
+        let mut out = BytesMut::zeroed(len as usize);
+        if from_parent > 0 {
+            let data = link.view.read_boxed(start, from_parent).await?;
+            out[..from_parent as usize].copy_from_slice(&data);
+        }
+        Ok(out.freeze())
     }
 
     /// A read-only view of snapshot `snap` of this image, `size_bytes` large (the image's
@@ -101,6 +351,7 @@ impl Image {
                 pg_count: self.inner.pg_count,
                 write_gate: tokio::sync::RwLock::new(()),
                 snap: Some(snap),
+                parent: None,
             }),
         }
     }
@@ -244,9 +495,10 @@ impl Image {
         offset: u64,
         len: u64,
     ) -> Result<Vec<(u64, u64)>, ClientError> {
-        if self.inner.snap.is_some() {
-            // The OSDs answer block status for the head only: a snapshot reports its whole
-            // range as data (correct, not sparse).
+        if self.inner.snap.is_some() || self.inner.parent.is_some() {
+            // The OSDs answer block status for the head only, and a clone's holes may be its
+            // parent's data: a snapshot or a clone reports its whole range as data (correct,
+            // not sparse).
             check_range(offset, len, self.size_bytes())?;
             return Ok(if len == 0 {
                 Vec::new()
@@ -346,6 +598,15 @@ impl Image {
         data: Option<Bytes>,
         snap: u64,
     ) -> Result<Piece, ClientError> {
+        if self.inner.parent.is_some() {
+            match op {
+                Op::Read => return self.clone_read(extent).await,
+                Op::Write | Op::Discard | Op::WriteZeroes => {
+                    self.ensure_copied(extent.object_index).await?
+                }
+                Op::Allocation | Op::Rollback => {}
+            }
+        }
         let pg = self.object_pg(extent.object_index);
         let addr = ObjectAddr {
             pg,

@@ -826,3 +826,135 @@ fn stamped(offset: u64, len: u64, generation: u64) -> Vec<u8> {
         .flat_map(|b| common::stamped_block(b * 4096, generation))
         .collect()
 }
+
+/// Clones end to end, on real processes: a clone (in another pool) of a protected snapshot
+/// reads its parent's data, takes its own writes (a partial write of an object keeps the
+/// parent's other bytes, a discard reads zeros), does not follow later writes to the
+/// parent's head, exports over NBD like any image (`qemu-img compare`), survives `flatten`
+/// and then the removal of the parent snapshot; the snapshot cannot be removed or
+/// unprotected while the clone depends on it, and removing it afterwards frees its blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clone_reads_through_takes_its_own_writes_and_survives_flatten() {
+    if !have_tools(&["qemu-img"]) {
+        return;
+    }
+    let s = Setup::start().await;
+    const SIZE: u64 = 8 * MIB;
+    s.image("fb3", "golden", SIZE, MIB).await;
+    let mon = s.mons.client();
+    let cluster = fastblock_client::Cluster::connect(s.mons.client_config())
+        .await
+        .unwrap();
+    let golden = cluster.open_image("fb3", "golden").await.unwrap();
+    // Objects 0..6 written, 6 and 7 never: the clone reads zeros there.
+    golden
+        .write(0, stamped(0, 6 * MIB, 1).into())
+        .await
+        .unwrap();
+    mon.create_snap("fb3", "golden", "base").await.unwrap();
+    mon.protect_snap("fb3", "golden", "base").await.unwrap();
+    let kid_info = mon
+        .clone_snap("fb3", "golden", "base", "fb1", "kid")
+        .await
+        .unwrap();
+    assert!(kid_info.parent.is_some());
+    let kid = cluster.open_image("fb1", "kid").await.unwrap();
+    assert!(kid.is_clone());
+    let mut want = stamped(0, 6 * MIB, 1);
+    want.resize(SIZE as usize, 0);
+    assert!(
+        kid.read(0, SIZE).await.unwrap() == want[..],
+        "reads through"
+    );
+
+    // Its own writes: a partial one inside object 1, a whole-object one on object 3, a
+    // discard of object 2, a write into never-written object 7.
+    let partial = stamped(0, 4096, 9);
+    kid.write(MIB + 512, partial[..].to_vec().into())
+        .await
+        .unwrap();
+    want[(MIB + 512) as usize..(MIB + 512 + 4096) as usize].copy_from_slice(&partial);
+    let whole = stamped(3 * MIB, MIB, 9);
+    kid.write(3 * MIB, whole.clone().into()).await.unwrap();
+    want[3 * MIB as usize..4 * MIB as usize].copy_from_slice(&whole);
+    kid.discard(2 * MIB, MIB).await.unwrap();
+    want[2 * MIB as usize..3 * MIB as usize].fill(0);
+    let tail = stamped(7 * MIB, 8192, 9);
+    kid.write(7 * MIB, tail.clone().into()).await.unwrap();
+    want[7 * MIB as usize..7 * MIB as usize + 8192].copy_from_slice(&tail);
+    // The parent's head moves on; neither the snapshot nor the clone follows.
+    golden.write(0, stamped(0, SIZE, 2).into()).await.unwrap();
+    assert!(
+        kid.read(0, SIZE).await.unwrap() == want[..],
+        "its own writes"
+    );
+    let base = cluster
+        .open_snapshot("fb3", "golden", "base")
+        .await
+        .unwrap();
+    assert!(base.read(0, 6 * MIB).await.unwrap() == stamped(0, 6 * MIB, 1)[..]);
+    // A fresh open (another client) sees the same: the copy-ups are on the OSDs.
+    let again = fastblock_client::Cluster::connect(s.mons.client_config())
+        .await
+        .unwrap()
+        .open_image("fb1", "kid")
+        .await
+        .unwrap();
+    assert!(again.read(0, SIZE).await.unwrap() == want[..]);
+    let want_file = s.dir.path().join("kid.raw");
+    std::fs::write(&want_file, &want).unwrap();
+    let want_path = want_file.to_str().unwrap();
+    run(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            want_path,
+            &s.uri("fb1/kid"),
+        ],
+    );
+
+    // The snapshot is in use: neither removed nor unprotected.
+    assert!(mon.remove_snap("fb3", "golden", "base").await.is_err());
+    assert!(mon.unprotect_snap("fb3", "golden", "base").await.is_err());
+    // Snapshots of a clone wait for its flatten.
+    assert!(mon.create_snap("fb1", "kid", "k1").await.is_err());
+
+    kid.flatten(4, &|_, _| {}).await.unwrap();
+    let flat = mon.flatten_done("fb1", "kid").await.unwrap();
+    assert_eq!(flat.parent, None);
+    let before: u64 = s.free_bytes().await.iter().sum();
+    mon.unprotect_snap("fb3", "golden", "base").await.unwrap();
+    mon.remove_snap("fb3", "golden", "base").await.unwrap();
+    // The snapshot kept the 6 MiB the parent's head overwrote, on 3 replicas.
+    wait_until(
+        Duration::from_secs(30),
+        "the snapshot's blocks freed",
+        || async {
+            let now: u64 = s.free_bytes().await.iter().sum();
+            (now >= before + 3 * 6 * MIB).then_some(())
+        },
+    )
+    .await;
+    let flat_kid = cluster.open_image("fb1", "kid").await.unwrap();
+    assert!(!flat_kid.is_clone());
+    assert!(
+        flat_kid.read(0, SIZE).await.unwrap() == want[..],
+        "after flatten"
+    );
+    run(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            want_path,
+            &s.uri("fb1/kid"),
+        ],
+    );
+}

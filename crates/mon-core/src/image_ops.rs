@@ -174,6 +174,11 @@ impl MonState {
             .get_mut(&(old.pool, old.name.clone()))
             .expect("image looked up above");
         image.size_bytes = req.size_bytes;
+        // A clone shrunk below its overlap no longer reads that tail from its parent, even if
+        // it grows again: the tail reads zeros, as in any image (Ceph cuts the overlap too).
+        if let Some(p) = &mut image.parent {
+            p.overlap_bytes = p.overlap_bytes.min(req.size_bytes);
+        }
         Ok(image.clone())
     }
 

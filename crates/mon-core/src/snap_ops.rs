@@ -177,6 +177,17 @@ impl MonState {
                 format!("snapshot name {snap_name:?} must not contain '@' or '/'"),
             );
         }
+        // A snapshot of a clone would need to know which objects were copied up from the
+        // parent when it was taken; that history is not kept (`docs/design/snapshots.md`).
+        if let Some(p) = &image.parent {
+            return err(
+                ErrorCode::SnapNotReady,
+                format!(
+                    "{pool}/{name} is a clone of {}/{}@{}: flatten it before taking snapshots",
+                    p.pool_name, p.image_name, p.snap_name
+                ),
+            );
+        }
         if self
             .snaps_of_image(image.id)
             .iter()

@@ -8,7 +8,7 @@
 //! ```text
 //! 0  u8  version = 1
 //! 1  u8  kind: 1 write, 2 discard, 3 write-zeroes, 4 reclaim, 5 snap mark, 6 snap trim,
-//!          7 rollback
+//!          7 rollback, 8 copy-up piece (as a write), 9 copy-up done (no data)
 //! 2  u64 image id
 //! 10 u64 object index (reclaim, snap mark, snap trim: 0)
 //! 18 u32 offset in the object (reclaim, snap mark, snap trim, rollback: 0)
@@ -82,6 +82,15 @@ pub enum ClientOp {
     SnapTrim { id: u64, image: ImageId, snap: u64 },
     /// Make the object's data what image snapshot `snap` holds.
     Rollback { object: ObjectRef, snap: u64 },
+    /// One piece of a clone object's copy-up from its parent: written unless the object is
+    /// marked copied already.
+    CopyUp {
+        object: ObjectRef,
+        offset: u32,
+        data: Bytes,
+    },
+    /// The clone object's copy-up is complete: it is read from the clone from now on.
+    CopyUpDone { object: ObjectRef },
 }
 
 impl ClientOp {
@@ -91,7 +100,9 @@ impl ClientOp {
             ClientOp::Write { object, .. }
             | ClientOp::Discard { object, .. }
             | ClientOp::WriteZeroes { object, .. }
-            | ClientOp::Rollback { object, .. } => Some(*object),
+            | ClientOp::Rollback { object, .. }
+            | ClientOp::CopyUp { object, .. }
+            | ClientOp::CopyUpDone { object } => Some(*object),
             ClientOp::Reclaim { .. } | ClientOp::SnapMark { .. } | ClientOp::SnapTrim { .. } => {
                 None
             }
@@ -141,6 +152,15 @@ impl ClientOp {
                 let d = Bytes::copy_from_slice(&snap.to_le_bytes());
                 (7u8, *object, 0, 8, d)
             }
+            ClientOp::CopyUp {
+                object,
+                offset,
+                data,
+            } => {
+                let len = u32::try_from(data.len()).expect("copy-up payload fits in u32");
+                (8u8, *object, *offset, len, data.clone())
+            }
+            ClientOp::CopyUpDone { object } => (9u8, *object, 0, 0, Bytes::new()),
             ClientOp::Write {
                 object,
                 offset,
@@ -261,6 +281,20 @@ impl ClientOp {
                     k => return Err(format!("op kind {k} names object {}", object.index)),
                 })
             }
+            8 => {
+                if data.len() != length as usize {
+                    return Err(format!("copy-up of {} bytes claims {length}", data.len()));
+                }
+                Ok(ClientOp::CopyUp {
+                    object,
+                    offset,
+                    data: data.clone(),
+                })
+            }
+            9 if data.is_empty() && offset == 0 && length == 0 => {
+                Ok(ClientOp::CopyUpDone { object })
+            }
+            9 => Err("copy-up done carries a range or data".into()),
             k => Err(format!("unknown op kind {k}")),
         }
     }
@@ -280,7 +314,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(kind in 0u8..7, image: u64, index: u64, offset: u32, len in 0u32..9000, epoch: u64) {
+        fn round_trips(kind in 0u8..9, image: u64, index: u64, offset: u32, len in 0u32..9000, epoch: u64) {
             let op = match kind {
                 0 => ClientOp::Write { object: obj(image, index), offset, data: Bytes::from(vec![7u8; len as usize]) },
                 1 => ClientOp::Discard { object: obj(image, index), offset, length: len },
@@ -288,6 +322,8 @@ mod tests {
                 3 => ClientOp::SnapMark { image: ImageId(image), snap: epoch },
                 4 => ClientOp::SnapTrim { id: index, image: ImageId(image), snap: epoch },
                 5 => ClientOp::Rollback { object: obj(image, index), snap: epoch },
+                6 => ClientOp::CopyUp { object: obj(image, index), offset, data: Bytes::from(vec![3u8; len as usize]) },
+                7 => ClientOp::CopyUpDone { object: obj(image, index) },
                 _ => ClientOp::Reclaim {
                     id: index,
                     image: ImageId(image),

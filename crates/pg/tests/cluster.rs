@@ -323,7 +323,11 @@ fn apply_op(objects: &mut BTreeMap<(u64, u64), Vec<u8>>, op: &ClientOp) {
         ClientOp::Reclaim { .. }
         | ClientOp::SnapMark { .. }
         | ClientOp::SnapTrim { .. }
-        | ClientOp::Rollback { .. } => unreachable!("the model issues no reclaims or snapshot ops"),
+        | ClientOp::Rollback { .. }
+        | ClientOp::CopyUp { .. }
+        | ClientOp::CopyUpDone { .. } => {
+            unreachable!("the model issues no reclaims or snapshot ops")
+        }
     };
     if obj.len() < offset + data.len() {
         obj.resize(offset + data.len(), 0);

@@ -116,6 +116,31 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
                 length,
             }
         })),
+        Request::CopyUp {
+            addr,
+            offset,
+            epoch,
+            data,
+        } => Ok(Mutation {
+            addr,
+            offset,
+            length: u32::try_from(data.len()).unwrap_or(u32::MAX),
+            epoch,
+            op: ClientOp::CopyUp {
+                object: object(&addr),
+                offset,
+                data,
+            },
+        }),
+        Request::CopyUpDone { addr, epoch } => Ok(Mutation {
+            addr,
+            offset: 0,
+            length: 0,
+            epoch,
+            op: ClientOp::CopyUpDone {
+                object: object(&addr),
+            },
+        }),
         Request::Rollback { addr, epoch, snap } => Ok(Mutation {
             addr,
             offset: 0,
@@ -192,8 +217,23 @@ impl<D: Disk + 'static> ShardCore<D> {
             Request::Write { .. }
             | Request::Discard { .. }
             | Request::WriteZeroes { .. }
-            | Request::Rollback { .. } => {
+            | Request::Rollback { .. }
+            | Request::CopyUp { .. }
+            | Request::CopyUpDone { .. } => {
                 unreachable!("mutations were taken above")
+            }
+            Request::CloneRead {
+                addr,
+                offset,
+                length,
+                epoch,
+            } => {
+                let kind = OpKind::CloneRead {
+                    addr,
+                    offset,
+                    length,
+                };
+                self.read(conn, request_id, kind, epoch, arrived, eff)
             }
             Request::SnapRead {
                 addr,
@@ -455,8 +495,9 @@ impl<D: Disk + 'static> ShardCore<D> {
             let sb = store.superblock();
             (sb.batch_bytes_max, sb.segment_size_bytes, sb.segment_count)
         };
-        // Only a write carries its bytes in the log entry; discards carry a range.
-        let is_write = matches!(m.op, ClientOp::Write { .. });
+        // Only a write (or a copy-up piece) carries its bytes in the log entry; discards carry
+        // a range.
+        let is_write = matches!(m.op, ClientOp::Write { .. } | ClientOp::CopyUp { .. });
         let length = m.length;
         // A rollback copies up to a whole object from the snapshot: it needs that room.
         if let ClientOp::Rollback { object, .. } = &m.op {
@@ -557,6 +598,11 @@ impl<D: Disk + 'static> ShardCore<D> {
             offset,
             length,
             ..
+        }
+        | OpKind::CloneRead {
+            addr,
+            offset,
+            length,
         }) = kind
         else {
             unreachable!("read admits only reads and block-status queries");

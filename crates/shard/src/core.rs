@@ -84,6 +84,12 @@ pub(crate) enum OpKind {
         length: u32,
         snap: u64,
     },
+    /// A read of a clone's object if it holds its own copy (else `ObjectAbsent`).
+    CloneRead {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+    },
     /// A reclaim the shard proposed itself (no client waits for it).
     Reclaim { id: u64 },
     /// A snapshot mark the shard proposed itself.
@@ -964,6 +970,35 @@ impl<D: Disk + 'static> ShardCore<D> {
             }
             (
                 OpOutcome::ReadReady,
+                OpKind::CloneRead {
+                    addr,
+                    offset,
+                    length,
+                },
+            ) => {
+                let (addr, offset, length) = (*addr, *offset, *length);
+                let object = fastblock_store::ObjectId {
+                    image: addr.image,
+                    index: addr.object_index,
+                };
+                if !self.store.borrow().is_copied(addr.pg, object) {
+                    Reply::error(
+                        Status::ObjectAbsent,
+                        None,
+                        format!(
+                            "pg {}: object {} of image {} is not copied up from its parent",
+                            addr.pg, addr.object_index, addr.image
+                        ),
+                    )
+                } else {
+                    match self.read_for_client(addr, offset, length, eff) {
+                        Ok(data) => Reply::Data(data),
+                        Err(reply) => reply,
+                    }
+                }
+            }
+            (
+                OpOutcome::ReadReady,
                 OpKind::SnapRead {
                     addr,
                     offset,
@@ -1223,6 +1258,14 @@ fn apply_op<D: Disk>(store: &mut Store<D>, pg: PgId, op: &ClientOp) -> fastblock
             tracing::info!(%pg, %image, snap, trim = id, blocks_freed = freed, "snapshot trimmed");
             Ok(())
         }
+        ClientOp::CopyUp {
+            object: o,
+            offset,
+            data,
+        } => store
+            .copy_up(pg, object(o), u64::from(*offset), data)
+            .map(|_| ()),
+        ClientOp::CopyUpDone { object: o } => store.copy_up_done(pg, object(o)),
         ClientOp::Rollback { object: o, snap } => {
             match store.image_snap_rollback(pg, object(o), *snap) {
                 Err(fastblock_store::Error::NoSuchImageSnap { .. }) => {

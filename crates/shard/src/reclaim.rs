@@ -255,7 +255,9 @@ impl<D: Disk + 'static> ShardCore<D> {
             Request::Write { addr, .. }
             | Request::Discard { addr, .. }
             | Request::WriteZeroes { addr, .. }
-            | Request::Rollback { addr, .. } => addr.pg,
+            | Request::Rollback { addr, .. }
+            | Request::CopyUp { addr, .. }
+            | Request::CopyUpDone { addr, .. } => addr.pg,
             _ => return Some(req),
         };
         // Writes already held for the PG keep their place: a later one waits behind them.

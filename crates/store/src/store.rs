@@ -603,6 +603,36 @@ impl<D: Disk> Store<D> {
         })
     }
 
+    // ---- objects of clones (`objects/clones.rs`), applied through the log ----
+
+    /// Whether `object` of a clone holds its own data (copied up from its parent).
+    pub fn is_copied(&self, pg: PgId, object: ObjectId) -> bool {
+        self.objects.is_copied(pg, object)
+    }
+
+    /// One piece of a copy-up: written unless the object is marked copied already (then
+    /// nothing happens); returns whether it wrote.
+    pub fn copy_up(
+        &mut self,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> Result<bool> {
+        self.guard(|s| {
+            s.objects
+                .copy_up(&mut s.disk, pg, object, offset_bytes, data)
+        })
+    }
+
+    /// Marks `object` of a clone copied: it is read from the clone from now on.
+    pub fn copy_up_done(&mut self, pg: PgId, object: ObjectId) -> Result<()> {
+        self.guard(|s| {
+            s.objects.copy_up_done(pg, object);
+            Ok(())
+        })
+    }
+
     // ---- image snapshots (`objects/image_snaps.rs`), applied through the log ----
 
     /// Takes snapshot `snap` of `image` in `pg` (no data moves).

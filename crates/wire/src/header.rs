@@ -83,6 +83,9 @@ pub enum Kind {
     ShardSpace = 9,
     SnapRead = 10,
     Rollback = 11,
+    CloneRead = 12,
+    CopyUp = 13,
+    CopyUpDone = 14,
     AuthHello = 16,
     AuthChallenge = 17,
     AuthProof = 18,
@@ -96,7 +99,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 23] = [
         Kind::Write,
         Kind::Read,
         Kind::Discard,
@@ -108,6 +111,9 @@ impl Kind {
         Kind::ShardSpace,
         Kind::SnapRead,
         Kind::Rollback,
+        Kind::CloneRead,
+        Kind::CopyUp,
+        Kind::CopyUpDone,
         Kind::AuthHello,
         Kind::AuthChallenge,
         Kind::AuthProof,

@@ -95,11 +95,13 @@ pub enum Status {
     /// A snapshot of the image is being taken and this PG has marked it: writes to the image
     /// wait until every PG has (a few milliseconds to the monitor's timeout). Retryable.
     SnapInProgress = 19,
+    /// A `CloneRead` of an object the clone has not copied up: read it from the parent.
+    ObjectAbsent = 20,
 }
 
 impl Status {
     /// Every status, for tests and exhaustive tables.
-    pub const ALL: [Status; 20] = [
+    pub const ALL: [Status; 21] = [
         Status::Ok,
         Status::NotLeader,
         Status::NotReady,
@@ -120,6 +122,7 @@ impl Status {
         Status::PermissionDenied,
         Status::NoSuchSnap,
         Status::SnapInProgress,
+        Status::ObjectAbsent,
     ];
 
     /// The status with this wire value, if any.
@@ -152,6 +155,7 @@ impl Status {
             | Status::AuthRequired
             | Status::AuthFailed
             | Status::NoSuchSnap
+            | Status::ObjectAbsent
             | Status::PermissionDenied => false,
         }
     }

@@ -116,6 +116,28 @@ pub enum Request {
         epoch: Epoch,
         snap: u64,
     },
+    /// Reads a clone's object if the clone holds its own copy of it (copied up); otherwise
+    /// answers `ObjectAbsent`, and the client reads the parent snapshot
+    /// (`docs/design/snapshots.md`, "Clones"). A length of 0 only asks which.
+    CloneRead {
+        addr: ObjectAddr,
+        offset: u32,
+        length: u32,
+        epoch: Epoch,
+    },
+    /// One piece of a clone object's copy-up: written through the log unless the object is
+    /// already marked copied. `data` is a zero-copy slice of the payload.
+    CopyUp {
+        addr: ObjectAddr,
+        offset: u32,
+        epoch: Epoch,
+        data: Bytes,
+    },
+    /// The clone object's copy-up is complete: mark it copied, through the log.
+    CopyUpDone {
+        addr: ObjectAddr,
+        epoch: Epoch,
+    },
     /// Debug/test: the free data space of the shard that receives it, answered with
     /// `Reply::Space` (tests check that discards give space back).
     ShardSpace,
@@ -211,6 +233,9 @@ impl Request {
             Request::ShardSpace => Kind::ShardSpace,
             Request::SnapRead { .. } => Kind::SnapRead,
             Request::Rollback { .. } => Kind::Rollback,
+            Request::CloneRead { .. } => Kind::CloneRead,
+            Request::CopyUp { .. } => Kind::CopyUp,
+            Request::CopyUpDone { .. } => Kind::CopyUpDone,
             Request::Hello { .. } => Kind::Hello,
             Request::RaftBatch { .. } => Kind::RaftBatch,
             Request::SnapChunk(_) => Kind::SnapChunk,
@@ -233,10 +258,20 @@ impl Request {
                 offset,
                 epoch,
                 data,
+            }
+            | Request::CopyUp {
+                addr,
+                offset,
+                epoch,
+                data,
             } => {
                 let length = len_u32(data.len(), "Write data");
                 put_object_op(&mut writer, addr, *epoch, *offset, length);
                 writer.put_slice(data);
+            }
+            Request::CopyUpDone { addr, epoch } => {
+                put_addr(&mut writer, addr);
+                writer.put_u64(epoch.get());
             }
             Request::Read {
                 addr,
@@ -257,6 +292,12 @@ impl Request {
                 epoch,
             }
             | Request::Allocation {
+                addr,
+                offset,
+                length,
+                epoch,
+            }
+            | Request::CloneRead {
                 addr,
                 offset,
                 length,
@@ -439,6 +480,37 @@ impl Request {
                     snap,
                 }
             }
+            Kind::CloneRead => {
+                let mut reader = Reader::new(payload, "CloneRead");
+                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                reader.finish()?;
+                Request::CloneRead {
+                    addr,
+                    offset,
+                    length,
+                    epoch,
+                }
+            }
+            Kind::CopyUp => {
+                let mut reader = Reader::new(payload, "CopyUp");
+                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                reader.expect_rest(length, "data length")?;
+                let data = reader.bytes(reader.remaining(), "data")?;
+                reader.finish()?;
+                Request::CopyUp {
+                    addr,
+                    offset,
+                    epoch,
+                    data,
+                }
+            }
+            Kind::CopyUpDone => {
+                let mut reader = Reader::new(payload, "CopyUpDone");
+                let addr = read_addr(&mut reader)?;
+                let epoch = reader.epoch()?;
+                reader.finish()?;
+                Request::CopyUpDone { addr, epoch }
+            }
             Kind::Rollback => {
                 let mut reader = Reader::new(payload, "Rollback");
                 let addr = read_addr(&mut reader)?;
@@ -547,7 +619,11 @@ impl Request {
     /// Payload bytes this request encodes to (exact; used to reserve output space once).
     fn payload_len_hint(&self) -> usize {
         match self {
-            Request::Write { data, .. } => OBJECT_OP_BYTES.saturating_add(data.len()),
+            Request::Write { data, .. } | Request::CopyUp { data, .. } => {
+                OBJECT_OP_BYTES.saturating_add(data.len())
+            }
+            Request::CloneRead { .. } => OBJECT_OP_BYTES,
+            Request::CopyUpDone { .. } => OBJECT_ADDR_BYTES + 8,
             Request::Read { .. }
             | Request::Discard { .. }
             | Request::WriteZeroes { .. }

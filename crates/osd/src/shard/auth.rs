@@ -120,6 +120,9 @@ pub fn authorize(peer: &PeerAuth, req: &Request, map: &ClusterMap) -> Result<(),
         | Request::Allocation { addr, .. }
         | Request::SnapRead { addr, .. }
         | Request::Rollback { addr, .. }
+        | Request::CloneRead { addr, .. }
+        | Request::CopyUp { addr, .. }
+        | Request::CopyUpDone { addr, .. }
         | Request::ReplicaRead { addr, .. } => pool_check(peer, addr.pg, map),
         Request::GetLeader { pg, .. } | Request::ReplicaDigest { pg } => pool_check(peer, *pg, map),
         Request::ShardSpace => Ok(()),

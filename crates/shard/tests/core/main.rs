@@ -840,6 +840,7 @@ fn first_chunk(transfer: u64, total_bytes: u64) -> Request {
         // Two head blocks, in the transfer chunk's encoding.
         data: fastblock_store::ChunkVersions {
             head_exists: true,
+            copied: false,
             len_bytes: 8192,
             versions: (0..2)
                 .map(|block| fastblock_store::BlockVersion {

@@ -40,6 +40,7 @@ pub struct MetaCommit {
     snapshots: BTreeMap<u64, Option<Vec<u8>>>,
     snap_blocks: BTreeMap<SnapBlockKey, Option<BlockVal>>,
     image_snaps: BTreeMap<(u64, u64), Option<Vec<u8>>>,
+    copied: BTreeMap<ObjKey, Option<()>>,
     wal_durable_lsn: u64,
     /// Blocks the committed map no longer references: free once it is durable.
     free: Vec<u64>,
@@ -95,6 +96,13 @@ impl MetaCommit {
                     None => states.remove(k)?,
                 };
             }
+            let mut copied = tx.open_table(meta::COPIED)?;
+            for (k, v) in &self.copied {
+                match v {
+                    Some(()) => copied.insert(k, 1u8)?,
+                    None => copied.remove(k)?,
+                };
+            }
             let mut m = tx.open_table(meta::META)?;
             m.insert(
                 meta::KEY_FLUSHED_LSN,
@@ -144,6 +152,7 @@ impl Objects {
             snapshots: self.dirty_snapshots.clone(),
             snap_blocks: self.dirty_snap_blocks.clone(),
             image_snaps: self.dirty_image_snaps.clone(),
+            copied: self.dirty_copied.clone(),
             wal_durable_lsn,
             free: std::mem::take(&mut self.pending_free),
             applied_index: self.applied.clone(),
@@ -168,6 +177,7 @@ impl Objects {
             snapshots,
             snap_blocks,
             image_snaps,
+            copied,
             free,
             applied_index,
             ..
@@ -183,6 +193,7 @@ impl Objects {
         settle(&mut self.dirty_snapshots, snapshots);
         settle(&mut self.dirty_snap_blocks, snap_blocks);
         settle(&mut self.dirty_image_snaps, image_snaps);
+        settle(&mut self.dirty_copied, copied);
         for b in free {
             self.alloc.free(b);
         }

@@ -503,6 +503,7 @@ impl Objects {
         }
         Ok(ChunkVersions {
             head_exists: self.objects.contains_key(&ok),
+            copied: self.copied.contains(&ok),
             len_bytes,
             versions,
         })

@@ -31,6 +31,9 @@ pub const SNAP_BLOCKS: TableDefinition<SnapBlockKey, (u64, u32)> =
 pub type SnapBlockKey = (u64, u64, u64, u32, u64);
 /// (pg, image) -> snapshot state: seq u64 LE, count u32 LE, live snapshot ids u64 LE.
 pub const IMAGE_SNAPS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("image_snaps");
+/// (pg, image, object index) -> 1: objects of clones that hold their own data (copied up
+/// from the parent snapshot; see `clones.rs`).
+pub const COPIED: TableDefinition<(u64, u64, u64), u8> = TableDefinition::new("copied");
 /// Store-wide values.
 pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
@@ -46,6 +49,7 @@ pub fn create(db: &Database, osd_uuid: &[u8; 16]) -> Result<()> {
         tx.open_table(SNAPSHOTS)?;
         tx.open_table(SNAP_BLOCKS)?;
         tx.open_table(IMAGE_SNAPS)?;
+        tx.open_table(COPIED)?;
         let mut meta = tx.open_table(META)?;
         meta.insert(KEY_UUID, &osd_uuid[..])?;
         meta.insert(KEY_FLUSHED_LSN, &0u64.to_le_bytes()[..])?;
@@ -67,12 +71,17 @@ pub fn create_missing_tables(db: &Database) -> Result<()> {
             tx.open_table(IMAGE_SNAPS),
             Err(redb::TableError::TableDoesNotExist(_))
         );
-        snap_blocks || image_snaps
+        let copied = matches!(
+            tx.open_table(COPIED),
+            Err(redb::TableError::TableDoesNotExist(_))
+        );
+        snap_blocks || image_snaps || copied
     };
     if missing {
         let tx = db.begin_write()?;
         tx.open_table(SNAP_BLOCKS)?;
         tx.open_table(IMAGE_SNAPS)?;
+        tx.open_table(COPIED)?;
         tx.commit()?;
     }
     Ok(())

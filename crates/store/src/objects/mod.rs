@@ -18,6 +18,7 @@
 pub mod alloc;
 mod allocation;
 mod block_cache;
+mod clones;
 mod commit;
 mod image_snaps;
 pub mod meta;
@@ -109,6 +110,9 @@ pub struct Objects {
     dirty_image_snaps: BTreeMap<(u64, u64), Option<Vec<u8>>>,
     /// Changes to the blocks kept for snapshots, not flushed yet.
     dirty_snap_blocks: BTreeMap<SnapBlockKey, Option<BlockVal>>,
+    /// Objects of clones copied up from their parent (`clones.rs`), and changes to flush.
+    copied: std::collections::BTreeSet<ObjKey>,
+    dirty_copied: BTreeMap<ObjKey, Option<()>>,
 }
 
 fn obj_key(pg: PgId, o: ObjectId) -> ObjKey {
@@ -152,9 +156,11 @@ impl Objects {
         let mut applied = BTreeMap::new();
         let mut objects = BTreeMap::new();
         let image_snaps;
+        let copied;
         {
             let tx = db.begin_read()?;
             image_snaps = Self::load_image_snaps(&tx, &mut alloc)?;
+            copied = Self::load_copied(&tx)?;
             let blocks = tx.open_table(meta::BLOCKS)?;
             for row in blocks.iter()? {
                 let (k, v) = row?;
@@ -207,6 +213,8 @@ impl Objects {
             image_snaps,
             dirty_image_snaps: BTreeMap::new(),
             dirty_snap_blocks: BTreeMap::new(),
+            copied,
+            dirty_copied: BTreeMap::new(),
         })
     }
 
@@ -537,6 +545,7 @@ impl Objects {
         }
         self.objects.remove(&ok);
         self.dirty_objects.insert(ok, None);
+        self.uncopy(ok);
         Ok(())
     }
 

@@ -36,6 +36,8 @@ pub(super) struct Receiving {
     kept: BTreeMap<SnapBlockKey, BlockVal>,
     /// Image snapshot states, per (pg, image).
     states: BTreeMap<(u64, u64), ImageSnaps>,
+    /// Objects of clones copied up (`clones.rs`).
+    copied: BTreeSet<ObjKey>,
     objects: BTreeMap<ObjKey, u64>,
     /// Physical blocks the staged map shares with the PG's live objects.
     shared: BTreeSet<u64>,
@@ -48,6 +50,7 @@ impl Receiving {
             blocks: BTreeMap::new(),
             kept: BTreeMap::new(),
             states: BTreeMap::new(),
+            copied: BTreeSet::new(),
             objects: BTreeMap::new(),
             shared: BTreeSet::new(),
         }
@@ -125,6 +128,7 @@ impl Objects {
             .collect();
         let chunk = ChunkVersions {
             head_exists: true,
+            copied: false,
             len_bytes: len,
             versions,
         };
@@ -259,6 +263,9 @@ impl Objects {
                 }
             }
         }
+        if chunk.copied {
+            r.copied.insert(ok);
+        }
         if chunk.head_exists {
             // An object with no head block in this range still exists on the sender (a
             // tail cut by a reclaim leaves one with no data), so it must here.
@@ -386,6 +393,11 @@ impl Objects {
         }
         for (k, state) in staged.states {
             self.set_image_snaps(k, state);
+        }
+        for k in staged.copied {
+            if self.copied.insert(k) {
+                self.dirty_copied.insert(k, Some(()));
+            }
         }
         for (k, end) in staged.objects {
             self.objects.insert(k, end);

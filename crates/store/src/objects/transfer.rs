@@ -10,7 +10,8 @@
 //! nowhere (`docs/design/snapshots.md`, "Catch-up").
 //!
 //! Layout (little-endian): flags u32 (bit 0: the object exists in the head, so the receiver
-//! lists it even if this range holds no head block), count u32, the range's length in
+//! lists it even if this range holds no head block; bit 1: the object is a clone's object
+//! copied up from its parent, `clones.rs`), count u32, the range's length in
 //! bytes u64 (a multiple of 4 KiB; the range starts at the chunk's offset), then `count`
 //! versions:
 //! block index u32 (within the object), birth u32, snapshot id u64 (0: the head; else the
@@ -22,6 +23,7 @@ use fastblock_types::units::BLOCK_SIZE_BYTES;
 const BS: usize = BLOCK_SIZE_BYTES as usize;
 const VERSION_HEADER_BYTES: usize = 16;
 const FLAG_HEAD_EXISTS: u32 = 1;
+const FLAG_COPIED: u32 = 2;
 const HEADER_BYTES: usize = 16;
 
 /// One version of one block.
@@ -40,6 +42,8 @@ pub struct BlockVersion {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChunkVersions {
     pub head_exists: bool,
+    /// The object is a clone's object that holds its own data (copied up).
+    pub copied: bool,
     /// Bytes of the object range the chunk covers (from the chunk's offset).
     pub len_bytes: u64,
     pub versions: Vec<BlockVersion>,
@@ -75,7 +79,7 @@ impl ChunkVersions {
             return Err(bad("shorter than its 16-byte header"));
         }
         let flags = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
-        if flags & !FLAG_HEAD_EXISTS != 0 {
+        if flags & !(FLAG_HEAD_EXISTS | FLAG_COPIED) != 0 {
             return Err(bad("unknown flags"));
         }
         let count = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
@@ -95,6 +99,7 @@ impl ChunkVersions {
             .collect();
         Ok(ChunkVersions {
             head_exists: flags & FLAG_HEAD_EXISTS != 0,
+            copied: flags & FLAG_COPIED != 0,
             len_bytes,
             versions,
         })
@@ -108,9 +113,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(head in any::<bool>(), len in any::<u64>(), vs in prop::collection::vec((any::<u32>(), any::<u32>(), any::<u64>(), any::<u8>()), 0..5)) {
+        fn round_trips(head in any::<bool>(), copied in any::<bool>(), len in any::<u64>(), vs in prop::collection::vec((any::<u32>(), any::<u32>(), any::<u64>(), any::<u8>()), 0..5)) {
             let c = ChunkVersions {
                 head_exists: head,
+                copied,
                 len_bytes: len,
                 versions: vs.into_iter().map(|(block, birth, snap, fill)| BlockVersion { block, birth, snap, data: vec![fill; BS] }).collect(),
             };
