@@ -249,7 +249,7 @@ def collect(out_dir):
         clk = float(open(os.path.join(raw, "clk_tck")).read().strip())
     except (OSError, ValueError):
         clk = 100.0
-    results = {"env": env, "baselines": {}, "runs": [], "auth": [], "noflush": [],
+    results = {"env": env, "baselines": {}, "runs": [], "auth": [], "noflush": [], "snap": [],
                "nbd_skipped": read_skipped(raw)}
     for run in read_runs(raw):
         name = run["name"]
@@ -305,6 +305,8 @@ def collect(out_dir):
             results["auth"].append(entry)
         elif run["test"].startswith("noflush-"):
             results["noflush"].append(entry)
+        elif run["test"].startswith("snap-"):
+            results["snap"].append(entry)
         else:
             results["runs"].append(entry)
     return results
@@ -461,6 +463,7 @@ def markdown(results):
     lines += counters_table(results)
     lines += noflush_table(results)
     lines += auth_table(results)
+    lines += snap_table(results)
     lines += ["", "### Targets (ratios within this run)", "",
               "| target | measured | limit | measured / limit | status |", "|---|---:|---:|---:|---|"]
     for t in results["targets"]:
@@ -529,6 +532,32 @@ def noflush_table(results):
         durable = find(results, "block_bench", r["pool"], test)
         lines.append(f"| {r['pool']} ({r.get('replicas', '?')} replicas) | {test} | {cell(durable)} | "
                      f"{cell(r)} |")
+    return lines
+
+
+def snap_table(results):
+    """Random writes on the plain image, then the first writes after a snapshot and rewrites
+    of the same blocks, with each one's cost against the plain image."""
+    rows = {r["test"]: r for r in results.get("snap", [])}
+    if not rows:
+        return []
+    lines = ["", "### Snapshots (block_bench, 3 replicas, 4 KiB randwrite QD32, the same count "
+             "of writes each; docs/design/snapshots.md)", "",
+             "| image | mean µs | p99 µs | IOPS | CPU µs/IO | IOPS vs plain | CPU vs plain |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    plain = rows.get("snap-plain-randwrite-qd32") or {}
+    pct = lambda a, b: f"{(a / b - 1) * 100:+.1f} %" if a and b else "?"
+    cpu = lambda r: r.get("cpu", {}).get("fastblock_us_per_io")
+    for test, what in (("snap-plain-randwrite-qd32", "plain"),
+                       ("snap-first-randwrite-qd32", "first writes after a snapshot"),
+                       ("snap-rewrite-randwrite-qd32", "rewrites after a snapshot")):
+        r = rows.get(test)
+        if not r or r.get("iops") is None:
+            lines.append(f"| {what} | error: {str((r or {}).get('error', 'not run'))[:60]} |||||")
+            continue
+        lines.append(f"| {what} | {fmt(r.get('mean_us'), 1)} | {fmt(r.get('p99_us'))} | "
+                     f"{fmt(r.get('iops'))} | {fmt(cpu(r), 1)} | {pct(r.get('iops'), plain.get('iops'))} | "
+                     f"{pct(cpu(r), cpu(plain))} |")
     return lines
 
 

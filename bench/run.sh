@@ -15,7 +15,9 @@
 #    when it is not built): 1 MiB sequential write (a full pass, which also fills the image),
 #    4 KiB randwrite and randread at QD1 and QD32, 1 MiB sequential read;
 #    then 3-replica block_bench write QD1 and QD32 and read QD32 in each auth mode (none, sign,
-#    secure), side by side, with the overhead of each mode against none; then, with the OSDs
+#    secure), side by side, with the overhead of each mode against none; then 3-replica
+#    block_bench 4 KiB randwrite QD32 on the plain image, after a snapshot (first writes of
+#    their blocks) and again (rewrites), side by side; then, with the OSDs
 #    restarted in --wal-sync no-flush-benchmark-only (measurement only: no device flush), the
 #    block_bench randwrite rows again, for the software's own cost;
 # 4. around every run: CPU time of every fastblock process from /proc (OSDs, monitor, NBD
@@ -29,7 +31,7 @@
 # --seconds N: length of each timed run (10; the first second is warm-up). --keep: leave the
 # cluster running and its data files in place. --quick: only what a change to the data path
 # is judged by while it is being made (baselines once; the 3-replica pool's block_bench rows;
-# no NBD, no auth modes); the targets it cannot judge show "not measured". Takes about 7
+# no NBD, no auth modes, no snapshot rows); the targets it cannot judge show "not measured". Takes about 7
 # minutes with the defaults (2 with --quick), plus the build.
 set -euo pipefail
 
@@ -368,6 +370,27 @@ for mode in "${AUTH_MODES[@]}"; do
   bb "auth-$mode-randread-qd32" "$AUTH_POOL" "auth-$mode-randread-qd32" --io-type read --io-depth 32 "${timed[@]}"
 done
 client auth mode sign >/dev/null # the cluster's default again, for the NBD rows
+
+# --- snapshots -------------------------------------------------------------------------------
+# 3-replica 4 KiB random writes at QD32 on the kit's image with a snapshot
+# (docs/design/snapshots.md), the same count each time (a quarter of the image's blocks):
+# on the plain image; after a snapshot with a new seed (mostly the first writes of their
+# blocks since it, each of which keeps the old block for the snapshot); and that seed again
+# (the same blocks: every write a rewrite of a block already kept, which costs nothing more).
+SNAP_POOL=fb
+SNAP_IOS=$((IMAGE_MIB * 64))
+if ! ((QUICK)); then
+  log "snapshots: block_bench on pool $SNAP_POOL"
+  snap_bb() { # name seed
+    bb "$1" "$SNAP_POOL" "$1" --io-type write --io-depth 32 --io-count "$SNAP_IOS" --seed "$2" \
+      --deferred-time 0
+  }
+  snap_bb snap-plain-randwrite-qd32 101
+  client image snap create "$SNAP_POOL/$IMAGE@kit" >/dev/null
+  snap_bb snap-first-randwrite-qd32 202
+  snap_bb snap-rewrite-randwrite-qd32 202
+  client image snap rm "$SNAP_POOL/$IMAGE@kit" >/dev/null
+fi
 
 NBD_SKIPPED="fastblock-nbd not built"
 ((QUICK)) && { HAVE_NBD=0; NBD_SKIPPED="--quick"; }
