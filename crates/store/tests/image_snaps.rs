@@ -569,6 +569,10 @@ fn run_transfer(before: &[Op], during: &[(usize, Op)], after: &[Op]) {
         step(&mut a, &mut m, &mut flushed, op);
         replay.push(op.clone());
     }
+    // Reads are not in the log: the receiver replays only what changes state. (Its states
+    // part way through the replay mix the copy's later data with the replayed ops, so a
+    // read there would be checked against no state the sender ever had.)
+    replay.retain(|op| !matches!(op, Op::ReadHead { .. } | Op::ReadSnap { .. }));
     let mut cs = raft::eraftpb::ConfState::default();
     cs.voters = vec![1, 2, 3];
     b.install_snapshot(the_pg(), 10, 1, &cs).unwrap();

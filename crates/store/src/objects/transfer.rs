@@ -53,11 +53,13 @@ impl ChunkVersions {
     pub fn encode(&self) -> Vec<u8> {
         let mut out =
             Vec::with_capacity(HEADER_BYTES + self.versions.len() * (VERSION_HEADER_BYTES + BS));
-        let flags = if self.head_exists {
-            FLAG_HEAD_EXISTS
-        } else {
-            0
-        };
+        let mut flags = 0;
+        if self.head_exists {
+            flags |= FLAG_HEAD_EXISTS;
+        }
+        if self.copied {
+            flags |= FLAG_COPIED;
+        }
         out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(&(self.versions.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.len_bytes.to_le_bytes());
