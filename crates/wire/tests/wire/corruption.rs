@@ -396,7 +396,8 @@ fn retryable_statuses_are_exactly_the_transient_ones() {
             Status::NoSuchPg,
             Status::Busy,
             Status::StaleEpoch,
-            Status::Timeout
+            Status::Timeout,
+            Status::SnapInProgress
         ]
     );
     for status in Status::ALL {
@@ -404,7 +405,8 @@ fn retryable_statuses_are_exactly_the_transient_ones() {
     }
     assert_eq!(Status::from_u16(14), Some(Status::NoSuchImage));
     assert_eq!(Status::from_u16(17), Some(Status::PermissionDenied));
-    assert_eq!(Status::from_u16(18), None);
+    assert_eq!(Status::from_u16(20), Some(Status::ObjectAbsent));
+    assert_eq!(Status::from_u16(21), None);
 }
 
 #[test]
