@@ -61,6 +61,6 @@ pub use error::{Error, ObjectId, Result, SpaceArea};
 pub use flusher::{Finished, FlushRunner};
 pub use objects::transfer::{BlockVersion, ChunkVersions};
 pub use objects::ObjectRead;
-pub use objects::{BlockCacheStats, ImageSnapUsage, ImageSnaps, MetaCommit, IMAGE_SNAP_ID_MAX};
+pub use objects::{BlockCacheStats, ImageSnaps, ImageUsage, MetaCommit, IMAGE_SNAP_ID_MAX};
 pub use raft_storage::PgStorage;
 pub use store::{meta_path, FlushDone, MkfsOptions, Store, StoreOptions};

@@ -4,7 +4,7 @@
 use crate::disk::{AlignedBuf, Disk, UringDisk, UringOptions};
 use crate::error::{Error, ObjectId, Result};
 use crate::flusher::{Finished, FlushRunner, Flusher};
-use crate::objects::{meta, BlockCacheStats, ImageSnapUsage, ImageSnaps, ObjectRead, Objects};
+use crate::objects::{meta, BlockCacheStats, ImageSnaps, ImageUsage, ObjectRead, Objects};
 use crate::superblock::{Superblock, SUPERBLOCK_SIZE_BYTES};
 use crate::wal::writer::io_err;
 use crate::wal::{PgLog, Wal, WalOptions};
@@ -671,9 +671,20 @@ impl<D: Disk> Store<D> {
         self.objects.image_snaps(pg, image)
     }
 
-    /// Blocks kept under each live snapshot of `image` in `pg`.
-    pub fn image_snap_usage(&mut self, pg: PgId, image: ImageId) -> Result<ImageSnapUsage> {
-        self.guard(|s| s.objects.image_snap_usage(pg, image))
+    /// What `image` holds in `pg`: objects, head blocks, blocks kept per snapshot (applied
+    /// state, from counters kept in memory).
+    pub fn image_usage(&self, pg: PgId, image: ImageId) -> ImageUsage {
+        self.objects.image_usage(pg, image)
+    }
+
+    /// What every image holds in `pg`, summed.
+    pub fn pg_usage(&self, pg: PgId) -> ImageUsage {
+        self.objects.pg_usage(pg)
+    }
+
+    /// Checks the usage counters against a full scan of the block maps (tests).
+    pub fn verify_usage(&self) -> Result<()> {
+        self.objects.verify_usage()
     }
 
     pub fn delete_object(&mut self, pg: PgId, object: ObjectId) -> Result<()> {

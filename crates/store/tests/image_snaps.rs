@@ -155,8 +155,16 @@ fn zeros_or(content: Option<&Vec<u8>>, off: u64, len: u64) -> Vec<u8> {
     }
 }
 
-/// Applies one op to the engine and the model.
+/// Applies one op to the engine and the model, then checks the usage counters against a
+/// scan of the block maps.
 fn step(s: &mut Store<SimDisk>, m: &mut Model, flushed: &mut Model, op: &Op) {
+    apply_op(s, m, flushed, op);
+    if let Err(e) = s.verify_usage() {
+        panic!("after {op:?}: {e}");
+    }
+}
+
+fn apply_op(s: &mut Store<SimDisk>, m: &mut Model, flushed: &mut Model, op: &Op) {
     match op.clone() {
         Op::Write {
             img,
@@ -309,11 +317,23 @@ fn check_all(s: &mut Store<SimDisk>, m: &Model) {
 fn check_space(s: &mut Store<SimDisk>, empty_free_bytes: u64) {
     s.flush().expect("flush");
     let mut kept = 0;
+    let mut head_counted = 0;
     for img in 1..=IMAGES {
-        let usage = s.image_snap_usage(the_pg(), ImageId(img)).expect("usage");
-        kept += usage.blocks_by_snap.values().sum::<u64>();
+        let usage = s.image_usage(the_pg(), ImageId(img));
+        kept += usage.kept_blocks();
+        head_counted += usage.head_blocks;
     }
+    let whole_pg = s.pg_usage(the_pg());
+    assert_eq!(whole_pg.kept_blocks(), kept, "the PG's sum of kept blocks");
+    assert_eq!(
+        whole_pg.head_blocks, head_counted,
+        "the PG's sum of head blocks"
+    );
     let head = s.flushed_block_count().expect("block count");
+    assert_eq!(
+        head_counted, head,
+        "head blocks counted and in the flushed map"
+    );
     assert_eq!(
         s.pending_free_bytes(),
         0,
@@ -346,6 +366,7 @@ fn run(ops: &[Op], block_cache_entries_max: usize) {
             Op::Crash { seed } => {
                 s = ctx.crash(s, *seed);
                 m = flushed.clone();
+                s.verify_usage().expect("usage counted at open");
             }
             op => step(&mut s, &mut m, &mut flushed, op),
         }
@@ -417,8 +438,9 @@ fn a_snapshot_costs_one_kept_block_per_block_replaced_and_rewrites_cost_nothing_
             "after rewrite {seed}"
         );
     }
-    let usage = s.image_snap_usage(the_pg(), ImageId(1)).unwrap();
-    assert_eq!(usage.blocks_by_snap, BTreeMap::from([(1, 1)]));
+    let usage = s.image_usage(the_pg(), ImageId(1));
+    assert_eq!(usage.kept_blocks_by_snap, BTreeMap::from([(1, 1)]));
+    assert_eq!((usage.objects, usage.head_blocks), (1, 16));
     // A discard after the snapshot does not free the snapshot's blocks.
     s.zero_object(the_pg(), o, 0, OBJ_BYTES as u64).unwrap();
     s.flush().unwrap();
@@ -449,12 +471,12 @@ fn removing_a_middle_snapshot_hands_its_blocks_to_the_older_one() {
     s.write_object(the_pg(), o, 0, &pattern(2, 4096)).unwrap();
     // Kept under 2, the newest snapshot that sees it; snapshot 1 reads it from there.
     assert_eq!(
-        s.image_snap_usage(the_pg(), img).unwrap().blocks_by_snap,
+        s.image_usage(the_pg(), img).kept_blocks_by_snap,
         BTreeMap::from([(2, 1)])
     );
     assert_eq!(s.image_snap_remove(the_pg(), img, 2).unwrap(), 0);
     assert_eq!(
-        s.image_snap_usage(the_pg(), img).unwrap().blocks_by_snap,
+        s.image_usage(the_pg(), img).kept_blocks_by_snap,
         BTreeMap::from([(1, 1)])
     );
     let mut buf = vec![0; 4096];
@@ -595,6 +617,8 @@ fn run_transfer(before: &[Op], during: &[(usize, Op)], after: &[Op]) {
         step(&mut b, &mut mb, &mut flushed_b, op);
     }
     assert!(mb == m, "the replayed model ends where the sender's did");
+    b.verify_usage()
+        .expect("usage after the install and the replay");
     check_all(&mut a, &m);
     check_all(&mut b, &m);
     for op in after {

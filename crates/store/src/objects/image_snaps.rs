@@ -111,14 +111,6 @@ impl ImageSnaps {
     }
 }
 
-/// Blocks each live snapshot of an image keeps that nothing newer shares (what removing it
-/// alone would free), in one PG.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ImageSnapUsage {
-    /// Snapshot id -> blocks kept under it.
-    pub blocks_by_snap: BTreeMap<u64, u64>,
-}
-
 impl Objects {
     /// The snapshot state of `image` in `pg`.
     pub fn image_snaps(&self, pg: PgId, image: ImageId) -> ImageSnaps {
@@ -196,7 +188,7 @@ impl Objects {
             self.release(pg, phys_of(old));
             return Ok(());
         }
-        self.dirty_snap_blocks.insert(sk, Some(old));
+        self.set_kept(sk, None, Some(old));
         Ok(())
     }
 
@@ -327,12 +319,18 @@ impl Objects {
         )?;
         let mut freed = 0;
         for (sk, v) in kept.into_iter().filter(|(sk, _)| sk.4 == snap) {
-            self.dirty_snap_blocks.insert(sk, None);
+            self.set_kept(sk, Some(v), None);
             match state.live.range(birth_of(v) + 1..snap).next_back() {
                 Some(older) => {
                     let to = (sk.0, sk.1, sk.2, sk.3, *older);
-                    let prev = self.dirty_snap_blocks.insert(to, Some(v));
-                    debug_assert!(!matches!(prev, Some(Some(_))), "two kept blocks at {to:?}");
+                    // An older snapshot never keeps a version of this block that the removed
+                    // one keeps too: a block is kept once, under the newest snapshot that
+                    // saw it, and both saw this one.
+                    assert!(
+                        self.kept_value(&to)?.is_none(),
+                        "pg {pg}: two kept blocks at {to:?}"
+                    );
+                    self.set_kept(to, None, Some(v));
                 }
                 None => {
                     self.release(pg, phys_of(v));
@@ -409,26 +407,12 @@ impl Objects {
             if let Some(old) = head {
                 self.retire(pg, &key, old)?;
             }
-            self.dirty_blocks.insert(key, new);
+            self.set_head(key, head, new);
         }
         if end_bytes > 0 {
             self.touch_object(ok, end_bytes);
         }
         Ok(copies)
-    }
-
-    /// Blocks kept under each live snapshot of `image` in `pg`.
-    pub fn image_snap_usage(&self, pg: PgId, image: ImageId) -> Result<ImageSnapUsage> {
-        let p = pg_to_u64(pg);
-        let kept = self.snap_entries(
-            (p, image.0, 0, 0, 0),
-            (p, image.0, u64::MAX, u32::MAX, u64::MAX),
-        )?;
-        let mut usage = ImageSnapUsage::default();
-        for sk in kept.keys() {
-            *usage.blocks_by_snap.entry(sk.4).or_insert(0) += 1;
-        }
-        Ok(usage)
     }
 
     /// Drops every snapshot of every image of `pg` and frees the blocks they keep (PG
@@ -438,7 +422,7 @@ impl Objects {
         let kept =
             self.snap_entries((p, 0, 0, 0, 0), (p, u64::MAX, u64::MAX, u32::MAX, u64::MAX))?;
         for (sk, v) in kept {
-            self.dirty_snap_blocks.insert(sk, None);
+            self.set_kept(sk, Some(v), None);
             self.release(pg, phys_of(v));
         }
         let keys: Vec<(u64, u64)> = self

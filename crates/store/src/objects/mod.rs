@@ -24,11 +24,13 @@ mod image_snaps;
 pub mod meta;
 mod snapshot;
 pub mod transfer;
+mod usage;
 
 pub use block_cache::BlockCacheStats;
 pub use commit::MetaCommit;
-pub use image_snaps::{ImageSnapUsage, ImageSnaps, DATA_BLOCKS_MAX, IMAGE_SNAP_ID_MAX};
+pub use image_snaps::{ImageSnaps, DATA_BLOCKS_MAX, IMAGE_SNAP_ID_MAX};
 pub use snapshot::SnapshotRecord;
+pub use usage::ImageUsage;
 
 use crate::disk::{AlignedBuf, BackgroundRun, Disk, ReadOp, WriteOp};
 use crate::error::{Error, ObjectId, Result, SpaceArea};
@@ -113,6 +115,8 @@ pub struct Objects {
     /// Objects of clones copied up from their parent (`clones.rs`), and changes to flush.
     copied: std::collections::BTreeSet<ObjKey>,
     dirty_copied: BTreeMap<ObjKey, Option<()>>,
+    /// Objects and blocks per (PG, image), kept in step with every change (`usage.rs`).
+    usage: usage::Usage,
 }
 
 fn obj_key(pg: PgId, o: ObjectId) -> ObjKey {
@@ -157,6 +161,7 @@ impl Objects {
         let mut objects = BTreeMap::new();
         let image_snaps;
         let copied;
+        let usage;
         {
             let tx = db.begin_read()?;
             image_snaps = Self::load_image_snaps(&tx, &mut alloc)?;
@@ -181,6 +186,7 @@ impl Objects {
                 let (k, v) = row?;
                 objects.insert(k.value(), v.value());
             }
+            usage = Self::count_usage(&tx, &objects)?;
             for row in tx.open_table(meta::APPLIED)?.iter()? {
                 let (k, v) = row?;
                 applied.insert(crate::wal::record::pg_from_u64(k.value()), v.value());
@@ -215,6 +221,7 @@ impl Objects {
             dirty_snap_blocks: BTreeMap::new(),
             copied,
             dirty_copied: BTreeMap::new(),
+            usage,
         })
     }
 
@@ -287,7 +294,10 @@ impl Objects {
     }
 
     fn touch_object(&mut self, k: ObjKey, end: u64) {
-        let e = self.objects.entry(k).or_insert(0);
+        let e = self.objects.entry(k).or_insert_with(|| {
+            self.usage.add_object(&k, 1);
+            0
+        });
         *e = (*e).max(end);
         self.dirty_objects.insert(k, Some(*e));
     }
@@ -450,8 +460,7 @@ impl Objects {
             dst[(lo - b * BS) as usize..(hi - b * BS) as usize]
                 .copy_from_slice(&data[(lo - offset_bytes) as usize..(hi - offset_bytes) as usize]);
             let crc = block_crc(&keys[i], dst);
-            self.dirty_blocks
-                .insert(keys[i], Some(pack(phys, birth, crc)));
+            self.set_head(keys[i], olds[i], Some(pack(phys, birth, crc)));
         }
         for (key, old) in keys.iter().zip(&olds) {
             if let Some(old) = old {
@@ -508,7 +517,7 @@ impl Objects {
         for (k, old) in keys.iter().zip(olds) {
             if let Some(old) = old {
                 self.retire(pg, k, old)?;
-                self.dirty_blocks.insert(*k, None);
+                self.set_head(*k, Some(old), None);
             }
         }
         self.touch_object(ok, end);
@@ -541,9 +550,11 @@ impl Objects {
         let ok = obj_key(pg, object);
         for (k, old) in self.object_blocks(ok)? {
             self.retire(pg, &k, old)?;
-            self.dirty_blocks.insert(k, None);
+            self.set_head(k, Some(old), None);
         }
-        self.objects.remove(&ok);
+        if self.objects.remove(&ok).is_some() {
+            self.usage.add_object(&ok, -1);
+        }
         self.dirty_objects.insert(ok, None);
         self.uncopy(ok);
         Ok(())

@@ -17,7 +17,9 @@
 
 use super::image_snaps::{pack, phys_of, ImageSnaps, SnapBlockKey, IMAGE_SNAP_ID_MAX};
 use super::transfer::{BlockVersion, ChunkVersions};
-use super::{block_crc, check_range, meta, obj_key, BlockKey, BlockVal, ObjKey, Objects, BS};
+use super::{
+    block_crc, check_range, meta, obj_key, BlockKey, BlockVal, ImageUsage, ObjKey, Objects, BS,
+};
 use crate::disk::AlignedBuf;
 use crate::disk::Disk;
 use crate::error::{Error, ObjectId, Result, SpaceArea};
@@ -385,11 +387,18 @@ impl Objects {
             "pg {pg}: the old objects were deleted, yet the staging shares {} of their blocks",
             staged.shared.len()
         );
+        // The PG holds nothing now (its objects deleted, its snapshots dropped), so every
+        // staged entry is new.
+        let held = self.usage.pg(pg);
+        assert!(
+            held == ImageUsage::default(),
+            "pg {pg}: {held:?} left after its objects and snapshots were dropped"
+        );
         for (k, v) in staged.blocks {
-            self.dirty_blocks.insert(k, Some(v));
+            self.set_head(k, None, Some(v));
         }
         for (k, v) in staged.kept {
-            self.dirty_snap_blocks.insert(k, Some(v));
+            self.set_kept(k, None, Some(v));
         }
         for (k, state) in staged.states {
             self.set_image_snaps(k, state);
@@ -400,7 +409,9 @@ impl Objects {
             }
         }
         for (k, end) in staged.objects {
-            self.objects.insert(k, end);
+            if self.objects.insert(k, end).is_none() {
+                self.usage.add_object(&k, 1);
+            }
             self.dirty_objects.insert(k, Some(end));
         }
         self.applied.insert(pg, record.index);
