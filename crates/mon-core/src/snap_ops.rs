@@ -198,6 +198,17 @@ impl MonState {
                 format!("snapshot {pool}/{name}@{snap_name} already exists"),
             );
         }
+        let live = self.snaps_of_image(image.id).len();
+        if live >= SnapId::LIVE_PER_IMAGE_MAX {
+            return err(
+                ErrorCode::TooLarge,
+                format!(
+                    "{pool}/{name} has {live} snapshots, the most an image may have \
+                     ({}): remove some first",
+                    SnapId::LIVE_PER_IMAGE_MAX
+                ),
+            );
+        }
         let id = image.snap_seq + 1;
         if id >= SnapId::LIMIT {
             return err(

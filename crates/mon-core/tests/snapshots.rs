@@ -214,6 +214,21 @@ fn the_last_snapshot_id_below_the_limit_is_given_and_then_creates_are_refused() 
 }
 
 #[test]
+fn an_image_holds_at_most_its_live_snapshot_limit_and_a_removal_makes_room() {
+    let mut s = cluster();
+    for n in 0..SnapId::LIVE_PER_IMAGE_MAX {
+        snap_created(&mut s, &format!("s{n}"));
+    }
+    let before = s.clone();
+    let (c, m) = code(snap_create(&mut s, "one-more", 0));
+    assert_eq!(c, ErrorCode::TooLarge);
+    assert!(m.contains("remove some"), "{m}");
+    assert_eq!(s, before, "a refused create changes nothing");
+    op(&mut s, |s| s.remove_snap("p", "img", "s0")).unwrap();
+    snap_create(&mut s, "one-more", 0).expect("room after a removal");
+}
+
+#[test]
 fn a_snapshot_still_creating_after_the_timeout_is_aborted_into_a_trim_entry() {
     let mut s = cluster();
     let image = s.image("p", "img").unwrap().id;

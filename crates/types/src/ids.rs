@@ -60,6 +60,11 @@ impl SnapId {
     /// Snapshot ids are below this: the OSD store packs them in 21 bits and keeps the top
     /// value free.
     pub const LIMIT: u64 = 1 << 20;
+
+    /// Live snapshots an image may have at once. Every snapshot is listed in the cluster map
+    /// that every OSD and client holds, and a snapshot's removal walks the blocks it keeps:
+    /// a bound keeps both small (Ceph RBD images rarely carry more than a few dozen).
+    pub const LIVE_PER_IMAGE_MAX: usize = 512;
 }
 
 id_newtype!(
