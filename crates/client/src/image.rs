@@ -436,6 +436,11 @@ impl Image {
         &self.inner.cluster
     }
 
+    /// The pool's PG count at open (where every object of the image lives).
+    pub fn pg_count(&self) -> u32 {
+        self.inner.pg_count
+    }
+
     /// The PG that holds object `object_index` of this image.
     pub fn object_pg(&self, object_index: u64) -> PgId {
         let info = &self.inner.info;

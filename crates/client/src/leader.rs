@@ -145,6 +145,7 @@ pub(crate) fn reply_name(reply: &Reply) -> &'static str {
         Reply::Digest { .. } => "Digest",
         Reply::Allocated(_) => "Allocated",
         Reply::Space { .. } => "Space",
+        Reply::Usage { .. } => "Usage",
         Reply::Error { .. } => "Error",
     }
 }

@@ -24,6 +24,7 @@
 //! - [`split`]: pure IO splitting at object boundaries.
 //! - [`image`]: [`Image`], async block IO on one image.
 //! - [`blocking`]: [`BlockingImage`], the same IO for synchronous callers.
+//! - [`usage`]: [`usage::ImageUsage`], what an image holds on the OSDs (`Image::usage`).
 //! - [`testing`] (feature `test-util`): an in-memory fake OSD and map builders.
 //!
 //! Invariants:
@@ -55,6 +56,7 @@ pub mod route;
 pub mod split;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod usage;
 
 pub use blocking::BlockingImage;
 pub use bytes::Bytes;

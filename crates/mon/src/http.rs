@@ -344,6 +344,7 @@ async fn get_status(State(app): App) -> ApiResult<StatusResponse> {
                 pg_states: pg_state_counts(s),
                 io,
                 recovery,
+                usage: ctx.stats.cluster_usage(&s.map),
             }
         })
         .await?;
@@ -440,7 +441,7 @@ async fn heartbeat(
             }
             side.liveness.heartbeat(id, side.now_ms);
             side.stats
-                .record(id, side.now_ms, &req.pgs, &req.backfill_toofull);
+                .record(id, side.now_ms, &req.pgs, &req.backfill_toofull, req.space);
             if !osd.up {
                 s.mark_up(id)?;
             }
@@ -470,11 +471,14 @@ async fn osd_in(State(app): App, Path(id): Path<String>) -> ApiResult<EpochRespo
 }
 
 async fn list_pools(State(app): App) -> ApiResult<PoolList> {
-    let pools = app
+    let (pools, usage) = app
         .mon
-        .read(|s, _| s.map.pools.values().cloned().collect())
+        .read(|s, ctx| {
+            let pools = s.map.pools.values().cloned().collect();
+            (pools, ctx.stats.pool_usage(&s.map))
+        })
         .await?;
-    Ok(Json(PoolList { pools }))
+    Ok(Json(PoolList { pools, usage }))
 }
 
 async fn create_pool(State(app): App, body: Bytes) -> ApiResult<PoolInfo> {
@@ -502,7 +506,13 @@ async fn delete_pool(
     Query(q): Query<ForceQuery>,
 ) -> ApiResult<PoolInfo> {
     Ok(Json(
-        app.mon.apply(|s, _| s.delete_pool(&name, q.force)).await?,
+        app.mon
+            .apply(|s, side| {
+                let pool = s.delete_pool(&name, q.force)?;
+                side.stats.forget_pool(pool.id);
+                Ok(pool)
+            })
+            .await?,
     ))
 }
 

@@ -5,8 +5,11 @@
 //! rate is the sum over OSDs whose last sample is recent. A restarted OSD (counters going
 //! backwards) starts a new series instead of producing a negative rate.
 
-use fastblock_types::api::{BackfillTooFull, IoRates, PgIoCounters, RecoveryStatus};
-use fastblock_types::OsdId;
+use fastblock_types::api::{
+    BackfillTooFull, ClusterUsage, IoRates, OsdSpace, PgIoCounters, PoolUsage, RecoveryStatus,
+};
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{OsdId, PgId, PoolId};
 use std::collections::BTreeMap;
 
 /// Samples older than this no longer count towards the current rate.
@@ -32,11 +35,23 @@ struct OsdSeries {
     remaining_objects: u64,
     /// Snapshot copies the OSD's PGs could not start for lack of space on the target.
     backfill_too_full: Vec<BackfillTooFull>,
+    /// Its data space, from its last heartbeat that carried one.
+    space: Option<OsdSpace>,
+}
+
+/// What a PG holds, from the last report of an OSD that led it.
+#[derive(Clone, Copy, Debug, Default)]
+struct PgHeld {
+    objects: u64,
+    stored_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct IoStats {
     osds: BTreeMap<OsdId, OsdSeries>,
+    /// Kept across leader changes and OSD restarts: a PG's data does not go away when its
+    /// leader does, and its next leader reports within a heartbeat.
+    pgs: BTreeMap<PgId, PgHeld>,
 }
 
 fn rate(now: u64, before: u64, dt_ms: u64) -> f64 {
@@ -50,7 +65,19 @@ impl IoStats {
         now_ms: u64,
         pgs: &[PgIoCounters],
         backfill_too_full: &[BackfillTooFull],
+        space: Option<OsdSpace>,
     ) {
+        for pg in pgs {
+            if let Some(id) = pg.pg {
+                self.pgs.insert(
+                    id,
+                    PgHeld {
+                        objects: pg.objects,
+                        stored_bytes: pg.stored_bytes,
+                    },
+                );
+            }
+        }
         let mut t = Totals::default();
         let mut recovering = 0;
         let (mut rem_bytes, mut rem_objects) = (0, 0);
@@ -88,6 +115,57 @@ impl IoStats {
         series.remaining_bytes = rem_bytes;
         series.remaining_objects = rem_objects;
         series.backfill_too_full = backfill_too_full.to_vec();
+        if space.is_some() {
+            series.space = space;
+        }
+    }
+
+    /// Forgets what the PGs of a deleted pool held.
+    pub fn forget_pool(&mut self, pool: PoolId) {
+        self.pgs.retain(|pg, _| pg.pool != pool);
+    }
+
+    /// What each pool of `map` holds, in pool id order.
+    pub fn pool_usage(&self, map: &ClusterMap) -> Vec<PoolUsage> {
+        map.pools
+            .values()
+            .map(|pool| {
+                let mut u = PoolUsage {
+                    pool: pool.id,
+                    ..PoolUsage::default()
+                };
+                let pgs = map.pgmaps.get(&pool.id).map(|m| m.pgs.keys());
+                for seq in pgs.into_iter().flatten() {
+                    match self.pgs.get(&PgId::new(pool.id, *seq)) {
+                        Some(held) => {
+                            u.objects += held.objects;
+                            u.stored_bytes += held.stored_bytes;
+                        }
+                        None => u.pgs_unreported += 1,
+                    }
+                }
+                u.used_bytes = u.stored_bytes.saturating_mul(u64::from(pool.size));
+                u
+            })
+            .collect()
+    }
+
+    /// The cluster's space: the pools' sums, and the data space of the OSDs that are up.
+    pub fn cluster_usage(&self, map: &ClusterMap) -> ClusterUsage {
+        let mut u = ClusterUsage::default();
+        for p in self.pool_usage(map) {
+            u.objects += p.objects;
+            u.stored_bytes += p.stored_bytes;
+            u.used_bytes += p.used_bytes;
+        }
+        for (id, series) in &self.osds {
+            let up = map.osds.get(id).is_some_and(|o| o.up);
+            if let (true, Some(space)) = (up, series.space) {
+                u.raw_total_bytes += space.total_bytes;
+                u.raw_free_bytes += space.free_bytes;
+            }
+        }
+        u
     }
 
     /// The refused snapshot copies the OSDs reported in their last recent heartbeats.
@@ -138,17 +216,110 @@ mod tests {
     #[test]
     fn rates_come_from_deltas_and_restarts_reset() {
         let mut s = IoStats::default();
-        s.record(OsdId(1), 1000, &[pg(100, 409_600)], &[]);
-        s.record(OsdId(1), 2000, &[pg(300, 1_228_800)], &[]);
+        s.record(OsdId(1), 1000, &[pg(100, 409_600)], &[], None);
+        s.record(OsdId(1), 2000, &[pg(300, 1_228_800)], &[], None);
         let (io, _) = s.cluster(2000);
         assert_eq!(io.write_ops_per_sec, 200.0);
         assert_eq!(io.write_bytes_per_sec, 819_200.0);
         // Restart: counters go back; no negative or huge rate.
-        s.record(OsdId(1), 3000, &[pg(5, 20_480)], &[]);
+        s.record(OsdId(1), 3000, &[pg(5, 20_480)], &[], None);
         assert_eq!(s.cluster(3000).0.write_ops_per_sec, 0.0);
         // Stale samples stop counting.
-        s.record(OsdId(1), 4000, &[pg(105, 430_080)], &[]);
+        s.record(OsdId(1), 4000, &[pg(105, 430_080)], &[], None);
         assert_eq!(s.cluster(4000).0.write_ops_per_sec, 100.0);
         assert_eq!(s.cluster(10_000).0.write_ops_per_sec, 0.0);
+    }
+
+    /// A monitor state with OSDs 0..3 up and pool `p` (size 3, 4 PGs), `q` (size 2, 2 PGs).
+    fn state() -> fastblock_mon_core::MonState {
+        use fastblock_types::api::{BootRequest, CreatePoolRequest};
+        use fastblock_types::map::FailureDomain;
+        let mut s = fastblock_mon_core::MonState::default();
+        for i in 0..3u32 {
+            let uuid = format!("{i:08x}-0000-4000-8000-{i:012x}");
+            let id = s.apply_id(&uuid).unwrap();
+            let boot = BootRequest {
+                uuid,
+                address: "127.0.0.1".into(),
+                port: 7000,
+                shards: 1,
+                host: format!("h{i}"),
+                capacity_bytes: 1 << 30,
+                config: String::new(),
+                lease_timing: None,
+            };
+            s.boot(id, &boot).unwrap();
+        }
+        for (name, pg_count, size) in [("p", 4, 3), ("q", 2, 2)] {
+            s.create_pool(&CreatePoolRequest {
+                name: name.into(),
+                pg_count,
+                size,
+                failure_domain: FailureDomain::Osd,
+            })
+            .unwrap();
+        }
+        s
+    }
+
+    fn held(pg: PgId, objects: u64, stored_bytes: u64) -> PgIoCounters {
+        PgIoCounters {
+            pg: Some(pg),
+            objects,
+            stored_bytes,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pool_usage_sums_the_last_report_of_each_pg_times_the_pool_size() {
+        let mon = state();
+        let (p, q) = (
+            mon.map.pool_by_name("p").unwrap().id,
+            mon.map.pool_by_name("q").unwrap().id,
+        );
+        let osds: Vec<OsdId> = mon.map.osds.keys().copied().collect();
+        let mut s = IoStats::default();
+        let space = |total, free| {
+            Some(OsdSpace {
+                total_bytes: total,
+                free_bytes: free,
+            })
+        };
+        // One OSD leads two PGs of p, another one PG of p and one of q; PG p.3 and q.1 are silent.
+        let a = [
+            held(PgId::new(p, 0), 2, 8192),
+            held(PgId::new(p, 1), 1, 4096),
+        ];
+        s.record(osds[0], 1000, &a, &[], space(1000, 400));
+        let b = [
+            held(PgId::new(p, 2), 3, 12288),
+            held(PgId::new(q, 0), 1, 4096),
+        ];
+        s.record(osds[1], 1000, &b, &[], space(1000, 900));
+        let pools = s.pool_usage(&mon.map);
+        assert_eq!(
+            pools[0],
+            PoolUsage {
+                pool: p,
+                objects: 6,
+                stored_bytes: 24576,
+                used_bytes: 3 * 24576,
+                pgs_unreported: 1,
+            }
+        );
+        assert_eq!((pools[1].stored_bytes, pools[1].used_bytes), (4096, 8192));
+        assert_eq!(pools[1].pgs_unreported, 1);
+        let c = s.cluster_usage(&mon.map);
+        assert_eq!((c.stored_bytes, c.used_bytes, c.objects), (28672, 81920, 7));
+        assert_eq!((c.raw_total_bytes, c.raw_free_bytes), (2000, 1300));
+        // A new leader's report replaces the old one; removed data makes the sums fall.
+        s.record(osds[2], 2000, &[held(PgId::new(p, 0), 0, 0)], &[], None);
+        assert_eq!(s.pool_usage(&mon.map)[0].stored_bytes, 16384);
+        // A heartbeat without space keeps the last one; a deleted pool is forgotten.
+        s.record(osds[0], 3000, &[], &[], None);
+        assert_eq!(s.cluster_usage(&mon.map).raw_total_bytes, 2000);
+        s.forget_pool(p);
+        assert_eq!(s.pool_usage(&mon.map)[0].pgs_unreported, 4);
     }
 }

@@ -328,8 +328,12 @@ impl MonClient {
     }
 
     pub async fn pools(&self) -> Result<Vec<PoolInfo>, MonError> {
-        let r: PoolList = self.get("/v1/pools").await?;
-        Ok(r.pools)
+        Ok(self.pool_list().await?.pools)
+    }
+
+    /// The pools with what each holds (`usage`, in the order of `pools`).
+    pub async fn pool_list(&self) -> Result<PoolList, MonError> {
+        self.get("/v1/pools").await
     }
 
     pub async fn pool(&self, name: &str) -> Result<PoolInfo, MonError> {

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use fastblock_monclient::{MonClient, MonError};
 use fastblock_pg::PgConfig;
 use fastblock_shard::RecoveryLimits;
-use fastblock_types::api::{BootRequest, ErrorCode, HeartbeatRequest};
+use fastblock_types::api::{BootRequest, ErrorCode, HeartbeatRequest, OsdSpace};
 use fastblock_types::lease::LeaseTiming;
 use fastblock_types::Epoch;
 use std::path::PathBuf;
@@ -388,12 +388,17 @@ async fn heartbeat(
         ticker.tick().await;
         let mut pgs = Vec::new();
         let mut backfill_toofull = Vec::new();
+        let mut space = OsdSpace::default();
+        let mut shards_answered = 0;
         for s in &shards {
             let (tx, rx) = oneshot::channel();
             if s.send(ShardCommand::Stats(tx)).is_ok() {
                 if let Ok(Ok(mut stats)) = tokio::time::timeout(Duration::from_secs(1), rx).await {
                     pgs.append(&mut stats.pgs);
                     backfill_toofull.append(&mut stats.backfill_toofull);
+                    space.total_bytes += stats.space.0;
+                    space.free_bytes += stats.space.1;
+                    shards_answered += 1;
                 }
             }
         }
@@ -401,6 +406,8 @@ async fn heartbeat(
             uuid: identity.uuid.clone(),
             pgs,
             backfill_toofull,
+            // A partial sum would show the OSD smaller than it is: only a whole one goes.
+            space: (shards_answered == shards.len()).then_some(space),
         };
         match mon.heartbeat(identity.id, &req).await {
             Ok(_) => {}

@@ -12,7 +12,7 @@ use crate::reclaim::FenceQuery;
 use crate::stage::Stage;
 use fastblock_pg::{ClientOp, ObjectRef};
 use fastblock_store::Disk;
-use fastblock_types::{Epoch, PgId};
+use fastblock_types::{Epoch, ImageId, PgId};
 use fastblock_wire::{
     AllocatedRange, LeaderHint, ObjectAddr, ObjectDigest, Reply, Request, Status, WireError,
 };
@@ -317,6 +317,10 @@ impl<D: Disk + 'static> ShardCore<D> {
                 let reply = self.digest(pg, eff);
                 eff.replies.push((conn, request_id, reply));
             }
+            Request::Usage { pg, image } => {
+                let reply = self.usage(pg, image);
+                eff.replies.push((conn, request_id, reply));
+            }
             Request::ShardSpace => {
                 let store = self.store.borrow();
                 let reply = Reply::Space {
@@ -374,6 +378,49 @@ impl<D: Disk + 'static> ShardCore<D> {
                     self.on_snap_ack(from, pg, transfer, seq, verdict, eff);
                 }
             }
+        }
+    }
+
+    /// What `pg` holds of `image` (0: every image), as this replica applied it; only the
+    /// PG's leader answers, so that every client sees the same replica's count.
+    fn usage(&self, pg: PgId, image: ImageId) -> Reply {
+        let Some(h) = self.pgs.get(&pg) else {
+            return Reply::error(
+                Status::NoSuchPg,
+                None,
+                format!("pg {pg} is not hosted here"),
+            );
+        };
+        if !h.replica.is_leader() {
+            let hint = self.leader_hint(pg, h.replica.leader());
+            return Reply::error(
+                Status::NotLeader,
+                hint,
+                format!("this osd does not lead pg {pg}"),
+            );
+        }
+        let store = self.store.borrow();
+        let usage = if image.get() == 0 {
+            store.pg_usage(pg)
+        } else {
+            store.image_usage(pg, image)
+        };
+        drop(store);
+        let snaps: Vec<(u64, u64)> = if image.get() == 0 {
+            Vec::new()
+        } else {
+            usage
+                .kept_blocks_by_snap
+                .iter()
+                .map(|(s, n)| (*s, *n))
+                .take(fastblock_wire::USAGE_SNAPS_MAX as usize)
+                .collect()
+        };
+        Reply::Usage {
+            objects: usage.objects,
+            head_blocks: usage.head_blocks,
+            kept_blocks: usage.kept_blocks(),
+            snaps,
         }
     }
 

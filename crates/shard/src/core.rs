@@ -296,15 +296,25 @@ impl<D: Disk + 'static> ShardCore<D> {
             .filter(|(_, h)| h.replica.is_leader())
             .map(|(pg, h)| {
                 let (bytes, objects) = self.recovery.remaining(*pg);
+                let usage = self.store.borrow().pg_usage(*pg);
                 PgIoCounters {
                     pg: Some(*pg),
                     recovery_remaining_bytes: bytes,
                     recovery_remaining_objects: objects,
                     recovery_done_bytes: self.recovery.done_bytes(*pg),
+                    objects: usage.objects,
+                    stored_bytes: usage.blocks() * fastblock_types::units::BLOCK_SIZE_BYTES,
                     ..h.io
                 }
             })
             .collect()
+    }
+
+    /// The data space of this shard's store: (total bytes, free bytes).
+    pub fn space(&self) -> (u64, u64) {
+        let store = self.store.borrow();
+        let total = store.superblock().data_blocks() * fastblock_types::units::BLOCK_SIZE_BYTES;
+        (total, store.free_data_bytes())
     }
 
     /// Members that refused a snapshot of a PG this shard leads for lack of space.

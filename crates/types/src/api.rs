@@ -2,7 +2,7 @@
 //! client library, the CLI, OSDs and the block client, so that both ends of every call are
 //! compiled from one definition.
 
-use crate::ids::{Epoch, LogIndex, OsdId, PgId, Term};
+use crate::ids::{Epoch, LogIndex, OsdId, PgId, PoolId, Term};
 use crate::lease::LeaseTiming;
 use crate::map::{ClusterMap, FailureDomain, Flags, ImageInfo, PgInfo, PoolInfo};
 use serde::{Deserialize, Serialize};
@@ -219,6 +219,12 @@ pub struct PgIoCounters {
     pub recovery_remaining_objects: u64,
     #[serde(default)]
     pub recovery_done_bytes: u64,
+    /// What the PG holds, as its leader applied it: objects, and the bytes of one copy of its
+    /// data (head and image snapshots; 4 KiB blocks). Absent from OSDs that predate it.
+    #[serde(default)]
+    pub objects: u64,
+    #[serde(default)]
+    pub stored_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -229,6 +235,43 @@ pub struct HeartbeatRequest {
     /// Snapshot copies of PGs this OSD leads that a member refused for lack of space.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backfill_toofull: Vec<BackfillTooFull>,
+    /// The OSD's data space, over its shards (absent from OSDs that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<OsdSpace>,
+}
+
+/// The data space of one OSD (every shard's data region): what the monitor sums into the
+/// cluster's raw capacity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdSpace {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// What the PGs of a pool hold, from their leaders' last reports (`pool ls`, `status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolUsage {
+    pub pool: PoolId,
+    pub objects: u64,
+    /// Bytes of one copy: the images' data and what their snapshots keep.
+    pub stored_bytes: u64,
+    /// Raw bytes on the OSDs: `stored_bytes` times the pool's size.
+    pub used_bytes: u64,
+    /// PGs whose leader has not reported yet: their data is missing from the sums.
+    pub pgs_unreported: u32,
+}
+
+/// The cluster's space (`status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterUsage {
+    pub objects: u64,
+    /// Bytes of one copy, over every pool.
+    pub stored_bytes: u64,
+    /// Raw bytes the pools' replicas take.
+    pub used_bytes: u64,
+    /// The data space of the OSDs that are up, and what of it is free (from their reports).
+    pub raw_total_bytes: u64,
+    pub raw_free_bytes: u64,
 }
 
 /// A PG's leader could not start copying the PG to `osd` (a new or lagging member): `osd`
@@ -306,6 +349,9 @@ pub struct PgReportResponse {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PoolList {
     pub pools: Vec<PoolInfo>,
+    /// What each pool holds, in the order of `pools` (absent from monitors that predate it).
+    #[serde(default)]
+    pub usage: Vec<PoolUsage>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -376,6 +422,9 @@ pub struct StatusResponse {
     pub pg_states: BTreeMap<String, u32>,
     pub io: IoRates,
     pub recovery: RecoveryStatus,
+    /// Space: stored, used and the raw capacity (absent from monitors that predate it).
+    #[serde(default)]
+    pub usage: ClusterUsage,
 }
 
 /// Answer to `POST /v1/reclaim/{id}/pgs/{pg}`.

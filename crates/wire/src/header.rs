@@ -86,6 +86,7 @@ pub enum Kind {
     CloneRead = 12,
     CopyUp = 13,
     CopyUpDone = 14,
+    Usage = 15,
     AuthHello = 16,
     AuthChallenge = 17,
     AuthProof = 18,
@@ -99,7 +100,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [Kind; 23] = [
+    pub const ALL: [Kind; 24] = [
         Kind::Write,
         Kind::Read,
         Kind::Discard,
@@ -114,6 +115,7 @@ impl Kind {
         Kind::CloneRead,
         Kind::CopyUp,
         Kind::CopyUpDone,
+        Kind::Usage,
         Kind::AuthHello,
         Kind::AuthChallenge,
         Kind::AuthProof,

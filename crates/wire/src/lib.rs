@@ -55,7 +55,7 @@ pub use header::{
 };
 pub use reply::{
     AllocatedRange, LeaderHint, ObjectDigest, Reply, Status, ADDRESS_BYTES_MAX,
-    ALLOCATED_RANGES_MAX, DIGEST_OBJECTS_MAX, MESSAGE_BYTES_MAX,
+    ALLOCATED_RANGES_MAX, DIGEST_OBJECTS_MAX, MESSAGE_BYTES_MAX, USAGE_SNAPS_MAX,
 };
 pub use request::{
     ObjectAddr, RaftEnvelope, Request, SnapChunk, SnapVerdict, RAFT_BATCH_ENVELOPES_MAX,

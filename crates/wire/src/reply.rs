@@ -60,6 +60,16 @@ const TAG_DIGEST: u8 = 3;
 const TAG_ERROR: u8 = 4;
 const TAG_ALLOCATED: u8 = 5;
 const TAG_SPACE: u8 = 6;
+const TAG_USAGE: u8 = 7;
+/// Most per-snapshot entries in a `Usage` reply (a PG answers `InvalidArgument` beyond).
+pub const USAGE_SNAPS_MAX: u32 = 1 << 16;
+/// Bytes of a `Usage` reply before its entries, and of each entry.
+const USAGE_FIXED_BYTES: usize = PREFIX_BYTES + 4 + 24 + 8;
+const USAGE_ENTRY_BYTES: usize = 16;
+const _: () = assert!(
+    USAGE_FIXED_BYTES + USAGE_ENTRY_BYTES * USAGE_SNAPS_MAX as usize
+        <= PAYLOAD_BYTES_MAX_DEFAULT as usize
+);
 
 /// Status codes of replies. Retryable ones say so ([`Status::is_retryable`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -206,6 +216,15 @@ pub enum Reply {
         free_bytes: u64,
         pending_free_bytes: u64,
     },
+    /// Usage: objects and data blocks (4 KiB) of the image's head (or of every image's),
+    /// blocks kept for its snapshots in all, and per snapshot (id, blocks), by id; empty for
+    /// every image.
+    Usage {
+        objects: u64,
+        head_blocks: u64,
+        kept_blocks: u64,
+        snaps: Vec<(u64, u64)>,
+    },
     /// A failed request. `status` is never `Ok`; NotLeader carries a leader hint when the OSD
     /// knows one; `message` is at most [`MESSAGE_BYTES_MAX`] bytes.
     Error {
@@ -244,6 +263,7 @@ impl Reply {
             | Reply::Leader(_)
             | Reply::Digest { .. }
             | Reply::Allocated(_)
+            | Reply::Usage { .. }
             | Reply::Space { .. } => Status::Ok,
         }
     }
@@ -282,6 +302,28 @@ impl Reply {
                 writer.put_u32(0); // reserved
                 writer.put_u64(*free_bytes);
                 writer.put_u64(*pending_free_bytes);
+            }
+            Reply::Usage {
+                objects,
+                head_blocks,
+                kept_blocks,
+                snaps,
+            } => {
+                assert!(
+                    snaps.len() <= USAGE_SNAPS_MAX as usize,
+                    "too many usage entries"
+                );
+                put_prefix(&mut writer, TAG_USAGE, Status::Ok);
+                writer.put_u32(0); // reserved
+                writer.put_u64(*objects);
+                writer.put_u64(*head_blocks);
+                writer.put_u64(*kept_blocks);
+                writer.put_u32(snaps.len() as u32);
+                writer.put_u32(0); // reserved
+                for (snap, blocks) in snaps {
+                    writer.put_u64(*snap);
+                    writer.put_u64(*blocks);
+                }
             }
             Reply::Error {
                 status,
@@ -335,6 +377,31 @@ impl Reply {
                     pending_free_bytes,
                 }
             }
+            TAG_USAGE => {
+                reader.zero_u32("reserved")?;
+                let objects = reader.u64("objects")?;
+                let head_blocks = reader.u64("head blocks")?;
+                let kept_blocks = reader.u64("kept blocks")?;
+                let count = reader.u32("usage entries")?;
+                reader.zero_u32("reserved")?;
+                if count > USAGE_SNAPS_MAX {
+                    return Err(WireError::Invalid(format!(
+                        "Usage: {count} entries, more than {USAGE_SNAPS_MAX}"
+                    )));
+                }
+                let mut snaps = Vec::new();
+                for _ in 0..count {
+                    let snap = reader.u64("snapshot id")?;
+                    let blocks = reader.u64("snapshot blocks")?;
+                    snaps.push((snap, blocks));
+                }
+                Reply::Usage {
+                    objects,
+                    head_blocks,
+                    kept_blocks,
+                    snaps,
+                }
+            }
             TAG_ERROR => read_error(&mut reader, status)?,
             _ => return Err(WireError::Invalid(format!("Reply: unknown tag {tag}"))),
         };
@@ -354,6 +421,9 @@ impl Reply {
             Reply::Allocated(ranges) => ALLOCATED_FIXED_BYTES
                 .saturating_add(ALLOCATED_RANGE_BYTES.saturating_mul(ranges.len())),
             Reply::Space { .. } => SPACE_BYTES,
+            Reply::Usage { snaps, .. } => {
+                USAGE_FIXED_BYTES.saturating_add(USAGE_ENTRY_BYTES.saturating_mul(snaps.len()))
+            }
             Reply::Error {
                 leader, message, ..
             } => {

@@ -138,6 +138,13 @@ pub enum Request {
         addr: ObjectAddr,
         epoch: Epoch,
     },
+    /// The data blocks the PG holds of `image` (its head, and those kept for each of its
+    /// snapshots), or of every image (`image` 0), as the replica that receives it has
+    /// applied; answered with `Reply::Usage`.
+    Usage {
+        pg: PgId,
+        image: ImageId,
+    },
     /// Debug/test: the free data space of the shard that receives it, answered with
     /// `Reply::Space` (tests check that discards give space back).
     ShardSpace,
@@ -236,6 +243,7 @@ impl Request {
             Request::CloneRead { .. } => Kind::CloneRead,
             Request::CopyUp { .. } => Kind::CopyUp,
             Request::CopyUpDone { .. } => Kind::CopyUpDone,
+            Request::Usage { .. } => Kind::Usage,
             Request::Hello { .. } => Kind::Hello,
             Request::RaftBatch { .. } => Kind::RaftBatch,
             Request::SnapChunk(_) => Kind::SnapChunk,
@@ -317,6 +325,10 @@ impl Request {
                 writer.put_u32(*length);
             }
             Request::ReplicaDigest { pg } => writer.put_pg(*pg),
+            Request::Usage { pg, image } => {
+                writer.put_pg(*pg);
+                writer.put_u64(image.get());
+            }
             Request::SnapRead {
                 addr,
                 offset,
@@ -480,6 +492,13 @@ impl Request {
                     snap,
                 }
             }
+            Kind::Usage => {
+                let mut reader = Reader::new(payload, "Usage");
+                let pg = reader.pg()?;
+                let image = reader.image()?;
+                reader.finish()?;
+                Request::Usage { pg, image }
+            }
             Kind::CloneRead => {
                 let mut reader = Reader::new(payload, "CloneRead");
                 let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
@@ -623,6 +642,7 @@ impl Request {
                 OBJECT_OP_BYTES.saturating_add(data.len())
             }
             Request::CloneRead { .. } => OBJECT_OP_BYTES,
+            Request::Usage { .. } => 16,
             Request::CopyUpDone { .. } => OBJECT_ADDR_BYTES + 8,
             Request::Read { .. }
             | Request::Discard { .. }

@@ -124,7 +124,9 @@ pub fn authorize(peer: &PeerAuth, req: &Request, map: &ClusterMap) -> Result<(),
         | Request::CopyUp { addr, .. }
         | Request::CopyUpDone { addr, .. }
         | Request::ReplicaRead { addr, .. } => pool_check(peer, addr.pg, map),
-        Request::GetLeader { pg, .. } | Request::ReplicaDigest { pg } => pool_check(peer, *pg, map),
+        Request::GetLeader { pg, .. }
+        | Request::ReplicaDigest { pg }
+        | Request::Usage { pg, .. } => pool_check(peer, *pg, map),
         Request::ShardSpace => Ok(()),
         Request::Hello { osd, .. } => peer_check(peer, *osd, Kind::Hello),
         Request::RaftBatch { from, .. } => peer_check(peer, *from, Kind::RaftBatch),

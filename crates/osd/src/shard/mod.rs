@@ -72,6 +72,8 @@ pub struct ShardStats {
     pub pgs: Vec<PgIoCounters>,
     /// Snapshot copies of those PGs that a member refused for lack of space.
     pub backfill_toofull: Vec<BackfillTooFull>,
+    /// The shard's data space: (total bytes, free bytes).
+    pub space: (u64, u64),
 }
 
 pub enum ShardCommand {

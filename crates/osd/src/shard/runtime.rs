@@ -280,6 +280,7 @@ impl Runtime {
                         let _ = reply.send(ShardStats {
                             pgs: self.core.stats(),
                             backfill_toofull: self.core.backfill_too_full(),
+                            space: self.core.space(),
                         });
                     }
                     Some(ShardCommand::Shutdown(done)) => {

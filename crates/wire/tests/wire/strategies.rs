@@ -89,6 +89,10 @@ pub fn request() -> impl Strategy<Value = Request> {
             epoch,
             snap
         }),
+        (pg(), any::<u64>()).prop_map(|(pg, image)| Request::Usage {
+            pg,
+            image: ImageId(image)
+        }),
         Just(Request::ShardSpace),
         (any::<u32>(), epoch()).prop_map(|(osd, boot_epoch)| Request::Hello {
             osd: OsdId(osd),
@@ -229,6 +233,18 @@ pub fn reply() -> impl Strategy<Value = Reply> {
             free_bytes,
             pending_free_bytes
         }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            vec((any::<u64>(), any::<u64>()), 0..20)
+        )
+            .prop_map(|(objects, head_blocks, kept_blocks, snaps)| Reply::Usage {
+                objects,
+                head_blocks,
+                kept_blocks,
+                snaps
+            }),
         (
             error_status(),
             proptest::option::of(leader_hint()),
