@@ -60,6 +60,36 @@ pub enum Command {
     ImageLs {
         pool: Option<String>,
     },
+    /// Take a snapshot (`image snap create`).
+    SnapCreate(SnapSpec),
+    /// The image's snapshots (`image snap ls`).
+    SnapLs(ImageSpec),
+    /// Remove a snapshot (`image snap rm`).
+    SnapRm(SnapSpec),
+    /// Make the image's head equal to the snapshot, size included (`image snap rollback`):
+    /// monitor and data path.
+    SnapRollback {
+        snap: SnapSpec,
+        objects_in_flight_max: usize,
+    },
+    /// Protect (`true`) or unprotect a snapshot.
+    SnapProtect {
+        snap: SnapSpec,
+        protect: bool,
+    },
+    /// A writable clone of a protected snapshot (`image clone`).
+    ImageClone {
+        source: SnapSpec,
+        target: ImageSpec,
+    },
+    /// Copy a clone's parent data in, then end the link (`image flatten`): data path, then
+    /// the monitor.
+    ImageFlatten {
+        image: ImageSpec,
+        objects_in_flight_max: usize,
+    },
+    /// The clones of a snapshot (`image children`).
+    ImageChildren(SnapSpec),
     Flag {
         flag: String,
         set: bool,
@@ -134,5 +164,134 @@ pub fn split_image_spec(spec: &str) -> Result<(String, String), String> {
             Ok((pool.to_string(), name.to_string()))
         }
         _ => Err(format!("invalid image {spec:?}: expected POOL/NAME")),
+    }
+}
+
+/// An image named `POOL/IMAGE`, as the snapshot and clone commands take it (no `@`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageSpec {
+    pub pool: String,
+    pub image: String,
+}
+
+impl std::fmt::Display for ImageSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.pool, self.image)
+    }
+}
+
+/// A snapshot named `POOL/IMAGE@SNAP`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapSpec {
+    pub pool: String,
+    pub image: String,
+    pub snap: String,
+}
+
+impl std::fmt::Display for SnapSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}@{}", self.pool, self.image, self.snap)
+    }
+}
+
+/// Parses `POOL/IMAGE@SNAP`: exactly one `/`, then exactly one `@`, no empty part. Each
+/// refusal says which rule the spec breaks (pool, image and snapshot names never contain
+/// `/` or `@`, so a second one is always a mistake).
+pub fn parse_snap_spec(spec: &str) -> Result<SnapSpec, String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "invalid snapshot {spec:?}: {why}; expected POOL/IMAGE@SNAP"
+        ))
+    };
+    let slashes = spec.matches('/').count();
+    let ats = spec.matches('@').count();
+    if spec.is_empty() {
+        return bad("empty");
+    }
+    if ats == 0 {
+        return bad("missing @SNAP");
+    }
+    if ats > 1 {
+        return bad("more than one '@'");
+    }
+    if slashes == 0 {
+        return bad("missing POOL/");
+    }
+    if slashes > 1 {
+        return bad("more than one '/'");
+    }
+    let (pool, rest) = spec.split_once('/').expect("one '/' counted above");
+    let Some((image, snap)) = rest.split_once('@') else {
+        return bad("the @SNAP part must come after the image name");
+    };
+    if pool.is_empty() {
+        return bad("empty pool name");
+    }
+    if image.is_empty() {
+        return bad("empty image name");
+    }
+    if snap.is_empty() {
+        return bad("empty snapshot name");
+    }
+    Ok(SnapSpec {
+        pool: pool.to_string(),
+        image: image.to_string(),
+        snap: snap.to_string(),
+    })
+}
+
+/// Parses `POOL/IMAGE` where a snapshot would be wrong (`snap ls`, `flatten`, a clone's
+/// name): as [`split_image_spec`], and refusing `@SNAP`.
+pub fn parse_image_spec(spec: &str) -> Result<ImageSpec, String> {
+    if spec.contains('@') {
+        return Err(format!(
+            "invalid image {spec:?}: expected POOL/IMAGE without @SNAP"
+        ));
+    }
+    let (pool, image) = split_image_spec(spec)?;
+    Ok(ImageSpec { pool, image })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_names_split_in_three() {
+        let s = parse_snap_spec("rbd/vm-1.x@before_upgrade").unwrap();
+        assert_eq!(
+            s,
+            SnapSpec {
+                pool: "rbd".into(),
+                image: "vm-1.x".into(),
+                snap: "before_upgrade".into()
+            }
+        );
+        assert_eq!(s.to_string(), "rbd/vm-1.x@before_upgrade");
+        let i = parse_image_spec("rbd/vm1").unwrap();
+        assert_eq!(i.to_string(), "rbd/vm1");
+    }
+
+    #[test]
+    fn malformed_snapshot_names_say_why() {
+        for (spec, why) in [
+            ("", "empty"),
+            ("rbd/vm1", "missing @SNAP"),
+            ("vm1@s", "missing POOL/"),
+            ("rbd/vm1@", "empty snapshot name"),
+            ("rbd/@s", "empty image name"),
+            ("/vm1@s", "empty pool name"),
+            ("a/b/c@s", "more than one '/'"),
+            ("a/b@c@d", "more than one '@'"),
+            ("a@b/c", "after the image name"),
+        ] {
+            let e = parse_snap_spec(spec).unwrap_err();
+            assert!(e.contains(why), "{spec:?}: {e}");
+            assert!(e.contains("expected POOL/IMAGE@SNAP"), "{spec:?}: {e}");
+        }
+        assert!(parse_image_spec("rbd/vm1@s")
+            .unwrap_err()
+            .contains("without @SNAP"));
+        assert!(parse_image_spec("rbd").is_err());
     }
 }

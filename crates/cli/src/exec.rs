@@ -1,7 +1,7 @@
 //! Runs a parsed command against the monitor and prints the result in the chosen style.
 
 use crate::command::{Command, Invocation, Style};
-use crate::render::{self, image_human, image_legacy, members, table, up_in};
+use crate::render::{self, image_human, image_legacy, members, table, up_in, ImageReport};
 use anyhow::{anyhow, Result};
 use fastblock_monclient::{MonClient, MonError};
 use fastblock_types::api::{CreateImageRequest, CreatePoolRequest, ErrorCode, ResizeImageRequest};
@@ -72,6 +72,14 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
         | Command::AuthCaps { .. }
         | Command::AuthRotate { .. }
         | Command::AuthMode(_) => crate::auth::execute(inv, client, out).await?,
+        Command::SnapCreate(_)
+        | Command::SnapLs(_)
+        | Command::SnapRm(_)
+        | Command::SnapRollback { .. }
+        | Command::SnapProtect { .. }
+        | Command::ImageClone { .. }
+        | Command::ImageFlatten { .. }
+        | Command::ImageChildren(_) => crate::snap::execute(inv, client, out).await?,
         Command::Status => {
             let s = client.status().await?;
             match style {
@@ -403,7 +411,8 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
                     e,
                 ))
             }
-            (_, Err(e)) => return Err(e.into()),
+            (Style::Legacy, Err(e)) => return Err(e.into()),
+            (_, Err(e)) => return Err(crate::snap::explain_image_rm(client, pool, name, e).await),
         },
         Command::ImageResize {
             pool,
@@ -432,10 +441,20 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
         }
         Command::ImageInfo { pool, name } => {
             let i = client.image(pool, name).await?;
+            if style == Style::Legacy {
+                writeln!(out, "Imagename: {name} get info {}", image_legacy(&i))?;
+                return Ok(());
+            }
+            let details = crate::snap::image_details(client, &i).await?;
             match style {
-                Style::Json => json(out, &i)?,
-                Style::Legacy => writeln!(out, "Imagename: {name} get info {}", image_legacy(&i))?,
-                Style::Human => write!(out, "{}", image_human(&i))?,
+                Style::Json => json(
+                    out,
+                    &ImageReport {
+                        info: &i,
+                        details: &details,
+                    },
+                )?,
+                _ => write!(out, "{}", image_human(&i, &details))?,
             }
         }
         Command::ImageLs { pool } => {

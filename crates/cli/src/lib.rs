@@ -8,7 +8,9 @@
 //!
 //! [`auth`] loads the key the CLI signs with (`--keyring`, `--name`) and runs the `auth`
 //! commands. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
-//! answers into text. Every failure ends as one line on stderr and a non-zero exit status.
+//! answers into text. [`snap`] runs the snapshot and clone commands; its rollback and flatten
+//! also move data through the block client library (`fastblock-client`). Every failure ends
+//! as one line on stderr and a non-zero exit status.
 
 pub mod auth;
 pub mod command;
@@ -16,6 +18,7 @@ pub mod exec;
 pub mod legacy;
 pub mod modern;
 pub mod render;
+pub mod snap;
 
 use std::io::Write;
 

@@ -1,7 +1,8 @@
 //! The modern syntax: `fastblock-client [--mon ADDR] [--json] <noun> <verb> ...`.
 
 use crate::command::{
-    default_monitors, split_image_spec, Command, Invocation, Style, DEFAULT_ENTITY,
+    default_monitors, parse_image_spec, parse_snap_spec, split_image_spec, Command, ImageSpec,
+    Invocation, SnapSpec, Style, DEFAULT_ENTITY,
 };
 use crate::{EXIT_FAILURE, EXIT_USAGE};
 use clap::{Parser, Subcommand};
@@ -30,7 +31,8 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// How long to keep retrying while no monitor answers.
+    /// How long to keep retrying while no monitor answers (rollback and flatten: also how
+    /// long each object request keeps retrying).
     #[arg(long, global = true, default_value = "30s", value_parser = duration_arg)]
     timeout: Duration,
     /// Keyring holding the key of --name [env: FASTBLOCK_KEYRING; default /etc/fastblock/keyring].
@@ -62,9 +64,15 @@ enum Top {
     #[command(subcommand)]
     Image(ImageCmd),
     /// Set a cluster flag (noout, norebalance).
-    Set { flag: String },
+    Set {
+        /// noout or norebalance.
+        flag: String,
+    },
     /// Clear a cluster flag.
-    Unset { flag: String },
+    Unset {
+        /// noout or norebalance.
+        flag: String,
+    },
     /// Print the cluster map.
     Map {
         /// Keep printing each new epoch until interrupted.
@@ -82,6 +90,7 @@ enum Top {
 enum AuthCmd {
     /// Create ENTITY (client.NAME) with a new key; print its keyring or write it to -o.
     Add {
+        /// The new entity, client.NAME.
         entity: String,
         /// admin, pool=NAME, pool=* (space-separated).
         #[arg(long, default_value = "")]
@@ -92,45 +101,75 @@ enum AuthCmd {
     },
     /// ENTITY's key, created with --caps if it has none.
     GetOrCreate {
+        /// The entity, client.NAME.
         entity: String,
+        /// Caps if it is created: admin, pool=NAME, pool=* (space-separated).
         #[arg(long, default_value = "")]
         caps: String,
+        /// Write the keyring here (mode 0600) instead of printing it.
         #[arg(short = 'o', long)]
         output: Option<PathBuf>,
     },
     /// List entities, their caps and key fingerprints.
     Ls,
     /// Remove ENTITY's key: its calls and connections are refused from now on.
-    Rm { entity: String },
+    Rm {
+        /// The entity, client.NAME.
+        entity: String,
+    },
     /// Replace ENTITY's capabilities.
-    Caps { entity: String, caps: String },
+    Caps {
+        /// The entity, client.NAME.
+        entity: String,
+        /// admin, pool=NAME, pool=* (space-separated).
+        caps: String,
+    },
     /// Give ENTITY a new key; the old one stops working.
     Rotate {
+        /// The entity, client.NAME.
         entity: String,
+        /// Write the new keyring here (mode 0600) instead of printing it.
         #[arg(short = 'o', long)]
         output: Option<PathBuf>,
     },
     /// Print the auth mode, or set it (none, sign, secure).
-    Mode { mode: Option<AuthMode> },
+    Mode {
+        /// The new mode: none, sign or secure; absent: print the current one.
+        mode: Option<AuthMode>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
 enum OsdCmd {
     /// List OSDs.
     Ls {
+        /// Add each OSD's uuid and boot epoch.
         #[arg(long)]
         detail: bool,
     },
     /// Mark an OSD out: its PGs move elsewhere.
-    Out { id: OsdId },
+    Out {
+        /// The OSD id.
+        id: OsdId,
+    },
     /// Mark an OSD in again (it must be up).
-    In { id: OsdId },
+    In {
+        /// The OSD id.
+        id: OsdId,
+    },
     /// Register a new OSD uuid and print its id.
-    ApplyId { uuid: String },
+    ApplyId {
+        /// The OSD's uuid.
+        uuid: String,
+    },
     /// The configuration an OSD reported at boot.
-    Config { id: OsdId },
+    Config {
+        /// The OSD id.
+        id: OsdId,
+    },
     /// PG members and preferred leaders per OSD.
     Pgs {
+        /// Only the PGs of this pool.
         #[arg(long)]
         pool: Option<String>,
     },
@@ -140,7 +179,9 @@ enum OsdCmd {
 enum PoolCmd {
     /// Create a pool.
     Create {
+        /// The new pool's name.
         name: String,
+        /// Placement groups of the pool.
         #[arg(long)]
         pg_count: u32,
         /// Replicas per PG.
@@ -153,7 +194,9 @@ enum PoolCmd {
     /// Delete a pool (refused while it holds images, unless --force).
     #[command(alias = "delete")]
     Rm {
+        /// The pool's name.
         name: String,
+        /// Delete it with its images (not when they have clones in other pools).
         #[arg(long)]
         force: bool,
     },
@@ -165,6 +208,7 @@ enum PoolCmd {
 enum PgCmd {
     /// List PGs with state and members.
     Ls {
+        /// Only the PGs of this pool.
         #[arg(long)]
         pool: Option<String>,
     },
@@ -174,7 +218,10 @@ enum PgCmd {
 enum ImageCmd {
     /// Create an image: POOL/NAME --size 10G.
     Create {
+        /// The new image, POOL/NAME.
+        #[arg(value_name = "POOL/NAME")]
         spec: String,
+        /// Its size in bytes, binary units accepted (10G, 512M, 4K); a multiple of 4 KiB.
         #[arg(long, value_parser = size)]
         size: u64,
         /// Power of two, 4K..64M (default 4M).
@@ -182,20 +229,155 @@ enum ImageCmd {
         object_size: Option<u64>,
     },
     /// Remove an image; its data is reclaimed by the OSDs.
+    ///
+    /// Refused while the image has snapshots or clones: the error names them.
     #[command(alias = "remove")]
-    Rm { spec: String },
+    Rm {
+        /// The image, POOL/NAME.
+        #[arg(value_name = "POOL/NAME")]
+        spec: String,
+    },
     /// Grow an image (or shrink it with --allow-shrink).
     Resize {
+        /// The image, POOL/NAME.
+        #[arg(value_name = "POOL/NAME")]
         spec: String,
+        /// The new size, binary units accepted (10G, 512M, 4K).
         #[arg(long, value_parser = size)]
         size: u64,
+        /// Allow a size below the current one: the cut tail is deleted.
         #[arg(long)]
         allow_shrink: bool,
     },
-    /// Show an image.
-    Info { spec: String },
+    /// Show an image: size, objects, snapshot count, and a clone's parent.
+    Info {
+        /// The image, POOL/NAME.
+        #[arg(value_name = "POOL/NAME")]
+        spec: String,
+    },
     /// List images, optionally of one pool.
-    Ls { pool: Option<String> },
+    Ls {
+        /// Only the images of this pool.
+        pool: Option<String>,
+    },
+    /// Snapshot commands: create, ls, rm, rollback, protect, unprotect.
+    #[command(subcommand)]
+    Snap(SnapCmd),
+    /// Create a writable clone of a protected snapshot.
+    ///
+    /// The clone has the snapshot's size and object size and reads through to the snapshot
+    /// wherever it has not written itself, until `image flatten`.
+    Clone {
+        /// The parent snapshot, POOL/IMAGE@SNAP; it must be protected (`image snap protect`).
+        #[arg(value_name = "POOL/IMAGE@SNAP", value_parser = parse_snap_spec)]
+        source: SnapSpec,
+        /// The new image, POOL/NAME (in any pool).
+        #[arg(value_name = "POOL/NEW", value_parser = parse_image_spec)]
+        target: ImageSpec,
+    },
+    /// Copy a clone's parent data into it, so that it stands alone.
+    ///
+    /// Copies every object the clone has not written yet from the parent snapshot (a progress
+    /// bar on stderr when it is a terminal), then tells the monitor, which ends the link:
+    /// afterwards the parent snapshot can be unprotected and removed. The clone stays usable
+    /// meanwhile; an interrupted flatten can be run again.
+    Flatten {
+        /// The clone, POOL/NAME.
+        #[arg(value_name = "POOL/NAME", value_parser = parse_image_spec)]
+        spec: ImageSpec,
+        /// Objects copied at once.
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = OBJECTS_IN_FLIGHT_DEFAULT,
+            value_parser = objects_in_flight
+        )]
+        objects_in_flight: usize,
+    },
+    /// List the clones of a snapshot that still read through to it.
+    Children {
+        /// The snapshot, POOL/IMAGE@SNAP.
+        #[arg(value_name = "POOL/IMAGE@SNAP", value_parser = parse_snap_spec)]
+        spec: SnapSpec,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapCmd {
+    /// Take a snapshot: a crash-consistent point in time of the image.
+    ///
+    /// Every write acknowledged before the command returns is in it; no write issued after
+    /// it returned is. Taking it copies no data. Refused on a clone until it is flattened.
+    Create {
+        /// The new snapshot, POOL/IMAGE@SNAP.
+        #[arg(value_name = "POOL/IMAGE@SNAP", value_parser = parse_snap_spec)]
+        spec: SnapSpec,
+    },
+    /// List an image's snapshots: id, name, size, state, protected, creation time.
+    Ls {
+        /// The image, POOL/NAME.
+        #[arg(value_name = "POOL/NAME", value_parser = parse_image_spec)]
+        spec: ImageSpec,
+    },
+    /// Remove a snapshot; the OSDs drop the data only it kept.
+    ///
+    /// Refused while it is protected, has clones, or is still being created.
+    #[command(alias = "remove")]
+    Rm {
+        /// The snapshot, POOL/IMAGE@SNAP.
+        #[arg(value_name = "POOL/IMAGE@SNAP", value_parser = parse_snap_spec)]
+        spec: SnapSpec,
+    },
+    /// Roll the image back to the snapshot, size included. Stop every writer first.
+    ///
+    /// Makes the image's head equal to the snapshot: grows the image first if it is smaller
+    /// than the snapshot, rolls every object back (a progress bar on stderr when it is a
+    /// terminal), then shrinks the image to the snapshot's size if it was larger.
+    ///
+    /// Stop every writer of the image before (VMs, NBD clients, mapped devices): a write
+    /// that lands during the rollback leaves the image a mix of both states. An interrupted
+    /// rollback leaves the image partly rolled back; run it again to finish. A snapshot still
+    /// being created cannot be rolled back to.
+    Rollback {
+        /// The snapshot, POOL/IMAGE@SNAP.
+        #[arg(value_name = "POOL/IMAGE@SNAP", value_parser = parse_snap_spec)]
+        spec: SnapSpec,
+        /// Objects rolled back at once.
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = OBJECTS_IN_FLIGHT_DEFAULT,
+            value_parser = objects_in_flight
+        )]
+        objects_in_flight: usize,
+    },
+    /// Protect a snapshot: it can then be cloned, and cannot be removed.
+    Protect {
+        /// The snapshot, POOL/IMAGE@SNAP.
+        #[arg(value_name = "POOL/IMAGE@SNAP", value_parser = parse_snap_spec)]
+        spec: SnapSpec,
+    },
+    /// Unprotect a snapshot (refused while it has clones: flatten or remove them first).
+    Unprotect {
+        /// The snapshot, POOL/IMAGE@SNAP.
+        #[arg(value_name = "POOL/IMAGE@SNAP", value_parser = parse_snap_spec)]
+        spec: SnapSpec,
+    },
+}
+
+/// Objects a rollback or flatten works on at once unless `--objects-in-flight` says otherwise.
+const OBJECTS_IN_FLIGHT_DEFAULT: usize = 16;
+/// The most `--objects-in-flight` accepts: each object may be several requests, and the
+/// client caps requests in flight at its `inflight_ops_max` anyway.
+const OBJECTS_IN_FLIGHT_MAX: usize = 1024;
+
+fn objects_in_flight(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=OBJECTS_IN_FLIGHT_MAX).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected a number of objects from 1 to {OBJECTS_IN_FLIGHT_MAX}"
+        )),
+    }
 }
 
 /// Parses modern arguments. Errors come with their exit status (0 for --help/--version).
@@ -267,6 +449,16 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
             Command::ImageInfo { pool, name }
         }
         Top::Image(ImageCmd::Ls { pool }) => Command::ImageLs { pool },
+        Top::Image(ImageCmd::Snap(snap)) => snap_command(snap),
+        Top::Image(ImageCmd::Clone { source, target }) => Command::ImageClone { source, target },
+        Top::Image(ImageCmd::Flatten {
+            spec,
+            objects_in_flight,
+        }) => Command::ImageFlatten {
+            image: spec,
+            objects_in_flight_max: objects_in_flight,
+        },
+        Top::Image(ImageCmd::Children { spec }) => Command::ImageChildren(spec),
         Top::Set { flag } => Command::Flag { flag, set: true },
         Top::Unset { flag } => Command::Flag { flag, set: false },
         Top::Map { watch } => Command::Map { watch },
@@ -308,6 +500,29 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
         keyring: cli.keyring,
         name: cli.entity_name,
     })
+}
+
+fn snap_command(snap: SnapCmd) -> Command {
+    match snap {
+        SnapCmd::Create { spec } => Command::SnapCreate(spec),
+        SnapCmd::Ls { spec } => Command::SnapLs(spec),
+        SnapCmd::Rm { spec } => Command::SnapRm(spec),
+        SnapCmd::Rollback {
+            spec,
+            objects_in_flight,
+        } => Command::SnapRollback {
+            snap: spec,
+            objects_in_flight_max: objects_in_flight,
+        },
+        SnapCmd::Protect { spec } => Command::SnapProtect {
+            snap: spec,
+            protect: true,
+        },
+        SnapCmd::Unprotect { spec } => Command::SnapProtect {
+            snap: spec,
+            protect: false,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -376,5 +591,228 @@ mod tests {
         );
         assert_eq!(p(&["osd", "out", "x"]).unwrap_err().0, EXIT_USAGE);
         assert_eq!(p(&["--help"]).unwrap_err().0, 0);
+    }
+
+    fn snap(spec: &str) -> SnapSpec {
+        parse_snap_spec(spec).unwrap()
+    }
+
+    fn image(spec: &str) -> ImageSpec {
+        parse_image_spec(spec).unwrap()
+    }
+
+    #[test]
+    fn parses_every_snapshot_command() {
+        let cases: Vec<(Vec<&str>, Command)> = vec![
+            (
+                vec!["image", "snap", "create", "rbd/vm1@s1"],
+                Command::SnapCreate(snap("rbd/vm1@s1")),
+            ),
+            (
+                vec!["image", "snap", "ls", "rbd/vm1"],
+                Command::SnapLs(image("rbd/vm1")),
+            ),
+            (
+                vec!["image", "snap", "rm", "rbd/vm1@s1"],
+                Command::SnapRm(snap("rbd/vm1@s1")),
+            ),
+            (
+                vec!["image", "snap", "remove", "rbd/vm1@s1"],
+                Command::SnapRm(snap("rbd/vm1@s1")),
+            ),
+            (
+                vec!["image", "snap", "rollback", "rbd/vm1@s1"],
+                Command::SnapRollback {
+                    snap: snap("rbd/vm1@s1"),
+                    objects_in_flight_max: OBJECTS_IN_FLIGHT_DEFAULT,
+                },
+            ),
+            (
+                vec![
+                    "image",
+                    "snap",
+                    "rollback",
+                    "rbd/vm1@s1",
+                    "--objects-in-flight",
+                    "4",
+                ],
+                Command::SnapRollback {
+                    snap: snap("rbd/vm1@s1"),
+                    objects_in_flight_max: 4,
+                },
+            ),
+            (
+                vec!["image", "snap", "protect", "rbd/vm1@s1"],
+                Command::SnapProtect {
+                    snap: snap("rbd/vm1@s1"),
+                    protect: true,
+                },
+            ),
+            (
+                vec!["image", "snap", "unprotect", "rbd/vm1@s1"],
+                Command::SnapProtect {
+                    snap: snap("rbd/vm1@s1"),
+                    protect: false,
+                },
+            ),
+            (
+                vec!["image", "clone", "rbd/vm1@s1", "other/kid"],
+                Command::ImageClone {
+                    source: snap("rbd/vm1@s1"),
+                    target: image("other/kid"),
+                },
+            ),
+            (
+                vec!["image", "flatten", "other/kid"],
+                Command::ImageFlatten {
+                    image: image("other/kid"),
+                    objects_in_flight_max: OBJECTS_IN_FLIGHT_DEFAULT,
+                },
+            ),
+            (
+                vec!["image", "flatten", "other/kid", "--objects-in-flight=1024"],
+                Command::ImageFlatten {
+                    image: image("other/kid"),
+                    objects_in_flight_max: 1024,
+                },
+            ),
+            (
+                vec!["image", "children", "rbd/vm1@s1"],
+                Command::ImageChildren(snap("rbd/vm1@s1")),
+            ),
+        ];
+        for (args, want) in cases {
+            let inv = p(&args).unwrap_or_else(|e| panic!("{args:?}: {e:?}"));
+            assert_eq!(inv.command, want, "{args:?}");
+            assert_eq!(inv.style, Style::Human, "{args:?}");
+        }
+        let spec = snap("rbd/vm1@s1");
+        assert_eq!(
+            (spec.pool.as_str(), spec.image.as_str(), spec.snap.as_str()),
+            ("rbd", "vm1", "s1")
+        );
+        assert_eq!(spec.to_string(), "rbd/vm1@s1");
+    }
+
+    #[test]
+    fn json_is_global_for_the_snapshot_commands() {
+        for args in [
+            vec!["--json", "image", "snap", "ls", "rbd/vm1"],
+            vec!["image", "snap", "ls", "rbd/vm1", "--json"],
+            vec!["image", "--json", "children", "rbd/vm1@s"],
+            vec!["image", "snap", "create", "--json", "rbd/vm1@s"],
+            vec!["image", "snap", "rollback", "rbd/vm1@s", "--json"],
+            vec!["image", "flatten", "rbd/kid", "--json"],
+        ] {
+            assert_eq!(p(&args).unwrap().style, Style::Json, "{args:?}");
+        }
+    }
+
+    /// Every malformed `POOL/IMAGE@SNAP` is a usage error (exit 2) whose message says what is
+    /// wrong; nothing reaches the monitor.
+    #[test]
+    fn malformed_snapshot_names_are_usage_errors() {
+        let cases = [
+            ("rbd/vm1", "missing @SNAP"),
+            ("vm1@s", "missing POOL/"),
+            ("rbd/vm1@", "empty snapshot name"),
+            ("rbd/@s", "empty image name"),
+            ("/vm1@s", "empty pool name"),
+            ("@", "missing POOL/"),
+            ("/@", "empty pool name"),
+            ("rbd/vm1/x@s", "more than one '/'"),
+            ("rbd/vm1@s/x", "more than one '/'"),
+            ("rbd/vm1@s@t", "more than one '@'"),
+            ("rbd@s/vm1", "after the image name"),
+        ];
+        for (spec, why) in cases {
+            for command in [
+                vec!["image", "snap", "create", spec],
+                vec!["image", "snap", "rm", spec],
+                vec!["image", "snap", "rollback", spec],
+                vec!["image", "snap", "protect", spec],
+                vec!["image", "snap", "unprotect", spec],
+                vec!["image", "clone", spec, "rbd/kid"],
+                vec!["image", "children", spec],
+            ] {
+                let (code, message) = p(&command).unwrap_err();
+                assert_eq!(code, EXIT_USAGE, "{command:?}");
+                assert!(message.contains(why), "{command:?}: {message}");
+                assert!(
+                    message.contains("POOL/IMAGE@SNAP"),
+                    "{command:?}: {message}"
+                );
+            }
+        }
+        let (code, message) = p(&["image", "snap", "create", ""]).unwrap_err();
+        assert_eq!(code, EXIT_USAGE);
+        assert!(message.contains("empty"), "{message}");
+        // A missing argument is a usage error too.
+        assert_eq!(p(&["image", "snap", "create"]).unwrap_err().0, EXIT_USAGE);
+        assert_eq!(
+            p(&["image", "clone", "rbd/vm1@s"]).unwrap_err().0,
+            EXIT_USAGE
+        );
+    }
+
+    /// Where an image is expected, a snapshot (or a malformed name) is a usage error.
+    #[test]
+    fn malformed_image_names_are_usage_errors() {
+        for command in [
+            vec!["image", "snap", "ls", "rbd/vm1@s"],
+            vec!["image", "snap", "ls", "vm1"],
+            vec!["image", "snap", "ls", "rbd/a/b"],
+            vec!["image", "flatten", "rbd/kid@s"],
+            vec!["image", "flatten", "/kid"],
+            vec!["image", "clone", "rbd/vm1@s", "rbd/kid@t"],
+            vec!["image", "clone", "rbd/vm1@s", "kid"],
+        ] {
+            let (code, message) = p(&command).unwrap_err();
+            assert_eq!(code, EXIT_USAGE, "{command:?}");
+            assert!(message.contains("POOL/"), "{command:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn objects_in_flight_is_bounded() {
+        for n in ["0", "1025", "-1", "many", ""] {
+            let arg = format!("--objects-in-flight={n}");
+            let (code, message) = p(&["image", "flatten", "rbd/kid", &arg]).unwrap_err();
+            assert_eq!(code, EXIT_USAGE, "{n}");
+            assert!(message.contains("from 1 to 1024"), "{n}: {message}");
+        }
+    }
+
+    /// The rollback's help says what it does to the size and that writers must be stopped.
+    #[test]
+    fn rollback_help_says_to_stop_writers() {
+        let (code, help) = p(&["image", "snap", "rollback", "--help"]).unwrap_err();
+        assert_eq!(code, 0);
+        assert!(help.contains("Stop every writer"), "{help}");
+        assert!(help.contains("run it again"), "{help}");
+        assert!(help.contains("shrinks the image"), "{help}");
+    }
+
+    /// Every argument and subcommand of the modern syntax has a help text.
+    #[test]
+    fn every_argument_has_help() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: String, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() {
+                    missing.push(format!("{path} {} (command)", sub.get_name()));
+                }
+                walk(sub, format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "fastblock-client".into(), &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
     }
 }

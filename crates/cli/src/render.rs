@@ -1,7 +1,7 @@
 //! Text output: tables, the `status` layout, and the reference system's shapes.
 
 use fastblock_types::api::StatusResponse;
-use fastblock_types::map::{ImageInfo, OsdInfo};
+use fastblock_types::map::{ImageInfo, OsdInfo, SnapInfo, SnapState};
 use fastblock_types::units::{format_rate, format_size};
 use fastblock_types::OsdId;
 
@@ -136,18 +136,136 @@ pub fn status(s: &StatusResponse, modern: bool) -> String {
     out
 }
 
-pub fn image_human(i: &ImageInfo) -> String {
-    format!(
-        "image {}/{}\n  id: {}\n  size: {} ({} bytes)\n  object size: {}\n  objects: {}\n  created at epoch: {}\n",
-        i.pool_name,
-        i.name,
-        i.id,
+/// What `image info` shows beyond the monitor's image record (text and `--json`).
+///
+/// The place for the used bytes of the image and of each of its snapshots: they will be
+/// fields here, filled from the client library once the OSDs report usage
+/// (`docs/design/snapshots.md`, "What is not built yet"), and printed by [`image_human`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ImageDetails {
+    /// Live snapshots of the image, `creating` and `created`.
+    pub snapshot_count: usize,
+}
+
+/// `image info` in `--json`: the monitor's record with [`ImageDetails`] beside its fields
+/// (added fields only, so readers of the plain record keep working).
+#[derive(serde::Serialize)]
+pub struct ImageReport<'a> {
+    #[serde(flatten)]
+    pub info: &'a ImageInfo,
+    #[serde(flatten)]
+    pub details: &'a ImageDetails,
+}
+
+pub fn image_human(i: &ImageInfo, details: &ImageDetails) -> String {
+    let mut out = format!("image {}/{}\n", i.pool_name, i.name);
+    out.push_str(&format!("  id: {}\n", i.id));
+    out.push_str(&format!(
+        "  size: {} ({} bytes)\n",
         format_size(i.size_bytes),
-        i.size_bytes,
-        format_size(i.object_size_bytes),
-        i.object_count(),
-        i.created_epoch
+        i.size_bytes
+    ));
+    out.push_str(&format!(
+        "  object size: {}\n",
+        format_size(i.object_size_bytes)
+    ));
+    out.push_str(&format!("  objects: {}\n", i.object_count()));
+    out.push_str(&format!("  created at epoch: {}\n", i.created_epoch));
+    out.push_str(&format!("  snapshots: {}\n", details.snapshot_count));
+    // The used bytes of the image (and of each snapshot) go here, from `ImageDetails`, once
+    // the client library reports them.
+    if let Some(p) = &i.parent {
+        out.push_str(&format!(
+            "  parent: {}/{}@{} (overlap {}, {} bytes)\n",
+            p.pool_name,
+            p.image_name,
+            p.snap_name,
+            format_size(p.overlap_bytes),
+            p.overlap_bytes
+        ));
+    }
+    out
+}
+
+/// `image snap ls` as a table: id, name, size, state, protected, creation time. (A column of
+/// the bytes each snapshot keeps joins them once [`ImageDetails`] carries them.)
+pub fn snaps_table(snaps: &[SnapInfo]) -> String {
+    let rows: Vec<Vec<String>> = snaps
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.to_string(),
+                s.name.clone(),
+                format_size(s.size_bytes),
+                snap_state(s.state).to_string(),
+                if s.protected { "yes" } else { "no" }.to_string(),
+                format_unix_ms(s.started_at_ms),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "NAME", "SIZE", "STATE", "PROTECTED", "CREATED"],
+        &rows,
     )
+}
+
+pub fn snap_state(state: SnapState) -> &'static str {
+    match state {
+        SnapState::Creating => "creating",
+        SnapState::Created => "created",
+    }
+}
+
+/// `image children` as a table: the clone, its id, size and overlap with the snapshot.
+pub fn children_table(children: &[ImageInfo]) -> String {
+    let rows: Vec<Vec<String>> = children
+        .iter()
+        .map(|c| {
+            let overlap = c
+                .parent
+                .as_ref()
+                .map_or("-".to_string(), |p| format_size(p.overlap_bytes));
+            vec![
+                format!("{}/{}", c.pool_name, c.name),
+                c.id.to_string(),
+                format_size(c.size_bytes),
+                overlap,
+            ]
+        })
+        .collect();
+    table(&["IMAGE", "ID", "SIZE", "OVERLAP"], &rows)
+}
+
+/// Unix milliseconds as `YYYY-MM-DD HH:MM:SS UTC`; `-` for 0 (a record written before the
+/// time was kept).
+pub fn format_unix_ms(ms: u64) -> String {
+    if ms == 0 {
+        return "-".to_string();
+    }
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The proleptic Gregorian date of `days` after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for non-negative days).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
 }
 
 /// The reference's image line body: `imagename: .. Poolname: .. Size: .. Objectsize: ..`.
@@ -156,4 +274,20 @@ pub fn image_legacy(i: &ImageInfo) -> String {
         "imagename: {} Poolname: {} Size: {} Objectsize: {}",
         i.name, i.pool_name, i.size_bytes, i.object_size_bytes
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_ms_format_as_utc_dates() {
+        assert_eq!(format_unix_ms(0), "-");
+        assert_eq!(format_unix_ms(1), "1970-01-01 00:00:00 UTC");
+        // 2000-02-29 (a leap day of a century leap year) 12:34:56.
+        assert_eq!(format_unix_ms(951_827_696_000), "2000-02-29 12:34:56 UTC");
+        assert_eq!(format_unix_ms(1_764_092_718_000), "2025-11-25 17:45:18 UTC");
+        // The last second of 2024, a leap year.
+        assert_eq!(format_unix_ms(1_735_689_599_999), "2024-12-31 23:59:59 UTC");
+    }
 }
