@@ -458,6 +458,7 @@ mod tests {
             protected: false,
             done_pgs: Default::default(),
             started_at_ms: 1,
+            parent_overlap_bytes: None,
         }
     }
 

@@ -257,7 +257,14 @@ impl Cluster {
             id: info.id.0,
             name: info.name,
         };
-        Ok(image.snapshot_view(view, info.size_bytes))
+        // A snapshot of a clone reads what the clone had not copied up then from the same
+        // parent, within the overlap of that moment.
+        Ok(match info.parent_overlap_bytes {
+            Some(overlap) if image.is_clone() => {
+                image.clone_snapshot_view(view, info.size_bytes, overlap)
+            }
+            _ => image.snapshot_view(view, info.size_bytes),
+        })
     }
 
     /// Opens an image whose description the caller already has (tests with an injected map;
@@ -277,13 +284,21 @@ impl Cluster {
         let Some(p) = parent else {
             return Ok(image);
         };
-        // A clone: its parent snapshot, read-only, as large as the overlap.
-        let parent_image = Box::pin(self.open_image(&p.pool_name, &p.image_name)).await?;
-        let view = crate::SnapView {
-            id: p.snap.0,
-            name: p.snap_name.clone(),
-        };
-        let parent_view = parent_image.snapshot_view(view, p.overlap_bytes);
+        // A clone: its parent snapshot, read-only, whole (the clone's snapshots may read
+        // more of it than the head's overlap now covers), itself reading through to its own
+        // parent if it is a snapshot of a clone.
+        let parent_view =
+            Box::pin(self.open_snapshot(&p.pool_name, &p.image_name, &p.snap_name)).await?;
+        if parent_view.snapshot().map(|s| s.id) != Some(p.snap.0) {
+            return Err(ClientError::Protocol(format!(
+                "clone {}/{}: its parent {}/{}@{} has another id than the clone's record",
+                image.info().pool_name,
+                image.info().name,
+                p.pool_name,
+                p.image_name,
+                p.snap_name
+            )));
+        }
         Ok(image.with_parent(parent_view, p.overlap_bytes))
     }
 

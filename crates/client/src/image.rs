@@ -146,10 +146,9 @@ impl Image {
             return Ok(());
         };
         let object_bytes = self.inner.info.object_size_bytes;
-        let count = link
-            .overlap_bytes
-            .min(self.size_bytes())
-            .div_ceil(object_bytes);
+        // Every object some version reads from the parent: the head's overlap and every
+        // snapshot's (a deep flatten, so that the snapshots stand alone too).
+        let count = self.parent_reach_bytes(link).div_ceil(object_bytes);
         let mut tasks = JoinSet::new();
         let (mut next, mut done) = (0u64, 0u64);
         while done < count {
@@ -215,7 +214,11 @@ impl Image {
             length: 0,
             epoch,
         };
+        // An object beyond the head's size (a deep flatten for a snapshot of a shrunk clone)
+        // cannot be probed: copy it up; pieces and the mark do nothing if it was already.
+        let beyond_head = object_index * self.inner.info.object_size_bytes >= self.size_bytes();
         let copied = match self.inner.cluster.execute(addr.pg, &probe).await {
+            _ if beyond_head => false,
             Ok(Reply::Data(_)) => true,
             Err(ClientError::Io {
                 status: fastblock_wire::Status::ObjectAbsent,
@@ -233,8 +236,11 @@ impl Image {
         if !copied {
             let object_bytes = self.inner.info.object_size_bytes;
             let start = object_index * object_bytes;
-            if start < link.overlap_bytes {
-                let len = object_bytes.min(link.overlap_bytes - start);
+            // The head's overlap and every snapshot's: the PG leader places each part
+            // (`fastblock_types::clone_data`).
+            let reach = self.parent_reach_bytes(link);
+            if start < reach {
+                let len = object_bytes.min(reach - start);
                 let data = link.view.read_boxed(start, len).await?;
                 let mut at = 0u64;
                 while at < len {
@@ -263,6 +269,49 @@ impl Image {
         Ok(())
     }
 
+    /// How far any version of this clone reads its parent: the head's overlap (from the
+    /// map, which a shrink by another client cuts) and the overlap of each live snapshot.
+    fn parent_reach_bytes(&self, link: &ParentLink) -> u64 {
+        let map = self.inner.cluster.map();
+        let id = self.inner.info.id;
+        let head = map
+            .images
+            .as_ref()
+            .and_then(|t| t.images.get(&id))
+            .map_or(link.overlap_bytes, |e| e.parent_overlap_bytes.unwrap_or(0));
+        let snaps = map.snaps.get(&id).into_iter().flatten();
+        snaps
+            .filter_map(|s| s.parent_overlap_bytes)
+            .fold(head, u64::max)
+            .min(link.view.size_bytes())
+    }
+
+    /// Whether snapshot `snap` of this clone reads object `object_index` from the parent
+    /// beyond what the head's overlap covers now.
+    fn snapshot_reads_more(&self, link: &ParentLink, object_index: u64, snap: u64) -> bool {
+        let map = self.inner.cluster.map();
+        let id = self.inner.info.id;
+        let head = map
+            .images
+            .as_ref()
+            .and_then(|t| t.images.get(&id))
+            .map_or(link.overlap_bytes, |e| e.parent_overlap_bytes.unwrap_or(0));
+        let Some(snap_overlap) = map
+            .snaps
+            .get(&id)
+            .and_then(|l| l.iter().find(|s| s.id.0 == snap))
+            .and_then(|s| s.parent_overlap_bytes)
+        else {
+            return false;
+        };
+        let object_bytes = self.inner.info.object_size_bytes;
+        let (start, end) = (
+            object_index * object_bytes,
+            (object_index + 1) * object_bytes,
+        );
+        start < snap_overlap && end > head
+    }
+
     async fn expect_ok(
         &self,
         pg: PgId,
@@ -289,16 +338,27 @@ impl Image {
         Box::pin(self.read(offset, len))
     }
 
-    /// A clone's read of one piece: from the clone if it copied the object up, else from
-    /// the parent.
+    /// A clone's read of one piece (of its head, or of one of its snapshots): from the
+    /// clone if it copied the object up (before the snapshot was taken), else from the
+    /// parent.
     async fn clone_read(&self, extent: Extent) -> Result<Piece, ClientError> {
         let addr = self.addr(extent.object_index);
         let (offset, length) = (extent.object_offset, extent.len);
-        let build = move |epoch| Request::CloneRead {
-            addr,
-            offset,
-            length,
-            epoch,
+        let snap = self.inner.snap.as_ref().map(|s| s.id);
+        let build = move |epoch| match snap {
+            Some(snap) => Request::SnapRead {
+                addr,
+                offset,
+                length,
+                epoch,
+                snap,
+            },
+            None => Request::CloneRead {
+                addr,
+                offset,
+                length,
+                epoch,
+            },
         };
         match self.inner.cluster.execute(addr.pg, &build).await {
             Ok(Reply::Data(bytes)) if bytes.len() == length as usize => Ok(Piece::Data(bytes)),
@@ -353,6 +413,22 @@ impl Image {
                 snap: Some(snap),
                 parent: None,
             }),
+        }
+    }
+
+    /// A read-only view of snapshot `snap` of this clone, taken when the clone's overlap
+    /// was `overlap_bytes`: what the clone had not copied up then, it reads from the same
+    /// parent within that overlap.
+    pub(crate) fn clone_snapshot_view(
+        &self,
+        snap: SnapView,
+        size_bytes: u64,
+        overlap_bytes: u64,
+    ) -> Image {
+        let view = self.snapshot_view(snap, size_bytes);
+        match &self.inner.parent {
+            Some(link) => view.with_parent(link.view.clone(), overlap_bytes),
+            None => view,
         }
     }
 
@@ -603,10 +679,16 @@ impl Image {
         data: Option<Bytes>,
         snap: u64,
     ) -> Result<Piece, ClientError> {
-        if self.inner.parent.is_some() {
+        if let Some(link) = &self.inner.parent {
             match op {
                 Op::Read => return self.clone_read(extent).await,
                 Op::Write | Op::Discard | Op::WriteZeroes => {
+                    self.ensure_copied(extent.object_index).await?
+                }
+                // The snapshot read more of the parent than the head does now (the clone was
+                // shrunk since): copy the object up first, which keeps that part for the
+                // snapshot, so that the rollback finds all of it in the clone.
+                Op::Rollback if self.snapshot_reads_more(link, extent.object_index, snap) => {
                     self.ensure_copied(extent.object_index).await?
                 }
                 Op::Allocation | Op::Rollback => {}

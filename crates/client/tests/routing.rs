@@ -344,6 +344,7 @@ async fn open_needs_a_map_that_shows_the_image_at_its_size() {
                     let extent = ImageExtent {
                         size_bytes,
                         object_size_bytes: MIB,
+                        parent_overlap_bytes: None,
                     };
                     (ImageId(id), extent)
                 })

@@ -831,8 +831,9 @@ fn stamped(offset: u64, len: u64, generation: u64) -> Vec<u8> {
 /// reads its parent's data, takes its own writes (a partial write of an object keeps the
 /// parent's other bytes, a discard reads zeros), does not follow later writes to the
 /// parent's head, exports over NBD like any image (`qemu-img compare`), survives `flatten`
-/// and then the removal of the parent snapshot; the snapshot cannot be removed or
-/// unprotected while the clone depends on it, and removing it afterwards frees its blocks.
+/// and then the removal of the parent snapshot, and so does a snapshot of the clone; the
+/// parent snapshot cannot be removed or unprotected while the clone depends on it, and
+/// removing it afterwards frees its blocks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clone_reads_through_takes_its_own_writes_and_survives_flatten() {
     if !have_tools(&["qemu-img"]) {
@@ -920,8 +921,21 @@ async fn a_clone_reads_through_takes_its_own_writes_and_survives_flatten() {
     // The snapshot is in use: neither removed nor unprotected.
     assert!(mon.remove_snap("fb3", "golden", "base").await.is_err());
     assert!(mon.unprotect_snap("fb3", "golden", "base").await.is_err());
-    // Snapshots of a clone wait for its flatten.
-    assert!(mon.create_snap("fb1", "kid", "k1").await.is_err());
+    // A snapshot of the clone, taken while most of it is still its parent's: exported over
+    // NBD, it reads what the clone read then, before and after the flatten.
+    mon.create_snap("fb1", "kid", "k1").await.unwrap();
+    run(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            want_path,
+            &s.uri("fb1/kid@k1"),
+        ],
+    );
 
     kid.flatten(4, &|_, _| {}).await.unwrap();
     let flat = mon.flatten_done("fb1", "kid").await.unwrap();
@@ -955,6 +969,18 @@ async fn a_clone_reads_through_takes_its_own_writes_and_survives_flatten() {
             "raw",
             want_path,
             &s.uri("fb1/kid"),
+        ],
+    );
+    run(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            want_path,
+            &s.uri("fb1/kid@k1"),
         ],
     );
 }

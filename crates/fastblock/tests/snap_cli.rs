@@ -252,9 +252,11 @@ async fn snapshots_and_clones_through_the_cli() {
         );
     }
     s.cli(&["image", "rm", "fb3/vm"]).await.fails_with("s1");
-    s.cli(&["image", "snap", "create", "fb3/kid@k1"])
-        .await
-        .fails_with("flatten it");
+    // A snapshot of the clone, while most of it still reads through to its parent.
+    let out = s.cli(&["image", "snap", "create", "fb3/kid@k1"]).await;
+    assert!(out.ok().contains("fb3/kid@k1 created"), "{}", out.stdout);
+    let kid_k1 = cluster.open_snapshot("fb3", "kid", "k1").await.unwrap();
+    assert_reads(&kid_k1, &kid_want, "the clone's snapshot").await;
     s.cli(&["image", "flatten", "fb3/vm"])
         .await
         .fails_with("not a clone");
@@ -276,6 +278,13 @@ async fn snapshots_and_clones_through_the_cli() {
     let alone = s.connect().await.open_image("fb3", "kid").await.unwrap();
     assert!(!alone.is_clone());
     assert_reads(&alone, &kid_want, "the flattened clone").await;
+    let kid_k1 = s
+        .connect()
+        .await
+        .open_snapshot("fb3", "kid", "k1")
+        .await
+        .unwrap();
+    assert_reads(&kid_k1, &kid_want, "the flattened clone's snapshot").await;
 
     let out = s.cli(&["image", "snap", "unprotect", "fb3/vm@s1"]).await;
     assert!(out.ok().contains("fb3/vm@s1 unprotected"), "{}", out.stdout);

@@ -220,8 +220,8 @@ async fn snapshots_keep_their_data_and_space_is_counted_through_resizes_remaps_a
 
     // Every OSD leads in turn: killing one moves the leadership of its PGs to the others,
     // whose copies (some made by snapshot transfer) must serve the same snapshot.
-    for i in 0..osds.len() {
-        osds[i].kill();
+    for (i, osd) in osds.iter_mut().enumerate() {
+        osd.kill();
         let fresh = Cluster::connect(mons.client_config()).await.unwrap();
         check_reads(
             &fresh,
@@ -230,8 +230,8 @@ async fn snapshots_keep_their_data_and_space_is_counted_through_resizes_remaps_a
             &format!("without osd {i}"),
         )
         .await;
-        osds[i].start();
-        common::wait_osds_up(&mon, &[osds[i].id], WAIT).await;
+        osd.start();
+        common::wait_osds_up(&mon, &[osd.id], WAIT).await;
         wait_all_active(&mon, WAIT).await;
     }
 

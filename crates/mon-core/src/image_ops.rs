@@ -228,6 +228,7 @@ impl MonState {
                         ImageExtent {
                             size_bytes: i.size_bytes,
                             object_size_bytes: i.object_size_bytes,
+                            parent_overlap_bytes: i.parent.as_ref().map(|p| p.overlap_bytes),
                         },
                     )
                 })

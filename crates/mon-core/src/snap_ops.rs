@@ -12,8 +12,10 @@
 //!
 //! Dependencies are refused, never cascaded: a protected snapshot or one with clones cannot
 //! be removed, an image with snapshots or clones cannot be removed, and only a `created`,
-//! protected snapshot can be cloned. A clone reads through to its parent until the client
-//! copied the data in and called `flatten-done`.
+//! protected snapshot can be cloned (a snapshot of a clone too, up to [`CLONE_DEPTH_MAX`]
+//! parents deep). A clone reads through to its parent until the client copied the data in
+//! and called `flatten-done`; a snapshot of a clone records the clone's overlap of that
+//! moment, which its reads of the parent stop at.
 
 use crate::state::MonState;
 use crate::{err, OpResult};
@@ -33,6 +35,10 @@ pub enum SnapAbort {
     /// The snapshot is gone already (aborted by the tick, or removed).
     Gone,
 }
+
+/// The most parents a clone may read through (a clone of a snapshot of a clone ...): every
+/// read of data not copied up walks the chain.
+pub const CLONE_DEPTH_MAX: usize = 8;
 
 /// The trim reason of a snapshot removed by the operator.
 pub const TRIM_REASON_REMOVED: &str = "removed";
@@ -177,17 +183,6 @@ impl MonState {
                 format!("snapshot name {snap_name:?} must not contain '@' or '/'"),
             );
         }
-        // A snapshot of a clone would need to know which objects were copied up from the
-        // parent when it was taken; that history is not kept (`docs/design/snapshots.md`).
-        if let Some(p) = &image.parent {
-            return err(
-                ErrorCode::SnapNotReady,
-                format!(
-                    "{pool}/{name} is a clone of {}/{}@{}: flatten it before taking snapshots",
-                    p.pool_name, p.image_name, p.snap_name
-                ),
-            );
-        }
         if self
             .snaps_of_image(image.id)
             .iter()
@@ -233,6 +228,9 @@ impl MonState {
             protected: false,
             done_pgs: BTreeSet::new(),
             started_at_ms: now_ms,
+            // Where the clone had not copied up, the snapshot reads its parent within the
+            // overlap of this moment (`clone_data`).
+            parent_overlap_bytes: image.parent.as_ref().map(|p| p.overlap_bytes),
         };
         self.images
             .get_mut(&(image.pool, image.name.clone()))
@@ -450,6 +448,17 @@ impl MonState {
                 format!("snapshot {pool}/{name}@{snap} is not protected; protect it first"),
             );
         }
+        let depth = self.clone_depth(parent.id) + 1;
+        if depth > CLONE_DEPTH_MAX {
+            return err(
+                ErrorCode::TooLarge,
+                format!(
+                    "{pool}/{name} is a clone {} levels deep; a clone of its snapshot would \
+                     read through {depth} parents, more than {CLONE_DEPTH_MAX}: flatten it first",
+                    depth - 1
+                ),
+            );
+        }
         let target = self.pool_by_name(&req.pool)?.clone();
         self.check_pool_usable(target.id)?;
         if let Err(e) = validate_name(&req.name) {
@@ -484,6 +493,27 @@ impl MonState {
         self.counters.next_image_id += 1;
         self.images.insert(key, image.clone());
         Ok(image)
+    }
+
+    /// How many parents `image` reads through (0: not a clone).
+    pub fn clone_depth(&self, image: ImageId) -> usize {
+        let mut depth = 0;
+        let mut at = image;
+        while let Some(p) = self
+            .images
+            .values()
+            .find(|i| i.id == at)
+            .and_then(|i| i.parent.as_ref())
+        {
+            depth += 1;
+            at = p.image;
+            // Parents are older images: a chain cannot loop. Bounded anyway.
+            assert!(
+                depth <= self.images.len(),
+                "image {image}: its parent chain loops"
+            );
+        }
+        depth
     }
 
     /// The client copied every byte the clone `pool/name` read from its parent into the clone:

@@ -536,6 +536,102 @@ fn a_clone_of_a_protected_snapshot_reads_through_until_flattened() {
     op(&mut s, |s| s.create_snap("q", "c", "x", 0)).unwrap();
 }
 
+/// Confirms snapshot `snap` of `p/name` on every PG (as their leaders would).
+fn confirm_snap(s: &mut MonState, name: &str, snap: &str) {
+    let image = s.image("p", name).unwrap().id;
+    let id = s
+        .snaps_of_image(image)
+        .iter()
+        .find(|x| x.name == snap)
+        .unwrap()
+        .id;
+    for seq in 0..4 {
+        op(s, |s| s.snap_pg_done(image, id, pg(seq))).unwrap();
+    }
+}
+
+/// Snapshots of a clone record the clone's overlap of their moment; the map's image table
+/// carries the head's, which a shrink cuts while the snapshots keep theirs; a snapshot of a
+/// clone can be cloned again, up to the depth limit.
+#[test]
+fn snapshots_of_clones_keep_the_overlap_of_their_moment() {
+    let mut s = cluster();
+    snap_created(&mut s, "s");
+    op(&mut s, |s| s.protect_snap("p", "img", "s", true)).unwrap();
+    let kid = clone_of(&mut s, "s", "p", "kid").unwrap();
+    let extent = |s: &MonState| s.map.images.as_ref().unwrap().images[&kid];
+    assert_eq!(extent(&s).parent_overlap_bytes, Some(16 * MIB));
+    let k1 = op(&mut s, |s| s.create_snap("p", "kid", "k1", 0)).unwrap();
+    assert_eq!(k1.parent_overlap_bytes, Some(16 * MIB));
+    confirm_snap(&mut s, "kid", "k1");
+    let resize = |s: &mut MonState, size_bytes| {
+        op(s, |s| {
+            s.resize_image(
+                "p",
+                "kid",
+                &ResizeImageRequest {
+                    size_bytes,
+                    allow_shrink: true,
+                },
+            )
+        })
+        .unwrap();
+    };
+    resize(&mut s, 4 * MIB);
+    let reclaim = *s.reclaim.keys().next().unwrap();
+    for seq in 0..4 {
+        op(&mut s, |s| s.reclaim_pg_done(reclaim, pg(seq))).unwrap();
+    }
+    resize(&mut s, 32 * MIB);
+    assert_eq!(
+        extent(&s).parent_overlap_bytes,
+        Some(4 * MIB),
+        "cut for good"
+    );
+    let k2 = op(&mut s, |s| s.create_snap("p", "kid", "k2", 0)).unwrap();
+    assert_eq!(k2.parent_overlap_bytes, Some(4 * MIB));
+    confirm_snap(&mut s, "kid", "k2");
+    assert_eq!(
+        s.snap_by_id(kid, k1.id).unwrap().parent_overlap_bytes,
+        Some(16 * MIB),
+        "an older snapshot keeps its overlap"
+    );
+    // A snapshot of an image that is not a clone has none.
+    let plain = snap_created(&mut s, "t");
+    let img = s.image("p", "img").unwrap().id;
+    assert_eq!(s.snap_by_id(img, plain).unwrap().parent_overlap_bytes, None);
+    // Clones of snapshots of clones, up to the limit.
+    let clone = |s: &mut MonState, parent: &str, snap: &str, name: &str| {
+        op(s, |s| {
+            s.clone_snap(
+                "p",
+                parent,
+                snap,
+                &CloneRequest {
+                    pool: "p".into(),
+                    name: name.into(),
+                },
+            )
+        })
+    };
+    let (mut parent, mut snap) = ("kid".to_string(), "k2".to_string());
+    for level in 2..=fastblock_mon_core::snap_ops::CLONE_DEPTH_MAX {
+        op(&mut s, |s| s.protect_snap("p", &parent, &snap, true)).unwrap();
+        let name = format!("level{level}");
+        clone(&mut s, &parent, &snap, &name).unwrap();
+        assert_eq!(s.clone_depth(s.image("p", &name).unwrap().id), level);
+        op(&mut s, |s| s.create_snap("p", &name, "x", 0)).unwrap();
+        confirm_snap(&mut s, &name, "x");
+        (parent, snap) = (name, "x".to_string());
+    }
+    op(&mut s, |s| s.protect_snap("p", &parent, "x", true)).unwrap();
+    let before = s.clone();
+    let (c, m) = code(clone(&mut s, &parent, "x", "too-deep"));
+    assert_eq!(c, ErrorCode::TooLarge, "{m}");
+    assert!(m.contains("flatten it first"), "{m}");
+    assert_eq!(s, before);
+}
+
 #[test]
 fn deleting_a_pool_drops_its_snapshots_and_trims_but_not_under_foreign_clones() {
     let mut s = cluster();

@@ -83,11 +83,14 @@ pub enum ClientOp {
     /// Make the object's data what image snapshot `snap` holds.
     Rollback { object: ObjectRef, snap: u64 },
     /// One piece of a clone object's copy-up from its parent: written unless the object is
-    /// marked copied already.
+    /// marked copied already. `runs` says where each part goes (decided by the leader from
+    /// its map, `fastblock_types::clone_data`): (end offset within the object, target as
+    /// `CopyUpTarget::to_u64`), in order, the last ending at `offset + data.len()`.
     CopyUp {
         object: ObjectRef,
         offset: u32,
         data: Bytes,
+        runs: Vec<(u32, u64)>,
     },
     /// The clone object's copy-up is complete: it is read from the clone from now on.
     CopyUpDone { object: ObjectRef },
@@ -156,9 +159,18 @@ impl ClientOp {
                 object,
                 offset,
                 data,
+                runs,
             } => {
                 let len = u32::try_from(data.len()).expect("copy-up payload fits in u32");
-                (8u8, *object, *offset, len, data.clone())
+                // The runs, then the bytes: [count u32][end u32, target u64]*[data].
+                let mut d = Vec::with_capacity(4 + runs.len() * COPY_UP_RUN_BYTES + data.len());
+                d.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+                for (end, target) in runs {
+                    d.extend_from_slice(&end.to_le_bytes());
+                    d.extend_from_slice(&target.to_le_bytes());
+                }
+                d.extend_from_slice(data);
+                (8u8, *object, *offset, len, Bytes::from(d))
             }
             ClientOp::CopyUpDone { object } => (9u8, *object, 0, 0, Bytes::new()),
             ClientOp::Write {
@@ -281,16 +293,7 @@ impl ClientOp {
                     k => return Err(format!("op kind {k} names object {}", object.index)),
                 })
             }
-            8 => {
-                if data.len() != length as usize {
-                    return Err(format!("copy-up of {} bytes claims {length}", data.len()));
-                }
-                Ok(ClientOp::CopyUp {
-                    object,
-                    offset,
-                    data: data.clone(),
-                })
-            }
+            8 => decode_copy_up(object, offset, length, data),
             9 if data.is_empty() && offset == 0 && length == 0 => {
                 Ok(ClientOp::CopyUpDone { object })
             }
@@ -298,6 +301,55 @@ impl ClientOp {
             k => Err(format!("unknown op kind {k}")),
         }
     }
+}
+
+/// Bytes of one run of a copy-up entry: end offset u32, target u64.
+const COPY_UP_RUN_BYTES: usize = 12;
+/// Runs a copy-up piece may carry: one per target (the head, each live snapshot of the
+/// image, nothing), so the live-snapshot limit plus two.
+const COPY_UP_RUNS_MAX: usize = fastblock_types::SnapId::LIVE_PER_IMAGE_MAX + 2;
+
+fn decode_copy_up(
+    object: ObjectRef,
+    offset: u32,
+    length: u32,
+    data: &Bytes,
+) -> Result<ClientOp, String> {
+    let bad = |why: String| Err(format!("copy-up entry: {why}"));
+    if data.len() < 4 {
+        return bad(format!("{} bytes", data.len()));
+    }
+    let count = u32::from_le_bytes(data[0..4].try_into().expect("4 bytes")) as usize;
+    if count == 0 || count > COPY_UP_RUNS_MAX {
+        return bad(format!("{count} runs"));
+    }
+    let head = 4 + count * COPY_UP_RUN_BYTES;
+    if data.len() != head + length as usize {
+        return bad(format!(
+            "{} bytes for {count} runs and {length} of data",
+            data.len()
+        ));
+    }
+    let mut runs = Vec::with_capacity(count);
+    let mut at = offset;
+    for c in data[4..head].chunks_exact(COPY_UP_RUN_BYTES) {
+        let end = u32::from_le_bytes(c[0..4].try_into().expect("4 bytes"));
+        let target = u64::from_le_bytes(c[4..12].try_into().expect("8 bytes"));
+        if end <= at && !(end == at && count == 1 && length == 0) {
+            return bad(format!("a run ends at {end}, not after {at}"));
+        }
+        runs.push((end, target));
+        at = end;
+    }
+    if u64::from(at) != u64::from(offset) + u64::from(length) {
+        return bad(format!("runs end at {at}, the data at {offset}+{length}"));
+    }
+    Ok(ClientOp::CopyUp {
+        object,
+        offset,
+        data: data.slice(head..),
+        runs,
+    })
 }
 
 #[cfg(test)]
@@ -322,7 +374,16 @@ mod tests {
                 3 => ClientOp::SnapMark { image: ImageId(image), snap: epoch },
                 4 => ClientOp::SnapTrim { id: index, image: ImageId(image), snap: epoch },
                 5 => ClientOp::Rollback { object: obj(image, index), snap: epoch },
-                6 => ClientOp::CopyUp { object: obj(image, index), offset, data: Bytes::from(vec![3u8; len as usize]) },
+                6 => ClientOp::CopyUp {
+                    object: obj(image, index),
+                    offset: offset / 2,
+                    data: Bytes::from(vec![3u8; len as usize]),
+                    runs: if len < 2 {
+                        vec![(offset / 2 + len, 0)]
+                    } else {
+                        vec![(offset / 2 + len / 2, epoch), (offset / 2 + len, u64::MAX)]
+                    },
+                },
                 7 => ClientOp::CopyUpDone { object: obj(image, index) },
                 _ => ClientOp::Reclaim {
                     id: index,

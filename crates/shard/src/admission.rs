@@ -126,10 +126,12 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
             offset,
             length: u32::try_from(data.len()).unwrap_or(u32::MAX),
             epoch,
+            // Placed by the leader once admitted (`ShardCore::place_copy_up`).
             op: ClientOp::CopyUp {
                 object: object(&addr),
                 offset,
                 data,
+                runs: Vec::new(),
             },
         }),
         Request::CopyUpDone { addr, epoch } => Ok(Mutation {
@@ -381,6 +383,67 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
     }
 
+    /// How far the live snapshots of `image` reach (their largest size): a copy-up may write
+    /// that far for them, beyond a shrunk clone's size.
+    fn snapshots_reach_bytes(&self, image: ImageId) -> u64 {
+        self.map
+            .snaps
+            .get(&image)
+            .map_or(0, |l| l.iter().map(|s| s.size_bytes).max().unwrap_or(0))
+    }
+
+    /// Decides where the parts of a copy-up piece go, from this leader's map, and writes it
+    /// into the operation (`fastblock_types::clone_data`): the log carries the decision, so
+    /// every replica applies the same. Snapshots of the image being taken are no concern: a
+    /// copy-up waits while one is (`snap_freeze`), so the map shows every snapshot logged
+    /// before this piece.
+    fn place_copy_up(&self, m: &mut Mutation) -> Result<(), String> {
+        let image = m.addr.image;
+        let extent = self
+            .map
+            .images
+            .as_ref()
+            .and_then(|t| t.images.get(&image))
+            .copied()
+            .ok_or_else(|| format!("image {image} is not in this osd's map"))?;
+        let Some(head_overlap_bytes) = extent.parent_overlap_bytes else {
+            return Err(format!("image {image} is not a clone: nothing to copy up"));
+        };
+        let ClientOp::CopyUp {
+            offset, data, runs, ..
+        } = &mut m.op
+        else {
+            unreachable!("called for copy-ups");
+        };
+        let block = fastblock_types::units::BLOCK_SIZE_BYTES;
+        let len = data.len() as u64;
+        if u64::from(*offset) % block != 0 || len % block != 0 {
+            return Err(format!(
+                "a copy-up piece must be whole 4 KiB blocks: {offset}+{len}"
+            ));
+        }
+        let start = m.addr.object_index * extent.object_size_bytes + u64::from(*offset);
+        let snaps: Vec<(fastblock_types::SnapId, u64)> = self
+            .map
+            .snaps
+            .get(&image)
+            .into_iter()
+            .flatten()
+            .map(|s| (s.id, s.parent_overlap_bytes.unwrap_or(0)))
+            .collect();
+        let object_start = m.addr.object_index * extent.object_size_bytes;
+        *runs = fastblock_types::clone_data::copy_up_runs(
+            start,
+            start + len,
+            head_overlap_bytes,
+            &snaps,
+        )
+        .into_iter()
+        .map(|(end, target)| ((end - object_start) as u32, target.to_u64()))
+        .collect();
+        Ok(())
+    }
+
     /// What `pg` holds of `image` (0: every image), as this replica applied it; only the
     /// PG's leader answers, so that every client sees the same replica's count.
     fn usage(&self, pg: PgId, image: ImageId) -> Reply {
@@ -522,6 +585,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                 return;
             }
         }
+        let is_copy_up = matches!(m.op, ClientOp::CopyUp { .. } | ClientOp::CopyUpDone { .. });
         if !self.admit(conn, request_id, pg, (m.offset, m.length), m.epoch, eff)
             || !self.fence(
                 conn,
@@ -531,11 +595,23 @@ impl<D: Disk + 'static> ShardCore<D> {
                     offset: m.offset,
                     length: m.length,
                     epoch: m.epoch,
+                    reach_bytes: if is_copy_up {
+                        self.snapshots_reach_bytes(m.addr.image)
+                    } else {
+                        0
+                    },
                 },
                 eff,
             )
         {
             return;
+        }
+        let mut m = m;
+        if let ClientOp::CopyUp { .. } = m.op {
+            if let Err(msg) = self.place_copy_up(&mut m) {
+                self.refuse(conn, request_id, Status::InvalidArgument, msg, eff);
+                return;
+            }
         }
         let (batch_bytes_max, segment_size_bytes, segment_count) = {
             let store = self.store.borrow();
@@ -668,6 +744,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                         offset,
                         length,
                         epoch,
+                        reach_bytes: 0,
                     },
                     eff,
                 )
@@ -714,6 +791,26 @@ impl<D: Disk + 'static> ShardCore<D> {
 
     /// Reads `addr` as image snapshot `snap` holds it, on this (leader) replica, once the
     /// read barrier passed.
+    /// The overlap within which snapshot `snap` of a clone reads object `addr` from the
+    /// parent if the clone has not copied it up: `None` if the image is not (or no longer)
+    /// a clone in this map, the snapshot is not a clone's, or the object lies beyond its
+    /// overlap (then the clone's own blocks, or zeros, are what it holds). A flattened clone
+    /// copied up every object within every overlap first, so an older map that still shows
+    /// the parent changes no answer.
+    fn snap_reads_parent(&self, addr: ObjectAddr, snap: u64) -> Option<u64> {
+        let extent = self.map.images.as_ref()?.images.get(&addr.image)?;
+        extent.parent_overlap_bytes?;
+        let overlap_bytes = self
+            .map
+            .snaps
+            .get(&addr.image)?
+            .iter()
+            .find(|s| s.id.0 == snap)?
+            .parent_overlap_bytes?;
+        let start = addr.object_index.checked_mul(extent.object_size_bytes)?;
+        (start < overlap_bytes).then_some(overlap_bytes)
+    }
+
     pub(crate) fn snap_read_reply(
         &mut self,
         addr: ObjectAddr,
@@ -725,6 +822,19 @@ impl<D: Disk + 'static> ShardCore<D> {
             image: addr.image,
             index: addr.object_index,
         };
+        if let Some(overlap_bytes) = self.snap_reads_parent(addr, snap) {
+            if !self.store.borrow().is_copied(addr.pg, object) {
+                return Reply::error(
+                    Status::ObjectAbsent,
+                    None,
+                    format!(
+                        "pg {}: object {} of clone {} was not copied up when snapshot {snap} \
+                         was taken: read its parent within {overlap_bytes} bytes",
+                        addr.pg, addr.object_index, addr.image
+                    ),
+                );
+            }
+        }
         let mut buf = vec![0u8; length as usize];
         let r = self.store.borrow_mut().read_image_snap(
             addr.pg,

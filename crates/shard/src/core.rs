@@ -34,6 +34,7 @@ use fastblock_pg::{
 };
 use fastblock_store::{Disk, PgStorage, Store};
 use fastblock_types::api::{LeaderElectedRequest, MembershipFinishedRequest, PgIoCounters};
+use fastblock_types::clone_data::CopyUpTarget;
 use fastblock_types::map::ClusterMap;
 use fastblock_types::{Epoch, LogIndex, OsdId, PgId};
 use fastblock_wire::{LeaderHint, ObjectAddr, RaftEnvelope, Reply, Request, Status};
@@ -1272,9 +1273,16 @@ fn apply_op<D: Disk>(store: &mut Store<D>, pg: PgId, op: &ClientOp) -> fastblock
             object: o,
             offset,
             data,
-        } => store
-            .copy_up(pg, object(o), u64::from(*offset), data)
-            .map(|_| ()),
+            runs,
+        } => {
+            let runs: Vec<(u64, CopyUpTarget)> = runs
+                .iter()
+                .map(|(end, target)| (u64::from(*end), CopyUpTarget::from_u64(*target)))
+                .collect();
+            store
+                .copy_up(pg, object(o), u64::from(*offset), data, &runs)
+                .map(|_| ())
+        }
         ClientOp::CopyUpDone { object: o } => store.copy_up_done(pg, object(o)),
         ClientOp::Rollback { object: o, snap } => {
             match store.image_snap_rollback(pg, object(o), *snap) {

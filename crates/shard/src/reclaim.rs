@@ -190,8 +190,20 @@ impl<D: Disk + 'static> ShardCore<D> {
             u64::from(offset),
             u64::from(length),
         );
+        let end_bytes = addr
+            .object_index
+            .checked_mul(
+                table
+                    .images
+                    .get(&addr.image)
+                    .map_or(0, |e| e.object_size_bytes),
+            )
+            .and_then(|start| start.checked_add(u64::from(offset) + u64::from(length)));
         Err(match fence {
             ImageFence::Allowed => return Ok(()),
+            ImageFence::BeyondSize { .. } if end_bytes.is_some_and(|e| e <= q.reach_bytes) => {
+                return Ok(())
+            }
             ImageFence::Removed => (
                 Status::NoSuchImage,
                 format!("image {} was removed", addr.image),
@@ -225,6 +237,9 @@ pub(crate) struct FenceQuery {
     pub(crate) length: u32,
     /// The request's map epoch.
     pub(crate) epoch: Epoch,
+    /// Image bytes the request may reach beyond the image's size (a copy-up for a snapshot
+    /// of a shrunk clone, which keeps its own size); 0: none.
+    pub(crate) reach_bytes: u64,
 }
 
 /// Writes held per PG while its new leader applies the log it inherited; more are refused

@@ -618,10 +618,11 @@ impl<D: Disk> Store<D> {
         object: ObjectId,
         offset_bytes: u64,
         data: &[u8],
+        runs: &[(u64, fastblock_types::clone_data::CopyUpTarget)],
     ) -> Result<bool> {
         self.guard(|s| {
             s.objects
-                .copy_up(&mut s.disk, pg, object, offset_bytes, data)
+                .copy_up(&mut s.disk, pg, object, offset_bytes, data, runs)
         })
     }
 
@@ -709,7 +710,13 @@ impl<D: Disk> Store<D> {
         );
         let first = from_bytes / object_size_bytes;
         let cut = from_bytes % object_size_bytes;
-        let end = to_bytes.div_ceil(object_size_bytes);
+        // A removed image goes whole: objects beyond its last size too (a clone's deep
+        // copy-up may have made some for its snapshots), and its copied marks.
+        let end = if from_bytes == 0 {
+            u64::MAX
+        } else {
+            to_bytes.div_ceil(object_size_bytes)
+        };
         let objects: Vec<(ObjectId, u64)> = self.objects.image_objects(pg, image, first..end);
         let mut touched = 0;
         for (object, size_bytes) in objects {
@@ -722,6 +729,12 @@ impl<D: Disk> Store<D> {
                 self.delete_object(pg, object)?;
                 touched += 1;
             }
+        }
+        if from_bytes == 0 {
+            self.guard(|s| {
+                s.objects.forget_image_copies(pg, image);
+                Ok(())
+            })?;
         }
         Ok(touched)
     }

@@ -233,6 +233,10 @@ pub struct SnapInfo {
     /// still `creating` `snap_create_timeout_ms` later is aborted.
     #[serde(default)]
     pub started_at_ms: u64,
+    /// A snapshot of a clone: the clone's overlap with its parent when the snapshot was taken
+    /// (what of the parent the snapshot reads where the clone had not copied up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_overlap_bytes: Option<u64>,
 }
 
 /// A snapshot whose data the PGs must drop: it was removed, or its creation was aborted. The
@@ -298,6 +302,10 @@ pub struct ImageTable {
 pub struct ImageExtent {
     pub size_bytes: u64,
     pub object_size_bytes: u64,
+    /// A clone not flattened yet: its head's overlap with its parent (PG leaders place the
+    /// data a copy-up brings by it, `clone_data`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_overlap_bytes: Option<u64>,
 }
 
 /// Whether a range of an object may be read or written, by a map's [`ImageTable`].

@@ -699,6 +699,7 @@ fn map_with_images(
                 let extent = ImageExtent {
                     size_bytes,
                     object_size_bytes: 64 << 10,
+                    parent_overlap_bytes: None,
                 };
                 (harness::IMAGE, extent)
             })
@@ -1118,6 +1119,7 @@ fn map_with_snap(
             protected: false,
             done_pgs: Default::default(),
             started_at_ms: 0,
+            parent_overlap_bytes: None,
         };
         m.snaps.insert(image, vec![snap]);
     }

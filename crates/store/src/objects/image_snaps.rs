@@ -193,7 +193,7 @@ impl Objects {
     }
 
     /// The current value of one kept entry: the applied changes, else the flushed table.
-    fn kept_value(&mut self, sk: &SnapBlockKey) -> Result<Option<BlockVal>> {
+    pub(super) fn kept_value(&mut self, sk: &SnapBlockKey) -> Result<Option<BlockVal>> {
         if let Some(v) = self.dirty_snap_blocks.get(sk) {
             return Ok(*v);
         }

@@ -55,6 +55,16 @@ type BlockKey = (u64, u64, u64, u32);
 type BlockVal = (u64, u32);
 type ObjKey = (u64, u64, u64);
 
+/// How [`Objects::write_as`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WriteAs {
+    /// A client's write: born now, what it replaces kept for the snapshots that see it.
+    Write,
+    /// A copy-up into a clone's head: parent data, born before every snapshot (birth 0),
+    /// replacing only an earlier copy of itself (`clones.rs`).
+    CopyUpHead,
+}
+
 /// One read of a batch.
 pub struct ObjectRead<'a> {
     pub pg: PgId,
@@ -410,6 +420,19 @@ impl Objects {
         offset_bytes: u64,
         data: &[u8],
     ) -> Result<()> {
+        self.write_as(disk, pg, object, offset_bytes, data, WriteAs::Write)
+    }
+
+    /// [`Objects::write`], or a copy-up's write into the head (`clones.rs`).
+    pub(super) fn write_as(
+        &mut self,
+        disk: &mut dyn Disk,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        data: &[u8],
+        how: WriteAs,
+    ) -> Result<()> {
         let len = data.len() as u64;
         check_range(offset_bytes, len)?;
         if len == 0 {
@@ -445,7 +468,10 @@ impl Objects {
         let physs = extents
             .iter()
             .flat_map(|e| e.start_block..e.start_block + e.block_count);
-        let birth = self.birth_now(&keys[0]);
+        let birth = match how {
+            WriteAs::Write => self.birth_now(&keys[0]),
+            WriteAs::CopyUpHead => 0,
+        };
         for (i, phys) in physs.enumerate().collect::<Vec<_>>() {
             let b = first_block + i as u64;
             let at = self.stage_block(disk, phys)?;
@@ -463,8 +489,12 @@ impl Objects {
             self.set_head(keys[i], olds[i], Some(pack(phys, birth, crc)));
         }
         for (key, old) in keys.iter().zip(&olds) {
-            if let Some(old) = old {
-                self.retire(pg, key, *old)?;
+            match (old, how) {
+                (Some(old), WriteAs::Write) => self.retire(pg, key, *old)?,
+                // What a copy-up replaces in the head is an earlier copy of the same parent
+                // bytes (a copy-up cut short and redone, or raced): no snapshot needs it.
+                (Some(old), WriteAs::CopyUpHead) => self.release(pg, phys_of(*old)),
+                (None, _) => {}
             }
         }
         self.touch_object(ok, end);
@@ -546,6 +576,9 @@ impl Objects {
             .collect())
     }
 
+    /// Deletes an object of the head: its blocks are kept for the snapshots that see them,
+    /// or freed. A clone's object keeps its copied mark (its snapshots read it from the
+    /// clone, not the parent): [`Objects::forget_copies`] drops the marks with the image.
     pub fn delete(&mut self, pg: PgId, object: ObjectId) -> Result<()> {
         let ok = obj_key(pg, object);
         for (k, old) in self.object_blocks(ok)? {
@@ -556,7 +589,6 @@ impl Objects {
             self.usage.add_object(&ok, -1);
         }
         self.dirty_objects.insert(ok, None);
-        self.uncopy(ok);
         Ok(())
     }
 
@@ -628,6 +660,7 @@ impl Objects {
         for o in self.list(pg)? {
             self.delete(pg, o)?;
         }
+        self.forget_copies(pg, None);
         self.applied.remove(&pg);
         self.dirty_applied.insert(pg_to_u64(pg), None);
         self.dirty_snapshots.insert(pg_to_u64(pg), None);

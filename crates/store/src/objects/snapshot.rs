@@ -378,6 +378,7 @@ impl Objects {
         for o in self.list(pg)? {
             self.delete(pg, o)?;
         }
+        self.forget_copies(pg, None);
         let staged = self
             .receiving
             .remove(&pg)
