@@ -19,6 +19,42 @@
 //! after `z` ended. A write whose outcome is unknown ends when the client gives up: anything
 //! the client (or anyone) issues afterwards lands in a later Raft term or later in the same
 //! leader's log, so it is ordered after that write if that write lands at all.
+//!
+//! **Snapshots.** A snapshot has an interval too: `started` (the monitor recorded it
+//! `creating`) and `created` (the monitor's record shows it `created`: every PG confirmed its
+//! mark); an aborted one is never read. Each PG's part of a snapshot is that PG's state when
+//! it applied the mark, which lies within the interval, and a block lives in one PG. So a
+//! snapshot read of a block may return what a head read of that block over
+//! `[started, created]` may return by the rules above:
+//! - write `w` iff `w` started before the snapshot was created (a write issued after that
+//!   is never in it), and no write or zeroing `v` of the block known to have taken effect
+//!   before the snapshot started began after `w` ended;
+//! - zeros iff no write of the block is known to have taken effect before the snapshot
+//!   started, or a zeroing of it began before the snapshot was created and no write known to
+//!   have taken effect before the snapshot started began after that zeroing ended;
+//!
+//! with one tightening, the snapshot's promise (`docs/design/snapshots.md`): for a client's
+//! write (not a zeroing), "known to have taken effect before the snapshot started" becomes
+//! "before it was created". A PG refuses writes to the image (`SnapInProgress`) from the moment
+//! its leader proposes the mark until its map shows the snapshot created, and a new leader
+//! holds writes until it applied the log it inherited, so a write that took effect in a PG
+//! before the snapshot was created took effect before that PG's mark: it, or a write ordered
+//! after it, is in the snapshot. Reclaims are not frozen: a PG may delete its part of a cut
+//! tail after its mark while another deleted its part before, so a zeroing counts only if it
+//! is known to have taken effect before the snapshot started.
+//!
+//! "Known to have taken effect before" uses `done_at` as a head read does, whenever it was
+//! learned: `done_at` is an upper bound on when a write took effect, so a bound learned after
+//! the snapshot is as good as one learned before it. What a snapshot read sees teaches the
+//! model as a head read ending at `created` does: the write it returns had taken effect by
+//! then (`done_at` is at most `created`), and so had the zeroing its zeros prove. A write
+//! whose outcome is unknown may be in the snapshot or not if it started before `created` and
+//! nothing shows it landed before (a retry may land after the freeze); one given up before
+//! the snapshot started is ordered before every write issued after it gave up, as for head
+//! reads.
+//!
+//! In addition a snapshot never changes: every read of a block of a snapshot must return what
+//! the first read of that block of that snapshot returned.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -124,23 +160,43 @@ pub struct WriteRec {
     pub zeros: bool,
 }
 
+/// A snapshot of the image: its creation interval and what its reads returned.
+#[derive(Clone, Debug)]
+pub struct SnapRec {
+    /// The monitor recorded it `creating`.
+    pub started: At,
+    /// The monitor's record shows it `created` (every PG confirmed its mark).
+    pub created: Option<At>,
+    /// Its creation timed out and the monitor aborted it: it is never read.
+    pub aborted: Option<At>,
+    /// Block → what the first read of it in this snapshot returned.
+    seen: BTreeMap<u64, Found>,
+}
+
 /// Counters the probes read.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ModelStats {
     pub reads_checked: u64,
+    /// Blocks of snapshot reads checked.
+    pub snap_reads_checked: u64,
+    /// Blocks of snapshot reads checked whose block a client's write was known to have been
+    /// written to while the snapshot was being created (so the promise decided).
+    pub snap_reads_promised: u64,
     /// A read returned a write whose client had given up on it (outcome unknown → landed).
     pub unknown_write_seen: u64,
     /// A read returned a write still in flight at the client.
     pub inflight_write_seen: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ImageModel {
     pub image: u64,
     /// Write ids are 1-based indexes into this.
     writes: Vec<WriteRec>,
     /// Block number → ids of the writes that cover it, in start order.
     blocks: BTreeMap<u64, Vec<u64>>,
+    /// Snapshot id → its record.
+    snaps: BTreeMap<u64, SnapRec>,
     pub stats: ModelStats,
 }
 
@@ -202,6 +258,82 @@ impl ImageModel {
         w.end = Some(now);
     }
 
+    /// The monitor recorded snapshot `snap` `creating`.
+    pub fn begin_snap(&mut self, snap: u64, now: At) {
+        let rec = SnapRec {
+            started: now,
+            created: None,
+            aborted: None,
+            seen: BTreeMap::new(),
+        };
+        let before = self.snaps.insert(snap, rec);
+        assert!(before.is_none(), "snapshot {snap} begun twice");
+    }
+
+    /// The monitor's record of snapshot `snap` shows it `created`.
+    pub fn snap_created(&mut self, snap: u64, now: At) {
+        let rec = self.snaps.get_mut(&snap).expect("a snapshot begun");
+        assert!(
+            rec.created.is_none() && rec.aborted.is_none(),
+            "snapshot {snap} ended twice: {rec:?}"
+        );
+        rec.created = Some(now);
+    }
+
+    /// The monitor aborted snapshot `snap` (its creation timed out).
+    pub fn snap_aborted(&mut self, snap: u64, now: At) {
+        let rec = self.snaps.get_mut(&snap).expect("a snapshot begun");
+        assert!(
+            rec.created.is_none() && rec.aborted.is_none(),
+            "snapshot {snap} ended twice: {rec:?}"
+        );
+        rec.aborted = Some(now);
+    }
+
+    pub fn snap(&self, snap: u64) -> Option<&SnapRec> {
+        self.snaps.get(&snap)
+    }
+
+    /// Checks one block of a read of snapshot `snap` that found `found` (see the module doc),
+    /// and records what it learned.
+    pub fn check_snap_read(&mut self, snap: u64, block: u64, found: &Found) -> Result<(), String> {
+        self.stats.snap_reads_checked += 1;
+        let Some(rec) = self.snaps.get(&snap) else {
+            return Err(format!(
+                "block {block}: read of snapshot {snap}, never taken"
+            ));
+        };
+        let (started, Some(created), None) = (rec.started, rec.created, rec.aborted) else {
+            return Err(format!(
+                "block {block}: read of snapshot {snap}, which was not created: {rec:?}"
+            ));
+        };
+        if let Some(first) = rec.seen.get(&block) {
+            if first != found {
+                return Err(format!(
+                    "block {block} of snapshot {snap} read {found:?}, but an earlier read of it \
+                     found {first:?}: a snapshot changed"
+                ));
+            }
+        }
+        let during = self.blocks.get(&block).is_some_and(|ids| {
+            ids.iter().any(|id| {
+                let w = self.write(*id);
+                !w.zeros && w.done_at.is_some_and(|d| started < d && d < created)
+            })
+        });
+        if during {
+            self.stats.snap_reads_promised += 1;
+        }
+        self.check_value(block, (started, created), created, found)
+            .map_err(|m| {
+                format!("snapshot {snap} (created over [{started:?}, {created:?}]): {m}")
+            })?;
+        let rec = self.snaps.get_mut(&snap).expect("looked up above");
+        rec.seen.entry(block).or_insert_with(|| found.clone());
+        Ok(())
+    }
+
     /// Checks one block of a read over `[start, end]` that found `found`, and records what it
     /// learned. The error says why the value is impossible.
     pub fn check_read(
@@ -212,8 +344,25 @@ impl ImageModel {
         found: &Found,
     ) -> Result<(), String> {
         self.stats.reads_checked += 1;
+        self.check_value(block, (start, end), start, found)
+    }
+
+    /// The rules of the module doc for a value `found` in `block` over `[start, end]`; a
+    /// client's write counts as known to have taken effect before the read if it had by
+    /// `writes_by` (a head read: `start`; a snapshot read: `created`, the promise), a zeroing
+    /// if it had by `start`.
+    fn check_value(
+        &mut self,
+        block: u64,
+        (start, end): (At, At),
+        writes_by: At,
+        found: &Found,
+    ) -> Result<(), String> {
         let ids = self.blocks.get(&block).cloned().unwrap_or_default();
-        let known_before = |w: &WriteRec| w.done_at.is_some_and(|d| d < start);
+        let known_before = |w: &WriteRec| {
+            let by = if w.zeros { start } else { writes_by };
+            w.done_at.is_some_and(|d| d < by)
+        };
         match found {
             Found::Garbage(why) => Err(format!("block {block}: {why}")),
             Found::Zeros => {
@@ -413,5 +562,91 @@ mod tests {
             "w2 began after the zeroing ended"
         );
         assert!(m.check_read(0, t(65), t(66), &found(&m, 0, w2)).is_ok());
+    }
+
+    /// Goal: the snapshot rules of the module doc: a snapshot read is a head read over the
+    /// creation interval, a write issued after the snapshot was created is never in it, what
+    /// it sees teaches the model, and a block of a snapshot always reads the same. Method: one
+    /// case per rule, each of which a wrong rule lets through (or refuses).
+    #[test]
+    fn snapshot_reads_are_head_reads_over_the_creation_interval_and_never_change() {
+        let mut m = ImageModel::new(1);
+        // Block 3: w6 acknowledged long before; a zeroing of it begins within the interval.
+        let w6 = m.begin_write(t(5), 3, 1);
+        m.ack(w6, t(8));
+        // Block 0: w0 then w1, both acknowledged before the snapshot started.
+        let w0 = m.begin_write(t(10), 0, 1);
+        m.ack(w0, t(12));
+        let w1 = m.begin_write(t(14), 0, 1);
+        m.ack(w1, t(16));
+        // Block 1: w2 acknowledged before, w3 in flight across the snapshot.
+        let w2 = m.begin_write(t(10), 1, 1);
+        m.ack(w2, t(12));
+        // Block 2: w4 given up on (outcome unknown) after the snapshot was created.
+        let w4 = m.begin_write(t(20), 2, 1);
+        // Block 4: w7 acknowledged before the snapshot, w8 acknowledged while it was created.
+        let w7 = m.begin_write(t(20), 4, 1);
+        m.ack(w7, t(22));
+        let w8 = m.begin_write(t(24), 4, 1);
+        m.begin_snap(7, t(30));
+        m.ack(w8, t(36));
+        let z = m.begin_zeroing(t(33), 3, 1);
+        let w3 = m.begin_write(t(35), 1, 1);
+        assert!(
+            m.check_snap_read(7, 0, &found(&m, 0, w1)).is_err(),
+            "not created yet"
+        );
+        m.snap_created(7, t(40));
+        // Issued after the snapshot was created: never in it, though still in flight.
+        let w5 = m.begin_write(t(41), 0, 1);
+        assert!(
+            m.check_snap_read(7, 0, &found(&m, 0, w5)).is_err(),
+            "a write issued after the snapshot was created"
+        );
+        assert!(
+            m.check_snap_read(7, 0, &found(&m, 0, w0)).is_err(),
+            "w1 overwrote w0 before the snapshot started"
+        );
+        assert!(
+            m.check_snap_read(7, 0, &Found::Zeros).is_err(),
+            "w1 had landed before the snapshot started"
+        );
+        assert!(m.check_snap_read(7, 0, &found(&m, 0, w1)).is_ok());
+        // Later head writes change nothing in the snapshot.
+        m.ack(w5, t(45));
+        m.give_up(w4, t(50));
+        assert!(m.check_snap_read(7, 0, &found(&m, 0, w1)).is_ok());
+        // w3 was in flight over the interval: in the snapshot or not.
+        assert!(m.clone().check_snap_read(7, 1, &found(&m, 1, w2)).is_ok());
+        assert!(m.check_snap_read(7, 1, &found(&m, 1, w3)).is_ok());
+        // Once a read found w3 there, it is what that block of the snapshot holds.
+        assert!(
+            m.check_snap_read(7, 1, &found(&m, 1, w2)).is_err(),
+            "two reads of a snapshot block disagree"
+        );
+        // And w3 had taken effect by the time the snapshot was created: a head read after
+        // that may not return w2, which ended before w3 began.
+        assert_eq!(m.write(w3).done_at, Some(t(40)));
+        assert!(m.check_read(1, t(60), t(61), &found(&m, 1, w2)).is_err());
+        // An unknown outcome that began before the snapshot was created: either value.
+        assert!(m.clone().check_snap_read(7, 2, &Found::Zeros).is_ok());
+        assert!(m.check_snap_read(7, 2, &found(&m, 2, w4)).is_ok());
+        // A zeroing that began within the interval: the old data, or zeros, which prove the
+        // zeroing had taken effect by the time the snapshot was created.
+        assert!(m.clone().check_snap_read(7, 3, &found(&m, 3, w6)).is_ok());
+        assert!(m.check_snap_read(7, 3, &Found::Zeros).is_ok());
+        assert_eq!(m.write(z).done_at, Some(t(40)));
+        // The promise: a write acknowledged before the snapshot was created is in it.
+        assert!(
+            m.check_snap_read(7, 4, &found(&m, 4, w7)).is_err(),
+            "w8, acknowledged before the snapshot was created, overwrote w7"
+        );
+        assert!(m.check_snap_read(7, 4, &found(&m, 4, w8)).is_ok());
+        assert_eq!(m.stats.snap_reads_promised, 2);
+        // An aborted snapshot is never read.
+        m.begin_snap(8, t(70));
+        m.snap_aborted(8, t(80));
+        assert!(m.check_snap_read(8, 0, &found(&m, 0, w5)).is_err());
+        assert_eq!(m.stats.snap_reads_checked, 13);
     }
 }
