@@ -20,6 +20,7 @@ use crate::probes::Probes;
 use bytes::{Bytes, BytesMut};
 use fastblock_client::policy::{classify, Pacer, Retry, Verdict};
 use fastblock_client::route::leader_candidates;
+use fastblock_mon_core::snap_ops::SnapAbort;
 use fastblock_mon_core::{MonState, Reporter};
 use fastblock_pg::{Event, ObjectRef};
 use fastblock_shard::{Effects, Input, Micros, PeerSend, Report};
@@ -28,10 +29,10 @@ use fastblock_types::api::{
     ApiError, BootRequest, CreateImageRequest, CreatePoolRequest, ErrorCode, LeaderElectedRequest,
     MembershipFinishedRequest, ResizeImageRequest,
 };
-use fastblock_types::map::{ClusterMap, FailureDomain, PgInfo};
+use fastblock_types::map::{ClusterMap, FailureDomain, PgInfo, SnapState};
 use fastblock_types::rng::SplitMix64;
 use fastblock_types::route::object_pg;
-use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
+use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId, SnapId};
 use fastblock_wire::{ObjectAddr, Reply, Request, Status};
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -141,12 +142,45 @@ enum Ev {
     },
     /// The monitor grows the image back to its full size.
     Regrow,
+    /// The monitor takes snapshot number `index` of `SimOptions::snap_at_us`.
+    SnapCreate {
+        index: usize,
+    },
+    /// The leader of `pg` confirms to the monitor that it applied the mark of snapshot `snap`.
+    MonSnapMarked {
+        pg: PgId,
+        snap: u64,
+    },
+    /// The create call of snapshot `snap` stops waiting: it aborts the snapshot unless it is
+    /// created (`MonState::abort_snap_create`).
+    SnapDeadline {
+        snap: u64,
+    },
+    /// The monitor's ticker aborts snapshots still `creating` after the timeout
+    /// (`MonState::tick_snaps`).
+    SnapTick,
+    /// The monitor removes snapshot `snap`.
+    SnapRemove {
+        snap: u64,
+    },
+    /// The leader of `pg` confirms to the monitor that it applied snapshot trim `id`.
+    MonSnapTrimmed {
+        pg: PgId,
+        id: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
 enum ClientOpKind {
-    Write { id: u64, data: Bytes },
+    Write {
+        id: u64,
+        data: Bytes,
+    },
     Read,
+    /// A read of image snapshot `snap` (`Request::SnapRead`).
+    SnapRead {
+        snap: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -200,6 +234,8 @@ pub struct RunSummary {
     pub writes_acked: u64,
     pub writes_unknown: u64,
     pub reads_checked: u64,
+    /// Blocks of snapshot reads checked.
+    pub snap_reads_checked: u64,
     pub entries_checked: u64,
     pub crashes: u64,
     pub probes: Probes,
@@ -231,6 +267,19 @@ pub struct Cluster {
     /// for `SimOptions::stale_size_pct` of their operations).
     size_blocks: u64,
     shrink: Option<Shrink>,
+    /// The snapshots the monitor took (`SimOptions::snap_at_us`), by id.
+    snaps: BTreeMap<u64, SnapRun>,
+    /// Every snapshot decision of the simulator (removals, lost create calls, which snapshot a
+    /// client reads and where): a stream of its own, so that seeds without snapshots draw
+    /// from `rng` exactly as before, and seeds with snapshots until their first one.
+    snap_rng: SplitMix64,
+    /// The monitor's snapshot ticker is scheduled.
+    snap_ticking: bool,
+    /// Snapshot removals scheduled and not done yet: the run converges only after them.
+    snap_removals_pending: u64,
+    /// The client that reads every block of every live snapshot once the cluster converged
+    /// (present when the seed takes snapshots), and what it has left to read.
+    sweep: Option<Sweep>,
     safety: Safety,
     pub probes: Probes,
     /// Link → highest link sequence number delivered (reordering probe).
@@ -263,6 +312,28 @@ struct Shrink {
     done_at: Option<At>,
     /// The monitor grew the image back.
     regrown_at: Option<At>,
+}
+
+/// A snapshot the monitor took, as the simulator follows it (the model keeps its interval).
+#[derive(Clone, Debug)]
+struct SnapRun {
+    name: String,
+    /// The image's size when it was taken, in blocks: its reads stay within it.
+    size_blocks: u64,
+    created: Option<At>,
+    aborted: Option<At>,
+    removed: Option<At>,
+    /// The trim entry its abort or removal left, which every PG must confirm.
+    trim: Option<u64>,
+}
+
+/// The final read of every block of every live snapshot, after convergence.
+#[derive(Debug)]
+struct Sweep {
+    client: u32,
+    started: bool,
+    /// (snapshot, object, blocks from the object's start) still to read.
+    left: VecDeque<(u64, u64, u64)>,
 }
 
 fn uuid_of(id: u32) -> String {
@@ -339,6 +410,11 @@ impl Cluster {
             map_stalled: BTreeMap::new(),
             size_blocks: o.objects * o.object_bytes / BLOCK_BYTES as u64,
             shrink: None,
+            snaps: BTreeMap::new(),
+            snap_rng: SplitMix64::new(o.seed ^ 0x5A95_4075_0000_0007),
+            snap_ticking: false,
+            snap_removals_pending: 0,
+            sweep: None,
             safety: Safety::default(),
             probes: Probes::default(),
             link_sent: BTreeMap::new(),
@@ -382,6 +458,21 @@ impl Cluster {
         if c.o.shrink_at_us > 0 {
             let at = c.o.shrink_at_us;
             c.at(at, Ev::Shrink);
+        }
+        for (index, at) in c.o.snap_at_us.clone().into_iter().enumerate() {
+            c.at(at, Ev::SnapCreate { index });
+        }
+        if !c.o.snap_at_us.is_empty() {
+            // Not a workload client: it reads the snapshots once the cluster converged.
+            c.clients.push(Client {
+                stopped: true,
+                ..Client::default()
+            });
+            c.sweep = Some(Sweep {
+                client: c.clients.len() as u32 - 1,
+                started: false,
+                left: VecDeque::new(),
+            });
         }
         Ok(c)
     }
@@ -464,6 +555,7 @@ impl Cluster {
             writes_acked: self.model.acked_count(),
             writes_unknown: self.model.unknown_count(),
             reads_checked: self.model.stats.reads_checked,
+            snap_reads_checked: self.model.stats.snap_reads_checked,
             entries_checked: self.safety.entries_checked,
             crashes: self.crashes,
             probes: self.probes.clone(),
@@ -540,6 +632,12 @@ impl Cluster {
             Ev::Shrink => self.on_shrink(),
             Ev::MonReclaimDone { pg, id } => self.on_reclaim_done(pg, id),
             Ev::Regrow => self.on_regrow(),
+            Ev::SnapCreate { index } => self.on_snap_create(index),
+            Ev::MonSnapMarked { pg, snap } => self.on_snap_marked(pg, snap),
+            Ev::SnapDeadline { snap } => self.on_snap_deadline(snap),
+            Ev::SnapTick => self.on_snap_tick(),
+            Ev::SnapRemove { snap } => self.on_snap_remove(snap),
+            Ev::MonSnapTrimmed { pg, id } => self.on_snap_trimmed(pg, id),
         }
     }
 
@@ -772,14 +870,25 @@ impl Cluster {
                     let d = self.rng.range(MS, 20 * MS);
                     self.after(d, Ev::MonReclaimDone { pg, id: reclaim });
                 }
-                // The simulated monitor takes no snapshots (its map lists none), so no shard
-                // may report one.
-                Report::SnapMarked { pg, image, snap } => self.fail(format!(
-                    "osd {id}: snapshot {snap} of image {image} marked in pg {pg}, none was taken"
-                )),
-                Report::SnapTrimmed { pg, id: trim } => self.fail(format!(
-                    "osd {id}: snapshot trim {trim} of pg {pg} reported, none was asked"
-                )),
+                Report::SnapMarked { pg, image, snap } => {
+                    if image != IMAGE || !self.snaps.contains_key(&snap) {
+                        self.fail(format!(
+                            "osd {id}: snapshot {snap} of image {image} marked in pg {pg}, \
+                             none was taken"
+                        ));
+                    }
+                    let d = self.rng.range(MS, 20 * MS);
+                    self.after(d, Ev::MonSnapMarked { pg, snap });
+                }
+                Report::SnapTrimmed { pg, id: trim } => {
+                    if !self.snaps.values().any(|s| s.trim == Some(trim)) {
+                        self.fail(format!(
+                            "osd {id}: snapshot trim {trim} of pg {pg} reported, none was asked"
+                        ));
+                    }
+                    let d = self.rng.range(MS, 20 * MS);
+                    self.after(d, Ev::MonSnapTrimmed { pg, id: trim });
+                }
                 Report::Fatal(failure) => fatal = Some(failure),
             }
         }
@@ -1060,6 +1169,230 @@ impl Cluster {
             ..shrink
         });
         self.probes.hit("reclaim.regrown");
+    }
+
+    /// Applies a monitor operation that answers with a value, as [`Cluster::mon_op`] does:
+    /// kept and published if it succeeded, undone if it failed.
+    fn mon_call<T>(
+        &mut self,
+        op: impl FnOnce(&mut MonState) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let before = self.mon.clone();
+        let result = op(&mut self.mon);
+        match &result {
+            Ok(_) => {
+                self.mon.finish(&before);
+                self.publish();
+            }
+            Err(_) => self.mon = before,
+        }
+        result
+    }
+
+    /// The virtual clock in milliseconds: the monitor's clock for snapshot timeouts.
+    fn mon_now_ms(&self) -> u64 {
+        self.now / MS
+    }
+
+    /// The monitor takes a snapshot of the image (`MonState::create_snap`); the model records
+    /// its creation interval from now until the monitor's record shows it created. Its create
+    /// call aborts it at the timeout unless the call went away (then only the ticker does).
+    fn on_snap_create(&mut self, index: usize) {
+        let name = format!("s{index}");
+        let now_ms = self.mon_now_ms();
+        let overlapping = self
+            .mon
+            .snaps_of_image(IMAGE)
+            .iter()
+            .any(|s| s.state == SnapState::Creating);
+        let info = match self.mon_call(|m| m.create_snap("sim", "sim", &name, now_ms)) {
+            Ok(info) => info,
+            Err(e) => {
+                self.fail(format!(
+                    "the monitor refused to take snapshot {name}: {:?}: {}",
+                    e.code, e.message
+                ));
+                return;
+            }
+        };
+        let snap = info.id.0;
+        self.probes.hit("snap.creating");
+        if overlapping {
+            self.probes.hit("snap.overlapping");
+        }
+        if self.shrink.is_some_and(|s| s.regrown_at.is_none()) {
+            self.probes.hit("snap.during_shrink");
+        }
+        self.model.begin_snap(snap, self.at_now());
+        self.snaps.insert(
+            snap,
+            SnapRun {
+                name,
+                size_blocks: info.size_bytes / BLOCK_BYTES as u64,
+                created: None,
+                aborted: None,
+                removed: None,
+                trim: None,
+            },
+        );
+        if !self.snap_rng.chance_pct(self.o.snap_caller_lost_pct) {
+            let t = self.o.snap_create_timeout_us;
+            self.after(t, Ev::SnapDeadline { snap });
+        }
+        if !self.snap_ticking {
+            self.snap_ticking = true;
+            let d = self.snap_rng.range(MS, SEC);
+            self.after(d, Ev::SnapTick);
+        }
+    }
+
+    /// A PG leader's confirmation of a snapshot mark reaches the monitor
+    /// (`MonState::snap_pg_done`). A snapshot aborted meanwhile is gone: the monitor answers
+    /// `SnapNotFound`, which the OSD ignores. Any other refusal of a genuine report is a bug.
+    fn on_snap_marked(&mut self, pg: PgId, snap: u64) {
+        match self.mon_call(|m| m.snap_pg_done(IMAGE, SnapId(snap), pg)) {
+            Ok(true) => {
+                if self.snaps[&snap].created.is_none() {
+                    self.snap_created(snap);
+                }
+            }
+            Ok(false) => {}
+            Err(e) if e.code == ErrorCode::SnapNotFound => {
+                self.probes.hit("snap.mark_of_gone");
+            }
+            Err(e) => self.fail(format!(
+                "pg {pg}: the monitor refused the mark of snapshot {snap}: {:?}: {}",
+                e.code, e.message
+            )),
+        }
+    }
+
+    /// The monitor's record of `snap` shows it created: its interval ends, clients may read
+    /// it, and it may be removed later.
+    fn snap_created(&mut self, snap: u64) {
+        let now = self.at_now();
+        self.model.snap_created(snap, now);
+        self.snaps.get_mut(&snap).expect("taken").created = Some(now);
+        self.probes.hit("snap.created");
+        if self.snap_rng.chance_pct(self.o.snap_remove_pct) {
+            // While clients still work, so that some of their reads of it are in flight.
+            let last = self.faults_end_us + self.o.liveness_work_us;
+            let at = (self.now + self.snap_rng.range(100 * MS, 5 * SEC)).min(last);
+            self.snap_removals_pending += 1;
+            self.at(at, Ev::SnapRemove { snap });
+        }
+    }
+
+    /// The monitor aborted `snap` (its creation timed out): never read; its trim entry must
+    /// be confirmed by every PG.
+    fn snap_aborted(&mut self, snap: u64, by: &'static str) {
+        let now = self.at_now();
+        self.model.snap_aborted(snap, now);
+        let trim = self.trim_of(snap);
+        let run = self.snaps.get_mut(&snap).expect("taken");
+        run.aborted = Some(now);
+        run.trim = trim;
+        if trim.is_none() {
+            self.fail(format!("snapshot {snap} aborted without a trim entry"));
+        }
+        self.probes.hit(by);
+    }
+
+    /// The trim entry the monitor recorded for `snap`.
+    fn trim_of(&self, snap: u64) -> Option<u64> {
+        self.mon
+            .snap_trims
+            .values()
+            .find(|t| t.image == IMAGE && t.snap == SnapId(snap))
+            .map(|t| t.id)
+    }
+
+    /// The create call of `snap` stops waiting (`MonState::abort_snap_create`).
+    fn on_snap_deadline(&mut self, snap: u64) {
+        let outcome = self.mon_call(|m| m.abort_snap_create(IMAGE, SnapId(snap)));
+        let run = &self.snaps[&snap];
+        match outcome {
+            Ok(SnapAbort::Created(_)) if run.created.is_some() => {}
+            Ok(SnapAbort::Aborted { .. }) if run.created.is_none() && run.aborted.is_none() => {
+                self.snap_aborted(snap, "snap.aborted");
+            }
+            // The ticker aborted it first, or it was created and removed since.
+            Ok(SnapAbort::Gone) if run.aborted.is_some() || run.removed.is_some() => {}
+            other => self.fail(format!(
+                "snapshot {snap}: the create call's abort answered {other:?}, the simulator \
+                 saw {run:?}"
+            )),
+        }
+    }
+
+    /// The monitor's ticker: aborts snapshots still `creating` after the timeout
+    /// (`MonState::tick_snaps`), every second while one is `creating`.
+    fn on_snap_tick(&mut self) {
+        let now_ms = self.mon_now_ms();
+        let timeout_ms = self.o.snap_create_timeout_us / MS;
+        let aborted = self
+            .mon_call(|m| Ok(m.tick_snaps(now_ms, timeout_ms)))
+            .unwrap_or_default();
+        for snap in aborted {
+            let known = self.snaps.get(&snap.id.0);
+            if snap.image != IMAGE
+                || known.is_none_or(|r| r.created.is_some() || r.aborted.is_some())
+            {
+                self.fail(format!(
+                    "the ticker aborted {snap:?}, the simulator saw {known:?}"
+                ));
+                return;
+            }
+            self.snap_aborted(snap.id.0, "snap.aborted_by_tick");
+        }
+        let creating = self
+            .mon
+            .snaps_of_image(IMAGE)
+            .iter()
+            .any(|s| s.state == SnapState::Creating);
+        if creating {
+            self.after(SEC, Ev::SnapTick);
+        } else {
+            self.snap_ticking = false;
+        }
+    }
+
+    /// The monitor removes a created snapshot (`MonState::remove_snap`): clients stop reading
+    /// it, and every PG must confirm its trim entry.
+    fn on_snap_remove(&mut self, snap: u64) {
+        self.snap_removals_pending -= 1;
+        let name = self.snaps[&snap].name.clone();
+        if let Err(e) = self.mon_call(|m| m.remove_snap("sim", "sim", &name)) {
+            self.fail(format!(
+                "the monitor refused to remove snapshot {snap} ({name}): {:?}: {}",
+                e.code, e.message
+            ));
+            return;
+        }
+        let trim = self.trim_of(snap);
+        let now = self.at_now();
+        let run = self.snaps.get_mut(&snap).expect("taken");
+        run.removed = Some(now);
+        run.trim = trim;
+        if trim.is_none() {
+            self.fail(format!("snapshot {snap} removed without a trim entry"));
+        }
+        self.probes.hit("snap.removed");
+    }
+
+    /// A PG leader's confirmation of a snapshot trim reaches the monitor
+    /// (`MonState::snap_trim_pg_done`); one for an entry already finished is answered
+    /// `SnapTrimNotFound`, which the OSD ignores.
+    fn on_snap_trimmed(&mut self, pg: PgId, id: u64) {
+        match self.mon_call(|m| m.snap_trim_pg_done(id, pg)) {
+            Ok(true) => self.probes.hit("snap.trimmed"),
+            Ok(false) => {}
+            Err(e) if e.code == ErrorCode::SnapTrimNotFound => {}
+            Err(e) => self.fail(format!(
+                "pg {pg}: the monitor refused the confirmation of snapshot trim {id}: {:?}: {}",
+                e.code, e.message
+            )),
+        }
     }
 
     /// Sends a new map to every running node (each gets it after its own delay; a node that
@@ -1482,6 +1815,10 @@ impl Cluster {
             self.clients[c].stopped = true;
             return;
         }
+        if let Some(op) = self.maybe_snap_read() {
+            self.start_op(client, op);
+            return;
+        }
         let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
         let hot = self.o.hot_blocks > 0 && self.rng.chance_pct(80);
         let (object, block) = if hot {
@@ -1515,10 +1852,67 @@ impl Cluster {
         let write = !self.rng.chance_pct(read_pct);
         let mut op = self.new_op(write, object, block, blocks);
         op.beyond = beyond;
+        self.start_op(client, op);
+    }
+
+    /// Starts `op` on `client`: its pacer, the map it routes by, the first attempt.
+    fn start_op(&mut self, client: u32, op: ClientOp) {
+        let c = client as usize;
         self.clients[c].op = Some(op);
         self.clients[c].pacer = Some(Pacer::new(self.rng.next_u64()));
         self.clients[c].map = self.current_map();
         self.send_attempt(client);
+    }
+
+    /// The snapshots clients may read: created and not removed.
+    fn readable_snaps(&self) -> Vec<u64> {
+        self.snaps
+            .iter()
+            .filter(|(_, r)| r.created.is_some() && r.removed.is_none())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// In `SimOptions::snap_read_pct` of the operations while a snapshot is readable: a read
+    /// of 1-4 blocks of one, at a random place within its size (drawn from `snap_rng`).
+    fn maybe_snap_read(&mut self) -> Option<ClientOp> {
+        let readable = self.readable_snaps();
+        if readable.is_empty() || !self.snap_rng.chance_pct(self.o.snap_read_pct) {
+            return None;
+        }
+        let snap = self.snap_rng.pick(&readable);
+        let size_blocks = self.snaps[&snap].size_blocks;
+        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
+        let first = self.snap_rng.range(0, size_blocks - 1);
+        let room = (blocks_per_object - first % blocks_per_object).min(size_blocks - first);
+        let blocks = self.snap_rng.range(1, room.min(4));
+        Some(self.snap_read_op(snap, first, blocks))
+    }
+
+    /// A read of `blocks` blocks of snapshot `snap` from image block `first_block` on (within
+    /// one object).
+    fn snap_read_op(&mut self, snap: u64, first_block: u64, blocks: u64) -> ClientOp {
+        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
+        let object = first_block / blocks_per_object;
+        let block = first_block % blocks_per_object;
+        assert!(
+            block + blocks <= blocks_per_object,
+            "a read within one object"
+        );
+        ClientOp {
+            kind: ClientOpKind::SnapRead { snap },
+            beyond: false,
+            pg: object_pg(self.pool, self.o.pg_count, IMAGE, object),
+            object: ObjectRef {
+                image: IMAGE,
+                index: object,
+            },
+            offset: (block * BLOCK_BYTES as u64) as u32,
+            first_block,
+            blocks,
+            started: self.now,
+            attempt_started: self.at_now(),
+        }
     }
 
     /// A new operation: a write of fresh stamps to `blocks` blocks of `object` from `block`
@@ -1616,6 +2010,13 @@ impl Cluster {
                 length: (op.blocks as usize * BLOCK_BYTES) as u32,
                 epoch,
             },
+            ClientOpKind::SnapRead { snap } => Request::SnapRead {
+                addr,
+                offset: op.offset,
+                length: (op.blocks as usize * BLOCK_BYTES) as u32,
+                epoch,
+                snap: *snap,
+            },
         };
         let tag = ClientTag { client, attempt };
         let d = self.client_delay();
@@ -1659,6 +2060,10 @@ impl Cluster {
         if self.clients[c].scripted {
             return;
         }
+        if self.sweep.as_ref().is_some_and(|s| s.client == client) {
+            self.next_sweep_read();
+            return;
+        }
         let think = self.rng.range(0, self.o.think_us_max);
         self.after(think, Ev::ClientNext { client });
     }
@@ -1672,9 +2077,20 @@ impl Cluster {
             .op
             .clone()
             .expect("current attempt has an op");
-        if let Err(m) = expected_reply(&reply, &op.kind, self.may_be_beyond(&op)) {
+        let context = ReplyContext {
+            beyond: self.may_be_beyond(&op),
+            snaps_taken: !self.snaps.is_empty(),
+            snap_removed: match op.kind {
+                ClientOpKind::SnapRead { snap } => self.snaps[&snap].removed.is_some(),
+                _ => false,
+            },
+        };
+        if let Err(m) = expected_reply(&reply, &op.kind, context) {
             self.fail(format!("client {}: {m} (to {op:?})", tag.client));
             return;
+        }
+        if reply.status() == Some(Status::SnapInProgress) {
+            self.probes.hit("snap.write_refused");
         }
         if self.clients[c].scripted {
             self.clients[c].result = Some(reply.clone());
@@ -1693,6 +2109,30 @@ impl Cluster {
                     return;
                 }
                 self.model.ack(*id, self.at_now());
+                self.finish_op(tag.client);
+            }
+            (ClientReply::Osd(Reply::Data(data)), ClientOpKind::SnapRead { snap }) => {
+                for i in 0..op.blocks {
+                    let block = &data[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES];
+                    let found = decode_block(block);
+                    let before = self.model.stats.snap_reads_promised;
+                    let r = self
+                        .model
+                        .check_snap_read(*snap, op.first_block + i, &found);
+                    let promised = self.model.stats.snap_reads_promised - before;
+                    self.probes.add("snap.read_promised", promised);
+                    if let Err(m) = r {
+                        self.fail(format!(
+                            "snapshot read check (client {}, pg {}): {m}",
+                            tag.client, op.pg
+                        ));
+                        return;
+                    }
+                    if let Found::Write { write, .. } = found {
+                        self.mix(write);
+                    }
+                }
+                self.probes.hit("snap.read");
                 self.finish_op(tag.client);
             }
             (ClientReply::Osd(Reply::Data(data)), ClientOpKind::Read) => {
@@ -1769,8 +2209,15 @@ impl Cluster {
                 // beyond the end of the shrunk image is refused (`OutOfRange`), or one issued
                 // before the shrink and retried after it.
                 self.probes.hit("client.failed");
+                let snap_removed = match kind {
+                    ClientOpKind::SnapRead { snap } => self.snaps[snap].removed.is_some(),
+                    _ => false,
+                };
                 if status == fastblock_wire::Status::OutOfRange && self.may_be_beyond(op) {
                     self.probes.hit("reclaim.beyond_refused");
+                } else if status == fastblock_wire::Status::NoSuchSnap && snap_removed {
+                    // Removed while the read was in flight (`expected_reply` admits no other).
+                    self.probes.hit("snap.read_removed");
                 } else if op.started >= self.faults_end_us {
                     self.fail(format!(
                         "client {client}: {status:?} ({message}) for an operation on pg {} \
@@ -1792,6 +2239,11 @@ impl Cluster {
     /// Whether `op` touches the image's cut tail and was issued before the image grew back:
     /// an OSD may refuse it as beyond the end.
     fn may_be_beyond(&self, op: &ClientOp) -> bool {
+        // A snapshot read is not fenced by the image's current size (the snapshot keeps its
+        // own, which its reads stay within).
+        if matches!(op.kind, ClientOpKind::SnapRead { .. }) {
+            return false;
+        }
         self.shrink.is_some_and(|s| {
             op.first_block + op.blocks > s.first_block
                 && s.regrown_at.is_none_or(|r| op.started < r.us)
@@ -1907,6 +2359,16 @@ impl Cluster {
         {
             return format!("client {i} still busy: {:?}", c.op);
         }
+        if let Err(why) = self.snaps_settled() {
+            return why;
+        }
+        if let Some(sweep) = self.sweep.as_ref().filter(|s| s.started) {
+            let op = &self.clients[sweep.client as usize].op;
+            return format!(
+                "the final snapshot reads are not done: {} left after {op:?}",
+                sweep.left.len()
+            );
+        }
         if let Some(shrink) = self.shrink.filter(|s| s.regrown_at.is_none()) {
             let pending = self.mon.reclaim.get(&shrink.reclaim);
             return format!(
@@ -2010,10 +2472,18 @@ impl Cluster {
     /// The liveness condition: clients done, every PG settled, replicas identical, and every
     /// block reads back as the model allows.
     fn converged(&mut self) -> Result<bool, String> {
+        if let Some(sweep) = self.sweep.as_ref().filter(|s| s.started) {
+            // Everything else was checked before the sweep began.
+            let busy = self.clients[sweep.client as usize].op.is_some();
+            return Ok(!busy && sweep.left.is_empty());
+        }
         if self.clients.iter().any(|c| !c.stopped || c.op.is_some()) {
             return Ok(false);
         }
         if self.shrink.is_some_and(|s| s.regrown_at.is_none()) {
+            return Ok(false);
+        }
+        if self.snaps_settled().is_err() {
             return Ok(false);
         }
         let infos = self.pg_infos();
@@ -2064,7 +2534,99 @@ impl Cluster {
                 .check_read(block, now, now, &found)
                 .map_err(|m| format!("final check: {m}"))?;
         }
+        if self.sweep.is_some() {
+            self.check_snap_states(&infos)?;
+            self.start_sweep();
+            return Ok(false);
+        }
         Ok(true)
+    }
+
+    /// Why the snapshots are not settled: a create neither completed nor aborted, a trim
+    /// entry some PG has not confirmed, a removal still to come.
+    fn snaps_settled(&self) -> Result<(), String> {
+        if let Some(s) = self
+            .mon
+            .snaps_of_image(IMAGE)
+            .iter()
+            .find(|s| s.state == SnapState::Creating)
+        {
+            return Err(format!(
+                "snapshot {} is still creating (confirmed by pgs {:?})",
+                s.id, s.done_pgs
+            ));
+        }
+        if let Some(t) = self.mon.snap_trims.values().next() {
+            return Err(format!(
+                "snapshot trim {} (snapshot {}, {}) waits for PGs (done: {:?})",
+                t.id, t.snap, t.reason, t.done_pgs
+            ));
+        }
+        if self.snap_removals_pending > 0 {
+            return Err(format!(
+                "{} snapshot removals still to come",
+                self.snap_removals_pending
+            ));
+        }
+        Ok(())
+    }
+
+    /// Once every trim is confirmed and every member applied its leader's whole log, every
+    /// replica of every PG holds exactly the snapshots created and not removed: an aborted
+    /// snapshot's marks and a removed one's blocks are gone.
+    fn check_snap_states(&self, infos: &BTreeMap<PgId, PgInfo>) -> Result<(), String> {
+        let live: BTreeSet<u64> = self.readable_snaps().into_iter().collect();
+        for (id, run) in &self.snaps {
+            let ended = run.created.is_some() || run.aborted.is_some();
+            if !ended {
+                return Err(format!(
+                    "snapshot {id} neither created nor aborted: {run:?}"
+                ));
+            }
+        }
+        for (pg, info) in infos {
+            for m in &info.osdlist {
+                let core = self.nodes[m].core().expect("up");
+                let held = core.store().image_snaps(*pg, IMAGE).live;
+                if held != live {
+                    return Err(format!(
+                        "pg {pg} osd {m} holds snapshots {held:?} of the image, the monitor's \
+                         live ones are {live:?} (every trim confirmed, every entry applied)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a read of every block of every live snapshot, object by object, through the
+    /// same path as the clients' (`Request::SnapRead` to the PG leader, the library's retry
+    /// policy), each checked by the model, and starts the first.
+    fn start_sweep(&mut self) {
+        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
+        let mut left = VecDeque::new();
+        for snap in self.readable_snaps() {
+            let size_blocks = self.snaps[&snap].size_blocks;
+            for object in 0..size_blocks.div_ceil(blocks_per_object) {
+                let first = object * blocks_per_object;
+                left.push_back((snap, first, blocks_per_object.min(size_blocks - first)));
+            }
+        }
+        let sweep = self.sweep.as_mut().expect("a sweep");
+        sweep.left = left;
+        sweep.started = true;
+        self.next_sweep_read();
+    }
+
+    fn next_sweep_read(&mut self) {
+        let sweep = self.sweep.as_mut().expect("a sweep");
+        let client = sweep.client;
+        let Some((snap, first, blocks)) = sweep.left.pop_front() else {
+            return;
+        };
+        self.probes.hit("snap.final_read");
+        let op = self.snap_read_op(snap, first, blocks);
+        self.start_op(client, op);
     }
 
     fn replica_content(&self, id: OsdId, pg: PgId) -> Result<Content, String> {
@@ -2084,12 +2646,27 @@ impl Cluster {
     }
 }
 
+/// What decides whether a reply is expected, besides the operation.
+#[derive(Clone, Copy, Debug)]
+struct ReplyContext {
+    /// The operation touches the image's cut tail (see `Cluster::may_be_beyond`).
+    beyond: bool,
+    /// The monitor took a snapshot during the run.
+    snaps_taken: bool,
+    /// The operation reads a snapshot that the monitor has removed by now.
+    snap_removed: bool,
+}
+
 /// Whether a client of this simulation can get `reply` for an operation of `kind`: the
 /// success of its kind, an error the library retries, or one it hands to its caller that a
-/// fault can cause (`NoSpace`, `IoError`). Anything else is a bug.
-/// Whether `reply` is one the OSDs may give to an operation `kind`; `beyond`: the operation
-/// touches the image's cut tail (see `Cluster::may_be_beyond`).
-fn expected_reply(reply: &ClientReply, kind: &ClientOpKind, beyond: bool) -> Result<(), String> {
+/// fault can cause (`NoSpace`, `IoError`), or the operation's circumstances (`OutOfRange`
+/// beyond the end of a shrunk image, `NoSuchSnap` for a read of a snapshot removed since it
+/// was issued). Anything else is a bug.
+fn expected_reply(
+    reply: &ClientReply,
+    kind: &ClientOpKind,
+    cx: ReplyContext,
+) -> Result<(), String> {
     match (reply, kind) {
         (
             ClientReply::Osd(Reply::Error {
@@ -2097,10 +2674,34 @@ fn expected_reply(reply: &ClientReply, kind: &ClientOpKind, beyond: bool) -> Res
                 ..
             }),
             _,
-        ) if beyond => Ok(()),
+        ) if cx.beyond => Ok(()),
+        (
+            ClientReply::Osd(Reply::Error {
+                status: Status::NoSuchSnap,
+                ..
+            }),
+            ClientOpKind::SnapRead { .. },
+        ) if cx.snap_removed => Ok(()),
+        // Only writes wait for a snapshot being taken, and only if one was.
+        (
+            ClientReply::Osd(Reply::Error {
+                status: Status::SnapInProgress,
+                ..
+            }),
+            ClientOpKind::Write { .. },
+        ) if cx.snaps_taken => Ok(()),
+        (
+            ClientReply::Osd(Reply::Error {
+                status: Status::SnapInProgress,
+                ..
+            }),
+            _,
+        ) => Err(format!("unexpected reply {}", describe_reply(reply))),
         (ClientReply::Refused(_), _)
         | (ClientReply::Osd(Reply::Ok), ClientOpKind::Write { .. })
-        | (ClientReply::Osd(Reply::Data(_)), ClientOpKind::Read) => Ok(()),
+        | (ClientReply::Osd(Reply::Data(_)), ClientOpKind::Read | ClientOpKind::SnapRead { .. }) => {
+            Ok(())
+        }
         (ClientReply::Osd(Reply::Error { status, .. }), _) if status.is_retryable() => Ok(()),
         // A full OSD, or one whose shard failed at a crash point: another replica may serve.
         (
@@ -2233,6 +2834,16 @@ fn trace_line(ev: &Ev) -> String {
                     epoch,
                 } => format!(
                     "pg {} read obj {} off {offset} len {length} epoch {}",
+                    addr.pg, addr.object_index, epoch.0
+                ),
+                Request::SnapRead {
+                    addr,
+                    offset,
+                    length,
+                    epoch,
+                    snap,
+                } => format!(
+                    "pg {} read snapshot {snap} obj {} off {offset} len {length} epoch {}",
                     addr.pg, addr.object_index, epoch.0
                 ),
                 other => format!("{:?}", other.kind()),

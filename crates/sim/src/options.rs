@@ -97,6 +97,23 @@ pub struct SimOptions {
     /// size (a client holding the image open from before the shrink): the OSDs must refuse
     /// the part beyond the end.
     pub stale_size_pct: u64,
+    /// The monitor takes a snapshot of the image at each of these times of the fault phase
+    /// (empty: never), in order; some may overlap (one is still `creating` when the next
+    /// begins). Drawn from a stream of its own, like `shrink_at_us`, as are the other
+    /// `snap_` options.
+    pub snap_at_us: Vec<u64>,
+    /// A snapshot still `creating` this long after the monitor recorded it is aborted (the
+    /// monitor's `--snap-create-timeout-ms`, at simulator scale).
+    pub snap_create_timeout_us: u64,
+    /// Percent of snapshots whose create call goes away before its deadline (a monitor
+    /// leader change, a client that disconnected): only the monitor's ticker
+    /// (`MonState::tick_snaps`) can abort those; the others the call aborts itself
+    /// (`MonState::abort_snap_create`).
+    pub snap_caller_lost_pct: u64,
+    /// While a created snapshot exists, this percent of the clients' operations read it.
+    pub snap_read_pct: u64,
+    /// Percent of the created snapshots that the monitor removes later in the run.
+    pub snap_remove_pct: u64,
     /// A client gives up on an attempt without a reply after this long and retries elsewhere.
     pub attempt_timeout_us: u64,
     /// A client gives up on an operation after this long (the outcome of a write is then
@@ -264,6 +281,11 @@ impl SimOptions {
             shrink_at_us: 0,
             shrink_to_bytes: 0,
             stale_size_pct: 0,
+            snap_at_us: Vec::new(),
+            snap_create_timeout_us: 0,
+            snap_caller_lost_pct: 0,
+            snap_read_pct: 0,
+            snap_remove_pct: 0,
             map_stall_every_us: 0,
             map_stall_us_max: 0,
         };
@@ -282,6 +304,29 @@ impl SimOptions {
             o.shrink_at_us = shrink.range(SEC, o.fault_phase_us / 2);
             o.shrink_to_bytes = shrink.range(1, blocks - 1) * 4096;
             o.stale_size_pct = shrink.pick(&[0, 5, 20]);
+        }
+        // Snapshots: a stream of their own, so that seeds keep their other options.
+        let mut snaps = SplitMix64::new(seed ^ 0x5A95_4075_0000_0006);
+        if snaps.chance_pct(40) {
+            let count = snaps.range(1, 4) as usize;
+            let mut at: Vec<u64> = (0..count)
+                .map(|_| snaps.range(SEC / 2, o.fault_phase_us - SEC / 2))
+                .collect();
+            if count > 1 && snaps.chance_pct(30) {
+                // Two at nearly the same time: the second begins while the first is creating.
+                at[1] = at[0] + snaps.range(0, 300 * MS);
+            }
+            if shrink_on && snaps.chance_pct(50) {
+                // While the shrunk tail is being deleted (the PGs mark and reclaim in their
+                // own orders), or soon after.
+                at[0] = o.shrink_at_us + snaps.range(0, SEC);
+            }
+            at.sort_unstable();
+            o.snap_at_us = at;
+            o.snap_create_timeout_us = snaps.pick(&[SEC, 2 * SEC, 5 * SEC]);
+            o.snap_caller_lost_pct = snaps.pick(&[0, 25]);
+            o.snap_read_pct = snaps.pick(&[10, 25, 40]);
+            o.snap_remove_pct = snaps.pick(&[30, 60, 100]);
         }
         o
     }

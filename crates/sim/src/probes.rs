@@ -134,6 +134,62 @@ pub const PROBES: &[(&str, &str)] = &[
         "an operation over the cut tail was refused as beyond the image's end",
     ),
     (
+        "snap.creating",
+        "the monitor recorded a snapshot of the image (creating: every PG leader marks it)",
+    ),
+    (
+        "snap.overlapping",
+        "a snapshot was taken while another was still creating",
+    ),
+    (
+        "snap.during_shrink",
+        "a snapshot was taken while the image was shrunk (its tail's reclaim running or done, not regrown)",
+    ),
+    (
+        "snap.created",
+        "every PG confirmed a snapshot's mark: the monitor's record shows it created",
+    ),
+    (
+        "snap.aborted",
+        "a snapshot's create call timed out and aborted it (MonState::abort_snap_create)",
+    ),
+    (
+        "snap.aborted_by_tick",
+        "the monitor's ticker aborted a snapshot still creating after the timeout \
+         (MonState::tick_snaps; its create call had gone away)",
+    ),
+    (
+        "snap.mark_of_gone",
+        "a PG's confirmation of a snapshot mark reached the monitor after the snapshot was aborted \
+         or removed (answered SnapNotFound, which the OSD ignores)",
+    ),
+    (
+        "snap.write_refused",
+        "a write was refused with SnapInProgress (its PG marked a snapshot still being created)",
+    ),
+    ("snap.read", "a client read a snapshot (checked by the model)"),
+    (
+        "snap.read_promised",
+        "a snapshot read of a block that a client's write was known to have reached while the \
+         snapshot was being created (the promise: it is in the snapshot)",
+    ),
+    (
+        "snap.read_removed",
+        "a snapshot read was answered NoSuchSnap: the snapshot was removed while it was in flight",
+    ),
+    (
+        "snap.removed",
+        "the monitor removed a snapshot (a trim entry for every PG)",
+    ),
+    (
+        "snap.trimmed",
+        "every PG confirmed a snapshot trim entry (of a removed or aborted snapshot)",
+    ),
+    (
+        "snap.final_read",
+        "an object of a live snapshot was read after convergence (every block, checked)",
+    ),
+    (
         "admission.held_for_term",
         "a write waited until its PG's new leader applied the log it inherited",
     ),

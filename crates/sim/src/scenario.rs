@@ -52,6 +52,8 @@ impl Scenario {
         o.partition_every_us = 0;
         o.slow_every_us = 0;
         o.outin_every_us = 0;
+        // A scenario takes snapshots itself if it wants any.
+        o.snap_at_us.clear();
         o.fault_phase_us = u64::MAX / 4;
         adjust(&mut o);
         let trace = std::env::var_os("SIM_TRACE").is_some();

@@ -100,13 +100,15 @@ fn main() -> ExitCode {
             Ok(s) => {
                 println!(
                     "seed {seed}: ok ({} events, {:.1} s virtual, {} writes ({} acked, {} unknown), \
-                     {} block reads checked, {} entries checked, {} crashes, fingerprint {:#018x})",
+                     {} block reads checked ({} of snapshots), {} entries checked, {} crashes, \
+                     fingerprint {:#018x})",
                     s.events,
                     s.virtual_us as f64 / 1e6,
                     s.writes,
                     s.writes_acked,
                     s.writes_unknown,
                     s.reads_checked,
+                    s.snap_reads_checked,
                     s.entries_checked,
                     s.crashes,
                     s.fingerprint
