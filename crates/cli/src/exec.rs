@@ -4,7 +4,9 @@ use crate::command::{Command, Invocation, Style};
 use crate::render::{self, image_human, image_legacy, members, table, up_in, ImageReport};
 use anyhow::{anyhow, Result};
 use fastblock_monclient::{MonClient, MonError};
-use fastblock_types::api::{CreateImageRequest, CreatePoolRequest, ErrorCode, ResizeImageRequest};
+use fastblock_types::api::{
+    CreateImageRequest, CreatePoolRequest, ErrorCode, PoolUsage, ResizeImageRequest,
+};
 use fastblock_types::map::ClusterMap;
 use fastblock_types::units::format_size;
 use fastblock_types::{Epoch, OsdId};
@@ -42,6 +44,17 @@ fn image_error_words(e: &MonError) -> &'static str {
         Some(ErrorCode::TooLarge) => "imageTooLarge",
         _ => "putEtcdError",
     }
+}
+
+/// A row of `pool ls --json`: the pool's record with what it holds beside its fields
+/// (added fields only, so readers of the plain record keep working).
+#[derive(Serialize)]
+struct PoolRow<'a> {
+    #[serde(flatten)]
+    pool: &'a fastblock_types::map::PoolInfo,
+    /// From the PG leaders' last heartbeats: `objects`, `stored_bytes` (one copy),
+    /// `used_bytes` (times the pool's size), `pgs_unreported`.
+    usage: Option<&'a PoolUsage>,
 }
 
 pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
@@ -262,9 +275,21 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
             }
         }
         Command::PoolLs => {
-            let pools = client.pools().await?;
+            let list = client.pool_list().await?;
+            let pools = list.pools;
+            // What each pool holds, by id (a monitor that predates it sends none).
+            let usage: BTreeMap<_, _> = list.usage.into_iter().map(|u| (u.pool, u)).collect();
             match style {
-                Style::Json => json(out, &pools)?,
+                Style::Json => {
+                    let rows: Vec<PoolRow<'_>> = pools
+                        .iter()
+                        .map(|p| PoolRow {
+                            pool: p,
+                            usage: usage.get(&p.id),
+                        })
+                        .collect();
+                    json(out, &rows)?
+                }
                 Style::Legacy => {
                     if pools.is_empty() {
                         writeln!(out, "pools: no pools")?;
@@ -283,19 +308,38 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
                     let rows: Vec<Vec<String>> = pools
                         .iter()
                         .map(|p| {
+                            let u = usage.get(&p.id);
+                            let bytes = |f: fn(&PoolUsage) -> u64| {
+                                u.map_or("-".to_string(), |u| format_size(f(u)))
+                            };
                             vec![
                                 p.id.to_string(),
                                 p.name.clone(),
                                 p.pg_count.to_string(),
                                 p.size.to_string(),
                                 p.failure_domain.to_string(),
+                                u.map_or("-".to_string(), |u| u.objects.to_string()),
+                                bytes(|u| u.stored_bytes),
+                                bytes(|u| u.used_bytes),
                             ]
                         })
                         .collect();
                     write!(
                         out,
                         "{}",
-                        table(&["ID", "NAME", "PGS", "SIZE", "FAILURE-DOMAIN"], &rows)
+                        table(
+                            &[
+                                "ID",
+                                "NAME",
+                                "PGS",
+                                "SIZE",
+                                "FAILURE-DOMAIN",
+                                "OBJECTS",
+                                "STORED",
+                                "USED"
+                            ],
+                            &rows
+                        )
                     )?;
                 }
             }
@@ -445,7 +489,7 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
                 writeln!(out, "Imagename: {name} get info {}", image_legacy(&i))?;
                 return Ok(());
             }
-            let details = crate::snap::image_details(client, &i).await?;
+            let details = crate::snap::image_details(inv, client, &i).await?;
             match style {
                 Style::Json => json(
                     out,

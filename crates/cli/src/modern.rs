@@ -277,10 +277,11 @@ enum ImageCmd {
     },
     /// Copy a clone's parent data into it, so that it stands alone.
     ///
-    /// Copies every object the clone has not written yet from the parent snapshot (a progress
-    /// bar on stderr when it is a terminal), then tells the monitor, which ends the link:
-    /// afterwards the parent snapshot can be unprotected and removed. The clone stays usable
-    /// meanwhile; an interrupted flatten can be run again.
+    /// Copies every object the clone has not written yet from the parent snapshot, for the
+    /// clone and for each of its snapshots (a progress bar on stderr when it is a
+    /// terminal), then tells the monitor, which ends the link: afterwards the parent
+    /// snapshot can be unprotected and removed. The clone stays usable meanwhile; an
+    /// interrupted flatten can be run again.
     Flatten {
         /// The clone, POOL/NAME.
         #[arg(value_name = "POOL/NAME", value_parser = parse_image_spec)]
@@ -307,7 +308,8 @@ enum SnapCmd {
     /// Take a snapshot: a crash-consistent point in time of the image.
     ///
     /// Every write acknowledged before the command returns is in it; no write issued after
-    /// it returned is. Taking it copies no data. Refused on a clone until it is flattened.
+    /// it returned is. Taking it copies no data. A clone's snapshot reads what the clone had
+    /// not written yet from the clone's parent, as the clone did then.
     Create {
         /// The new snapshot, POOL/IMAGE@SNAP.
         #[arg(value_name = "POOL/IMAGE@SNAP", value_parser = parse_snap_spec)]

@@ -89,10 +89,21 @@ pub fn status(s: &StatusResponse, modern: bool) -> String {
     ));
     out.push_str("\n  data:\n");
     out.push_str(&format!("    pools  : {} pools, {} pgs\n", s.pools, s.pgs));
+    let u = &s.usage;
     if modern {
-        out.push_str(&format!("    images : {} images\n", s.images));
+        out.push_str(&format!(
+            "    images : {} images, {} objects\n",
+            s.images, u.objects
+        ));
+        out.push_str(&format!(
+            "    usage  : {} stored, {} used, {} / {} raw free\n",
+            format_size(u.stored_bytes),
+            format_size(u.used_bytes),
+            format_size(u.raw_free_bytes),
+            format_size(u.raw_total_bytes)
+        ));
     } else {
-        out.push_str("    objects: 0 objects\n");
+        out.push_str(&format!("    objects: {} objects\n", u.objects));
     }
     out.push_str("    pgs    :\n");
     for (name, label) in PG_BUCKETS {
@@ -137,14 +148,37 @@ pub fn status(s: &StatusResponse, modern: bool) -> String {
 }
 
 /// What `image info` shows beyond the monitor's image record (text and `--json`).
-///
-/// The place for the used bytes of the image and of each of its snapshots: they will be
-/// fields here, filled from the client library once the OSDs report usage
-/// (`docs/design/snapshots.md`, "What is not built yet"), and printed by [`image_human`].
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ImageDetails {
     /// Live snapshots of the image, `creating` and `created`.
     pub snapshot_count: usize,
+    /// What the image holds on the OSDs; `None` if the data path could not answer
+    /// (`usage_error` says why).
+    pub usage: Option<UsageDetails>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_error: Option<String>,
+}
+
+/// What an image holds, from its PGs' leaders (`Image::usage`). Bytes are of one copy but
+/// `raw_bytes`, which counts the pool's replicas.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct UsageDetails {
+    pub objects: u64,
+    /// Data the image's head maps (4 KiB blocks).
+    pub head_bytes: u64,
+    /// Data kept for its snapshots, in all.
+    pub snapshots_bytes: u64,
+    /// Head and snapshots times the pool's size: what the image takes on the OSDs' disks.
+    pub raw_bytes: u64,
+    /// Per snapshot, what removing it alone would free (or hand to an older one).
+    pub snapshots: Vec<SnapUsage>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SnapUsage {
+    pub id: u64,
+    pub name: String,
+    pub bytes: u64,
 }
 
 /// `image info` in `--json`: the monitor's record with [`ImageDetails`] beside its fields
@@ -172,8 +206,28 @@ pub fn image_human(i: &ImageInfo, details: &ImageDetails) -> String {
     out.push_str(&format!("  objects: {}\n", i.object_count()));
     out.push_str(&format!("  created at epoch: {}\n", i.created_epoch));
     out.push_str(&format!("  snapshots: {}\n", details.snapshot_count));
-    // The used bytes of the image (and of each snapshot) go here, from `ImageDetails`, once
-    // the client library reports them.
+    match (&details.usage, &details.usage_error) {
+        (Some(u), _) => {
+            out.push_str(&format!(
+                "  used: {} (head {}, snapshots {}), {} objects, {} raw\n",
+                format_size(u.head_bytes + u.snapshots_bytes),
+                format_size(u.head_bytes),
+                format_size(u.snapshots_bytes),
+                u.objects,
+                format_size(u.raw_bytes)
+            ));
+            for snap in &u.snapshots {
+                out.push_str(&format!(
+                    "    snapshot {} (id {}): {}\n",
+                    snap.name,
+                    snap.id,
+                    format_size(snap.bytes)
+                ));
+            }
+        }
+        (None, Some(why)) => out.push_str(&format!("  used: unknown ({why})\n")),
+        (None, None) => {}
+    }
     if let Some(p) = &i.parent {
         out.push_str(&format!(
             "  parent: {}/{}@{} (overlap {}, {} bytes)\n",
@@ -187,8 +241,8 @@ pub fn image_human(i: &ImageInfo, details: &ImageDetails) -> String {
     out
 }
 
-/// `image snap ls` as a table: id, name, size, state, protected, creation time. (A column of
-/// the bytes each snapshot keeps joins them once [`ImageDetails`] carries them.)
+/// `image snap ls` as a table: id, name, size, state, protected, creation time (`image info`
+/// shows what each snapshot keeps).
 pub fn snaps_table(snaps: &[SnapInfo]) -> String {
     let rows: Vec<Vec<String>> = snaps
         .iter()

@@ -8,7 +8,7 @@
 //! cluster.
 
 use crate::command::{Command, ImageSpec, Invocation, SnapSpec, Style};
-use crate::render::{children_table, snaps_table, ImageDetails};
+use crate::render::{children_table, snaps_table, ImageDetails, SnapUsage, UsageDetails};
 use anyhow::{anyhow, Result};
 use fastblock_client::{ClientConfig, Cluster};
 use fastblock_monclient::{MonClient, MonError};
@@ -131,11 +131,62 @@ pub async fn execute(inv: &Invocation, client: &MonClient, out: &mut dyn Write) 
     Ok(())
 }
 
-/// What `image info` adds to the monitor's record (see [`ImageDetails`]).
-pub async fn image_details(client: &MonClient, image: &ImageInfo) -> Result<ImageDetails> {
+/// How long `image info` waits for the PGs' usage before it prints the rest without it.
+const USAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What `image info` adds to the monitor's record (see [`ImageDetails`]): the snapshot
+/// count, and what the image and each snapshot hold on the OSDs (asked of every PG's
+/// leader; if the data path cannot answer, the reason instead, and the rest still prints).
+pub async fn image_details(
+    inv: &Invocation,
+    client: &MonClient,
+    image: &ImageInfo,
+) -> Result<ImageDetails> {
     let snaps = client.snaps(&image.pool_name, &image.name).await?;
+    let replicas = client
+        .pools()
+        .await?
+        .into_iter()
+        .find(|p| p.id == image.pool)
+        .map_or(1, |p| u64::from(p.size));
+    let usage = async {
+        let cluster = connect(inv, client).await?;
+        let opened = cluster.open_image_info(image.clone()).await?;
+        anyhow::Ok(opened.usage().await?)
+    };
+    // The rest of the record does not wait long for PGs without a leader.
+    let bound = inv.timeout.min(USAGE_WAIT);
+    let usage = match tokio::time::timeout(bound, usage).await {
+        Ok(r) => r,
+        Err(_) => Err(anyhow!(
+            "the PGs of pool {} did not all answer within {bound:?}",
+            image.pool_name
+        )),
+    };
+    let (usage, usage_error) = match usage {
+        Ok(u) => (
+            Some(UsageDetails {
+                objects: u.objects,
+                head_bytes: u.head_bytes,
+                snapshots_bytes: u.snaps_bytes,
+                raw_bytes: u.total_bytes().saturating_mul(replicas),
+                snapshots: snaps
+                    .iter()
+                    .map(|s| SnapUsage {
+                        id: s.id.0,
+                        name: s.name.clone(),
+                        bytes: u.by_snap.get(&s.id.0).copied().unwrap_or(0),
+                    })
+                    .collect(),
+            }),
+            None,
+        ),
+        Err(e) => (None, Some(format!("{e:#}"))),
+    };
     Ok(ImageDetails {
         snapshot_count: snaps.len(),
+        usage,
+        usage_error,
     })
 }
 

@@ -156,6 +156,27 @@ async fn snapshots_keep_their_data_and_space_is_counted_through_resizes_remaps_a
     } = status.usage;
     assert_eq!((stored_bytes, used_bytes), (4 * MIB, 12 * MIB));
     assert!(raw_total_bytes >= 4 * 300 * MIB, "{raw_total_bytes}");
+    // The CLI shows the same: `status`, `pool ls` and `image info`.
+    let text = mons.cli(&["status"]);
+    assert!(
+        text.ok().contains("usage  : 4 MiB stored, 12 MiB used"),
+        "{}",
+        text.stdout
+    );
+    let pools = mons.cli(&["--json", "pool", "ls"]).json();
+    assert_eq!(pools[0]["name"], "p");
+    assert_eq!(pools[0]["usage"]["stored_bytes"], 4 * MIB);
+    assert_eq!(pools[0]["usage"]["used_bytes"], 12 * MIB);
+    assert_eq!(pools[0]["usage"]["objects"], 4);
+    let text = mons.cli(&["pool", "ls"]);
+    let row: Vec<&str> = text
+        .ok()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[5..], ["4", "4", "MiB", "12", "MiB"], "{}", text.stdout);
 
     // A snapshot costs nothing; overwriting 2 MiB keeps 2 MiB for it.
     let s1 = mon.create_snap("p", "img", "s1").await.unwrap();
@@ -172,6 +193,25 @@ async fn snapshots_keep_their_data_and_space_is_counted_through_resizes_remaps_a
     image.write(0, stamped(0, 2 * MIB, 2).into()).await.unwrap();
     wait_usage(&image, usage(4, 4, &[(s1.id.0, 2)]), "rewrites").await;
     wait_pool_stored(&mon, 6 * MIB, "head and snapshot in the pool").await;
+    let info = mons.cli(&["--json", "image", "info", "p/img"]).json();
+    let used = &info["usage"];
+    assert_eq!(used["head_bytes"], 4 * MIB, "{info}");
+    assert_eq!(used["snapshots_bytes"], 2 * MIB, "{info}");
+    assert_eq!(used["raw_bytes"], 18 * MIB, "{info}");
+    assert_eq!(used["snapshots"][0]["name"], "s1", "{info}");
+    assert_eq!(used["snapshots"][0]["bytes"], 2 * MIB, "{info}");
+    let text = mons.cli(&["image", "info", "p/img"]);
+    assert!(
+        text.ok()
+            .contains("used: 6 MiB (head 4 MiB, snapshots 2 MiB), 4 objects, 18 MiB raw"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("snapshot s1 (id 1): 2 MiB"),
+        "{}",
+        text.stdout
+    );
 
     // A discard after the snapshot frees nothing of the snapshot's.
     image.discard(2 * MIB, MIB).await.unwrap();
