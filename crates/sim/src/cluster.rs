@@ -2318,6 +2318,53 @@ impl Cluster {
         self.send_attempt(client);
     }
 
+    /// Sends a scripted client's read of block `block` of object `object` of snapshot `snap`
+    /// to `node`, one attempt; the model checks what it returns.
+    pub fn submit_snap_read(
+        &mut self,
+        client: u32,
+        node: OsdId,
+        snap: u64,
+        (object, block): (u64, u64),
+    ) {
+        let c = client as usize;
+        assert!(self.clients[c].scripted, "client {client} is not scripted");
+        self.events += 1;
+        assert!(self.clients[c].op.is_none(), "client {client} is busy");
+        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
+        let op = self.snap_read_op(snap, object * blocks_per_object + block, 1);
+        self.clients[c].result = None;
+        self.clients[c].hints.insert(op.pg, node);
+        self.start_op(client, op);
+    }
+
+    /// The monitor takes a snapshot of the image now, as the random runs do; its id.
+    pub fn take_snapshot(&mut self) -> Option<u64> {
+        self.events += 1;
+        let before = self.snaps.len();
+        self.on_snap_create(before);
+        (self.snaps.len() > before).then(|| *self.snaps.keys().next_back().expect("taken"))
+    }
+
+    /// Whether the monitor's record shows snapshot `snap` created.
+    pub fn snapshot_created(&self, snap: u64) -> bool {
+        self.snaps.get(&snap).is_some_and(|s| s.created.is_some())
+    }
+
+    /// Node `id` hears no new map for `us` (its map watch stalls), then gets the map of that
+    /// moment (`FaultKind::MapStall`, at a moment a scenario picks).
+    pub fn stall_map(&mut self, id: OsdId, us: u64) {
+        let until = self.now + us;
+        let life = self.nodes[&id].incarnation;
+        self.map_stalled.insert(id, until);
+        self.at(until, Ev::MapTo { node: id, life });
+    }
+
+    /// The PG that holds object `object` of the clients' image.
+    pub fn object_pg(&self, object: u64) -> PgId {
+        object_pg(self.pool, self.o.pg_count, IMAGE, object)
+    }
+
     /// The reply a scripted client got for its last operation, once it has one.
     pub fn result(&self, client: u32) -> Option<&ClientReply> {
         let c = &self.clients[client as usize];

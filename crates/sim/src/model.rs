@@ -359,10 +359,8 @@ impl ImageModel {
         found: &Found,
     ) -> Result<(), String> {
         let ids = self.blocks.get(&block).cloned().unwrap_or_default();
-        let known_before = |w: &WriteRec| {
-            let by = if w.zeros { start } else { writes_by };
-            w.done_at.is_some_and(|d| d < by)
-        };
+        let by = |w: &WriteRec| if w.zeros { start } else { writes_by };
+        let known_before = |w: &WriteRec| w.done_at.is_some_and(|d| d < by(w));
         match found {
             Found::Garbage(why) => Err(format!("block {block}: {why}")),
             Found::Zeros => {
@@ -389,7 +387,8 @@ impl ImageModel {
                     }
                     (None, Some((id, w))) => Err(format!(
                         "block {block}: read over [{start:?}, {end:?}] found zeros, but write \
-                         {id} {w:?} had taken effect before"
+                         {id} {w:?} had taken effect before {:?}",
+                        by(w)
                     )),
                 }
             }
@@ -423,8 +422,8 @@ impl ImageModel {
                         if *id != *write && w_end < v.start && known_before(v) {
                             return Err(format!(
                                 "block {block}: stale read over [{start:?}, {end:?}]: found write \
-                                 {write} {w:?}, but write {id} {v:?} overwrote it before the \
-                                 read started"
+                                 {write} {w:?}, but write {id} {v:?} overwrote it before {:?}",
+                                by(v)
                             ));
                         }
                     }

@@ -52,7 +52,9 @@ impl Scenario {
         o.partition_every_us = 0;
         o.slow_every_us = 0;
         o.outin_every_us = 0;
-        // A scenario takes snapshots itself if it wants any.
+        // A scenario shrinks the image or takes snapshots itself if it wants to (the seed's
+        // times and sizes are for its own image and fault phase).
+        o.shrink_at_us = 0;
         o.snap_at_us.clear();
         o.fault_phase_us = u64::MAX / 4;
         adjust(&mut o);
