@@ -157,6 +157,19 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
     }
 }
 
+/// Where a snapshot read of an object finds its bytes ([`ShardCore::snap_reads_parent`]).
+enum SnapSource {
+    /// In this replica's store (the image is not a clone, or the object lies beyond the
+    /// snapshot's overlap).
+    Clone,
+    /// In the parent within `overlap_bytes`, unless the clone copied the object up.
+    ParentUnlessCopied { overlap_bytes: u64 },
+    /// The snapshot was removed (its trim is pending).
+    Removed,
+    /// This map does not show the image or the snapshot yet: it cannot tell.
+    MapBehind(String),
+}
+
 impl<D: Disk + 'static> ShardCore<D> {
     pub(crate) fn on_bad_request(
         &mut self,
@@ -789,28 +802,58 @@ impl<D: Disk + 'static> ShardCore<D> {
         })
     }
 
-    /// Reads `addr` as image snapshot `snap` holds it, on this (leader) replica, once the
-    /// read barrier passed.
-    /// The overlap within which snapshot `snap` of a clone reads object `addr` from the
-    /// parent if the clone has not copied it up: `None` if the image is not (or no longer)
-    /// a clone in this map, the snapshot is not a clone's, or the object lies beyond its
-    /// overlap (then the clone's own blocks, or zeros, are what it holds). A flattened clone
-    /// copied up every object within every overlap first, so an older map that still shows
-    /// the parent changes no answer.
-    fn snap_reads_parent(&self, addr: ObjectAddr, snap: u64) -> Option<u64> {
-        let extent = self.map.images.as_ref()?.images.get(&addr.image)?;
-        extent.parent_overlap_bytes?;
-        let overlap_bytes = self
+    /// Whether snapshot `snap` of image `addr.image` reads object `addr` from the parent
+    /// where the clone has not copied it up, by this map (`design/snapshots.md`, "Snapshots
+    /// of clones"). A flattened clone copied up every object within every overlap first, so
+    /// a map that still shows the parent changes no answer; a map that does not show the
+    /// image or the snapshot yet cannot answer at all.
+    fn snap_reads_parent(&self, addr: ObjectAddr, snap: u64) -> SnapSource {
+        let Some(table) = &self.map.images else {
+            return SnapSource::Clone;
+        };
+        let extent = match table.check(addr.image, 0, 0, 0) {
+            fastblock_types::map::ImageFence::Unknown => {
+                return SnapSource::MapBehind(format!("image {} is newer than", addr.image))
+            }
+            _ => table.images.get(&addr.image),
+        };
+        let Some(extent) = extent.filter(|e| e.parent_overlap_bytes.is_some()) else {
+            // Not a clone (or removed: its snapshots were removed first).
+            return SnapSource::Clone;
+        };
+        let listed = self
             .map
             .snaps
-            .get(&addr.image)?
-            .iter()
-            .find(|s| s.id.0 == snap)?
-            .parent_overlap_bytes?;
-        let start = addr.object_index.checked_mul(extent.object_size_bytes)?;
-        (start < overlap_bytes).then_some(overlap_bytes)
+            .get(&addr.image)
+            .and_then(|l| l.iter().find(|s| s.id.0 == snap));
+        let Some(info) = listed else {
+            let trimmed = self
+                .map
+                .snap_trims
+                .values()
+                .any(|t| t.image == addr.image && t.snap.0 == snap);
+            return if trimmed {
+                SnapSource::Removed
+            } else {
+                SnapSource::MapBehind(format!(
+                    "snapshot {snap} of clone {} is newer than",
+                    addr.image
+                ))
+            };
+        };
+        let Some(overlap_bytes) = info.parent_overlap_bytes else {
+            return SnapSource::Clone;
+        };
+        let start = addr.object_index.saturating_mul(extent.object_size_bytes);
+        if start < overlap_bytes {
+            SnapSource::ParentUnlessCopied { overlap_bytes }
+        } else {
+            SnapSource::Clone
+        }
     }
 
+    /// Reads `addr` as image snapshot `snap` holds it, on this (leader) replica, once the
+    /// read barrier passed.
     pub(crate) fn snap_read_reply(
         &mut self,
         addr: ObjectAddr,
@@ -822,17 +865,40 @@ impl<D: Disk + 'static> ShardCore<D> {
             image: addr.image,
             index: addr.object_index,
         };
-        if let Some(overlap_bytes) = self.snap_reads_parent(addr, snap) {
-            if !self.store.borrow().is_copied(addr.pg, object) {
+        match self.snap_reads_parent(addr, snap) {
+            SnapSource::Clone => {}
+            SnapSource::ParentUnlessCopied { overlap_bytes } => {
+                if !self.store.borrow().is_copied(addr.pg, object) {
+                    return Reply::error(
+                        Status::ObjectAbsent,
+                        None,
+                        format!(
+                            "pg {}: object {} of clone {} was not copied up when snapshot \
+                             {snap} was taken: read its parent within {overlap_bytes} bytes",
+                            addr.pg, addr.object_index, addr.image
+                        ),
+                    );
+                }
+            }
+            SnapSource::Removed => {
                 return Reply::error(
-                    Status::ObjectAbsent,
+                    Status::NoSuchSnap,
                     None,
                     format!(
-                        "pg {}: object {} of clone {} was not copied up when snapshot {snap} \
-                         was taken: read its parent within {overlap_bytes} bytes",
-                        addr.pg, addr.object_index, addr.image
+                        "pg {}: snapshot {snap} of image {} was removed",
+                        addr.pg, addr.image
                     ),
-                );
+                )
+            }
+            SnapSource::MapBehind(what) => {
+                return Reply::error(
+                    Status::StaleEpoch,
+                    None,
+                    format!(
+                        "pg {}: {what} this osd's map (epoch {}); retry",
+                        addr.pg, self.map.epoch.0
+                    ),
+                )
             }
         }
         let mut buf = vec![0u8; length as usize];

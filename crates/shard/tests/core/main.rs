@@ -1222,3 +1222,101 @@ fn a_snapshot_is_marked_holds_writes_until_created_reads_as_taken_and_is_trimmed
     assert_eq!(status(c.reply(rb)), Some(Status::NoSuchSnap));
     assert_eq!(marked(&c), 1, "confirmed once");
 }
+
+/// `map_with_snap`, with the harness image a clone whose head overlap is
+/// `head_overlap_bytes` and snapshot 1 (if listed) taken at `snap_overlap_bytes`.
+fn map_with_clone_snap(
+    epoch: u64,
+    state: Option<fastblock_types::map::SnapState>,
+    trim: Option<u64>,
+    head_overlap_bytes: u64,
+    snap_overlap_bytes: u64,
+) -> std::sync::Arc<fastblock_types::map::ClusterMap> {
+    let mut m = (*map_with_snap(epoch, state, trim)).clone();
+    let table = m.images.as_mut().expect("an image table");
+    let extent = table.images.get_mut(&harness::IMAGE).expect("the image");
+    extent.parent_overlap_bytes = Some(head_overlap_bytes);
+    for s in m.snaps.values_mut().flatten() {
+        s.parent_overlap_bytes = Some(snap_overlap_bytes);
+    }
+    std::sync::Arc::new(m)
+}
+
+fn copy_up(object: u64, offset: u32, data: &[u8], epoch: u64) -> Request {
+    Request::CopyUp {
+        addr: harness::addr(pg(0), object),
+        offset,
+        epoch: fastblock_types::Epoch(epoch),
+        data: data.to_vec().into(),
+    }
+}
+
+/// Goal: a snapshot read of a clone sends the reader to the parent for an object the clone
+/// had not copied up, within the snapshot's overlap; a copy-up placed by the leader keeps
+/// the parent's bytes beyond the head's overlap for the snapshot (the head reads zeros
+/// there); a map that does not show the snapshot answers `StaleEpoch` (it cannot tell), one
+/// that shows its trim `NoSuchSnap`; a copy-up for an image that is not a clone, or not in
+/// whole blocks, is refused.
+#[test]
+fn snapshot_reads_of_a_clone_go_to_the_parent_until_a_copy_up_placed_for_every_version() {
+    use fastblock_types::map::SnapState;
+    const OBJ: u64 = 64 << 10;
+    let mut c = single();
+    // A plain image refuses copy-ups.
+    c.map(map_with_snap(2, None, None));
+    let r = c.request(1, copy_up(0, 0, &[7u8; 4096], 2));
+    assert_eq!(status(c.reply(r)), Some(Status::InvalidArgument));
+    // A clone reading its parent below 64 KiB (object 0); snapshot 1 read below 128 KiB.
+    c.map(map_with_clone_snap(
+        3,
+        Some(SnapState::Creating),
+        None,
+        OBJ,
+        2 * OBJ,
+    ));
+    c.tick();
+    c.map(map_with_clone_snap(
+        4,
+        Some(SnapState::Created),
+        None,
+        OBJ,
+        2 * OBJ,
+    ));
+    for object in [0, 1] {
+        let r = c.request(1, snap_read(object, 4096, 4));
+        assert_eq!(
+            status(c.reply(r)),
+            Some(Status::ObjectAbsent),
+            "object {object}: the parent's, within the snapshot's overlap"
+        );
+    }
+    // Beyond the snapshot's overlap the clone's own blocks are the answer (zeros here).
+    let r = c.request(1, snap_read(2, 4096, 4));
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![0u8; 4096].into())));
+    // Object 1 lies beyond the head's overlap: its copy-up is kept for the snapshot only.
+    let unaligned = c.request(1, copy_up(1, 512, &[9u8; 4096], 4));
+    assert_eq!(status(c.reply(unaligned)), Some(Status::InvalidArgument));
+    let piece = c.request(1, copy_up(1, 0, &[9u8; 8192], 4));
+    assert_eq!(c.reply(piece), Some(&Reply::Ok));
+    let done = c.request(
+        1,
+        Request::CopyUpDone {
+            addr: harness::addr(pg(0), 1),
+            epoch: fastblock_types::Epoch(4),
+        },
+    );
+    assert_eq!(c.reply(done), Some(&Reply::Ok));
+    let r = c.request(1, snap_read(1, 8192, 4));
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![9u8; 8192].into())));
+    let h = c.request(1, read(pg(0), 1, 0, 8192, 4));
+    assert_eq!(c.reply(h), Some(&Reply::Data(vec![0u8; 8192].into())));
+    let usage = c.core(1).store().image_usage(pg(0), harness::IMAGE);
+    assert_eq!((usage.head_blocks, usage.kept_blocks()), (0, 2));
+    // A map without the snapshot cannot tell; one with its trim says it is gone.
+    c.map(map_with_clone_snap(5, None, None, OBJ, 2 * OBJ));
+    let r = c.request(1, snap_read(0, 4096, 5));
+    assert_eq!(status(c.reply(r)), Some(Status::StaleEpoch));
+    c.map(map_with_clone_snap(6, None, Some(3), OBJ, 2 * OBJ));
+    let r = c.request(1, snap_read(0, 4096, 6));
+    assert_eq!(status(c.reply(r)), Some(Status::NoSuchSnap));
+}
