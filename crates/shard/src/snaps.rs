@@ -242,24 +242,36 @@ impl<D: Disk + 'static> ShardCore<D> {
     /// Why a write to `image` in `pg` must wait for a snapshot being taken (see the module
     /// doc), or `None`.
     pub(crate) fn snap_freeze(&self, pg: PgId, image: ImageId) -> Option<(Status, String)> {
-        let list = self.map.snaps.get(&image)?;
-        let creating: Vec<u64> = list
-            .iter()
-            .filter(|s| s.state == SnapState::Creating)
-            .map(|s| s.id.0)
-            .collect();
-        if creating.is_empty() {
-            return None;
-        }
+        let listed = self.map.snaps.get(&image).map_or(&[][..], |l| l.as_slice());
         let state = self.store.borrow().image_snaps(pg, image);
-        let frozen = creating.iter().find(|snap| {
-            state.live.contains(snap)
-                || self
-                    .snap_ops
-                    .marks
-                    .get(&(pg, image, **snap))
-                    .is_some_and(|s| *s == SnapOpState::Proposed)
-        })?;
+        // Marked here (applied, or proposed by this leader) and not shown created by the map:
+        // being taken. That includes a mark applied from the log while this leader's map is
+        // older than the snapshot (it shows neither the snapshot nor a trim of it): a leader
+        // elected with a stale map would otherwise admit writes between the marks of two PGs
+        // (simulator scenario `a_leader_whose_map_is_older_than_a_snapshot_takes_no_write_the_snapshot_misses`).
+        let taking = |snap: u64| {
+            let in_map = listed.iter().find(|s| s.id.0 == snap);
+            match in_map {
+                Some(s) => s.state == SnapState::Creating,
+                None => !self
+                    .map
+                    .snap_trims
+                    .values()
+                    .any(|t| t.image == image && t.snap.0 == snap),
+            }
+        };
+        let proposed = listed.iter().map(|s| s.id.0).filter(|snap| {
+            self.snap_ops
+                .marks
+                .get(&(pg, image, *snap))
+                .is_some_and(|s| *s == SnapOpState::Proposed)
+        });
+        let frozen = state
+            .live
+            .iter()
+            .copied()
+            .chain(proposed)
+            .find(|snap| taking(*snap))?;
         Some((
             Status::SnapInProgress,
             format!(
