@@ -183,12 +183,10 @@ fn holds_snapshot(t: &Scenario, node: OsdId, pg: PgId, snap: u64) -> bool {
 /// other PG (led by a stalled node) cannot; the written PG's leader is cut off, a stalled
 /// node takes over and is sent a write; then the maps flow, the snapshot is created, and the
 /// block is read from it (the model checks the read against the acknowledged write).
-///
-/// Open (`docs/design/simulator.md`, "Open"): it fails at seed 0 (the stalled leader
-/// acknowledges the write, the snapshot does not hold it, the model finds the snapshot's
-/// block stale). Run it with `--ignored` once the shard core refuses such writes.
+/// Before the shard core froze writes behind a mark its leader's map did not show, the
+/// stalled leader acknowledged the write at seed 0 and the model found the snapshot's block
+/// stale.
 #[test]
-#[ignore = "open: a PG leader whose map predates a snapshot admits writes after its mark"]
 fn a_leader_whose_map_is_older_than_a_snapshot_takes_no_write_the_snapshot_misses() {
     let mut reached = 0;
     for seed in 0..24 {
