@@ -217,21 +217,24 @@ impl Image {
         // An object beyond the head's size (a deep flatten for a snapshot of a shrunk clone)
         // cannot be probed: copy it up; pieces and the mark do nothing if it was already.
         let beyond_head = object_index * self.inner.info.object_size_bytes >= self.size_bytes();
-        let copied = match self.inner.cluster.execute(addr.pg, &probe).await {
-            _ if beyond_head => false,
-            Ok(Reply::Data(_)) => true,
-            Err(ClientError::Io {
-                status: fastblock_wire::Status::ObjectAbsent,
-                ..
-            }) => false,
-            Ok(other) => {
-                return Err(ClientError::Protocol(format!(
-                    "PG {}: unexpected {} reply to a clone read",
-                    addr.pg,
-                    reply_name(&other)
-                )))
+        let copied = if beyond_head {
+            false
+        } else {
+            match self.inner.cluster.execute(addr.pg, &probe).await {
+                Ok(Reply::Data(_)) => true,
+                Err(ClientError::Io {
+                    status: fastblock_wire::Status::ObjectAbsent,
+                    ..
+                }) => false,
+                Ok(other) => {
+                    return Err(ClientError::Protocol(format!(
+                        "PG {}: unexpected {} reply to a clone read",
+                        addr.pg,
+                        reply_name(&other)
+                    )))
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         };
         if !copied {
             let object_bytes = self.inner.info.object_size_bytes;
@@ -296,12 +299,16 @@ impl Image {
             .as_ref()
             .and_then(|t| t.images.get(&id))
             .map_or(link.overlap_bytes, |e| e.parent_overlap_bytes.unwrap_or(0));
-        let Some(snap_overlap) = map
+        let Some(listed) = map
             .snaps
             .get(&id)
             .and_then(|l| l.iter().find(|s| s.id.0 == snap))
-            .and_then(|s| s.parent_overlap_bytes)
         else {
+            // This client's map is older than the snapshot: it cannot tell, and a copy-up
+            // is never wrong (only extra work).
+            return true;
+        };
+        let Some(snap_overlap) = listed.parent_overlap_bytes else {
             return false;
         };
         let object_bytes = self.inner.info.object_size_bytes;

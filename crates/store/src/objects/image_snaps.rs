@@ -323,14 +323,17 @@ impl Objects {
             match state.live.range(birth_of(v) + 1..snap).next_back() {
                 Some(older) => {
                     let to = (sk.0, sk.1, sk.2, sk.3, *older);
-                    // An older snapshot never keeps a version of this block that the removed
-                    // one keeps too: a block is kept once, under the newest snapshot that
-                    // saw it, and both saw this one.
-                    assert!(
-                        self.kept_value(&to)?.is_none(),
-                        "pg {pg}: two kept blocks at {to:?}"
-                    );
-                    self.set_kept(to, None, Some(v));
+                    match self.kept_value(&to)? {
+                        None => self.set_kept(to, None, Some(v)),
+                        // Two versions of the block kept, under the removed snapshot and
+                        // under the older one (only after a catch-up replay, which may keep
+                        // a version the sender freed): the older snapshot reads its own, and
+                        // no live snapshot reads the other any more.
+                        Some(_) => {
+                            self.release(pg, phys_of(v));
+                            freed += 1;
+                        }
+                    }
                 }
                 None => {
                     self.release(pg, phys_of(v));
