@@ -711,12 +711,18 @@ impl<D: Disk> Store<D> {
         let first = from_bytes / object_size_bytes;
         let cut = from_bytes % object_size_bytes;
         // A removed image goes whole: objects beyond its last size too (a clone's deep
-        // copy-up may have made some for its snapshots), and its copied marks.
+        // copy-up may have made some for its snapshots), its snapshot state, the blocks its
+        // removed snapshots still keep, and its copied marks.
         let end = if from_bytes == 0 {
             u64::MAX
         } else {
             to_bytes.div_ceil(object_size_bytes)
         };
+        if from_bytes == 0 {
+            // Snapshots first, so that deleting the objects frees their blocks instead of
+            // keeping them for a snapshot whose trim is still on its way.
+            self.guard(|s| s.objects.image_snaps_drop(pg, Some(image)))?;
+        }
         let objects: Vec<(ObjectId, u64)> = self.objects.image_objects(pg, image, first..end);
         let mut touched = 0;
         for (object, size_bytes) in objects {

@@ -655,3 +655,49 @@ proptest! {
         run_transfer(&before, &during, &after);
     }
 }
+
+/// An image removed while the trims of its removed snapshots are still on their way (the
+/// monitor removed the snapshots, then the image): the removal frees the blocks those
+/// snapshots keep and drops the image's snapshot state; the late trim finds nothing to do.
+#[test]
+fn removing_an_image_frees_what_its_pending_snapshot_trims_would() {
+    let (_d, _m, mut s) = new_sim(16 << 20);
+    s.append_entries(the_pg(), &[entry(1, 1, 8)]).unwrap();
+    s.commit().unwrap();
+    s.flush().unwrap();
+    let empty = s.free_data_bytes();
+    let img = ImageId(1);
+    for obj in 0..OBJECTS {
+        s.write_object(the_pg(), object(1, obj), 0, &pattern(obj, OBJ_BYTES))
+            .unwrap();
+    }
+    s.image_snap_create(the_pg(), img, 1).unwrap();
+    s.write_object(the_pg(), object(1, 0), 0, &pattern(9, OBJ_BYTES))
+        .unwrap();
+    assert_eq!(s.image_usage(the_pg(), img).kept_blocks(), 16);
+    s.reclaim_image_range(
+        the_pg(),
+        img,
+        0,
+        OBJECTS * OBJ_BYTES as u64,
+        OBJ_BYTES as u64,
+    )
+    .unwrap();
+    assert_eq!(
+        s.image_usage(the_pg(), img),
+        fastblock_store::ImageUsage::default()
+    );
+    assert_eq!(
+        s.image_snaps(the_pg(), img),
+        fastblock_store::ImageSnaps::default()
+    );
+    assert_eq!(
+        s.image_snap_remove(the_pg(), img, 1).unwrap(),
+        0,
+        "the late trim"
+    );
+    s.verify_usage().unwrap();
+    s.flush().unwrap();
+    s.flush().unwrap();
+    assert_eq!(s.free_data_bytes(), empty, "blocks leaked");
+}

@@ -421,16 +421,23 @@ impl Objects {
     /// Drops every snapshot of every image of `pg` and frees the blocks they keep (PG
     /// removal, and a PG about to be replaced by a snapshot install).
     pub(super) fn image_snaps_drop_pg(&mut self, pg: PgId) -> Result<()> {
+        self.image_snaps_drop(pg, None)
+    }
+
+    /// Drops every snapshot of `image` (or of every image, `None`) in `pg` and frees the
+    /// blocks they keep: the image is removed (its snapshots were removed before it; their
+    /// trims may still be on their way, and find nothing left to do).
+    pub fn image_snaps_drop(&mut self, pg: PgId, image: Option<ImageId>) -> Result<()> {
         let p = pg_to_u64(pg);
-        let kept =
-            self.snap_entries((p, 0, 0, 0, 0), (p, u64::MAX, u64::MAX, u32::MAX, u64::MAX))?;
+        let (lo, hi) = image.map_or((0, u64::MAX), |i| (i.0, i.0));
+        let kept = self.snap_entries((p, lo, 0, 0, 0), (p, hi, u64::MAX, u32::MAX, u64::MAX))?;
         for (sk, v) in kept {
             self.set_kept(sk, Some(v), None);
             self.release(pg, phys_of(v));
         }
         let keys: Vec<(u64, u64)> = self
             .image_snaps
-            .range((p, 0)..=(p, u64::MAX))
+            .range((p, lo)..=(p, hi))
             .map(|(k, _)| *k)
             .collect();
         for k in keys {
