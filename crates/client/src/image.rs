@@ -277,11 +277,7 @@ impl Image {
     fn parent_reach_bytes(&self, link: &ParentLink) -> u64 {
         let map = self.inner.cluster.map();
         let id = self.inner.info.id;
-        let head = map
-            .images
-            .as_ref()
-            .and_then(|t| t.images.get(&id))
-            .map_or(link.overlap_bytes, |e| e.parent_overlap_bytes.unwrap_or(0));
+        let head = head_overlap_bytes(&map, id, link);
         let snaps = map.snaps.get(&id).into_iter().flatten();
         snaps
             .filter_map(|s| s.parent_overlap_bytes)
@@ -294,11 +290,7 @@ impl Image {
     fn snapshot_reads_more(&self, link: &ParentLink, object_index: u64, snap: u64) -> bool {
         let map = self.inner.cluster.map();
         let id = self.inner.info.id;
-        let head = map
-            .images
-            .as_ref()
-            .and_then(|t| t.images.get(&id))
-            .map_or(link.overlap_bytes, |e| e.parent_overlap_bytes.unwrap_or(0));
+        let head = head_overlap_bytes(&map, id, link);
         let Some(listed) = map
             .snaps
             .get(&id)
@@ -779,6 +771,19 @@ impl Image {
             ))),
         }
     }
+}
+
+/// The head's overlap of clone `id` with its parent as `map` shows it (a shrink by another
+/// client cuts it), else as this client opened it; 0 once the map shows it flattened.
+fn head_overlap_bytes(
+    map: &fastblock_types::map::ClusterMap,
+    id: fastblock_types::ImageId,
+    link: &ParentLink,
+) -> u64 {
+    map.images
+        .as_ref()
+        .and_then(|t| t.images.get(&id))
+        .map_or(link.overlap_bytes, |e| e.parent_overlap_bytes.unwrap_or(0))
 }
 
 /// Checks an OSD's allocated ranges for one object request (in order, not overlapping, not

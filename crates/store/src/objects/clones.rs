@@ -22,7 +22,7 @@
 use super::image_snaps::{pack, phys_of};
 use super::{block_crc, meta, obj_key, BlockKey, Objects, WriteAs, BS};
 use crate::disk::Disk;
-use crate::error::{Error, ObjectId, Result, SpaceArea};
+use crate::error::{Error, ObjectId, Result};
 use crate::wal::record::pg_to_u64;
 use fastblock_types::clone_data::CopyUpTarget;
 use fastblock_types::{ImageId, PgId};
@@ -111,15 +111,7 @@ impl Objects {
             return Ok(());
         };
         let blocks = data.len() as u64 / BS;
-        let extents = self.alloc.allocate(blocks).ok_or(Error::NoSpace {
-            area: SpaceArea::Data,
-            needed_bytes: blocks * BS,
-            free_bytes: self.alloc.free_blocks() * BS,
-        })?;
-        let physs: Vec<u64> = extents
-            .iter()
-            .flat_map(|e| e.start_block..e.start_block + e.block_count)
-            .collect();
+        let physs = self.allocate_blocks(blocks)?;
         for (i, phys) in physs.into_iter().enumerate() {
             let b = offset_bytes / BS + i as u64;
             let key: BlockKey = (ok.0, ok.1, ok.2, b as u32);

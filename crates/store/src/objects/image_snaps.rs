@@ -30,7 +30,7 @@
 use super::transfer::{BlockVersion, ChunkVersions};
 use super::{block_crc, meta, obj_key, BlockKey, BlockVal, Objects, BS};
 use crate::disk::{AlignedBuf, Disk};
-use crate::error::{Error, ObjectId, Result, SpaceArea};
+use crate::error::{Error, ObjectId, Result};
 use crate::wal::record::pg_to_u64;
 use fastblock_types::{ImageId, PgId};
 use redb::ReadableTable;
@@ -385,14 +385,7 @@ impl Objects {
             }
         }
         let copies = changes.iter().filter(|c| c.1.is_some()).count() as u64;
-        let extents = self.alloc.allocate(copies).ok_or(Error::NoSpace {
-            area: SpaceArea::Data,
-            needed_bytes: copies * BS,
-            free_bytes: self.alloc.free_blocks() * BS,
-        })?;
-        let mut physs = extents
-            .iter()
-            .flat_map(|e| e.start_block..e.start_block + e.block_count);
+        let mut physs = self.allocate_blocks(copies)?.into_iter();
         let mut data = AlignedBuf::zeroed(BS as usize);
         for (key, target, head) in changes {
             let new = match target {

@@ -410,6 +410,20 @@ impl Objects {
         Ok(())
     }
 
+    /// Allocates `count` data blocks (in as few runs as the free space allows), or refuses
+    /// with `NoSpace` before anything changed.
+    pub(super) fn allocate_blocks(&mut self, count: u64) -> Result<Vec<u64>> {
+        let extents = self.alloc.allocate(count).ok_or(Error::NoSpace {
+            area: SpaceArea::Data,
+            needed_bytes: count * BS,
+            free_bytes: self.alloc.free_blocks() * BS,
+        })?;
+        Ok(extents
+            .iter()
+            .flat_map(|e| e.start_block..e.start_block + e.block_count)
+            .collect())
+    }
+
     /// Applies a write: new blocks are allocated for every block it touches (partial blocks
     /// are merged with their old content). Not durable until the next flush; replayable.
     pub fn write(
@@ -460,19 +474,12 @@ impl Objects {
                 edges.insert(b, buf);
             }
         }
-        let extents = self.alloc.allocate(block_count).ok_or(Error::NoSpace {
-            area: SpaceArea::Data,
-            needed_bytes: block_count * BS,
-            free_bytes: self.alloc.free_blocks() * BS,
-        })?;
-        let physs = extents
-            .iter()
-            .flat_map(|e| e.start_block..e.start_block + e.block_count);
+        let physs = self.allocate_blocks(block_count)?;
         let birth = match how {
             WriteAs::Write => self.birth_now(&keys[0]),
             WriteAs::CopyUpHead => 0,
         };
-        for (i, phys) in physs.enumerate().collect::<Vec<_>>() {
+        for (i, phys) in physs.into_iter().enumerate() {
             let b = first_block + i as u64;
             let at = self.stage_block(disk, phys)?;
             let dst = &mut self.stage.buf[at..at + BS as usize];

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::disk::AlignedBuf;
 use crate::disk::Disk;
-use crate::error::{Error, ObjectId, Result, SpaceArea};
+use crate::error::{Error, ObjectId, Result};
 use crate::wal::record::{pg_from_u64, pg_to_u64};
 use fastblock_types::PgId;
 use raft::eraftpb::ConfState;
@@ -212,14 +212,7 @@ impl Objects {
             }
         }
         let new_count = same.iter().filter(|s| s.is_none()).count() as u64;
-        let extents = self.alloc.allocate(new_count).ok_or(Error::NoSpace {
-            area: SpaceArea::Data,
-            needed_bytes: new_count * BS,
-            free_bytes: self.alloc.free_blocks() * BS,
-        })?;
-        let mut physs = extents
-            .iter()
-            .flat_map(|e| e.start_block..e.start_block + e.block_count);
+        let mut physs = self.allocate_blocks(new_count)?.into_iter();
         let mut staged = Vec::with_capacity(count);
         for n in 0..count {
             let phys = match same[n] {
