@@ -707,9 +707,10 @@ async fn tls_and_allow_lists_with_qemu_and_libnbd() {
 /// Image snapshots end to end, on real processes: a pattern written and acknowledged, a
 /// snapshot, an overwrite (some of it racing the snapshot's creation: those writes wait and
 /// all succeed), then `qemu-img compare` shows the snapshot's export equal to the first
-/// pattern and the head equal to the second; the snapshot's export is read-only (qemu-io's
-/// write fails, nothing changes); a rollback restores the first pattern; removing the
-/// snapshot gives the blocks it kept back on the OSDs.
+/// pattern and the head equal to the second, and `qemu-img convert` and `nbdcopy` copy it
+/// out whole; the snapshot's export is read-only (qemu-io's write fails, nothing changes); a
+/// rollback restores the first pattern; removing the snapshot gives the blocks it kept back
+/// on the OSDs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_export_rollback_and_removal() {
     if !have_tools(&["qemu-img", "qemu-io", "nbdinfo"]) {
@@ -786,6 +787,30 @@ async fn snapshot_export_rollback_and_removal() {
     run(
         "qemu-img",
         &["compare", "-f", "raw", "-F", "raw", snap_path, &snap_uri],
+    );
+    // Copied out as a backup tool would: qemu-img convert and nbdcopy of the snapshot's
+    // export give the first pattern, byte for byte.
+    let converted = s.dir.path().join("snap-converted.raw");
+    let copied = s.dir.path().join("snap-nbdcopy.raw");
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &snap_uri,
+            converted.to_str().unwrap(),
+        ],
+    );
+    if have_tools(&["nbdcopy"]) {
+        run("nbdcopy", &[&snap_uri, copied.to_str().unwrap()]);
+        assert!(std::fs::read(&copied).unwrap() == in_snap[..], "nbdcopy");
+    }
+    assert!(
+        std::fs::read(&converted).unwrap() == in_snap[..],
+        "qemu-img convert"
     );
     let list = run("nbdinfo", &["--list", &s.uri("")]);
     assert!(list.contains("fb3/snapimg@s1"), "{list}");
