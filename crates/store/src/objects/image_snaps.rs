@@ -245,18 +245,46 @@ impl Objects {
 
     /// What block `key` holds in snapshot `snap` (which must be live): `None` is a hole.
     fn resolve_in_snap(&mut self, key: &BlockKey, snap: u64) -> Result<Option<BlockVal>> {
-        let kept = self.snap_entries(
-            (key.0, key.1, key.2, key.3, snap),
-            (key.0, key.1, key.2, key.3, u64::MAX),
-        )?;
-        // The first version of the block that was still there when `snap` was taken (kept
-        // under `snap` or a newer snapshot, else the head) is what `snap` saw, if it was
-        // already born then; if it was born later, the block was a hole at `snap`.
-        let first = match kept.into_iter().next() {
-            Some((_, v)) => Some(v),
-            None => self.lookup_many(std::slice::from_ref(key))?[0],
+        Ok(self.resolve_blocks_in_snap(std::slice::from_ref(key), snap)?[0])
+    }
+
+    /// [`Objects::resolve_in_snap`] for consecutive blocks of one object, with one scan of
+    /// the kept entries and one head lookup for all of them.
+    fn resolve_blocks_in_snap(
+        &mut self,
+        keys: &[BlockKey],
+        snap: u64,
+    ) -> Result<Vec<Option<BlockVal>>> {
+        let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
+            return Ok(Vec::new());
         };
-        Ok(first.filter(|v| birth_of(*v) < snap))
+        debug_assert!(keys
+            .windows(2)
+            .all(|w| w[0].3 + 1 == w[1].3 && w[0].2 == w[1].2));
+        let kept = self.snap_entries(
+            (first.0, first.1, first.2, first.3, snap),
+            (last.0, last.1, last.2, last.3, u64::MAX),
+        )?;
+        // The first version of a block that was still there when `snap` was taken (kept
+        // under `snap` or a newer snapshot, else the head) is what `snap` saw, if it was
+        // already born then; if it was born later, the block was a hole at `snap`. The scan
+        // is in key order, so a block's entries come by increasing snapshot id.
+        let mut first_kept: BTreeMap<u32, BlockVal> = BTreeMap::new();
+        for (sk, v) in kept.into_iter().filter(|(sk, _)| sk.4 >= snap) {
+            first_kept.entry(sk.3).or_insert(v);
+        }
+        let heads = self.lookup_many(keys)?;
+        Ok(keys
+            .iter()
+            .zip(heads)
+            .map(|(k, head)| {
+                first_kept
+                    .get(&k.3)
+                    .copied()
+                    .or(head)
+                    .filter(|v| birth_of(*v) < snap)
+            })
+            .collect())
     }
 
     fn check_live(&self, pg: PgId, image: ImageId, snap: u64) -> Result<()> {
@@ -283,21 +311,13 @@ impl Objects {
         self.submit_staged(disk, false)?;
         let ok = obj_key(pg, object);
         let end = offset_bytes + buf.len() as u64;
-        let mut block = AlignedBuf::zeroed(BS as usize);
-        for b in offset_bytes / BS..end.div_ceil(BS) {
-            let key = (ok.0, ok.1, ok.2, b as u32);
-            let lo = (b * BS).max(offset_bytes);
-            let hi = ((b + 1) * BS).min(end);
-            let dst = &mut buf[(lo - offset_bytes) as usize..(hi - offset_bytes) as usize];
-            match self.resolve_in_snap(&key, snap)? {
-                None => dst.fill(0),
-                Some(v) => {
-                    self.read_block(disk, pg, &key, v, &mut block)?;
-                    let at = (lo - b * BS) as usize;
-                    dst.copy_from_slice(&block[at..at + dst.len()]);
-                }
-            }
-        }
+        let keys: Vec<BlockKey> = (offset_bytes / BS..end.div_ceil(BS))
+            .map(|b| (ok.0, ok.1, ok.2, b as u32))
+            .collect();
+        let vals = self.resolve_blocks_in_snap(&keys, snap)?;
+        let blocks = self.read_resolved(disk, &keys, &vals)?;
+        let used = blocks.scatter(0, offset_bytes, buf);
+        assert_eq!(used, keys.len());
         Ok(())
     }
 

@@ -55,6 +55,37 @@ type BlockKey = (u64, u64, u64, u32);
 type BlockVal = (u64, u32);
 type ObjKey = (u64, u64, u64);
 
+/// Blocks read by [`Objects::read_resolved`], in the order of their keys.
+pub(super) struct ResolvedBlocks {
+    data: AlignedBuf,
+    /// Key index -> block slot in `data`; `usize::MAX`: a hole.
+    slot_of: Vec<usize>,
+}
+
+impl ResolvedBlocks {
+    /// Copies the bytes `offset_bytes..offset_bytes + buf.len()` of one object into `buf`,
+    /// from the blocks of keys `first_key..` (one per 4 KiB block the range touches; holes
+    /// read as zeros). Returns the keys used.
+    pub(super) fn scatter(&self, first_key: usize, offset_bytes: u64, buf: &mut [u8]) -> usize {
+        let end = offset_bytes + buf.len() as u64;
+        let mut k = first_key;
+        for b in offset_bytes / BS..end.div_ceil(BS) {
+            let lo = (b * BS).max(offset_bytes);
+            let hi = ((b + 1) * BS).min(end);
+            let dst = &mut buf[(lo - offset_bytes) as usize..(hi - offset_bytes) as usize];
+            match self.slot_of[k] {
+                usize::MAX => dst.fill(0),
+                n => {
+                    let src = n * BS as usize + (lo - b * BS) as usize;
+                    dst.copy_from_slice(&self.data[src..src + dst.len()]);
+                }
+            }
+            k += 1;
+        }
+        k - first_key
+    }
+}
+
 /// How [`Objects::write_as`] writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum WriteAs {
@@ -689,11 +720,29 @@ impl Objects {
             }
         }
         let vals = self.lookup_many(&keys)?;
+        let blocks = self.read_resolved(disk, &keys, &vals)?;
+        let mut k = 0;
+        for r in reqs.iter_mut() {
+            k += blocks.scatter(k, r.offset_bytes, r.buf);
+        }
+        assert_eq!(k, keys.len());
+        Ok(())
+    }
+
+    /// Reads the blocks `vals` maps `keys` to (a `None` is a hole) with one device
+    /// submission, each checked against its checksum.
+    pub(super) fn read_resolved(
+        &self,
+        disk: &mut dyn Disk,
+        keys: &[BlockKey],
+        vals: &[Option<BlockVal>],
+    ) -> Result<ResolvedBlocks> {
+        assert_eq!(keys.len(), vals.len());
         let mapped: Vec<usize> = (0..keys.len()).filter(|i| vals[*i].is_some()).collect();
-        let mut blocks = AlignedBuf::zeroed(mapped.len() * BS as usize);
+        let mut data = AlignedBuf::zeroed(mapped.len() * BS as usize);
         {
             let mut ops: Vec<ReadOp<'_>> = Vec::with_capacity(mapped.len());
-            for (chunk, i) in blocks.chunks_mut(BS as usize).zip(&mapped) {
+            for (chunk, i) in data.chunks_mut(BS as usize).zip(&mapped) {
                 let phys = phys_of(vals[*i].expect("mapped"));
                 ops.push(ReadOp {
                     offset_bytes: self.data_offset_bytes + phys * BS,
@@ -706,10 +755,10 @@ impl Objects {
         let mut slot_of = vec![usize::MAX; keys.len()];
         for (n, i) in mapped.iter().enumerate() {
             slot_of[*i] = n;
-            let data = &blocks[n * BS as usize..(n + 1) * BS as usize];
+            let block = &data[n * BS as usize..(n + 1) * BS as usize];
             let val = vals[*i].expect("mapped");
             let (phys, crc) = (phys_of(val), val.1);
-            if block_crc(&keys[*i], data) != crc {
+            if block_crc(&keys[*i], block) != crc {
                 let k = keys[*i];
                 let pg = crate::wal::record::pg_from_u64(k.0);
                 return Err(Error::Checksum {
@@ -723,26 +772,7 @@ impl Objects {
                 });
             }
         }
-        let mut k = 0;
-        for r in reqs.iter_mut() {
-            let end = r.offset_bytes + r.buf.len() as u64;
-            for b in r.offset_bytes / BS..end.div_ceil(BS) {
-                let lo = (b * BS).max(r.offset_bytes);
-                let hi = ((b + 1) * BS).min(end);
-                let dst =
-                    &mut r.buf[(lo - r.offset_bytes) as usize..(hi - r.offset_bytes) as usize];
-                match slot_of[k] {
-                    usize::MAX => dst.fill(0),
-                    n => {
-                        let src = n * BS as usize + (lo - b * BS) as usize;
-                        dst.copy_from_slice(&blocks[src..src + dst.len()]);
-                    }
-                }
-                k += 1;
-            }
-        }
-        assert_eq!(k, keys.len());
-        Ok(())
+        Ok(ResolvedBlocks { data, slot_of })
     }
 
     /// Makes every applied change durable: data first (written + fdatasync), then the block
