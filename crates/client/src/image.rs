@@ -385,7 +385,16 @@ impl Image {
         let start = extent.object_index * self.inner.info.object_size_bytes
             + u64::from(extent.object_offset);
         let len = u64::from(extent.len);
-        let from_parent = link.overlap_bytes.saturating_sub(start).min(len);
+        // The head's overlap as the map shows it now: another client may have shrunk the
+        // clone since this one opened it (a snapshot keeps the overlap of its moment).
+        let overlap = match &self.inner.snap {
+            Some(_) => link.overlap_bytes,
+            None => {
+                let map = self.inner.cluster.map();
+                head_overlap_bytes(&map, self.inner.info.id, link).min(link.overlap_bytes)
+            }
+        };
+        let from_parent = overlap.saturating_sub(start).min(len);
         if from_parent == len {
             return link.view.read_boxed(start, len).await;
         }
