@@ -149,13 +149,34 @@ impl Image {
         // Every object some version reads from the parent: the head's overlap and every
         // snapshot's (a deep flatten, so that the snapshots stand alone too).
         let count = self.parent_reach_bytes(link).div_ceil(object_bytes);
+        self.for_each_object(
+            count,
+            objects_in_flight_max,
+            progress,
+            |image, object| async move { image.ensure_copied(object).await },
+        )
+        .await
+    }
+
+    /// Runs `op` on objects `0..count` of this image, `objects_in_flight_max` at a time,
+    /// calling `progress` with (objects done, objects in all) after each; the first error
+    /// ends it (the tasks still running are cancelled).
+    async fn for_each_object<F, Fut>(
+        &self,
+        count: u64,
+        objects_in_flight_max: usize,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+        op: F,
+    ) -> Result<(), ClientError>
+    where
+        F: Fn(Image, u64) -> Fut,
+        Fut: std::future::Future<Output = Result<(), ClientError>> + Send + 'static,
+    {
         let mut tasks = JoinSet::new();
         let (mut next, mut done) = (0u64, 0u64);
         while done < count {
             while next < count && tasks.len() < objects_in_flight_max.max(1) {
-                let image = self.clone();
-                let object = next;
-                tasks.spawn(async move { image.ensure_copied(object).await });
+                tasks.spawn(op(self.clone(), next));
                 next += 1;
             }
             match tasks.join_next().await {
@@ -479,33 +500,24 @@ impl Image {
                 size: self.size_bytes(),
             });
         }
-        let mut tasks = JoinSet::new();
-        let mut next = 0u64;
-        let mut done = 0u64;
-        while done < count {
-            while next < count && tasks.len() < objects_in_flight_max.max(1) {
-                let image = self.clone();
+        self.for_each_object(
+            count,
+            objects_in_flight_max,
+            progress,
+            |image, object| async move {
                 let extent = Extent {
-                    object_index: next,
+                    object_index: object,
                     object_offset: 0,
                     len: 0,
                     buffer_offset: 0,
                 };
-                tasks.spawn(async move { image.object_op(Op::Rollback, extent, None, snap).await });
-                next += 1;
-            }
-            match tasks.join_next().await {
-                Some(Ok(r)) => {
-                    r?;
-                    done += 1;
-                    progress(done, count);
-                }
-                Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Some(Err(e)) => return Err(ClientError::Protocol(format!("IO task: {e}"))),
-                None => break,
-            }
-        }
-        Ok(())
+                image
+                    .object_op(Op::Rollback, extent, None, snap)
+                    .await
+                    .map(|_| ())
+            },
+        )
+        .await
     }
 
     pub fn info(&self) -> &ImageInfo {

@@ -764,14 +764,8 @@ async fn snapshot_export_rollback_and_removal() {
     let head_uri = s.uri("fb3/snapimg");
     let snap_path = snap_file.to_str().unwrap();
     let head_path = head_file.to_str().unwrap();
-    run(
-        "qemu-img",
-        &["compare", "-f", "raw", "-F", "raw", snap_path, &snap_uri],
-    );
-    run(
-        "qemu-img",
-        &["compare", "-f", "raw", "-F", "raw", head_path, &head_uri],
-    );
+    same_bytes(snap_path, &snap_uri);
+    same_bytes(head_path, &head_uri);
     // The two differ: the snapshot did not follow the head.
     run_fails(
         "qemu-img",
@@ -784,10 +778,7 @@ async fn snapshot_export_rollback_and_removal() {
         "qemu-io",
         &["-f", "raw", "-c", "write -P 7 0 4096", &snap_uri],
     );
-    run(
-        "qemu-img",
-        &["compare", "-f", "raw", "-F", "raw", snap_path, &snap_uri],
-    );
+    same_bytes(snap_path, &snap_uri);
     // Copied out as a backup tool would: qemu-img convert and nbdcopy of the snapshot's
     // export give the first pattern, byte for byte.
     let converted = s.dir.path().join("snap-converted.raw");
@@ -820,10 +811,7 @@ async fn snapshot_export_rollback_and_removal() {
         .rollback_objects(snap.id.0, snap.size_bytes, 4, &|_, _| {})
         .await
         .unwrap();
-    run(
-        "qemu-img",
-        &["compare", "-f", "raw", "-F", "raw", snap_path, &head_uri],
-    );
+    same_bytes(snap_path, &head_uri);
 
     // Removing the snapshot gives back the blocks it kept (half the image, on 3 replicas).
     let before: u64 = s.free_bytes().await.iter().sum();
@@ -838,10 +826,13 @@ async fn snapshot_export_rollback_and_removal() {
     )
     .await;
     // And the head still reads as the rollback left it.
-    run(
-        "qemu-img",
-        &["compare", "-f", "raw", "-F", "raw", snap_path, &head_uri],
-    );
+    same_bytes(snap_path, &head_uri);
+}
+
+/// `qemu-img compare` of a raw file and a raw export (or two of either): panics unless they
+/// hold the same bytes.
+fn same_bytes(a: &str, b: &str) {
+    run("qemu-img", &["compare", "-f", "raw", "-F", "raw", a, b]);
 }
 
 /// `len` bytes at `offset` of stamped blocks of `generation` (every 4 KiB differs, so a
@@ -930,18 +921,7 @@ async fn a_clone_reads_through_takes_its_own_writes_and_survives_flatten() {
     let want_file = s.dir.path().join("kid.raw");
     std::fs::write(&want_file, &want).unwrap();
     let want_path = want_file.to_str().unwrap();
-    run(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            want_path,
-            &s.uri("fb1/kid"),
-        ],
-    );
+    same_bytes(want_path, &s.uri("fb1/kid"));
 
     // The snapshot is in use: neither removed nor unprotected.
     assert!(mon.remove_snap("fb3", "golden", "base").await.is_err());
@@ -949,18 +929,7 @@ async fn a_clone_reads_through_takes_its_own_writes_and_survives_flatten() {
     // A snapshot of the clone, taken while most of it is still its parent's: exported over
     // NBD, it reads what the clone read then, before and after the flatten.
     mon.create_snap("fb1", "kid", "k1").await.unwrap();
-    run(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            want_path,
-            &s.uri("fb1/kid@k1"),
-        ],
-    );
+    same_bytes(want_path, &s.uri("fb1/kid@k1"));
 
     kid.flatten(4, &|_, _| {}).await.unwrap();
     let flat = mon.flatten_done("fb1", "kid").await.unwrap();
@@ -984,28 +953,6 @@ async fn a_clone_reads_through_takes_its_own_writes_and_survives_flatten() {
         flat_kid.read(0, SIZE).await.unwrap() == want[..],
         "after flatten"
     );
-    run(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            want_path,
-            &s.uri("fb1/kid"),
-        ],
-    );
-    run(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            want_path,
-            &s.uri("fb1/kid@k1"),
-        ],
-    );
+    same_bytes(want_path, &s.uri("fb1/kid"));
+    same_bytes(want_path, &s.uri("fb1/kid@k1"));
 }

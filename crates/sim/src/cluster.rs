@@ -1899,8 +1899,14 @@ impl Cluster {
             block + blocks <= blocks_per_object,
             "a read within one object"
         );
+        self.op_of(ClientOpKind::SnapRead { snap }, object, block, blocks)
+    }
+
+    /// An operation of `kind` on `blocks` blocks of `object` from `block` on, issued now.
+    fn op_of(&self, kind: ClientOpKind, object: u64, block: u64, blocks: u64) -> ClientOp {
+        let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
         ClientOp {
-            kind: ClientOpKind::SnapRead { snap },
+            kind,
             beyond: false,
             pg: object_pg(self.pool, self.o.pg_count, IMAGE, object),
             object: ObjectRef {
@@ -1908,7 +1914,7 @@ impl Cluster {
                 index: object,
             },
             offset: (block * BLOCK_BYTES as u64) as u32,
-            first_block,
+            first_block: object * blocks_per_object + block,
             blocks,
             started: self.now,
             attempt_started: self.at_now(),
@@ -1938,20 +1944,7 @@ impl Cluster {
         } else {
             ClientOpKind::Read
         };
-        ClientOp {
-            kind,
-            beyond: false,
-            pg: object_pg(self.pool, self.o.pg_count, IMAGE, object),
-            object: ObjectRef {
-                image: IMAGE,
-                index: object,
-            },
-            offset: (block * BLOCK_BYTES as u64) as u32,
-            first_block,
-            blocks,
-            started: self.now,
-            attempt_started: self.at_now(),
-        }
+        self.op_of(kind, object, block, blocks)
     }
 
     /// Where a client sends its next attempt: the last leader it heard of, else one of the
