@@ -18,6 +18,10 @@ declare -A PROVIDES=(
   [e2fsprogs]=mkfs.ext4
   [mount]=losetup
   [uuid-runtime]=uuidgen
+  # The network-partition tests (crates/fastblock/tests/partition.rs): network namespaces,
+  # veth pairs and a bridge (ip), and DROP rules inside a namespace (nft).
+  [iproute2]=ip
+  [nftables]=nft
   # bench/run.sh: its report (python3, standard library only) and plots (gnuplot).
   [python3]=python3
   [gnuplot-nox]=gnuplot
