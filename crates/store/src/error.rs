@@ -51,6 +51,19 @@ pub enum Error {
         block_index: u64,
         physical_block: u64,
     },
+    /// A 4 KiB data block could not be read: the device answered an error for it. Like
+    /// [`Error::Checksum`], it concerns that block alone (a read changes nothing on disk, so
+    /// the engine goes on); the owner repairs the block from another replica and counts the
+    /// errors to take a failing disk out of service.
+    #[error("read error in PG {pg} object {object:?} block {block_index} (disk block {physical_block}): {source}")]
+    BlockUnreadable {
+        pg: PgId,
+        object: ObjectId,
+        block_index: u64,
+        physical_block: u64,
+        #[source]
+        source: io::Error,
+    },
     /// A read or rollback named a snapshot this PG does not hold for the image (never
     /// created here, or removed). `snap` 0: the image has no snapshots in this PG.
     #[error("PG {pg} holds no snapshot {snap} of image {image}")]
@@ -113,6 +126,27 @@ impl Error {
     /// Errors after which the engine must stop (the disk state is unknown).
     pub fn is_fatal(&self) -> bool {
         matches!(self, Error::Io { .. } | Error::Meta(_) | Error::PreviousIo)
+    }
+
+    /// The damaged block this error is about, if it is about one data block whose copy on
+    /// this disk is bad (a checksum mismatch or a read error): another replica's copy can
+    /// repair it.
+    pub fn bad_block(&self) -> Option<(PgId, ObjectId, u64)> {
+        match self {
+            Error::Checksum {
+                pg,
+                object,
+                block_index,
+                ..
+            }
+            | Error::BlockUnreadable {
+                pg,
+                object,
+                block_index,
+                ..
+            } => Some((*pg, *object, *block_index)),
+            _ => None,
+        }
     }
 }
 

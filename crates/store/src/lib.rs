@@ -33,7 +33,9 @@
 //! - A data block referenced by flushed metadata is never overwritten (copy-on-write), so
 //!   applying needs no sync and replay after a crash is idempotent.
 //! - Damage is never silent: torn WAL tails are cut, damage before the tail is
-//!   [`Error::LogCorrupt`], a bad data block is [`Error::Checksum`].
+//!   [`Error::LogCorrupt`], a bad data block is [`Error::Checksum`] (or
+//!   [`Error::BlockUnreadable`]), noted for repair from another replica
+//!   (`objects/damage.rs`); a bad block never stops the engine.
 //! - After an I/O error every call returns [`Error::PreviousIo`].
 //!
 //! This crate is synchronous and deterministic: no async, no clock, no hidden randomness
@@ -61,6 +63,6 @@ pub use error::{Error, ObjectId, Result, SpaceArea};
 pub use flusher::{Finished, FlushRunner};
 pub use objects::transfer::{BlockVersion, ChunkVersions};
 pub use objects::ObjectRead;
-pub use objects::{BlockCacheStats, ImageSnaps, ImageUsage, MetaCommit, IMAGE_SNAP_ID_MAX};
+pub use objects::{BlockCacheStats, DamageCounts, DamagedBlock, ImageSnaps, ImageUsage, MetaCommit, IMAGE_SNAP_ID_MAX};
 pub use raft_storage::PgStorage;
 pub use store::{meta_path, FlushDone, MkfsOptions, Store, StoreOptions};

@@ -745,6 +745,42 @@ impl<D: Disk> Store<D> {
         Ok(touched)
     }
 
+    /// Applies a repair (`objects/damage.rs`): the versions of the blocks of `object` in
+    /// `offset_bytes..+chunk.len_bytes` become `chunk`'s, read from a good replica. Returns
+    /// the versions rewritten here (0 where this copy was good). Flushes once if the data
+    /// region is full but blocks wait to be freed, like a write.
+    pub fn repair_blocks(
+        &mut self,
+        pg: PgId,
+        object: ObjectId,
+        offset_bytes: u64,
+        chunk: &crate::ChunkVersions,
+    ) -> Result<u64> {
+        self.guard(|s| {
+            match s
+                .objects
+                .repair_blocks(&mut s.disk, pg, object, offset_bytes, chunk)
+            {
+                Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {
+                    s.flush_inner()?;
+                    s.objects
+                        .repair_blocks(&mut s.disk, pg, object, offset_bytes, chunk)
+                }
+                r => r,
+            }
+        })
+    }
+
+    /// Bad blocks found since the last call (each once): the owner has them repaired.
+    pub fn take_damaged(&mut self) -> Vec<crate::DamagedBlock> {
+        self.objects.take_damaged()
+    }
+
+    /// Bad blocks found and block versions repaired since the engine opened.
+    pub fn damage_counts(&self) -> crate::DamageCounts {
+        self.objects.damage_counts()
+    }
+
     pub fn read_object(
         &mut self,
         pg: PgId,

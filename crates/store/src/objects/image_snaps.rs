@@ -214,7 +214,7 @@ impl Objects {
 
     /// Every `snap_blocks` entry with a key in `lo..=hi`: flushed table overlaid with the
     /// applied changes.
-    fn snap_entries(
+    pub(super) fn snap_entries(
         &self,
         lo: SnapBlockKey,
         hi: SnapBlockKey,
@@ -412,7 +412,14 @@ impl Objects {
                 None => None,
                 Some(v) => {
                     self.submit_staged(disk, false)?;
-                    self.read_block(disk, pg, &key, v, &mut data)?;
+                    match self.read_block(disk, pg, &key, v, &mut data) {
+                        Ok(()) => {}
+                        // The snapshot's copy here is bad (noted for repair): this block is
+                        // left as it is, and the repair brings what the rollback made of it
+                        // on the replicas with a good copy.
+                        Err(e) if e.bad_block().is_some() => continue,
+                        Err(e) => return Err(e),
+                    }
                     let phys = physs.next().expect("one block allocated per copy");
                     let at = self.stage_block(disk, phys)?;
                     self.stage.buf[at..at + BS as usize].copy_from_slice(&data);
@@ -424,6 +431,10 @@ impl Objects {
                 self.retire(pg, &key, old)?;
             }
             self.set_head(key, head, new);
+        }
+        // Blocks allocated for copies skipped above: never written, never referenced.
+        for phys in physs {
+            self.alloc.free(phys);
         }
         if end_bytes > 0 {
             self.touch_object(ok, end_bytes);
@@ -500,11 +511,21 @@ impl Objects {
         let mut block = AlignedBuf::zeroed(BS as usize);
         let mut versions = Vec::with_capacity(found.len());
         for (k, snap, v) in found {
-            self.read_block(disk, pg, &k, v, &mut block)?;
+            // A bad copy is sent as damaged rather than failing the transfer (the damage is
+            // noted: the owner repairs this copy, and the receiver's with it).
+            let damaged = match self.read_block(disk, pg, &k, v, &mut block) {
+                Ok(()) => false,
+                Err(e) if e.bad_block().is_some() => {
+                    block.fill(0);
+                    true
+                }
+                Err(e) => return Err(e),
+            };
             versions.push(BlockVersion {
                 block: k.3,
                 birth: u32::try_from(birth_of(v)).expect("births fit 21 bits"),
                 snap,
+                damaged,
                 data: block.to_vec(),
             });
         }

@@ -20,6 +20,7 @@ mod allocation;
 mod block_cache;
 mod clones;
 mod commit;
+mod damage;
 mod image_snaps;
 pub mod meta;
 mod snapshot;
@@ -28,6 +29,7 @@ mod usage;
 
 pub use block_cache::BlockCacheStats;
 pub use commit::MetaCommit;
+pub use damage::{DamageCounts, DamagedBlock};
 pub use image_snaps::{ImageSnaps, DATA_BLOCKS_MAX, IMAGE_SNAP_ID_MAX};
 pub use snapshot::SnapshotRecord;
 pub use usage::ImageUsage;
@@ -158,6 +160,8 @@ pub struct Objects {
     dirty_copied: BTreeMap<ObjKey, Option<()>>,
     /// Objects and blocks per (PG, image), kept in step with every change (`usage.rs`).
     usage: usage::Usage,
+    /// Bad blocks found and not yet handed to the owner, and the counters (`damage.rs`).
+    damage: damage::Damage,
 }
 
 fn obj_key(pg: PgId, o: ObjectId) -> ObjKey {
@@ -263,6 +267,7 @@ impl Objects {
             copied,
             dirty_copied: BTreeMap::new(),
             usage,
+            damage: damage::Damage::default(),
         })
     }
 
@@ -415,30 +420,59 @@ impl Objects {
         Ok(at)
     }
 
-    /// Reads one mapped block from disk and checks it.
+    /// Reads one mapped block from disk and checks it. A bad copy (checksum mismatch, read
+    /// error) is noted for repair and returned as [`Error::bad_block`]; the engine goes on.
     fn read_block(
-        &self,
+        &mut self,
         disk: &mut dyn Disk,
         pg: PgId,
         key: &BlockKey,
         val: BlockVal,
         out: &mut AlignedBuf,
     ) -> Result<()> {
+        debug_assert_eq!(pg_to_u64(pg), key.0, "a block key of another PG");
+        // A background write's error surfaces in the next read: it is a write error, fatal.
+        disk.wait_background()
+            .map_err(|e| io_err("data write", 0, e))?;
+        let at = self.data_offset_bytes + phys_of(val) * BS;
+        let read = disk.read(at, out);
+        self.check_block(key, val, out, read)
+    }
+
+    /// What one block read (`read`, into `data`) says of the copy `val` maps `key` to: `Ok`,
+    /// or the bad block, noted for repair.
+    fn check_block(
+        &mut self,
+        key: &BlockKey,
+        val: BlockVal,
+        data: &[u8],
+        read: std::io::Result<()>,
+    ) -> Result<()> {
         let (phys, crc) = (phys_of(val), val.1);
-        let at = self.data_offset_bytes + phys * BS;
-        disk.read(at, out).map_err(|e| io_err("data read", at, e))?;
-        if block_crc(key, out) != crc {
-            return Err(Error::Checksum {
+        let pg = crate::wal::record::pg_from_u64(key.0);
+        let object = ObjectId {
+            image: ImageId(key.1),
+            index: key.2,
+        };
+        let block_index = u64::from(key.3);
+        let err = match read {
+            Err(source) => Error::BlockUnreadable {
                 pg,
-                object: ObjectId {
-                    image: ImageId(key.1),
-                    index: key.2,
-                },
-                block_index: u64::from(key.3),
+                object,
+                block_index,
                 physical_block: phys,
-            });
-        }
-        Ok(())
+                source,
+            },
+            Ok(()) if block_crc(key, data) != crc => Error::Checksum {
+                pg,
+                object,
+                block_index,
+                physical_block: phys,
+            },
+            Ok(()) => return Ok(()),
+        };
+        self.damage.note(&err);
+        Err(err)
     }
 
     /// Allocates `count` data blocks (in as few runs as the free space allows), or refuses
@@ -491,8 +525,13 @@ impl Objects {
             .map(|i| (pgk, ok.1, ok.2, (first_block + i) as u32))
             .collect();
         let olds = self.lookup_many(&keys)?;
-        // Old content of partially covered edge blocks, read before anything changes.
+        // Old content of partially covered edge blocks, read before anything changes. An
+        // edge whose copy here is bad cannot be merged: that block is left as it is (still
+        // bad, noted for repair), and the repair brings the block as the replicas with a
+        // good copy merged it, this write included (`docs/design/repair.md`). Failing the
+        // apply instead would fail it again at every replay: a crash loop.
         let mut edges: BTreeMap<u64, AlignedBuf> = BTreeMap::new();
+        let mut bad_edges: Vec<u64> = Vec::new();
         for (i, old) in olds.iter().enumerate() {
             let b = first_block + i as u64;
             let covered = offset_bytes <= b * BS && (b + 1) * BS <= end;
@@ -500,18 +539,31 @@ impl Objects {
                 let mut buf = AlignedBuf::zeroed(BS as usize);
                 if let Some(v) = old {
                     self.submit_staged(disk, false)?;
-                    self.read_block(disk, pg, &keys[i], *v, &mut buf)?;
+                    match self.read_block(disk, pg, &keys[i], *v, &mut buf) {
+                        Ok(()) => {}
+                        Err(e) if e.bad_block().is_some() => {
+                            bad_edges.push(b);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 edges.insert(b, buf);
             }
         }
-        let physs = self.allocate_blocks(block_count)?;
+        let mut physs = self
+            .allocate_blocks(block_count - bad_edges.len() as u64)?
+            .into_iter();
         let birth = match how {
             WriteAs::Write => self.birth_now(&keys[0]),
             WriteAs::CopyUpHead => 0,
         };
-        for (i, phys) in physs.into_iter().enumerate() {
+        for i in 0..block_count as usize {
             let b = first_block + i as u64;
+            if bad_edges.contains(&b) {
+                continue;
+            }
+            let phys = physs.next().expect("a block allocated per block written");
             let at = self.stage_block(disk, phys)?;
             let dst = &mut self.stage.buf[at..at + BS as usize];
             // A block without an edge entry is covered whole by `data` (copied next), so
@@ -527,6 +579,9 @@ impl Objects {
             self.set_head(keys[i], olds[i], Some(pack(phys, birth, crc)));
         }
         for (key, old) in keys.iter().zip(&olds) {
+            if bad_edges.contains(&u64::from(key.3)) {
+                continue;
+            }
             match (old, how) {
                 (Some(old), WriteAs::Write) => self.retire(pg, key, *old)?,
                 // What a copy-up replaces in the head is an earlier copy of the same parent
@@ -730,17 +785,22 @@ impl Objects {
     }
 
     /// Reads the blocks `vals` maps `keys` to (a `None` is a hole) with one device
-    /// submission, each checked against its checksum.
+    /// submission, each checked against its checksum. If the submission fails, each block
+    /// is read alone to find the bad ones. Every bad block is noted for repair; the first is
+    /// the error.
     pub(super) fn read_resolved(
-        &self,
+        &mut self,
         disk: &mut dyn Disk,
         keys: &[BlockKey],
         vals: &[Option<BlockVal>],
     ) -> Result<ResolvedBlocks> {
         assert_eq!(keys.len(), vals.len());
+        // A background write's error surfaces in the next read: it is a write error, fatal.
+        disk.wait_background()
+            .map_err(|e| io_err("data write", 0, e))?;
         let mapped: Vec<usize> = (0..keys.len()).filter(|i| vals[*i].is_some()).collect();
         let mut data = AlignedBuf::zeroed(mapped.len() * BS as usize);
-        {
+        let batch = {
             let mut ops: Vec<ReadOp<'_>> = Vec::with_capacity(mapped.len());
             for (chunk, i) in data.chunks_mut(BS as usize).zip(&mapped) {
                 let phys = phys_of(vals[*i].expect("mapped"));
@@ -750,29 +810,25 @@ impl Objects {
                 });
             }
             disk.read_many(&mut ops)
-                .map_err(|e| io_err("data read", 0, e))?;
-        }
+        };
         let mut slot_of = vec![usize::MAX; keys.len()];
+        let mut first_bad = None;
         for (n, i) in mapped.iter().enumerate() {
             slot_of[*i] = n;
-            let block = &data[n * BS as usize..(n + 1) * BS as usize];
             let val = vals[*i].expect("mapped");
-            let (phys, crc) = (phys_of(val), val.1);
-            if block_crc(&keys[*i], block) != crc {
-                let k = keys[*i];
-                let pg = crate::wal::record::pg_from_u64(k.0);
-                return Err(Error::Checksum {
-                    pg,
-                    object: ObjectId {
-                        image: ImageId(k.1),
-                        index: k.2,
-                    },
-                    block_index: u64::from(k.3),
-                    physical_block: phys,
-                });
+            let block = &mut data[n * BS as usize..(n + 1) * BS as usize];
+            let read = match &batch {
+                Ok(()) => Ok(()),
+                Err(_) => disk.read(self.data_offset_bytes + phys_of(val) * BS, block),
+            };
+            if let Err(e) = self.check_block(&keys[*i], val, block, read) {
+                first_bad.get_or_insert(e);
             }
         }
-        Ok(ResolvedBlocks { data, slot_of })
+        match first_bad {
+            Some(e) => Err(e),
+            None => Ok(ResolvedBlocks { data, slot_of }),
+        }
     }
 
     /// Makes every applied change durable: data first (written + fdatasync), then the block

@@ -125,6 +125,7 @@ impl Objects {
                 block: (offset_bytes / BS) as u32 + i as u32,
                 birth: 0,
                 snap: 0,
+                damaged: false,
                 data: d.to_vec(),
             })
             .collect();
@@ -185,11 +186,19 @@ impl Objects {
             .iter()
             .map(|v| (ok.0, ok.1, ok.2, v.block))
             .collect();
+        // A damaged version (the sender's copy was bad) is stored as a bad block: its crc
+        // never matches, so it reads as one and is repaired like one (`damage.rs`).
         let crcs: Vec<u32> = chunk
             .versions
             .iter()
             .zip(&keys)
-            .map(|(v, k)| block_crc(k, &v.data))
+            .map(|(v, k)| {
+                if v.damaged {
+                    super::damage::damaged_crc(k, &v.data)
+                } else {
+                    block_crc(k, &v.data)
+                }
+            })
             .collect();
         // Head blocks the PG already holds with the same content are shared, not copied
         // (kept blocks are always copied: sharing them would tie maps of two kinds).

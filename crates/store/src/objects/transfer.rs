@@ -14,8 +14,15 @@
 //! copied up from its parent, `clones.rs`), count u32, the range's length in
 //! bytes u64 (a multiple of 4 KiB; the range starts at the chunk's offset), then `count`
 //! versions:
-//! block index u32 (within the object), birth u32, snapshot id u64 (0: the head; else the
-//! snapshot the block is kept for), 4096 data bytes.
+//! block index u32 (within the object), birth u32 (bit 31: the version is damaged, see
+//! below), snapshot id u64 (0: the head; else the snapshot the block is kept for), 4096 data
+//! bytes.
+//!
+//! A damaged version: the sender's copy of that version did not read back (a checksum
+//! mismatch or a read error). Its data bytes are zeros and carry no meaning; the receiver
+//! stores the version as damaged (it reads as a bad block) so that it is repaired from a
+//! good replica like any other bad block, rather than the whole transfer giving up on one
+//! block (`docs/design/repair.md`). The sender repairs its own copy too.
 
 use crate::error::{Error, Result};
 use fastblock_types::units::BLOCK_SIZE_BYTES;
@@ -24,6 +31,8 @@ const BS: usize = BLOCK_SIZE_BYTES as usize;
 const VERSION_HEADER_BYTES: usize = 16;
 const FLAG_HEAD_EXISTS: u32 = 1;
 const FLAG_COPIED: u32 = 2;
+/// Bit of a version's birth field that marks it damaged (births use 21 bits).
+const BIRTH_DAMAGED: u32 = 1 << 31;
 const HEADER_BYTES: usize = 16;
 
 /// One version of one block.
@@ -35,6 +44,9 @@ pub struct BlockVersion {
     pub birth: u32,
     /// 0: the head's block; else the image snapshot it is kept for.
     pub snap: u64,
+    /// The sender's copy did not read back: `data` is zeros, the receiver keeps the version
+    /// as a bad block to be repaired.
+    pub damaged: bool,
     pub data: Vec<u8>,
 }
 
@@ -66,7 +78,9 @@ impl ChunkVersions {
         for v in &self.versions {
             assert_eq!(v.data.len(), BS, "a block version is one block");
             out.extend_from_slice(&v.block.to_le_bytes());
-            out.extend_from_slice(&v.birth.to_le_bytes());
+            assert!(v.birth & BIRTH_DAMAGED == 0, "births use 21 bits");
+            let birth = v.birth | if v.damaged { BIRTH_DAMAGED } else { 0 };
+            out.extend_from_slice(&birth.to_le_bytes());
             out.extend_from_slice(&v.snap.to_le_bytes());
             out.extend_from_slice(&v.data);
         }
@@ -92,11 +106,15 @@ impl ChunkVersions {
         }
         let versions = bytes[HEADER_BYTES..]
             .chunks_exact(each)
-            .map(|c| BlockVersion {
-                block: u32::from_le_bytes(c[0..4].try_into().expect("4 bytes")),
-                birth: u32::from_le_bytes(c[4..8].try_into().expect("4 bytes")),
-                snap: u64::from_le_bytes(c[8..16].try_into().expect("8 bytes")),
-                data: c[16..].to_vec(),
+            .map(|c| {
+                let birth = u32::from_le_bytes(c[4..8].try_into().expect("4 bytes"));
+                BlockVersion {
+                    block: u32::from_le_bytes(c[0..4].try_into().expect("4 bytes")),
+                    birth: birth & !BIRTH_DAMAGED,
+                    snap: u64::from_le_bytes(c[8..16].try_into().expect("8 bytes")),
+                    damaged: birth & BIRTH_DAMAGED != 0,
+                    data: c[16..].to_vec(),
+                }
             })
             .collect();
         Ok(ChunkVersions {
@@ -115,12 +133,12 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(head in any::<bool>(), copied in any::<bool>(), len in any::<u64>(), vs in prop::collection::vec((any::<u32>(), any::<u32>(), any::<u64>(), any::<u8>()), 0..5)) {
+        fn round_trips(head in any::<bool>(), copied in any::<bool>(), len in any::<u64>(), vs in prop::collection::vec((any::<u32>(), 0u32..BIRTH_DAMAGED, any::<u64>(), any::<bool>(), any::<u8>()), 0..5)) {
             let c = ChunkVersions {
                 head_exists: head,
                 copied,
                 len_bytes: len,
-                versions: vs.into_iter().map(|(block, birth, snap, fill)| BlockVersion { block, birth, snap, data: vec![fill; BS] }).collect(),
+                versions: vs.into_iter().map(|(block, birth, snap, damaged, fill)| BlockVersion { block, birth, snap, damaged, data: vec![fill; BS] }).collect(),
             };
             prop_assert_eq!(ChunkVersions::decode(&c.encode()).unwrap(), c);
         }
