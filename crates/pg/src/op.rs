@@ -8,11 +8,12 @@
 //! ```text
 //! 0  u8  version = 1
 //! 1  u8  kind: 1 write, 2 discard, 3 write-zeroes, 4 reclaim, 5 snap mark, 6 snap trim,
-//!          7 rollback, 8 copy-up piece (as a write), 9 copy-up done (no data)
+//!          7 rollback, 8 copy-up piece (as a write), 9 copy-up done (no data), 10 repair
+//!          (data: every version of a range's blocks as a good replica holds them)
 //! 2  u64 image id
 //! 10 u64 object index (reclaim, snap mark, snap trim: 0)
 //! 18 u32 offset in the object (reclaim, snap mark, snap trim, rollback: 0)
-//! 22 u32 length (write: must equal data.len(); reclaim: 40; snap mark, rollback: 8;
+//! 22 u32 length (write, repair: must equal data.len(); reclaim: 40; snap mark, rollback: 8;
 //!        snap trim: 16)
 //! 26 u32 crc32c-free padding, 0 (reserved)
 //! ```
@@ -20,6 +21,10 @@
 //! A reclaim's `data` (40 bytes, little-endian): u64 reclaim entry id, u64 first image byte
 //! to delete, u64 end byte (exclusive), u64 the image's object size, u64 the map epoch that
 //! recorded the entry (a leader whose map is older must not admit IO after applying it).
+//!
+//! A repair's offset is the first byte of the 4 KiB blocks it repairs and its `data` is a PG
+//! snapshot transfer chunk's payload (`fastblock_store::ChunkVersions`, documented in
+//! `docs/design/store-format.md`), opaque here; `docs/design/repair.md` says what it does.
 //!
 //! A snap mark's and a rollback's `data` is the snapshot id (u64 LE); a snap trim's is the
 //! trim entry id, then the snapshot id (u64 LE each). `docs/design/snapshots.md` says what
@@ -94,6 +99,15 @@ pub enum ClientOp {
     },
     /// The clone object's copy-up is complete: it is read from the clone from now on.
     CopyUpDone { object: ObjectRef },
+    /// Make every version of the object's blocks from `offset` on (4 KiB aligned, as far as
+    /// `versions` covers) what a good replica holds: `versions` is their encoding as a PG
+    /// snapshot transfer chunk. Proposed by the PG leader for a bad block copy found on a
+    /// replica; a replica whose copy is good and the same keeps it.
+    Repair {
+        object: ObjectRef,
+        offset: u32,
+        versions: Bytes,
+    },
 }
 
 impl ClientOp {
@@ -105,6 +119,7 @@ impl ClientOp {
             | ClientOp::WriteZeroes { object, .. }
             | ClientOp::Rollback { object, .. }
             | ClientOp::CopyUp { object, .. }
+            | ClientOp::Repair { object, .. }
             | ClientOp::CopyUpDone { object } => Some(*object),
             ClientOp::Reclaim { .. } | ClientOp::SnapMark { .. } | ClientOp::SnapTrim { .. } => {
                 None
@@ -173,6 +188,14 @@ impl ClientOp {
                 (8u8, *object, *offset, len, Bytes::from(d))
             }
             ClientOp::CopyUpDone { object } => (9u8, *object, 0, 0, Bytes::new()),
+            ClientOp::Repair {
+                object,
+                offset,
+                versions,
+            } => {
+                let len = u32::try_from(versions.len()).expect("repair payload fits in u32");
+                (10u8, *object, *offset, len, versions.clone())
+            }
             ClientOp::Write {
                 object,
                 offset,
@@ -298,6 +321,14 @@ impl ClientOp {
                 Ok(ClientOp::CopyUpDone { object })
             }
             9 => Err("copy-up done carries a range or data".into()),
+            10 if data.len() != length as usize => {
+                Err(format!("repair of {} bytes claims {length}", data.len()))
+            }
+            10 => Ok(ClientOp::Repair {
+                object,
+                offset,
+                versions: data.clone(),
+            }),
             k => Err(format!("unknown op kind {k}")),
         }
     }
@@ -366,7 +397,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(kind in 0u8..9, image: u64, index: u64, offset: u32, len in 0u32..9000, epoch: u64) {
+        fn round_trips(kind in 0u8..10, image: u64, index: u64, offset: u32, len in 0u32..9000, epoch: u64) {
             let op = match kind {
                 0 => ClientOp::Write { object: obj(image, index), offset, data: Bytes::from(vec![7u8; len as usize]) },
                 1 => ClientOp::Discard { object: obj(image, index), offset, length: len },
@@ -385,6 +416,7 @@ mod tests {
                     },
                 },
                 7 => ClientOp::CopyUpDone { object: obj(image, index) },
+                8 => ClientOp::Repair { object: obj(image, index), offset, versions: Bytes::from(vec![5u8; len as usize]) },
                 _ => ClientOp::Reclaim {
                     id: index,
                     image: ImageId(image),

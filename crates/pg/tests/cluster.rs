@@ -325,8 +325,9 @@ fn apply_op(objects: &mut BTreeMap<(u64, u64), Vec<u8>>, op: &ClientOp) {
         | ClientOp::SnapTrim { .. }
         | ClientOp::Rollback { .. }
         | ClientOp::CopyUp { .. }
+        | ClientOp::Repair { .. }
         | ClientOp::CopyUpDone { .. } => {
-            unreachable!("the model issues no reclaims or snapshot ops")
+            unreachable!("the model issues no reclaims, snapshot ops or repairs")
         }
     };
     if obj.len() < offset + data.len() {

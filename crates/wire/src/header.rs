@@ -95,12 +95,13 @@ pub enum Kind {
     RaftBatch = 33,
     SnapChunk = 34,
     SnapAck = 35,
+    Repair = 36,
     Reply = 128,
 }
 
 impl Kind {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [Kind; 24] = [
+    pub const ALL: [Kind; 25] = [
         Kind::Write,
         Kind::Read,
         Kind::Discard,
@@ -124,6 +125,7 @@ impl Kind {
         Kind::RaftBatch,
         Kind::SnapChunk,
         Kind::SnapAck,
+        Kind::Repair,
         Kind::Reply,
     ];
 
@@ -145,7 +147,7 @@ impl Kind {
     pub fn is_osd_to_osd(self) -> bool {
         matches!(
             self,
-            Kind::Hello | Kind::RaftBatch | Kind::SnapChunk | Kind::SnapAck
+            Kind::Hello | Kind::RaftBatch | Kind::SnapChunk | Kind::SnapAck | Kind::Repair
         )
     }
 }

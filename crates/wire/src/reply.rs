@@ -107,11 +107,14 @@ pub enum Status {
     SnapInProgress = 19,
     /// A `CloneRead` of an object the clone has not copied up: read it from the parent.
     ObjectAbsent = 20,
+    /// The leader's copy of a block the request reads is bad and is being repaired from
+    /// another replica (`docs/design/repair.md`). Retryable: retry after a short pause.
+    Repairing = 21,
 }
 
 impl Status {
     /// Every status, for tests and exhaustive tables.
-    pub const ALL: [Status; 21] = [
+    pub const ALL: [Status; 22] = [
         Status::Ok,
         Status::NotLeader,
         Status::NotReady,
@@ -133,6 +136,7 @@ impl Status {
         Status::NoSuchSnap,
         Status::SnapInProgress,
         Status::ObjectAbsent,
+        Status::Repairing,
     ];
 
     /// The status with this wire value, if any.
@@ -152,6 +156,7 @@ impl Status {
             | Status::Busy
             | Status::StaleEpoch
             | Status::SnapInProgress
+            | Status::Repairing
             | Status::Timeout => true,
             Status::Ok
             | Status::InvalidArgument

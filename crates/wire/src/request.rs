@@ -173,7 +173,57 @@ pub enum Request {
         seq: u32,
         verdict: SnapVerdict,
     },
+    /// One step of a bad block's repair between the members of a PG (see [`RepairMsg`] and
+    /// `docs/design/repair.md`).
+    Repair(RepairMsg),
 }
+
+/// What a [`RepairMsg`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepairStep {
+    /// Member → leader: my copy of this block is bad; please repair it.
+    Report = 1,
+    /// Leader → member: send me every version of this block as you hold it now.
+    Fetch = 2,
+    /// Member → leader: every version of the block (`data`: a PG snapshot transfer
+    /// chunk's payload), as of my applied index `applied`.
+    Data = 3,
+    /// Member → leader: my copy is bad too (or I do not hold the PG).
+    Unavailable = 4,
+}
+
+impl RepairStep {
+    fn from_u32(v: u32) -> Option<RepairStep> {
+        [
+            RepairStep::Report,
+            RepairStep::Fetch,
+            RepairStep::Data,
+            RepairStep::Unavailable,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == v)
+    }
+}
+
+/// See [`Request::Repair`]. `applied` is the sender's applied index of the PG when it read
+/// `data` (0 in other steps); `term` the leader's term when it asked (echoed back).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepairMsg {
+    pub from: OsdId,
+    pub to: OsdId,
+    pub pg: PgId,
+    pub step: RepairStep,
+    pub image: ImageId,
+    pub object_index: u64,
+    /// Block index within the object.
+    pub block: u32,
+    pub applied: u64,
+    pub term: u64,
+    pub data: Bytes,
+}
+
+/// Bytes of the fixed part of `Repair` before its data.
+const REPAIR_FIXED_BYTES: usize = 56;
 
 /// What a receiver says of a snapshot transfer in a `SnapAck`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,6 +298,7 @@ impl Request {
             Request::RaftBatch { .. } => Kind::RaftBatch,
             Request::SnapChunk(_) => Kind::SnapChunk,
             Request::SnapAck { .. } => Kind::SnapAck,
+            Request::Repair(_) => Kind::Repair,
         }
     }
 
@@ -382,6 +433,18 @@ impl Request {
                 writer.put_u32(*seq);
                 writer.put_u32(code);
                 writer.put_u64(free_bytes);
+            }
+            Request::Repair(m) => {
+                writer.put_u32(m.from.get());
+                writer.put_u32(m.to.get());
+                writer.put_pg(m.pg);
+                writer.put_u32(m.step as u32);
+                writer.put_u32(m.block);
+                writer.put_u64(m.image.get());
+                writer.put_u64(m.object_index);
+                writer.put_u64(m.applied);
+                writer.put_u64(m.term);
+                writer.put_slice(&m.data);
             }
         }
         writer.finish(self.kind(), request_id);
@@ -613,6 +676,41 @@ impl Request {
                     verdict,
                 }
             }
+            Kind::Repair => {
+                let mut reader = Reader::new(payload, "Repair");
+                let from = reader.osd("from osd")?;
+                let to = reader.osd("to osd")?;
+                let pg = reader.pg()?;
+                let code = reader.u32("step")?;
+                let step = RepairStep::from_u32(code).ok_or_else(|| {
+                    WireError::Invalid(format!("Repair step {code} (1 to 4)"))
+                })?;
+                let block = reader.u32("block")?;
+                let image = reader.image()?;
+                let object_index = reader.u64("object index")?;
+                let applied = reader.u64("applied")?;
+                let term = reader.u64("term")?;
+                let data = reader.bytes(reader.remaining(), "data")?;
+                reader.finish()?;
+                if step != RepairStep::Data && !data.is_empty() {
+                    return Err(WireError::Invalid(format!(
+                        "Repair step {step:?} with {} bytes of data",
+                        data.len()
+                    )));
+                }
+                Request::Repair(RepairMsg {
+                    from,
+                    to,
+                    pg,
+                    step,
+                    image,
+                    object_index,
+                    block,
+                    applied,
+                    term,
+                    data,
+                })
+            }
             Kind::AuthHello | Kind::AuthChallenge | Kind::AuthProof | Kind::AuthDone => {
                 return Err(WireError::Invalid(format!(
                     "a {:?} frame (request id {}) outside the authentication handshake",
@@ -656,6 +754,7 @@ impl Request {
             Request::ReplicaDigest { .. } => 8,
             Request::SnapChunk(c) => SNAP_CHUNK_FIXED_BYTES.saturating_add(c.data.len()),
             Request::SnapAck { .. } => SNAP_ACK_BYTES,
+            Request::Repair(m) => REPAIR_FIXED_BYTES.saturating_add(m.data.len()),
             Request::RaftBatch { msgs, .. } => {
                 msgs.iter().fold(RAFT_BATCH_FIXED_BYTES, |sum, envelope| {
                     sum.saturating_add(RAFT_ENVELOPE_ENTRY_BYTES + envelope.msg.len())

@@ -397,7 +397,8 @@ fn retryable_statuses_are_exactly_the_transient_ones() {
             Status::Busy,
             Status::StaleEpoch,
             Status::Timeout,
-            Status::SnapInProgress
+            Status::SnapInProgress,
+            Status::Repairing
         ]
     );
     for status in Status::ALL {
@@ -406,7 +407,8 @@ fn retryable_statuses_are_exactly_the_transient_ones() {
     assert_eq!(Status::from_u16(14), Some(Status::NoSuchImage));
     assert_eq!(Status::from_u16(17), Some(Status::PermissionDenied));
     assert_eq!(Status::from_u16(20), Some(Status::ObjectAbsent));
-    assert_eq!(Status::from_u16(21), None);
+    assert_eq!(Status::from_u16(21), Some(Status::Repairing));
+    assert_eq!(Status::from_u16(22), None);
 }
 
 #[test]

@@ -3,8 +3,8 @@
 use bytes::Bytes;
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
 use fastblock_wire::{
-    AllocatedRange, LeaderHint, ObjectAddr, ObjectDigest, RaftEnvelope, Reply, Request, SnapChunk,
-    SnapVerdict, Status,
+    AllocatedRange, LeaderHint, ObjectAddr, ObjectDigest, RaftEnvelope, RepairMsg, RepairStep,
+    Reply, Request, SnapChunk, SnapVerdict, Status,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -170,6 +170,38 @@ pub fn request() -> impl Strategy<Value = Request> {
                     },
                 }
             }),
+        (
+            (any::<u32>(), any::<u32>(), pg(), 1u32..5, any::<u32>()),
+            (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+            vec(any::<u8>(), 0..300)
+        )
+            .prop_map(
+                |((from, to, pg, step, block), (image, object_index, applied, term), data)| {
+                    let step = match step {
+                        1 => RepairStep::Report,
+                        2 => RepairStep::Fetch,
+                        3 => RepairStep::Data,
+                        _ => RepairStep::Unavailable,
+                    };
+                    Request::Repair(RepairMsg {
+                        from: OsdId(from),
+                        to: OsdId(to),
+                        pg,
+                        step,
+                        image: ImageId(image),
+                        object_index,
+                        block,
+                        applied,
+                        term,
+                        // Only the data step carries bytes.
+                        data: if step == RepairStep::Data {
+                            Bytes::from(data)
+                        } else {
+                            Bytes::new()
+                        },
+                    })
+                }
+            ),
     ]
 }
 
