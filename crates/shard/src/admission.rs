@@ -381,6 +381,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                 }
             }
             Request::SnapChunk(chunk) => self.on_snap_chunk(chunk, eff),
+            Request::Repair(m) => self.on_repair_msg(m, eff),
             Request::SnapAck {
                 from,
                 to,
@@ -912,10 +913,14 @@ impl<D: Disk + 'static> ShardCore<D> {
         match r {
             Ok(()) => Reply::Data(buf.into()),
             Err(e) => {
-                let status = match &e {
-                    fastblock_store::Error::NoSuchImageSnap { .. } => Status::NoSuchSnap,
-                    fastblock_store::Error::Checksum { .. } => Status::Checksum,
-                    e if e.is_fatal() => Status::IoError,
+                let status = match (&e, e.bad_block()) {
+                    (fastblock_store::Error::NoSuchImageSnap { .. }, _) => Status::NoSuchSnap,
+                    (_, Some((pg, object, block))) => self.bad_block_status((
+                        pg,
+                        object,
+                        u32::try_from(block).expect("block indexes fit u32"),
+                    )),
+                    (e, None) if e.is_fatal() => Status::IoError,
                     _ => Status::InvalidArgument,
                 };
                 let reply =

@@ -100,6 +100,8 @@ pub(crate) enum OpKind {
     },
     /// A snapshot trim the shard proposed itself.
     SnapTrim { id: u64 },
+    /// A bad block's repair the shard proposed itself (`crate::repair`).
+    Repair { block: crate::repair::BlockRef },
 }
 
 pub(crate) struct PendingOp {
@@ -168,6 +170,7 @@ pub struct ShardCore<D: Disk + 'static> {
     pub(crate) recovery: Recovery,
     pub(crate) reclaims: crate::reclaim::Reclaims,
     pub(crate) snap_ops: crate::snaps::SnapOps,
+    pub(crate) repairs: crate::repair::Repairs,
     /// Leader and membership reports waiting until the WAL is durable up to the LSN staged
     /// when they were made (see `hold_report`).
     held_reports: VecDeque<(u64, Report)>,
@@ -215,6 +218,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             recovery,
             reclaims: Default::default(),
             snap_ops: Default::default(),
+            repairs: Default::default(),
             held_reports: VecDeque::new(),
             outs: BTreeMap::new(),
             commits: Commits::default(),
@@ -252,6 +256,10 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
         self.settle(&mut eff);
         self.finish_reads(&mut eff);
+        if self.drive_repairs(&mut eff) {
+            self.settle(&mut eff);
+            self.finish_reads(&mut eff);
+        }
         assert!(
             self.ready_reads.is_empty(),
             "a step ends with its reads answered"
@@ -933,6 +941,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             OpKind::SnapTrim { id } => {
                 return self.snap_trim_finished(pending.pg, id, applied, eff)
             }
+            OpKind::Repair { block } => return self.repair_finished(block, applied),
             _ => {}
         }
         let reply = match (outcome, &pending.kind) {
@@ -1079,10 +1088,14 @@ impl<D: Disk + 'static> ShardCore<D> {
         match r {
             Ok(()) => Ok(buf.into()),
             Err(e) => {
-                let status = match &e {
-                    fastblock_store::Error::Checksum { .. } => Status::Checksum,
-                    e if e.is_fatal() => Status::IoError,
-                    _ => Status::InvalidArgument,
+                let status = match e.bad_block() {
+                    Some((pg, object, block)) => self.bad_block_status((
+                        pg,
+                        object,
+                        u32::try_from(block).expect("block indexes fit u32"),
+                    )),
+                    None if e.is_fatal() => Status::IoError,
+                    None => Status::InvalidArgument,
                 };
                 let reply = Reply::error(status, None, format!("pg {}: read: {e}", addr.pg));
                 if e.is_fatal() {
@@ -1284,6 +1297,32 @@ fn apply_op<D: Disk>(store: &mut Store<D>, pg: PgId, op: &ClientOp) -> fastblock
                 .map(|_| ())
         }
         ClientOp::CopyUpDone { object: o } => store.copy_up_done(pg, object(o)),
+        ClientOp::Repair {
+            object: o,
+            offset,
+            versions,
+        } => {
+            // Decided on the leader from a good replica's versions; a payload that does not
+            // decode or fit (a bug or damage past the log's checksums) or a full data region
+            // leaves this copy as it is, on every replica alike: never a failed apply, which
+            // would fail again at every replay.
+            let r = fastblock_store::ChunkVersions::decode(versions)
+                .and_then(|chunk| store.repair_blocks(pg, object(o), u64::from(*offset), &chunk));
+            match r {
+                Ok(rewritten) => {
+                    tracing::info!(%pg, image = %o.image, object = o.index, offset, rewritten, "repair applied");
+                    Ok(())
+                }
+                Err(
+                    e @ (fastblock_store::Error::InvalidArgument(_)
+                    | fastblock_store::Error::NoSpace { .. }),
+                ) => {
+                    tracing::error!(%pg, image = %o.image, object = o.index, offset, "repair not applied: {e}");
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
         ClientOp::Rollback { object: o, snap } => {
             match store.image_snap_rollback(pg, object(o), *snap) {
                 Err(fastblock_store::Error::NoSuchImageSnap { .. }) => {

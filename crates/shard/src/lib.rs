@@ -18,6 +18,8 @@
 //!   removal, orphans, leader and membership reports).
 //! - [`recovery`]: snapshot transfer to members that need one, rate-limited.
 //! - [`reads`]: client reads whose barrier passed, read in one batch per step.
+//! - [`repair`]: bad block copies repaired through the log from a good replica's versions;
+//!   a disk that fails reads stops the shard.
 //! - [`reclaim`]: deleting removed images and shrunk tails through the log; fencing IO by
 //!   the map's image table.
 //! - [`snaps`]: image snapshot marks and trims through the log; holding writes while a
@@ -39,6 +41,7 @@ pub mod io;
 pub mod reads;
 pub mod reclaim;
 pub mod recovery;
+pub mod repair;
 pub mod snaps;
 pub mod space;
 pub mod stage;
@@ -53,4 +56,5 @@ pub use io::{
     AppliedRecord, CommitStats, ConnId, Effects, Input, MetricsClock, Micros, PeerSend, Probes,
     Report,
 };
+pub use repair::RepairCounts;
 pub use stage::Stage;

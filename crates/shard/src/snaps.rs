@@ -170,7 +170,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
     }
 
-    fn propose_internal(&mut self, pg: PgId, kind: OpKind, op: &ClientOp) {
+    pub(crate) fn propose_internal(&mut self, pg: PgId, kind: OpKind, op: &ClientOp) {
         let now = self.now;
         let id = self.new_op(PendingOp {
             conn: INTERNAL_CONN,

@@ -92,12 +92,19 @@ fn a_partial_write_over_a_bad_block_leaves_it_bad_and_the_repair_brings_the_merg
     assert_eq!(bad.take_damaged(), vec![block1()]);
     assert!(matches!(read(bad, 4096, 4096), Err(Error::Checksum { .. })));
     // Block 2, written whole, is good on the damaged replica too.
-    assert_eq!(read(bad, 8192, 4096).unwrap(), read(good, 8192, 4096).unwrap());
+    assert_eq!(
+        read(bad, 8192, 4096).unwrap(),
+        read(good, 8192, 4096).unwrap()
+    );
 
     let chunk = good.transfer_read(pg(0), obj(0), 4096, 4096).unwrap();
     assert!(chunk.versions.iter().all(|v| !v.damaged));
     assert_eq!(bad.repair_blocks(pg(0), obj(0), 4096, &chunk).unwrap(), 1);
-    assert_eq!(good.repair_blocks(pg(0), obj(0), 4096, &chunk).unwrap(), 0, "a good copy is kept");
+    assert_eq!(
+        good.repair_blocks(pg(0), obj(0), 4096, &chunk).unwrap(),
+        0,
+        "a good copy is kept"
+    );
     let want = read(good, 0, 3 * 4096).unwrap();
     assert_eq!(&want[4096 + 100..4096 + 300], &patch[..]);
     assert_eq!(read(bad, 0, 3 * 4096).unwrap(), want);
@@ -147,15 +154,26 @@ fn every_version_of_a_block_is_repaired_with_its_snapshot() {
     let (bad, good) = r.split_at_mut(1);
     let (good, bad) = (&mut good[0].2, &mut bad[0].2);
     let chunk = good.transfer_read(pg(0), obj(0), 4096, 4096).unwrap();
-    assert_eq!(chunk.versions.len(), 2, "the head and the version kept for snapshot 1");
+    assert_eq!(
+        chunk.versions.len(),
+        2,
+        "the head and the version kept for snapshot 1"
+    );
     assert_eq!(bad.repair_blocks(pg(0), obj(0), 4096, &chunk).unwrap(), 2);
-    assert_eq!(read(bad, 0, 3 * 4096).unwrap(), read(good, 0, 3 * 4096).unwrap());
+    assert_eq!(
+        read(bad, 0, 3 * 4096).unwrap(),
+        read(good, 0, 3 * 4096).unwrap()
+    );
     let mut a = vec![0u8; 3 * 4096];
     let mut b = vec![0u8; 3 * 4096];
     good.read_image_snap(pg(0), obj(0), 1, 0, &mut a).unwrap();
     bad.read_image_snap(pg(0), obj(0), 1, 0, &mut b).unwrap();
     assert_eq!(a, b);
-    assert_eq!(a, pattern(1, 3 * 4096), "the snapshot shows the bytes before the write");
+    assert_eq!(
+        a,
+        pattern(1, 3 * 4096),
+        "the snapshot shows the bytes before the write"
+    );
     bad.verify_usage().unwrap();
 }
 
@@ -165,9 +183,18 @@ fn a_transfer_sends_a_bad_block_as_damaged_and_the_receiver_keeps_it_bad() {
     let (disk, _meta, s) = &mut r[0];
     corrupt_block(disk, s, 1);
     let chunk = s.transfer_read(pg(0), obj(0), 0, 3 * 4096).unwrap();
-    let damaged: Vec<u32> = chunk.versions.iter().filter(|v| v.damaged).map(|v| v.block).collect();
+    let damaged: Vec<u32> = chunk
+        .versions
+        .iter()
+        .filter(|v| v.damaged)
+        .map(|v| v.block)
+        .collect();
     assert_eq!(damaged, vec![1]);
-    assert_eq!(s.take_damaged(), vec![block1()], "the sender repairs its own copy");
+    assert_eq!(
+        s.take_damaged(),
+        vec![block1()],
+        "the sender repairs its own copy"
+    );
     // Round trip through the chunk encoding, as on the wire.
     let chunk = fastblock_store::ChunkVersions::decode(&chunk.encode()).unwrap();
 

@@ -682,9 +682,8 @@ impl Request {
                 let to = reader.osd("to osd")?;
                 let pg = reader.pg()?;
                 let code = reader.u32("step")?;
-                let step = RepairStep::from_u32(code).ok_or_else(|| {
-                    WireError::Invalid(format!("Repair step {code} (1 to 4)"))
-                })?;
+                let step = RepairStep::from_u32(code)
+                    .ok_or_else(|| WireError::Invalid(format!("Repair step {code} (1 to 4)")))?;
                 let block = reader.u32("block")?;
                 let image = reader.image()?;
                 let object_index = reader.u64("object index")?;

@@ -45,6 +45,12 @@ pub struct HeldDisk {
 }
 
 impl HeldDisk {
+    /// Flips a bit of the byte at `offset_bytes`: written and durable content alike (a bad
+    /// sector, or bit rot).
+    pub fn corrupt(&self, offset_bytes: u64) {
+        self.inner.image().corrupt(offset_bytes, |b| b[0] ^= 0x10);
+    }
+
     /// The disk finishes every commit in flight.
     pub fn complete(&mut self) {
         self.inner.sync().expect("sim sync");

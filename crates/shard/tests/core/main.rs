@@ -2,6 +2,7 @@
 //! store's in-memory disk, stepped by `harness::Cluster`.
 
 mod harness;
+mod repair;
 mod space;
 
 use fastblock_shard::{Effects, Input, Micros, Report, ShardConfig, Stage};
@@ -848,6 +849,7 @@ fn first_chunk(transfer: u64, total_bytes: u64) -> Request {
                     block,
                     birth: 0,
                     snap: 0,
+                    damaged: false,
                     data: vec![7u8; 4096],
                 })
                 .collect(),

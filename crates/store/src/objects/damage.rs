@@ -111,7 +111,10 @@ impl Objects {
                 "repair of {offset_bytes}+{len_bytes} is not 4 KiB aligned"
             )));
         }
-        let (lo, hi) = ((offset_bytes / BS) as u32, ((offset_bytes + len_bytes) / BS) as u32);
+        let (lo, hi) = (
+            (offset_bytes / BS) as u32,
+            ((offset_bytes + len_bytes) / BS) as u32,
+        );
         let mut wanted: BTreeMap<(u32, u64), &[u8]> = BTreeMap::new();
         let mut births: BTreeMap<(u32, u64), u64> = BTreeMap::new();
         for v in &chunk.versions {
@@ -138,7 +141,10 @@ impl Objects {
             }
         }
         if hi > lo {
-            let kept = self.snap_entries((ok.0, ok.1, ok.2, lo, 0), (ok.0, ok.1, ok.2, hi - 1, u64::MAX))?;
+            let kept = self.snap_entries(
+                (ok.0, ok.1, ok.2, lo, 0),
+                (ok.0, ok.1, ok.2, hi - 1, u64::MAX),
+            )?;
             for (sk, v) in kept {
                 held.insert((sk.3, sk.4), v);
             }
@@ -169,7 +175,9 @@ impl Objects {
         let mut head_end = 0;
         for (block, snap, crc) in rewrite {
             let key = (ok.0, ok.1, ok.2, block);
-            let phys = physs.next().expect("a block allocated per version rewritten");
+            let phys = physs
+                .next()
+                .expect("a block allocated per version rewritten");
             let at = self.stage_block(disk, phys)?;
             self.stage.buf[at..at + BS as usize].copy_from_slice(wanted[&(block, snap)]);
             let new = pack(phys, births[&(block, snap)], crc);

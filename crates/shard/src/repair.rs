@@ -1,0 +1,479 @@
+//! Repairing bad block copies from good replicas (`docs/design/repair.md`).
+//!
+//! The store notes every block whose copy here does not read back (`Store::take_damaged`):
+//! a client read, a write merging a partial block, a rollback, a snapshot transfer. At the
+//! end of each step the core hands the notes on: a member that does not lead the PG reports
+//! the block to the leader (`RepairStep::Report`); the leader repairs it.
+//!
+//! The leader's repair of one block:
+//!
+//! 1. A source: every version of the block as a good replica holds it, with that replica's
+//!    applied index `A`. Its own copy first; if that is bad too, each other member in turn
+//!    (`Fetch` → `Data` or `Unavailable`).
+//! 2. A proposal: `ClientOp::Repair` carrying those versions, only if no entry of the
+//!    leader's log after `A` touches the object (a write, a rollback, a copy-up, a reclaim or
+//!    a snapshot operation of its image). Then the object on every replica, just before the
+//!    repair entry, is what it was at `A` on the source, and the entry is right everywhere:
+//!    a replica whose copy is good and the same keeps it, any other copy is replaced. An
+//!    entry that touches the object in between sends the repair back to step 1 (bounded by
+//!    [`REPAIR_ATTEMPTS_MAX`]).
+//! 3. Applied on the leader: done. A leader change drops the repair; the next leader finds
+//!    the block again when it reads it, and a member reports it again after
+//!    [`REPORT_RETRY_MS`].
+//!
+//! A client read of a bad block on the leader is answered `Repairing` (retryable) while the
+//! repair runs, and `Checksum` once every replica's copy turned out bad.
+//!
+//! A disk that fails reads ([`DISK_READ_ERRORS_MAX`] blocks) takes the shard down
+//! (fail-stop), so that its PGs fail over to members with working disks.
+
+use crate::core::{OpKind, ShardCore};
+use crate::error::{Operation, ShardFailure};
+use crate::io::{Effects, Micros, PeerSend};
+use fastblock_pg::{ClientOp, ObjectRef};
+use fastblock_store::{ChunkVersions, Disk, ObjectId};
+use fastblock_types::units::BLOCK_SIZE_BYTES;
+use fastblock_types::{OsdId, PgId};
+use fastblock_wire::{RepairMsg, RepairStep, Request};
+use raft::eraftpb::EntryType;
+use raft::GetEntriesContext;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Blocks the device failed to read before the shard stops: the disk is failing, and the
+/// PGs are better served by the other replicas. Checksum mismatches do not count (bit rot
+/// is repaired; a disk that cannot read is replaced).
+pub const DISK_READ_ERRORS_MAX: u64 = 16;
+/// A member's `Fetch` unanswered for this long: the next member is asked.
+pub const FETCH_TIMEOUT_MS: u64 = 2_000;
+/// Sources read before the leader gives up on one block (each read can be spoiled by a
+/// write to the object between the read and the proposal).
+pub const REPAIR_ATTEMPTS_MAX: u32 = 32;
+/// A block no replica could repair is not tried again for this long.
+pub const REPAIR_FAILED_RETRY_MS: u64 = 30_000;
+/// A member reports a bad block to its leader again after this long if it is still bad.
+pub const REPORT_RETRY_MS: u64 = 5_000;
+/// Repairs one shard leads at a time; more wait for their block to be found again.
+pub const REPAIRS_ACTIVE_MAX: usize = 256;
+
+/// One block of one object of one PG.
+pub type BlockRef = (PgId, ObjectId, u32);
+
+#[derive(Debug)]
+enum State {
+    /// Reading a source next (its own copy first).
+    Source,
+    /// Asked `from` for its versions.
+    Fetching { from: OsdId, sent: Micros },
+    /// Proposed as op `op`.
+    Proposed,
+}
+
+#[derive(Debug)]
+struct Active {
+    term: u64,
+    state: State,
+    /// Members that answered `Unavailable` or timed out (the leader's own copy: itself).
+    tried: BTreeSet<OsdId>,
+    attempts: u32,
+}
+
+/// Counters since the shard started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepairCounts {
+    pub started: u64,
+    pub repaired: u64,
+    pub failed: u64,
+    /// Bad blocks this shard reported to another member leading their PG.
+    pub reported: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Repairs {
+    active: BTreeMap<BlockRef, Active>,
+    /// Blocks no replica could repair, and when that was found.
+    failed: BTreeMap<BlockRef, Micros>,
+    /// Blocks reported to the leader, and when.
+    reported: BTreeMap<BlockRef, Micros>,
+    counts: RepairCounts,
+}
+
+fn block_offset(block: u32) -> u64 {
+    u64::from(block) * BLOCK_SIZE_BYTES
+}
+
+impl<D: Disk + 'static> ShardCore<D> {
+    pub fn repair_counts(&self) -> RepairCounts {
+        self.repairs.counts
+    }
+
+    /// The status a read of `block` answers while its copy here is bad: `Repairing` if this
+    /// replica leads its PG and a repair may still succeed, else `Checksum`.
+    pub(crate) fn bad_block_status(&self, block: BlockRef) -> fastblock_wire::Status {
+        let leads = self
+            .pgs
+            .get(&block.0)
+            .is_some_and(|h| h.replica.is_leader());
+        if leads && !self.repairs.failed.contains_key(&block) {
+            fastblock_wire::Status::Repairing
+        } else {
+            fastblock_wire::Status::Checksum
+        }
+    }
+
+    /// Hands the store's new bad blocks on, and moves every repair this shard leads a step
+    /// on. Runs at the end of every step. Returns whether it proposed anything (the caller
+    /// then runs the rounds that log it).
+    pub(crate) fn drive_repairs(&mut self, eff: &mut Effects) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        let (damaged, read_errors) = {
+            let mut store = self.store.borrow_mut();
+            (store.take_damaged(), store.damage_counts().read_errors)
+        };
+        if read_errors >= DISK_READ_ERRORS_MAX {
+            let e = fastblock_store::Error::Io {
+                op: "data read",
+                offset_bytes: 0,
+                source: std::io::Error::other(format!(
+                    "{read_errors} data blocks failed to read (limit {DISK_READ_ERRORS_MAX}): the disk is failing"
+                )),
+            };
+            tracing::error!("{e}; stopping the shard so that its PGs fail over");
+            self.fail(ShardFailure::store(Operation::Read, None, e), eff);
+            return false;
+        }
+        let now = self.now;
+        self.repairs
+            .failed
+            .retain(|_, at| now.as_millis() < at.as_millis() + REPAIR_FAILED_RETRY_MS);
+        self.repairs
+            .reported
+            .retain(|_, at| now.as_millis() < at.as_millis() + REPORT_RETRY_MS);
+        for d in damaged {
+            tracing::warn!(pg = %d.pg, image = %d.object.image, object = d.object.index, block = d.block, "bad block copy found");
+            self.on_bad_block((d.pg, d.object, d.block), eff);
+        }
+        if self.repairs.active.is_empty() {
+            return false;
+        }
+        let keys: Vec<BlockRef> = self.repairs.active.keys().copied().collect();
+        let mut proposed = false;
+        for key in keys {
+            proposed |= self.advance_repair(key, eff);
+        }
+        proposed
+    }
+
+    /// A bad copy of `block` found here: repaired if this replica leads its PG, else
+    /// reported to the leader.
+    fn on_bad_block(&mut self, block: BlockRef, eff: &mut Effects) {
+        let Some(h) = self.pgs.get(&block.0) else {
+            return;
+        };
+        if h.replica.is_leader() {
+            self.start_repair(block);
+            return;
+        }
+        let Some(leader) = h.replica.leader() else {
+            return;
+        };
+        if self.repairs.reported.contains_key(&block) {
+            return;
+        }
+        self.repairs.reported.insert(block, self.now);
+        self.repairs.counts.reported += 1;
+        eff.peers.push(self.repair_msg(
+            leader,
+            block,
+            RepairStep::Report,
+            0,
+            0,
+            Default::default(),
+        ));
+    }
+
+    fn start_repair(&mut self, block: BlockRef) {
+        if self.repairs.active.contains_key(&block)
+            || self.repairs.failed.contains_key(&block)
+            || self.repairs.active.len() >= REPAIRS_ACTIVE_MAX
+        {
+            return;
+        }
+        let Some(h) = self.pgs.get(&block.0) else {
+            return;
+        };
+        tracing::info!(pg = %block.0, image = %block.1.image, object = block.1.index, block = block.2, "repairing a bad block");
+        self.repairs.counts.started += 1;
+        self.repairs.active.insert(
+            block,
+            Active {
+                term: h.replica.term().0,
+                state: State::Source,
+                tried: BTreeSet::new(),
+                attempts: 0,
+            },
+        );
+    }
+
+    fn repair_msg(
+        &self,
+        to: OsdId,
+        (pg, object, block): BlockRef,
+        step: RepairStep,
+        applied: u64,
+        term: u64,
+        data: bytes::Bytes,
+    ) -> PeerSend {
+        PeerSend {
+            to,
+            pg,
+            req: Request::Repair(RepairMsg {
+                from: self.cfg.osd,
+                to,
+                pg,
+                step,
+                image: object.image,
+                object_index: object.index,
+                block,
+                applied,
+                term,
+                data,
+            }),
+        }
+    }
+
+    /// Moves one repair on; returns whether it proposed.
+    fn advance_repair(&mut self, key: BlockRef, eff: &mut Effects) -> bool {
+        let pg = key.0;
+        let still_leads = self.pgs.get(&pg).and_then(|h| {
+            let a = self.repairs.active.get(&key)?;
+            (h.replica.is_leader() && h.replica.term().0 == a.term).then_some(())
+        });
+        if still_leads.is_none() {
+            // Leadership moved: the next leader finds the block again.
+            self.repairs.active.remove(&key);
+            return false;
+        }
+        let a = self.repairs.active.get_mut(&key).expect("checked above");
+        match a.state {
+            State::Proposed => false,
+            State::Fetching { from, sent } => {
+                if self.now.as_millis() >= sent.as_millis() + FETCH_TIMEOUT_MS {
+                    a.tried.insert(from);
+                    a.state = State::Source;
+                    self.next_source(key, eff)
+                } else {
+                    false
+                }
+            }
+            State::Source => self.next_source(key, eff),
+        }
+    }
+
+    /// Reads the next source of `key`: this replica's own copy, else asks the next member.
+    fn next_source(&mut self, key: BlockRef, eff: &mut Effects) -> bool {
+        let pg = key.0;
+        let me = self.cfg.osd;
+        let a = self.repairs.active.get_mut(&key).expect("active");
+        a.attempts += 1;
+        if a.attempts > REPAIR_ATTEMPTS_MAX {
+            return self.repair_failed(
+                key,
+                "too many attempts (the object is written to without pause)",
+            );
+        }
+        if !a.tried.contains(&me) {
+            match self.local_versions(key) {
+                Some((chunk, applied)) => return self.propose_repair(key, chunk, applied),
+                None => {
+                    self.repairs
+                        .active
+                        .get_mut(&key)
+                        .expect("active")
+                        .tried
+                        .insert(me);
+                }
+            }
+        }
+        let voters = self
+            .pgs
+            .get(&pg)
+            .map(|h| h.replica.voters())
+            .unwrap_or_default();
+        let a = self.repairs.active.get_mut(&key).expect("active");
+        let Some(from) = voters.into_iter().find(|o| !a.tried.contains(o)) else {
+            return self.repair_failed(key, "no replica holds a good copy");
+        };
+        a.state = State::Fetching {
+            from,
+            sent: self.now,
+        };
+        let term = a.term;
+        eff.peers
+            .push(self.repair_msg(from, key, RepairStep::Fetch, 0, term, Default::default()));
+        false
+    }
+
+    fn repair_failed(&mut self, key: BlockRef, why: &str) -> bool {
+        tracing::error!(pg = %key.0, image = %key.1.image, object = key.1.index, block = key.2, "bad block not repaired: {why}");
+        self.repairs.active.remove(&key);
+        self.repairs.failed.insert(key, self.now);
+        self.repairs.counts.failed += 1;
+        false
+    }
+
+    /// Every version of the block as this replica holds it, with its applied index; `None`
+    /// if a version of it is bad here.
+    fn local_versions(&mut self, (pg, object, block): BlockRef) -> Option<(ChunkVersions, u64)> {
+        let mut store = self.store.borrow_mut();
+        // A bad copy read here is noted again; handing the note on finds the repair under
+        // way (or reports it, rate-limited).
+        let chunk = store
+            .transfer_read(pg, object, block_offset(block), BLOCK_SIZE_BYTES)
+            .ok()?;
+        if chunk.versions.iter().any(|v| v.damaged) {
+            return None;
+        }
+        Some((chunk, store.applied_index(pg)))
+    }
+
+    /// Proposes the repair of `key` from `chunk`, read at applied index `applied`, unless an
+    /// entry after `applied` touches the object (then the next source read tries again).
+    fn propose_repair(&mut self, key: BlockRef, chunk: ChunkVersions, applied: u64) -> bool {
+        let (pg, object, block) = key;
+        if self.log_touches(pg, object, applied) {
+            let a = self.repairs.active.get_mut(&key).expect("active");
+            a.state = State::Source;
+            a.tried.clear();
+            return false;
+        }
+        let op = ClientOp::Repair {
+            object: ObjectRef {
+                image: object.image,
+                index: object.index,
+            },
+            offset: u32::try_from(block_offset(block)).expect("objects are at most 64 MiB"),
+            versions: chunk.encode().into(),
+        };
+        self.repairs.active.get_mut(&key).expect("active").state = State::Proposed;
+        self.propose_internal(pg, OpKind::Repair { block: key }, &op);
+        true
+    }
+
+    /// Whether an entry of `pg`'s log after `after` touches `object` (or might: an entry
+    /// that cannot be read or decoded counts as touching it).
+    fn log_touches(&self, pg: PgId, object: ObjectId, after: u64) -> bool {
+        let Some(h) = self.pgs.get(&pg) else {
+            return true;
+        };
+        let log = &h.replica.raw_node().raft.raft_log;
+        let last = log.last_index();
+        if after >= last {
+            return false;
+        }
+        let Ok(entries) = log.slice(after + 1, last + 1, None, GetEntriesContext::empty(false))
+        else {
+            return true;
+        };
+        entries.iter().any(|e| {
+            if e.get_entry_type() != EntryType::EntryNormal
+                || e.data.is_empty() && e.context.is_empty()
+            {
+                return false;
+            }
+            match ClientOp::decode(&e.context, &e.data) {
+                Ok(op) => match (op.object(), &op) {
+                    (Some(o), _) => o.image == object.image && o.index == object.index,
+                    (None, ClientOp::Reclaim { image, .. })
+                    | (None, ClientOp::SnapMark { image, .. })
+                    | (None, ClientOp::SnapTrim { image, .. }) => *image == object.image,
+                    (None, _) => true,
+                },
+                Err(_) => true,
+            }
+        })
+    }
+
+    /// The repair proposed for `key` ended: applied (done) or not (dropped with the
+    /// leadership).
+    pub(crate) fn repair_finished(&mut self, key: BlockRef, applied: bool) {
+        self.repairs.active.remove(&key);
+        if applied {
+            self.repairs.counts.repaired += 1;
+            tracing::info!(pg = %key.0, image = %key.1.image, object = key.1.index, block = key.2, "bad block repaired");
+        }
+    }
+
+    /// A repair message from a member.
+    pub(crate) fn on_repair_msg(&mut self, m: RepairMsg, eff: &mut Effects) {
+        if m.to != self.cfg.osd {
+            return;
+        }
+        let object = ObjectId {
+            image: m.image,
+            index: m.object_index,
+        };
+        let key = (m.pg, object, m.block);
+        match m.step {
+            RepairStep::Report => {
+                if self.pgs.get(&m.pg).is_some_and(|h| h.replica.is_leader()) {
+                    self.start_repair(key);
+                }
+            }
+            RepairStep::Fetch => {
+                let reply = match self
+                    .pgs
+                    .contains_key(&m.pg)
+                    .then(|| self.local_versions(key))
+                    .flatten()
+                {
+                    Some((chunk, applied)) => self.repair_msg(
+                        m.from,
+                        key,
+                        RepairStep::Data,
+                        applied,
+                        m.term,
+                        chunk.encode().into(),
+                    ),
+                    None => self.repair_msg(
+                        m.from,
+                        key,
+                        RepairStep::Unavailable,
+                        0,
+                        m.term,
+                        Default::default(),
+                    ),
+                };
+                eff.peers.push(reply);
+            }
+            RepairStep::Data | RepairStep::Unavailable => {
+                let Some(a) = self.repairs.active.get_mut(&key) else {
+                    return;
+                };
+                let asked = matches!(a.state, State::Fetching { from, .. } if from == m.from);
+                if !asked || a.term != m.term {
+                    return;
+                }
+                let chunk = (m.step == RepairStep::Data)
+                    .then(|| ChunkVersions::decode(&m.data).ok())
+                    .flatten()
+                    .filter(|c| {
+                        c.len_bytes == BLOCK_SIZE_BYTES
+                            && c.versions.iter().all(|v| v.block == m.block && !v.damaged)
+                    });
+                match chunk {
+                    Some(chunk) => {
+                        a.state = State::Source;
+                        // Logged by the rounds that follow in this step.
+                        self.propose_repair(key, chunk, m.applied);
+                    }
+                    None => {
+                        a.tried.insert(m.from);
+                        a.state = State::Source;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Bad block copies repaired from a good replica through the log (`crate::repair`).
+
+use crate::harness::{self, pg, read, write, Cluster};
+use fastblock_shard::Input;
+use fastblock_types::OsdId;
+use fastblock_wire::{Reply, Request, Status};
+
+/// Three replicas of PG 0, object 0 written whole (three blocks, byte 7) and flushed on
+/// every OSD, so that each disk holds it in its first three data blocks. Returns the
+/// cluster, the leader and a follower.
+fn three_with_an_object() -> (Cluster, u32, u32) {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    c.map(harness::map(1, &[1, 2, 3], &[(0, &[1, 2, 3], &[])]));
+    let leads = |c: &Cluster, id: u32| c.core(id).replica(pg(0)).is_some_and(|r| r.is_leader());
+    for _ in 0..100 {
+        if (1..=3).any(|id| leads(&c, id)) {
+            break;
+        }
+        c.tick();
+    }
+    let l = (1..=3).find(|id| leads(&c, *id)).expect("a leader");
+    let f = (1..=3).find(|id| *id != l).expect("a follower");
+    let w = c.request(l, write(pg(0), 0, 0, &[7u8; 3 * 4096], 1));
+    for _ in 0..10 {
+        if c.reply(w).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    // Every member applies it (the commit reaches the followers with the next append or
+    // heartbeat), then flushes it to disk.
+    for _ in 0..5 {
+        c.tick();
+    }
+    for id in 1..=3 {
+        c.step(id, Input::FlushDue);
+    }
+    c.settle();
+    (c, l, f)
+}
+
+/// Flips a bit of data block `phys` on `id`'s disk.
+fn corrupt(c: &Cluster, id: u32, phys: u64) {
+    let data_offset = c.core(id).store().superblock().data_offset_bytes;
+    c.disks[&OsdId(id)].corrupt(data_offset + phys * 4096 + 17);
+}
+
+/// What `id`'s replica holds of object 0 (its own copy, past the PG).
+fn replica_copy(c: &mut Cluster, id: u32) -> Reply {
+    let now = c.now;
+    let eff = c.step(
+        id,
+        Input::Request {
+            conn: 9,
+            request_id: 9_000 + u64::from(id),
+            req: Request::ReplicaRead {
+                addr: harness::addr(pg(0), 0),
+                offset: 0,
+                length: 3 * 4096,
+            },
+            arrived: now,
+        },
+    );
+    eff.replies[0].2.clone()
+}
+
+fn status(reply: Option<&Reply>) -> Option<Status> {
+    match reply {
+        Some(Reply::Error { status, .. }) => Some(*status),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_bad_block_on_the_leader_is_read_back_from_a_follower_and_rewritten() {
+    let (mut c, l, f) = three_with_an_object();
+    corrupt(&c, l, 1);
+    let r = c.request(l, read(pg(0), 0, 0, 3 * 4096, 1));
+    for _ in 0..3 {
+        if c.reply(r).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    assert_eq!(
+        status(c.reply(r)),
+        Some(Status::Repairing),
+        "retryable while the repair runs: {:?}",
+        c.reply(r)
+    );
+    // The leader fetches the block from a follower and logs the repair.
+    for _ in 0..5 {
+        c.tick();
+    }
+    let counts = c.core(l).repair_counts();
+    assert_eq!((counts.started, counts.repaired, counts.failed), (1, 1, 0));
+    let r = c.request(l, read(pg(0), 0, 0, 3 * 4096, 1));
+    for _ in 0..3 {
+        if c.reply(r).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![7u8; 3 * 4096].into())));
+    // The leader's own copy is good again, and equal to the others.
+    for id in 1..=3 {
+        assert_eq!(
+            replica_copy(&mut c, id),
+            Reply::Data(vec![7u8; 3 * 4096].into())
+        );
+        assert!(c.core(id).failure().is_none());
+    }
+    assert_eq!(c.core(l).store().damage_counts().versions_repaired, 1);
+    assert_eq!(
+        c.core(f).store().damage_counts().versions_repaired,
+        0,
+        "good copies are kept"
+    );
+}
+
+#[test]
+fn a_partial_write_over_a_bad_block_on_a_follower_is_repaired_not_a_crash() {
+    let (mut c, l, f) = three_with_an_object();
+    corrupt(&c, f, 2);
+    let w = c.request(l, write(pg(0), 0, 2 * 4096 + 100, &[9u8; 100], 1));
+    for _ in 0..10 {
+        c.tick();
+    }
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    assert!(c.core(f).failure().is_none(), "the follower applied it");
+    assert_eq!(c.core(f).repair_counts().reported, 1);
+    assert_eq!(c.core(l).repair_counts().repaired, 1);
+    let mut want = vec![7u8; 3 * 4096];
+    want[2 * 4096 + 100..2 * 4096 + 200].fill(9);
+    for id in 1..=3 {
+        assert_eq!(
+            replica_copy(&mut c, id),
+            Reply::Data(want.clone().into()),
+            "osd {id}"
+        );
+    }
+}
+
+#[test]
+fn a_block_bad_on_every_replica_fails_its_repair_and_reads_answer_checksum() {
+    let (mut c, l, _) = three_with_an_object();
+    for id in 1..=3 {
+        corrupt(&c, id, 0);
+    }
+    let r = c.request(l, read(pg(0), 0, 0, 4096, 1));
+    for _ in 0..10 {
+        c.tick();
+    }
+    assert_eq!(status(c.reply(r)), Some(Status::Repairing));
+    assert_eq!(c.core(l).repair_counts().failed, 1);
+    let r = c.request(l, read(pg(0), 0, 0, 4096, 1));
+    for _ in 0..3 {
+        if c.reply(r).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    assert_eq!(status(c.reply(r)), Some(Status::Checksum));
+    // The other blocks still read, and nothing stopped.
+    let r = c.request(l, read(pg(0), 0, 4096, 8192, 1));
+    for _ in 0..3 {
+        if c.reply(r).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![7u8; 8192].into())));
+    for id in 1..=3 {
+        assert!(c.core(id).failure().is_none());
+    }
+}
