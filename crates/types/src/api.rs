@@ -225,6 +225,31 @@ pub struct PgIoCounters {
     pub objects: u64,
     #[serde(default)]
     pub stored_bytes: u64,
+    /// The PG's scrubs under this leader (absent from OSDs that predate scrub, and before
+    /// this leader's first scrub of the PG).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub: Option<PgScrubReport>,
+}
+
+/// What a PG leader reports of its scrubs of the PG (`docs/design/scrub.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgScrubReport {
+    /// Scrubs (light or deep) this leader finished, and deep ones among them.
+    pub scrubs: u64,
+    pub deep_scrubs: u64,
+    /// The highest operator request (`ScrubRequest::id`) this leader has finished a scrub for
+    /// (0: none): the monitor drops requests up to it.
+    pub request_done: u64,
+    /// Of the last finished scrub: 4 KiB blocks whose replicas disagreed, blocks bad on a
+    /// replica (deep: their data did not match their checksum), and blocks repaired from
+    /// the majority. `inconsistent_blocks - repaired_blocks > 0` means some are left
+    /// (no majority agreed, or the repair failed): the monitor raises `PG_INCONSISTENT`.
+    pub inconsistent_blocks: u64,
+    pub repaired_blocks: u64,
+    /// Whether the last finished scrub was deep.
+    pub last_deep: bool,
+    /// Whether a scrub is running now.
+    pub running: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

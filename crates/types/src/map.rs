@@ -256,6 +256,19 @@ pub struct SnapTrimEntry {
     pub done_pgs: BTreeSet<u32>,
 }
 
+/// An operator's request to scrub one PG now (`fastblock-client pg scrub|deep-scrub|repair`):
+/// its leader scrubs it and reports the request done in its heartbeat
+/// ([`crate::api::PgScrubReport::request_done`]); the monitor then drops the entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubRequest {
+    /// Increasing over the cluster's life: a leader scrubs for each id above the one it last
+    /// reported done.
+    pub id: u64,
+    pub pg: PgId,
+    /// Read and check every block's data too, not only compare the replicas' checksums.
+    pub deep: bool,
+}
+
 impl ImageInfo {
     pub fn object_count(&self) -> u64 {
         self.size_bytes.div_ceil(self.object_size_bytes)
@@ -400,6 +413,9 @@ pub struct ClusterMap {
     /// Snapshots whose data the PG leaders must drop (derived from the monitor's records).
     #[serde(default)]
     pub snap_trims: BTreeMap<u64, SnapTrimEntry>,
+    /// Scrubs operators asked for, by request id (derived from the monitor's records).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scrub_requests: BTreeMap<u64, ScrubRequest>,
     /// How the cluster authenticates (`docs/security.md`); absent in maps written before
     /// authentication existed, which then read as mode `none`.
     #[serde(default)]
