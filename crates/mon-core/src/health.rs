@@ -6,7 +6,12 @@
 use crate::state::MonState;
 use fastblock_types::api::BackfillTooFull;
 use fastblock_types::units::format_size;
+use fastblock_types::PgId;
 use std::collections::BTreeMap;
+
+/// The most PGs `PG_INCONSISTENT` names; the rest are counted (one health line stays short
+/// when a whole pool is affected).
+pub const INCONSISTENT_PGS_NAMED_MAX: usize = 16;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Health {
@@ -132,6 +137,39 @@ impl Health {
             self.status = "HEALTH_WARN";
         }
     }
+
+    /// Adds `PG_INCONSISTENT` for the PGs whose last scrub left blocks its replicas disagree
+    /// on and could not repair (no majority agreed, or the repair failed), with the blocks
+    /// left per PG (`crate::scrub_ops::ScrubStats::inconsistent`). ERR, as Ceph's
+    /// `PG_DAMAGED`: a read of such a block may return data that no majority vouches for, and
+    /// only an operator can decide which copy is right.
+    pub fn add_pg_inconsistent(&mut self, left: &[(PgId, u64)]) {
+        if left.is_empty() {
+            return;
+        }
+        let blocks = |n: u64| {
+            if n == 1 {
+                "1 block".to_string()
+            } else {
+                format!("{n} blocks")
+            }
+        };
+        let named: Vec<String> = left
+            .iter()
+            .take(INCONSISTENT_PGS_NAMED_MAX)
+            .map(|(pg, n)| format!("pg {pg} ({} left)", blocks(*n)))
+            .collect();
+        let mut check = format!(
+            "PG_INCONSISTENT: {} with blocks scrub found inconsistent and could not repair: {}",
+            plural(left.len(), "pg"),
+            named.join(", ")
+        );
+        if left.len() > named.len() {
+            check.push_str(&format!(" and {} more", left.len() - named.len()));
+        }
+        self.checks.push(check);
+        self.status = "HEALTH_ERR";
+    }
 }
 
 #[cfg(test)]
@@ -163,5 +201,30 @@ mod tests {
             "{check}"
         );
         assert!(check.contains("pg 1.5"), "{check}");
+    }
+
+    #[test]
+    fn inconsistent_pgs_are_an_error_naming_at_most_a_bounded_number() {
+        let mut h = health(&MonState::default(), &[]);
+        h.add_pg_inconsistent(&[]);
+        assert_eq!((h.status, h.checks.len()), ("HEALTH_OK", 0));
+        let pg = |seq| PgId::new(PoolId(2), seq);
+        h.add_pg_inconsistent(&[(pg(1), 1), (pg(7), 12)]);
+        assert_eq!(h.status, "HEALTH_ERR");
+        assert_eq!(
+            h.checks[0],
+            "PG_INCONSISTENT: 2 pgs with blocks scrub found inconsistent and could not \
+             repair: pg 2.1 (1 block left), pg 2.7 (12 blocks left)"
+        );
+        let many: Vec<(PgId, u64)> = (0..20).map(|seq| (pg(seq), 1)).collect();
+        let mut h = health(&MonState::default(), &[]);
+        h.add_pg_inconsistent(&many);
+        let check = &h.checks[0];
+        assert!(check.starts_with("PG_INCONSISTENT: 20 pgs"), "{check}");
+        assert!(
+            check.contains("pg 2.15 (1 block left) and 4 more"),
+            "{check}"
+        );
+        assert!(!check.contains("pg 2.16"), "{check}");
     }
 }

@@ -213,9 +213,10 @@ impl MonState {
         Ok(finished)
     }
 
-    /// Copies what the data path needs from the image, reclaim and snapshot records into the
-    /// map: the image table (for fencing IO), the pending reclaims, the live snapshots and the
-    /// pending snapshot trims (for the PG leaders).
+    /// Copies what the data path needs from the image, reclaim, snapshot and scrub records
+    /// into the map: the image table (for fencing IO), the pending reclaims, the live
+    /// snapshots, the pending snapshot trims and the pending scrub requests (for the PG
+    /// leaders).
     pub fn derive_data_map(&mut self) {
         self.map.images = Some(ImageTable {
             next_id: self.counters.next_image_id,
@@ -237,5 +238,6 @@ impl MonState {
         self.map.reclaim = self.reclaim.clone();
         self.map.snaps = self.snaps.clone();
         self.map.snap_trims = self.snap_trims.clone();
+        self.map.scrub_requests = self.scrubs.requests.clone();
     }
 }

@@ -14,6 +14,8 @@
 //! - [`image_ops`]: image create/remove/resize and the reclaim list.
 //! - [`snap_ops`]: image snapshots (create, confirm per PG, timeout, remove, protect), clones
 //!   and flatten, and the trim list that makes the PGs drop removed or aborted snapshots.
+//! - [`scrub_ops`]: operators' scrub requests, dropped when the PG's leader reports them
+//!   done, and what leaders report of their scrubs ([`scrub_ops::ScrubStats`], in memory).
 //! - [`pg_reports`]: "leader elected" and "membership change finished" from PG leaders.
 //! - [`report_checks`]: the rules a PG report must pass against its sender ([`Reporter`]) and
 //!   the recorded PG before it is recorded.
@@ -41,6 +43,7 @@ pub mod osd_ops;
 pub mod pg_reports;
 pub mod pool_ops;
 pub mod report_checks;
+pub mod scrub_ops;
 pub mod snap_ops;
 pub mod state;
 

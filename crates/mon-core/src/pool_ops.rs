@@ -165,6 +165,7 @@ impl MonState {
         self.images.retain(|(p, _), _| *p != pool.id);
         self.reclaim.retain(|_, r| r.pool != pool.id);
         self.forget_snaps_of_pool(pool.id);
+        self.forget_scrubs_of_pool(pool.id);
         Ok(pool)
     }
 

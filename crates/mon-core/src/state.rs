@@ -29,6 +29,8 @@ pub struct MonState {
     pub pending: Pending,
     /// The key table (the mode and its epoch are in `map.auth`).
     pub auth: crate::auth_ops::AuthTable,
+    /// Operators' scrub requests and their id counter (`crate::scrub_ops`).
+    pub scrubs: crate::scrub_ops::ScrubRecords,
 }
 
 impl MonState {
@@ -157,7 +159,8 @@ impl MonState {
                 format!("reclaim id {id} not below counter"),
             )?;
         }
-        self.validate_snaps()
+        self.validate_snaps()?;
+        self.validate_scrubs()
     }
 
     /// Asserts that an operation damaged no pool: damage comes only from etcd, and pools
