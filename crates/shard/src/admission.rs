@@ -382,6 +382,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             }
             Request::SnapChunk(chunk) => self.on_snap_chunk(chunk, eff),
             Request::Repair(m) => self.on_repair_msg(m, eff),
+            Request::Scrub(m) => self.on_scrub_msg(m, eff),
             Request::SnapAck {
                 from,
                 to,
@@ -915,11 +916,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             Err(e) => {
                 let status = match (&e, e.bad_block()) {
                     (fastblock_store::Error::NoSuchImageSnap { .. }, _) => Status::NoSuchSnap,
-                    (_, Some((pg, object, block))) => self.bad_block_status((
-                        pg,
-                        object,
-                        u32::try_from(block).expect("block indexes fit u32"),
-                    )),
+                    (e, Some(_)) => self.bad_block_status(e),
                     (e, None) if e.is_fatal() => Status::IoError,
                     _ => Status::InvalidArgument,
                 };

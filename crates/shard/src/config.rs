@@ -39,6 +39,35 @@ impl RecoveryLimits {
     }
 }
 
+/// When the PG leaders of a shard scrub their PGs (`docs/design/scrub.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScrubSchedule {
+    /// A PG is scrubbed (light) this long after its last scrub under this leader, or after
+    /// this leader took it over; 0: only when an operator asks.
+    pub interval_ms: u64,
+    /// A scheduled scrub is deep when the last deep one is this old; 0: never scheduled.
+    pub deep_interval_ms: u64,
+    /// Bytes of data a deep scrub reads per second on this shard, at most (its chunks wait
+    /// for it): client IO keeps priority.
+    pub deep_bytes_per_sec: u64,
+}
+
+impl ScrubSchedule {
+    /// No scheduled scrubs (an operator's requests still run).
+    pub const ON_REQUEST: ScrubSchedule = ScrubSchedule {
+        interval_ms: 0,
+        deep_interval_ms: 0,
+        deep_bytes_per_sec: 64 << 20,
+    };
+    /// The OSD's defaults: light daily, deep weekly (Ceph's `osd_scrub_min_interval` and
+    /// `osd_deep_scrub_interval`), deep reads at 64 MiB/s.
+    pub const OSD_DEFAULT: ScrubSchedule = ScrubSchedule {
+        interval_ms: 24 * 3600 * 1000,
+        deep_interval_ms: 7 * 24 * 3600 * 1000,
+        deep_bytes_per_sec: 64 << 20,
+    };
+}
+
 #[derive(Clone, Debug)]
 pub struct ShardConfig {
     pub osd: OsdId,
@@ -73,6 +102,7 @@ pub struct ShardConfig {
     pub wal_commits_in_flight_max: usize,
     /// Record every applied entry in [`crate::Effects::applied`] (the simulator's checker).
     pub record_applies: bool,
+    pub scrub: ScrubSchedule,
 }
 
 impl ShardConfig {

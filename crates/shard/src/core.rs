@@ -171,6 +171,7 @@ pub struct ShardCore<D: Disk + 'static> {
     pub(crate) reclaims: crate::reclaim::Reclaims,
     pub(crate) snap_ops: crate::snaps::SnapOps,
     pub(crate) repairs: crate::repair::Repairs,
+    pub(crate) scrubs: crate::scrub::Scrubs,
     /// Leader and membership reports waiting until the WAL is durable up to the LSN staged
     /// when they were made (see `hold_report`).
     held_reports: VecDeque<(u64, Report)>,
@@ -219,6 +220,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             reclaims: Default::default(),
             snap_ops: Default::default(),
             repairs: Default::default(),
+            scrubs: Default::default(),
             held_reports: VecDeque::new(),
             outs: BTreeMap::new(),
             commits: Commits::default(),
@@ -313,6 +315,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                     recovery_done_bytes: self.recovery.done_bytes(*pg),
                     objects: usage.objects,
                     stored_bytes: usage.blocks() * fastblock_types::units::BLOCK_SIZE_BYTES,
+                    scrub: self.scrub_report(*pg),
                     ..h.io
                 }
             })
@@ -411,6 +414,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         self.tick_recovery(eff);
         self.drive_reclaims(eff);
         self.drive_snaps(eff);
+        self.drive_scrubs(eff);
     }
 
     /// Rounds until quiet or a commit is due; then, when idle, what waited for the commit,
@@ -1089,11 +1093,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             Ok(()) => Ok(buf.into()),
             Err(e) => {
                 let status = match e.bad_block() {
-                    Some((pg, object, block)) => self.bad_block_status((
-                        pg,
-                        object,
-                        u32::try_from(block).expect("block indexes fit u32"),
-                    )),
+                    Some(_) => self.bad_block_status(&e),
                     None if e.is_fatal() => Status::IoError,
                     None => Status::InvalidArgument,
                 };

@@ -20,6 +20,8 @@
 //! - [`reads`]: client reads whose barrier passed, read in one batch per step.
 //! - [`repair`]: bad block copies repaired through the log from a good replica's versions;
 //!   a disk that fails reads stops the shard.
+//! - [`scrub`]: comparing the replicas' block checksums (light) and reading every block
+//!   (deep), range by range, repairing from the majority.
 //! - [`reclaim`]: deleting removed images and shrunk tails through the log; fencing IO by
 //!   the map's image table.
 //! - [`snaps`]: image snapshot marks and trims through the log; holding writes while a
@@ -42,6 +44,7 @@ pub mod reads;
 pub mod reclaim;
 pub mod recovery;
 pub mod repair;
+pub mod scrub;
 pub mod snaps;
 pub mod space;
 pub mod stage;
@@ -49,7 +52,7 @@ pub mod wal_fit;
 pub mod wal_space;
 
 pub use crate::core::{ShardCore, CONN_INFLIGHT_OPS_MAX};
-pub use config::{RecoveryLimits, ShardConfig};
+pub use config::{RecoveryLimits, ScrubSchedule, ShardConfig};
 pub use error::{Cause, Operation, ShardFailure};
 pub use hosting::{PG_INIT_INDEX, PG_INIT_TERM};
 pub use io::{

@@ -72,8 +72,11 @@ enum State {
 struct Active {
     term: u64,
     state: State,
-    /// Members that answered `Unavailable` or timed out (the leader's own copy: itself).
+    /// Members that answered `Unavailable` or timed out (the leader's own copy: itself), and
+    /// the excluded ones.
     tried: BTreeSet<OsdId>,
+    /// Replicas never to take the block from (a scrub found them in the minority).
+    excluded: BTreeSet<OsdId>,
     attempts: u32,
 }
 
@@ -106,15 +109,19 @@ impl<D: Disk + 'static> ShardCore<D> {
         self.repairs.counts
     }
 
-    /// The status a read of `block` answers while its copy here is bad: `Repairing` if this
-    /// replica leads its PG and a repair may still succeed, else `Checksum`.
-    pub(crate) fn bad_block_status(&self, block: BlockRef) -> fastblock_wire::Status {
-        let leads = self
-            .pgs
-            .get(&block.0)
-            .is_some_and(|h| h.replica.is_leader());
-        if leads && !self.repairs.failed.contains_key(&block) {
+    /// The status a read answers when it met the bad block `e` is about: `Repairing` if
+    /// this replica leads its PG and a repair may still succeed; else `IoError` for a block
+    /// the device failed to read, `Checksum` for one whose data does not match.
+    pub(crate) fn bad_block_status(&self, e: &fastblock_store::Error) -> fastblock_wire::Status {
+        let Some((pg, object, block)) = e.bad_block() else {
+            return fastblock_wire::Status::IoError;
+        };
+        let key = (pg, object, u32::try_from(block).expect("block indexes fit u32"));
+        let leads = self.pgs.get(&pg).is_some_and(|h| h.replica.is_leader());
+        if leads && !self.repairs.failed.contains_key(&key) {
             fastblock_wire::Status::Repairing
+        } else if matches!(e, fastblock_store::Error::BlockUnreadable { .. }) {
+            fastblock_wire::Status::IoError
         } else {
             fastblock_wire::Status::Checksum
         }
@@ -194,6 +201,12 @@ impl<D: Disk + 'static> ShardCore<D> {
     }
 
     fn start_repair(&mut self, block: BlockRef) {
+        self.start_repair_excluding(block, &BTreeSet::new());
+    }
+
+    /// Starts repairing `block` with a source other than `excluded` (the replicas a scrub
+    /// found in the minority), unless it is being repaired or failed lately.
+    pub(crate) fn start_repair_excluding(&mut self, block: BlockRef, excluded: &BTreeSet<OsdId>) {
         if self.repairs.active.contains_key(&block)
             || self.repairs.failed.contains_key(&block)
             || self.repairs.active.len() >= REPAIRS_ACTIVE_MAX
@@ -210,10 +223,12 @@ impl<D: Disk + 'static> ShardCore<D> {
             Active {
                 term: h.replica.term().0,
                 state: State::Source,
-                tried: BTreeSet::new(),
+                tried: excluded.clone(),
+                excluded: excluded.clone(),
                 attempts: 0,
             },
         );
+        self.scrub_counts_repair(block);
     }
 
     fn repair_msg(
@@ -253,6 +268,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         if still_leads.is_none() {
             // Leadership moved: the next leader finds the block again.
             self.repairs.active.remove(&key);
+            self.scrub_repair_finished(key, false);
             return false;
         }
         let a = self.repairs.active.get_mut(&key).expect("checked above");
@@ -320,6 +336,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         self.repairs.active.remove(&key);
         self.repairs.failed.insert(key, self.now);
         self.repairs.counts.failed += 1;
+        self.scrub_repair_finished(key, false);
         false
     }
 
@@ -342,10 +359,11 @@ impl<D: Disk + 'static> ShardCore<D> {
     /// entry after `applied` touches the object (then the next source read tries again).
     fn propose_repair(&mut self, key: BlockRef, chunk: ChunkVersions, applied: u64) -> bool {
         let (pg, object, block) = key;
-        if self.log_touches(pg, object, applied) {
+        let at = block_offset(block);
+        if self.log_touches(pg, object, at..at + BLOCK_SIZE_BYTES, applied) {
             let a = self.repairs.active.get_mut(&key).expect("active");
             a.state = State::Source;
-            a.tried.clear();
+            a.tried = a.excluded.clone();
             return false;
         }
         let op = ClientOp::Repair {
@@ -361,9 +379,17 @@ impl<D: Disk + 'static> ShardCore<D> {
         true
     }
 
-    /// Whether an entry of `pg`'s log after `after` touches `object` (or might: an entry
-    /// that cannot be read or decoded counts as touching it).
-    fn log_touches(&self, pg: PgId, object: ObjectId, after: u64) -> bool {
+    /// Whether an entry of `pg`'s log after `after` touches the bytes `range` of `object`
+    /// (or might: an entry that cannot be read or decoded counts as touching it). A write,
+    /// discard, copy-up or repair touches the 4 KiB blocks its range covers; a rollback the
+    /// whole object; a reclaim or snapshot operation every object of its image.
+    pub(crate) fn log_touches(
+        &self,
+        pg: PgId,
+        object: ObjectId,
+        range: std::ops::Range<u64>,
+        after: u64,
+    ) -> bool {
         let Some(h) = self.pgs.get(&pg) else {
             return true;
         };
@@ -376,21 +402,60 @@ impl<D: Disk + 'static> ShardCore<D> {
         else {
             return true;
         };
+        let bs = BLOCK_SIZE_BYTES;
+        let blocks = |lo: u64, len: u64| {
+            let (a, b) = (lo / bs * bs, (lo + len).div_ceil(bs) * bs);
+            a < range.end && range.start < b.max(a + 1)
+        };
         entries.iter().any(|e| {
             if e.get_entry_type() != EntryType::EntryNormal
                 || e.data.is_empty() && e.context.is_empty()
             {
                 return false;
             }
-            match ClientOp::decode(&e.context, &e.data) {
-                Ok(op) => match (op.object(), &op) {
-                    (Some(o), _) => o.image == object.image && o.index == object.index,
-                    (None, ClientOp::Reclaim { image, .. })
-                    | (None, ClientOp::SnapMark { image, .. })
-                    | (None, ClientOp::SnapTrim { image, .. }) => *image == object.image,
-                    (None, _) => true,
-                },
-                Err(_) => true,
+            let Ok(op) = ClientOp::decode(&e.context, &e.data) else {
+                return true;
+            };
+            let same = |o: &ObjectRef| o.image == object.image && o.index == object.index;
+            match &op {
+                ClientOp::Write {
+                    object: o,
+                    offset,
+                    data,
+                } => same(o) && blocks(u64::from(*offset), data.len() as u64),
+                ClientOp::CopyUp {
+                    object: o,
+                    offset,
+                    data,
+                    ..
+                } => same(o) && blocks(u64::from(*offset), data.len() as u64),
+                ClientOp::Discard {
+                    object: o,
+                    offset,
+                    length,
+                }
+                | ClientOp::WriteZeroes {
+                    object: o,
+                    offset,
+                    length,
+                } => same(o) && blocks(u64::from(*offset), u64::from(*length)),
+                ClientOp::Repair {
+                    object: o,
+                    offset,
+                    versions,
+                } => {
+                    // The repaired range's length is in the chunk's header (bytes 8..16).
+                    let len = versions.get(8..16).map_or(u64::MAX / 2, |b| {
+                        u64::from_le_bytes(b.try_into().expect("8 bytes"))
+                    });
+                    same(o) && blocks(u64::from(*offset), len.min(u64::MAX / 2))
+                }
+                ClientOp::Rollback { object: o, .. } | ClientOp::CopyUpDone { object: o } => {
+                    same(o)
+                }
+                ClientOp::Reclaim { image, .. }
+                | ClientOp::SnapMark { image, .. }
+                | ClientOp::SnapTrim { image, .. } => *image == object.image,
             }
         })
     }
@@ -399,6 +464,7 @@ impl<D: Disk + 'static> ShardCore<D> {
     /// leadership).
     pub(crate) fn repair_finished(&mut self, key: BlockRef, applied: bool) {
         self.repairs.active.remove(&key);
+        self.scrub_repair_finished(key, applied);
         if applied {
             self.repairs.counts.repaired += 1;
             tracing::info!(pg = %key.0, image = %key.1.image, object = key.1.index, block = key.2, "bad block repaired");

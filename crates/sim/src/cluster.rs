@@ -945,6 +945,13 @@ impl Cluster {
             let life = self.nodes[&id].incarnation;
             self.after(d, Ev::FlushDone { node: id, life });
         }
+        // A blown fuse is a crash point: the node loses power at that I/O, whether or not the
+        // shard stopped on the error (a failed read of a data block is a bad block to repair,
+        // not a reason to stop, so the shard goes on).
+        let blown = self.nodes[&id].fuse_blown_at().is_some();
+        let fatal = fatal.map(|f| f.to_string()).or_else(|| {
+            blown.then(|| "a crash point fired without stopping the shard".to_string())
+        });
         if let Some(failure) = fatal {
             match self.nodes[&id].fuse_blown_at() {
                 Some(at) => {

@@ -129,6 +129,7 @@ pub fn shard_config(o: &SimOptions, id: OsdId, pg_seed: u64) -> ShardConfig {
         flush_wal_share_divisor: 8,
         wal_commits_in_flight_max: o.wal_commits_in_flight_max,
         record_applies: true,
+        scrub: fastblock_shard::config::ScrubSchedule::ON_REQUEST,
     }
 }
 

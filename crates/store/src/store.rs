@@ -771,6 +771,31 @@ impl<D: Disk> Store<D> {
         })
     }
 
+    /// The next objects a scrub of `pg` covers after `after` (see
+    /// `Objects::scrub_next_objects`).
+    pub fn scrub_next_objects(
+        &self,
+        pg: PgId,
+        after: Option<ObjectId>,
+        bytes_max: u64,
+        count_max: usize,
+    ) -> Vec<ObjectId> {
+        self.objects
+            .scrub_next_objects(pg, after, bytes_max, count_max)
+    }
+
+    /// This replica's scrub digests of `pg`'s objects in `first..=last`, and with `deep` its
+    /// data read back and checked (`objects/scrub.rs`).
+    pub fn scrub_digests(
+        &mut self,
+        pg: PgId,
+        first: ObjectId,
+        last: ObjectId,
+        deep: bool,
+    ) -> Result<crate::ScrubFindings> {
+        self.guard(|s| s.objects.scrub_digests(&mut s.disk, pg, first, last, deep))
+    }
+
     /// Bad blocks found since the last call (each once): the owner has them repaired.
     pub fn take_damaged(&mut self) -> Vec<crate::DamagedBlock> {
         self.objects.take_damaged()

@@ -96,12 +96,13 @@ pub enum Kind {
     SnapChunk = 34,
     SnapAck = 35,
     Repair = 36,
+    Scrub = 37,
     Reply = 128,
 }
 
 impl Kind {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [Kind; 25] = [
+    pub const ALL: [Kind; 26] = [
         Kind::Write,
         Kind::Read,
         Kind::Discard,
@@ -126,6 +127,7 @@ impl Kind {
         Kind::SnapChunk,
         Kind::SnapAck,
         Kind::Repair,
+        Kind::Scrub,
         Kind::Reply,
     ];
 
@@ -147,7 +149,12 @@ impl Kind {
     pub fn is_osd_to_osd(self) -> bool {
         matches!(
             self,
-            Kind::Hello | Kind::RaftBatch | Kind::SnapChunk | Kind::SnapAck | Kind::Repair
+            Kind::Hello
+                | Kind::RaftBatch
+                | Kind::SnapChunk
+                | Kind::SnapAck
+                | Kind::Repair
+                | Kind::Scrub
         )
     }
 }

@@ -58,6 +58,6 @@ pub use reply::{
     ALLOCATED_RANGES_MAX, DIGEST_OBJECTS_MAX, MESSAGE_BYTES_MAX, USAGE_SNAPS_MAX,
 };
 pub use request::{
-    ObjectAddr, RaftEnvelope, RepairMsg, RepairStep, Request, SnapChunk, SnapVerdict,
-    RAFT_BATCH_ENVELOPES_MAX,
+    ObjectAddr, RaftEnvelope, RepairMsg, RepairStep, Request, ScrubEntry, ScrubMsg, ScrubStep,
+    SnapChunk, SnapVerdict, RAFT_BATCH_ENVELOPES_MAX,
 };

@@ -176,7 +176,58 @@ pub enum Request {
     /// One step of a bad block's repair between the members of a PG (see [`RepairMsg`] and
     /// `docs/design/repair.md`).
     Repair(RepairMsg),
+    /// One step of a PG scrub between its leader and a member (see [`ScrubMsg`] and
+    /// `docs/design/scrub.md`).
+    Scrub(ScrubMsg),
 }
+
+/// What a [`ScrubMsg`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScrubStep {
+    /// Leader → member: send your digests of the objects in `first..=last`.
+    Ask = 1,
+    /// Member → leader: my digests, as of my applied index `applied`.
+    Digests = 2,
+}
+
+/// One group's digest in a [`ScrubMsg`] (`fastblock_store::ScrubDigest` on the wire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ScrubEntry {
+    pub image: ImageId,
+    pub object_index: u64,
+    pub group: u32,
+    pub digest: u64,
+}
+
+/// See [`Request::Scrub`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScrubMsg {
+    pub from: OsdId,
+    pub to: OsdId,
+    pub pg: PgId,
+    pub step: ScrubStep,
+    /// Read and check the data too.
+    pub deep: bool,
+    /// The leader's id for this range of this scrub, echoed back.
+    pub scrub: u64,
+    /// The leader's term when it asked, echoed back.
+    pub term: u64,
+    /// With `Digests`: the sender's applied index of the PG when it computed them.
+    pub applied: u64,
+    /// The range of objects, both ends included: (image, object index).
+    pub first: (ImageId, u64),
+    pub last: (ImageId, u64),
+    /// With `Digests` of a deep scrub: block versions read, and those bad (which the
+    /// member reports for repair itself).
+    pub blocks_read: u64,
+    pub bad_blocks: u64,
+    /// With `Digests`: every group holding data, in (image, object, group) order.
+    pub entries: Vec<ScrubEntry>,
+}
+
+/// Bytes of the fixed part of `Scrub`, and of each of its entries.
+const SCRUB_FIXED_BYTES: usize = 96;
+const SCRUB_ENTRY_BYTES: usize = 28;
 
 /// What a [`RepairMsg`] says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,6 +350,7 @@ impl Request {
             Request::SnapChunk(_) => Kind::SnapChunk,
             Request::SnapAck { .. } => Kind::SnapAck,
             Request::Repair(_) => Kind::Repair,
+            Request::Scrub(_) => Kind::Scrub,
         }
     }
 
@@ -445,6 +497,28 @@ impl Request {
                 writer.put_u64(m.applied);
                 writer.put_u64(m.term);
                 writer.put_slice(&m.data);
+            }
+            Request::Scrub(m) => {
+                writer.put_u32(m.from.get());
+                writer.put_u32(m.to.get());
+                writer.put_pg(m.pg);
+                writer.put_u32(m.step as u32);
+                writer.put_u32(u32::from(m.deep));
+                writer.put_u64(m.scrub);
+                writer.put_u64(m.term);
+                writer.put_u64(m.applied);
+                writer.put_u64(m.first.0.get());
+                writer.put_u64(m.first.1);
+                writer.put_u64(m.last.0.get());
+                writer.put_u64(m.last.1);
+                writer.put_u64(m.blocks_read);
+                writer.put_u64(m.bad_blocks);
+                for e in &m.entries {
+                    writer.put_u64(e.image.get());
+                    writer.put_u64(e.object_index);
+                    writer.put_u32(e.group);
+                    writer.put_u64(e.digest);
+                }
             }
         }
         writer.finish(self.kind(), request_id);
@@ -710,6 +784,59 @@ impl Request {
                     data,
                 })
             }
+            Kind::Scrub => {
+                let mut reader = Reader::new(payload, "Scrub");
+                let from = reader.osd("from osd")?;
+                let to = reader.osd("to osd")?;
+                let pg = reader.pg()?;
+                let step = match reader.u32("step")? {
+                    1 => ScrubStep::Ask,
+                    2 => ScrubStep::Digests,
+                    v => return Err(WireError::Invalid(format!("Scrub step {v} (1 or 2)"))),
+                };
+                let deep = read_flag(&mut reader, "deep")?;
+                let scrub = reader.u64("scrub")?;
+                let term = reader.u64("term")?;
+                let applied = reader.u64("applied")?;
+                let first = (reader.image()?, reader.u64("first object")?);
+                let last = (reader.image()?, reader.u64("last object")?);
+                let blocks_read = reader.u64("blocks read")?;
+                let bad_blocks = reader.u64("bad blocks")?;
+                if reader.remaining() % SCRUB_ENTRY_BYTES != 0 {
+                    return Err(WireError::Invalid(format!(
+                        "Scrub entries of {} bytes (a multiple of {SCRUB_ENTRY_BYTES})",
+                        reader.remaining()
+                    )));
+                }
+                if step == ScrubStep::Ask && reader.remaining() != 0 {
+                    return Err(WireError::Invalid("Scrub Ask with entries".into()));
+                }
+                let mut entries = Vec::with_capacity(reader.remaining() / SCRUB_ENTRY_BYTES);
+                while reader.remaining() > 0 {
+                    entries.push(ScrubEntry {
+                        image: reader.image()?,
+                        object_index: reader.u64("object index")?,
+                        group: reader.u32("group")?,
+                        digest: reader.u64("digest")?,
+                    });
+                }
+                reader.finish()?;
+                Request::Scrub(ScrubMsg {
+                    from,
+                    to,
+                    pg,
+                    step,
+                    deep,
+                    scrub,
+                    term,
+                    applied,
+                    first,
+                    last,
+                    blocks_read,
+                    bad_blocks,
+                    entries,
+                })
+            }
             Kind::AuthHello | Kind::AuthChallenge | Kind::AuthProof | Kind::AuthDone => {
                 return Err(WireError::Invalid(format!(
                     "a {:?} frame (request id {}) outside the authentication handshake",
@@ -754,6 +881,9 @@ impl Request {
             Request::SnapChunk(c) => SNAP_CHUNK_FIXED_BYTES.saturating_add(c.data.len()),
             Request::SnapAck { .. } => SNAP_ACK_BYTES,
             Request::Repair(m) => REPAIR_FIXED_BYTES.saturating_add(m.data.len()),
+            Request::Scrub(m) => {
+                SCRUB_FIXED_BYTES.saturating_add(m.entries.len().saturating_mul(SCRUB_ENTRY_BYTES))
+            }
             Request::RaftBatch { msgs, .. } => {
                 msgs.iter().fold(RAFT_BATCH_FIXED_BYTES, |sum, envelope| {
                     sum.saturating_add(RAFT_ENVELOPE_ENTRY_BYTES + envelope.msg.len())

@@ -133,6 +133,7 @@ pub fn authorize(peer: &PeerAuth, req: &Request, map: &ClusterMap) -> Result<(),
         Request::SnapChunk(c) => peer_check(peer, c.from, Kind::SnapChunk),
         Request::SnapAck { from, .. } => peer_check(peer, *from, Kind::SnapAck),
         Request::Repair(m) => peer_check(peer, m.from, Kind::Repair),
+        Request::Scrub(m) => peer_check(peer, m.from, Kind::Scrub),
     }
 }
 

@@ -143,6 +143,7 @@ pub fn config(id: OsdId) -> ShardConfig {
         flush_wal_share_divisor: 8,
         wal_commits_in_flight_max: 1,
         record_applies: true,
+        scrub: fastblock_shard::config::ScrubSchedule::ON_REQUEST,
     }
 }
 

@@ -175,3 +175,119 @@ fn a_block_bad_on_every_replica_fails_its_repair_and_reads_answer_checksum() {
         assert!(c.core(id).failure().is_none());
     }
 }
+
+// ---- scrub ----
+
+/// The map of `three_with_an_object` at `epoch`, asking for scrub `id` of PG 0.
+fn scrub_map(epoch: u64, id: u64, deep: bool) -> std::sync::Arc<fastblock_types::map::ClusterMap> {
+    let mut m = (*harness::map(epoch, &[1, 2, 3], &[(0, &[1, 2, 3], &[])])).clone();
+    m.scrub_requests.insert(
+        id,
+        fastblock_types::map::ScrubRequest {
+            id,
+            pg: pg(0),
+            deep,
+        },
+    );
+    std::sync::Arc::new(m)
+}
+
+fn scrub_report(c: &Cluster, id: u32) -> Option<fastblock_types::api::PgScrubReport> {
+    c.core(id)
+        .stats()
+        .into_iter()
+        .find(|s| s.pg == Some(pg(0)))
+        .and_then(|s| s.scrub)
+}
+
+/// Ticks (delivering frames) until the leader's report says scrub request `id` is done.
+fn scrub_until_done(c: &mut Cluster, l: u32, id: u64) -> fastblock_types::api::PgScrubReport {
+    for _ in 0..50 {
+        if let Some(r) = scrub_report(c, l).filter(|r| r.request_done >= id && !r.running) {
+            return r;
+        }
+        c.tick();
+    }
+    panic!("scrub {id} not done: {:?}", scrub_report(c, l));
+}
+
+#[test]
+fn a_light_scrub_repairs_a_replica_that_disagrees_from_the_majority() {
+    let (mut c, l, f) = three_with_an_object();
+    // The follower's copy of block 1 goes bad, and a partial write over it cannot merge
+    // there; its report to the leader is lost, so the copies disagree in their checksums.
+    corrupt(&c, f, 1);
+    let w = c.request(l, write(pg(0), 0, 4096 + 8, &[3u8; 8], 1));
+    for _ in 0..10 {
+        c.wire.retain(|(_, _, r)| !matches!(r, Request::Repair(_)));
+        if !c.deliver_one() {
+            c.tick_only();
+        }
+    }
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    assert_eq!(c.core(l).repair_counts().started, 0, "the report was lost");
+    let mut want = vec![7u8; 3 * 4096];
+    want[4096 + 8..4096 + 16].fill(3);
+    assert_ne!(replica_copy(&mut c, f), Reply::Data(want.clone().into()));
+
+    c.map(scrub_map(2, 1, false));
+    let report = scrub_until_done(&mut c, l, 1);
+    assert_eq!(report.scrubs, 1);
+    assert_eq!(report.deep_scrubs, 0);
+    assert_eq!(
+        report.inconsistent_blocks, 16,
+        "the 64 KiB group of the bad block"
+    );
+    for _ in 0..10 {
+        c.tick();
+    }
+    let report = scrub_report(&c, l).unwrap();
+    assert_eq!(
+        report.repaired_blocks, report.inconsistent_blocks,
+        "{report:?}"
+    );
+    for id in 1..=3 {
+        assert_eq!(
+            replica_copy(&mut c, id),
+            Reply::Data(want.clone().into()),
+            "osd {id}"
+        );
+    }
+    // Only the bad copy was rewritten.
+    assert_eq!(c.core(f).store().damage_counts().versions_repaired, 1);
+    assert_eq!(c.core(l).store().damage_counts().versions_repaired, 0);
+}
+
+#[test]
+fn bit_rot_only_a_deep_scrub_sees_is_repaired() {
+    let (mut c, l, f) = three_with_an_object();
+    corrupt(&c, f, 2);
+    c.map(scrub_map(2, 1, false));
+    let light = scrub_until_done(&mut c, l, 1);
+    assert_eq!(
+        light.inconsistent_blocks, 0,
+        "the checksums agree: {light:?}"
+    );
+    let mut m = (*scrub_map(3, 2, true)).clone();
+    m.scrub_requests.remove(&1);
+    c.map(std::sync::Arc::new(m));
+    let deep = scrub_until_done(&mut c, l, 2);
+    assert_eq!(
+        (deep.scrubs, deep.deep_scrubs, deep.last_deep),
+        (2, 1, true)
+    );
+    for _ in 0..10 {
+        c.tick();
+    }
+    let deep = scrub_report(&c, l).unwrap();
+    assert_eq!(
+        (deep.inconsistent_blocks, deep.repaired_blocks),
+        (1, 1),
+        "{deep:?}"
+    );
+    assert_eq!(
+        replica_copy(&mut c, f),
+        Reply::Data(vec![7u8; 3 * 4096].into())
+    );
+    assert_eq!(c.core(f).store().damage_counts().versions_repaired, 1);
+}

@@ -23,6 +23,7 @@ mod commit;
 mod damage;
 mod image_snaps;
 pub mod meta;
+mod scrub;
 mod snapshot;
 pub mod transfer;
 mod usage;
@@ -31,6 +32,7 @@ pub use block_cache::BlockCacheStats;
 pub use commit::MetaCommit;
 pub use damage::{DamageCounts, DamagedBlock};
 pub use image_snaps::{ImageSnaps, DATA_BLOCKS_MAX, IMAGE_SNAP_ID_MAX};
+pub use scrub::{ScrubDigest, ScrubFindings, SCRUB_GROUP_BLOCKS};
 pub use snapshot::SnapshotRecord;
 pub use usage::ImageUsage;
 

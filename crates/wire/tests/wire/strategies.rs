@@ -4,7 +4,7 @@ use bytes::Bytes;
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId};
 use fastblock_wire::{
     AllocatedRange, LeaderHint, ObjectAddr, ObjectDigest, RaftEnvelope, RepairMsg, RepairStep,
-    Reply, Request, SnapChunk, SnapVerdict, Status,
+    Reply, Request, ScrubEntry, ScrubMsg, ScrubStep, SnapChunk, SnapVerdict, Status,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -198,6 +198,62 @@ pub fn request() -> impl Strategy<Value = Request> {
                             Bytes::from(data)
                         } else {
                             Bytes::new()
+                        },
+                    })
+                }
+            ),
+        (
+            (
+                any::<u32>(),
+                any::<u32>(),
+                pg(),
+                any::<bool>(),
+                any::<bool>()
+            ),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>()
+            ),
+            vec(
+                (any::<u64>(), any::<u64>(), any::<u32>(), any::<u64>()),
+                0..20
+            )
+        )
+            .prop_map(
+                |((from, to, pg, digests, deep), (scrub, term, applied, first, read), entries)| {
+                    Request::Scrub(ScrubMsg {
+                        from: OsdId(from),
+                        to: OsdId(to),
+                        pg,
+                        step: if digests {
+                            ScrubStep::Digests
+                        } else {
+                            ScrubStep::Ask
+                        },
+                        deep,
+                        scrub,
+                        term,
+                        applied,
+                        first: (ImageId(first), read),
+                        last: (ImageId(read), first),
+                        blocks_read: read,
+                        bad_blocks: applied,
+                        // Only digests carry entries.
+                        entries: if digests {
+                            entries
+                                .into_iter()
+                                .map(|(image, object_index, group, digest)| ScrubEntry {
+                                    image: ImageId(image),
+                                    object_index,
+                                    group,
+                                    digest,
+                                })
+                                .collect()
+                        } else {
+                            Vec::new()
                         },
                     })
                 }
