@@ -391,6 +391,7 @@ mod tests {
         assert_eq!(need_of(&post, "/v1/osds/{id}/boot"), Need::OsdSelf);
         assert_eq!(need_of(&post, "/v1/osds/{id}/heartbeat"), Need::OsdSelf);
         assert_eq!(need_of(&post, "/v1/pgs/{pgid}/leader"), Need::OsdCap);
+        assert_eq!(need_of(&post, "/v1/pgs/{pgid}/scrub"), Need::Admin);
         assert_eq!(need_of(&post, "/v1/reclaim/{id}/pgs/{pgid}"), Need::OsdCap);
         assert_eq!(
             need_of(&post, "/v1/snaps/{image}/{snap}/pgs/{pgid}"),

@@ -5,7 +5,7 @@ use crate::auth_http::{self, Authenticated};
 use crate::election::Role;
 use crate::forward::{status_of, Forwarder, FORWARDED_HEADER};
 use crate::metrics::{ApiLabels, Metrics};
-use crate::service::Monitor;
+use crate::service::{LeaderCtx, Monitor};
 use crate::supervise::{panic_message, CatchUnwind, Supervisor};
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
@@ -15,13 +15,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Extension, Json, Router};
 use fastblock_auth::EntityName;
-use fastblock_mon_core::health::{health, pg_state_counts};
+use fastblock_mon_core::health::{health, pg_state_counts, DaemonCheck, Health};
 use fastblock_mon_core::osd_ops::Flag;
+use fastblock_mon_core::scrub_ops::PgScrubStatus;
 use fastblock_mon_core::snap_ops::SnapAbort;
 use fastblock_mon_core::Reporter;
 use fastblock_types::api::*;
 use fastblock_types::map::{
-    Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry, SnapInfo, SnapState, SnapTrimEntry,
+    Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry, ScrubRequest, SnapInfo, SnapState,
+    SnapTrimEntry,
 };
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, SnapId};
 use serde::de::DeserializeOwned;
@@ -93,6 +95,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/pgs", get(list_pgs))
         .route("/v1/pgs/{pgid}/leader", post(pg_leader))
         .route("/v1/pgs/{pgid}/membership", post(pg_membership))
+        .route("/v1/pgs/{pgid}/scrub", post(scrub_pg))
         .route("/v1/images", get(list_images).post(create_image))
         .route(
             "/v1/images/{pool}/{name}",
@@ -282,14 +285,27 @@ struct HealthView {
     epoch: Epoch,
 }
 
+/// Health as `health` and `status` show it: the checks the state and this daemon's tasks
+/// raise, then those from the PG leaders' last reports (refused backfills, blocks a scrub left
+/// inconsistent).
+fn full_health(
+    s: &fastblock_mon_core::MonState,
+    ctx: &LeaderCtx,
+    tasks: &[DaemonCheck],
+    now_ms: u64,
+) -> Health {
+    let mut h = health(s, tasks);
+    h.add_backfill_too_full(&ctx.stats.backfill_too_full(now_ms));
+    h.add_pg_inconsistent(&ctx.scrubs.inconsistent(s));
+    h
+}
+
 async fn get_health(State(app): App) -> ApiResult<HealthView> {
     let tasks = app.tasks.checks();
     let view = app
         .mon
         .read(|s, ctx| {
-            let mut h = health(s, &tasks);
-            let too_full = ctx.stats.backfill_too_full(app.mon.now_ms());
-            h.add_backfill_too_full(&too_full);
+            let h = full_health(s, ctx, &tasks, app.mon.now_ms());
             HealthView {
                 status: h.status,
                 checks: h.checks,
@@ -325,7 +341,7 @@ async fn get_status(State(app): App) -> ApiResult<StatusResponse> {
     let status = app
         .mon
         .read(|s, ctx| {
-            let h = health(s, &tasks);
+            let h = full_health(s, ctx, &tasks, now);
             let (io, recovery) = ctx.stats.cluster(now);
             let osds = s.map.osds.values().filter(|o| !o.pending_create);
             StatusResponse {
@@ -400,6 +416,7 @@ async fn boot(State(app): App, Path(id): Path<String>, body: Bytes) -> ApiResult
             s.boot(id, &req)?;
             side.liveness.heartbeat(id, side.now_ms);
             side.stats.forget(id);
+            side.scrubs.forget_osd(id);
             Ok(())
         })
         .await?;
@@ -416,7 +433,8 @@ async fn heartbeat(
 ) -> ApiResult<EpochResponse> {
     let id = parse_osd(&id)?;
     let req: HeartbeatRequest = parse(&body)?;
-    app.mon
+    let done = app
+        .mon
         .apply(|s, side| {
             let osd = match s.map.osds.get(&id) {
                 Some(osd) => osd,
@@ -445,9 +463,12 @@ async fn heartbeat(
             if !osd.up {
                 s.mark_up(id)?;
             }
-            Ok(())
+            Ok(s.on_scrub_reports(id, &req.pgs, side.scrubs, side.unix_ms))
         })
         .await?;
+    for r in done {
+        tracing::info!(pg = %r.pg, id = r.id, deep = r.deep, osd = %id, "scrub request done");
+    }
     // `apply` bumped the epoch if the OSD came back up; report the published one.
     Ok(Json(EpochResponse {
         epoch: app.mon.published_epoch(),
@@ -510,6 +531,7 @@ async fn delete_pool(
             .apply(|s, side| {
                 let pool = s.delete_pool(&name, q.force)?;
                 side.stats.forget_pool(pool.id);
+                side.scrubs.forget_pool(pool.id);
                 Ok(pool)
             })
             .await?,
@@ -521,10 +543,36 @@ struct PoolQuery {
     pool: Option<String>,
 }
 
-async fn list_pgs(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<PgList> {
+/// `GET /v1/pgs`: `PgList` whose rows carry the PG's scrub state beside their fields (added
+/// fields only, so readers of `PgRow` keep working). The CLI reads it with its own mirror of
+/// these fields (`fastblock_cli::exec`, `pg ls`): `fastblock_types::api` holds the scrub
+/// contract with the OSDs and is left as it is.
+#[derive(Serialize)]
+struct PgListView {
+    epoch: Epoch,
+    pgs: Vec<PgRowView>,
+}
+
+#[derive(Serialize)]
+struct PgRowView {
+    #[serde(flatten)]
+    row: PgRow,
+    scrub: PgScrubView,
+}
+
+/// What this monitor knows of a PG's scrubs (`PgScrubStatus`: the last report, and when
+/// scrubs and deep scrubs last finished by its clock), and the blocks left inconsistent.
+#[derive(Serialize)]
+struct PgScrubView {
+    #[serde(flatten)]
+    status: PgScrubStatus,
+    inconsistent_blocks_left: Option<u64>,
+}
+
+async fn list_pgs(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<PgListView> {
     let list = app
         .mon
-        .read(|s, _| {
+        .read(|s, ctx| {
             let pool_id = match &q.pool {
                 Some(name) => Some(s.pool_by_name(name)?.id),
                 None => None,
@@ -535,14 +583,22 @@ async fn list_pgs(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<PgLi
                     continue;
                 }
                 for (seq, pg) in &map.pgs {
-                    pgs.push(PgRow {
-                        pgid: PgId::new(*pool, *seq),
-                        state_name: pg.state.name(),
-                        info: pg.clone(),
+                    let pgid = PgId::new(*pool, *seq);
+                    let status = ctx.scrubs.status(pgid).copied().unwrap_or_default();
+                    pgs.push(PgRowView {
+                        row: PgRow {
+                            pgid,
+                            state_name: pg.state.name(),
+                            info: pg.clone(),
+                        },
+                        scrub: PgScrubView {
+                            status,
+                            inconsistent_blocks_left: status.blocks_left(),
+                        },
                     });
                 }
             }
-            Ok::<_, ApiError>(PgList {
+            Ok::<_, ApiError>(PgListView {
                 epoch: s.map.epoch,
                 pgs,
             })
@@ -568,6 +624,29 @@ fn reporter(sender: &Authenticated) -> Result<Reporter, ApiErr> {
             format!("{other} is not an OSD and cannot report for a PG"),
         ))),
     }
+}
+
+/// The body of `POST /v1/pgs/{pgid}/scrub`. Not in `fastblock_types::api`, which holds the
+/// scrub contract with the OSDs as it is; `fastblock_monclient::MonClient::scrub_pg` sends
+/// the same JSON.
+#[derive(Deserialize)]
+struct ScrubPgBody {
+    #[serde(default)]
+    deep: bool,
+}
+
+/// An operator asks for a scrub of a PG: the request (new, or the pending one of the same
+/// kind), which the map carries until the PG's leader reports it done.
+async fn scrub_pg(
+    State(app): App,
+    Path(pgid): Path<String>,
+    body: Bytes,
+) -> ApiResult<ScrubRequest> {
+    let pg = parse_pg(&pgid)?;
+    let req: ScrubPgBody = parse(&body)?;
+    let request = app.mon.apply(|s, _| s.request_scrub(pg, req.deep)).await?;
+    tracing::info!(pg = %pg, id = request.id, deep = request.deep, "scrub requested");
+    Ok(Json(request))
 }
 
 async fn pg_leader(

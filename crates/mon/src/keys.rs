@@ -13,6 +13,8 @@
 //! <prefix>/reclaim/<id>            ReclaimEntry           data the data path must delete
 //! <prefix>/snaps/<image id>/<snap id>  SnapInfo           a live snapshot of an image
 //! <prefix>/snaptrim/<id>           SnapTrimEntry          a snapshot the PGs must drop
+//! <prefix>/scrub/next-id           {"next_id":N}          next scrub request id (once used)
+//! <prefix>/scrub/requests/<id>     ScrubRequest           a PG scrub an operator asked for
 //! <prefix>/auth/config             AuthSettings           auth mode and key-table epoch
 //! <prefix>/auth/entities/<entity>  {key,caps,generation}  one entity's key (base64)
 //! <prefix>/mon/leader              MonMember              held with the leader's lease
@@ -23,7 +25,8 @@ use fastblock_mon_core::auth_ops::AuthEntity;
 use fastblock_mon_core::state::{MonState, Pending};
 use fastblock_types::auth::AuthSettings;
 use fastblock_types::map::{
-    Counters, Flags, ImageInfo, OsdInfo, PgMap, PoolInfo, ReclaimEntry, SnapInfo, SnapTrimEntry,
+    Counters, Flags, ImageInfo, OsdInfo, PgMap, PoolInfo, ReclaimEntry, ScrubRequest, SnapInfo,
+    SnapTrimEntry,
 };
 use fastblock_types::Epoch;
 use serde::{Deserialize, Serialize};
@@ -37,6 +40,14 @@ pub struct Keyspace {
 #[derive(Debug, Serialize, Deserialize)]
 struct EpochValue {
     epoch: Epoch,
+}
+
+/// The scrub request counter. Its own key, not a field of `Counters`, which is shared with the
+/// data path's types; written only once a request was made, so a cluster that never scrubbed
+/// on request stays readable by monitors that predate scrub.
+#[derive(Debug, Serialize, Deserialize)]
+struct ScrubCounterValue {
+    next_id: u64,
 }
 
 /// One entity of the key table as stored: the entity key in base64 (etcd is bound to loopback
@@ -126,6 +137,17 @@ impl Keyspace {
         for (id, entry) in &state.snap_trims {
             out.insert(format!("{p}/snaptrim/{id}"), json(entry));
         }
+        if state.scrubs.next_id > 1 {
+            out.insert(
+                format!("{p}/scrub/next-id"),
+                json(&ScrubCounterValue {
+                    next_id: state.scrubs.next_id,
+                }),
+            );
+        }
+        for (id, request) in &state.scrubs.requests {
+            out.insert(format!("{p}/scrub/requests/{id}"), json(request));
+        }
         // A cluster whose auth is not set up yet has no config key: the first leader sees
         // it missing and sets it up (`service::Monitor::bootstrap_auth`).
         if state.auth.configured {
@@ -199,6 +221,14 @@ impl Keyspace {
                 ["snaptrim", _] => {
                     let entry: SnapTrimEntry = serde_json::from_str(value).map_err(parse_err)?;
                     state.snap_trims.insert(entry.id, entry);
+                }
+                ["scrub", "next-id"] => {
+                    let v: ScrubCounterValue = serde_json::from_str(value).map_err(parse_err)?;
+                    state.scrubs.next_id = v.next_id;
+                }
+                ["scrub", "requests", _] => {
+                    let request: ScrubRequest = serde_json::from_str(value).map_err(parse_err)?;
+                    state.scrubs.requests.insert(request.id, request);
                 }
                 ["auth", "config"] => {
                     state.map.auth =
@@ -395,6 +425,58 @@ mod tests {
         assert_eq!(snaps[1].state, SnapState::Created);
         assert_eq!(back.map.snap_trims.len(), 8);
         assert!(kvs["/fb/counters"].contains("\"next_snap_trim_id\":9"));
+    }
+
+    /// Scrub requests and their counter round-trip; the counter key appears only once a
+    /// request was made, and a request beyond it is refused.
+    #[test]
+    fn scrub_requests_round_trip_with_their_counter() {
+        use fastblock_types::api::{BootRequest, CreatePoolRequest};
+        use fastblock_types::map::FailureDomain;
+        use fastblock_types::{PgId, PoolId};
+        let ks = Keyspace::new("/fb");
+        let mut state = MonState::default();
+        assert!(!ks.encode(&state).contains_key("/fb/scrub/next-id"));
+        let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
+        let id = state.apply_id(uuid).unwrap();
+        let boot = BootRequest {
+            uuid: uuid.into(),
+            address: "127.0.0.1".into(),
+            port: 7000,
+            shards: 1,
+            host: "h".into(),
+            capacity_bytes: 1 << 30,
+            config: String::new(),
+            lease_timing: None,
+        };
+        state.boot(id, &boot).unwrap();
+        state
+            .create_pool(&CreatePoolRequest {
+                name: "p".into(),
+                pg_count: 2,
+                size: 1,
+                failure_domain: FailureDomain::Osd,
+            })
+            .unwrap();
+        let pg = PgId::new(PoolId(1), 1);
+        state.request_scrub(pg, false).unwrap();
+        let deep = state.request_scrub(pg, true).unwrap();
+        state.finish(&MonState::default());
+        let mut kvs = ks.encode(&state);
+        assert_eq!(kvs["/fb/scrub/next-id"], r#"{"next_id":3}"#);
+        assert_eq!(
+            kvs["/fb/scrub/requests/2"],
+            r#"{"id":2,"pg":{"pool":1,"seq":1},"deep":true}"#
+        );
+        let back = ks.decode(&kvs).unwrap();
+        assert_eq!(back, state);
+        assert_eq!(back.map.scrub_requests.get(&2), Some(&deep));
+        kvs.remove("/fb/scrub/next-id");
+        let e = ks.decode(&kvs).unwrap_err();
+        assert!(
+            e.to_string().contains("scrub request id 1 not in 1..1"),
+            "{e}"
+        );
     }
 
     #[test]

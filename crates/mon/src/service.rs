@@ -1,5 +1,6 @@
 //! The monitor's leader-side engine: the in-memory state of the current term, the operation
-//! pipeline (copy → decide → persist → publish), the liveness ticker and IO statistics.
+//! pipeline (copy → decide → persist → publish), the liveness ticker, IO statistics and the
+//! PG leaders' scrub reports.
 
 use crate::election::Role;
 use crate::keys::Keyspace;
@@ -7,6 +8,7 @@ use crate::stats::IoStats;
 use crate::store::{CommitError, EtcdStore, Fence, LoadError, Snapshot};
 use fastblock_auth::{Caps, EntityName, Keyring, KeyringEntry, Secret};
 use fastblock_mon_core::liveness::{Liveness, LivenessConfig, LivenessEvent};
+use fastblock_mon_core::scrub_ops::ScrubStats;
 use fastblock_mon_core::{MonState, OpResult};
 use fastblock_types::api::{ApiError, ErrorCode, MonMember};
 use fastblock_types::auth::AuthMode;
@@ -25,6 +27,9 @@ pub struct LeaderCtx {
     pub snapshot: Snapshot,
     pub liveness: Liveness,
     pub stats: IoStats,
+    /// What PG leaders reported of their scrubs (not persisted: a new leader monitor learns
+    /// it from the next heartbeats).
+    pub scrubs: ScrubStats,
 }
 
 /// How this monitor sets up authentication if it creates the cluster (etcd holds no auth
@@ -153,6 +158,7 @@ impl Monitor {
                     snapshot,
                     liveness,
                     stats: IoStats::default(),
+                    scrubs: ScrubStats::default(),
                 });
                 Ok(guard)
             }
@@ -211,6 +217,7 @@ impl Monitor {
                 unix_ms: self.unix_ms(),
                 liveness: &mut ctx.liveness,
                 stats: &mut ctx.stats,
+                scrubs: &mut ctx.scrubs,
             };
             let out = op(&mut next, &mut side)?;
             if !next.finish(before) {
@@ -310,6 +317,7 @@ pub struct LeaderSide<'a> {
     pub unix_ms: u64,
     pub liveness: &'a mut Liveness,
     pub stats: &'a mut IoStats,
+    pub scrubs: &'a mut ScrubStats,
 }
 
 /// `client.admin`'s key from the keyring at `path`, or a new one added to it (the file is
