@@ -814,6 +814,7 @@ fn shard_config(spec: &ShardSpec, transfer_id_base: u64) -> ShardConfig {
         flush_wal_share_divisor: FLUSH_WAL_SHARE_DIVISOR,
         wal_commits_in_flight_max: spec.wal_commits_in_flight_max.max(1),
         record_applies: false,
+        scrub: fastblock_shard::ScrubSchedule::OSD_DEFAULT,
     }
 }
 
