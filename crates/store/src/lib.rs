@@ -2,8 +2,9 @@
 //!
 //! Module map:
 //! - [`disk`]: the `Disk` trait (aligned batched reads and writes, sync, discard; each with
-//!   its durability contract), the O_DIRECT + io_uring implementation and the simulated disk
-//!   with seeded crashes.
+//!   its durability contract), the O_DIRECT + io_uring implementation, the simulated disk
+//!   with seeded crashes, and [`FaultyDisk`], a wrapper that injects I/O errors, delays and
+//!   corrupted reads by the rules of a [`FaultPlan`] (tests on real processes).
 //! - [`superblock`]: the superblock (geometry, OSD uuid) and the WAL anchor.
 //! - [`wal`]: the write-ahead log shared by all PGs of a shard: packed, checksummed records in
 //!   group-committed batches, recycled segments, replay with a clean tail cut.
@@ -39,9 +40,10 @@
 //! - After an I/O error every call returns [`Error::PreviousIo`].
 //!
 //! This crate is synchronous and deterministic: no async, no clock, no hidden randomness
-//! (the simulated disk's randomness comes from a caller-given seed), and no threads unless
-//! the owner starts the flusher (the OSD does; the simulator and the tests flush inline). It depends
-//! only on `fastblock-types` among workspace crates.
+//! (the simulated disk's and the fault plan's randomness comes from a caller-given seed; a
+//! fault plan's delays sleep the calling thread, only when a test sets one), and no threads
+//! unless the owner starts the flusher (the OSD does; the simulator and the tests flush
+//! inline). It depends only on `fastblock-types` among workspace crates.
 
 // raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
 #![allow(clippy::field_reassign_with_default)]
@@ -58,7 +60,7 @@ pub mod store;
 pub mod superblock;
 pub mod wal;
 
-pub use disk::{Disk, SimDisk, SimFile, UringDisk, UringOptions};
+pub use disk::{Disk, FaultPlan, FaultRule, FaultyDisk, SimDisk, SimFile, UringDisk, UringOptions};
 pub use error::{Error, ObjectId, Result, SpaceArea};
 pub use flusher::{Finished, FlushRunner};
 pub use objects::transfer::{BlockVersion, ChunkVersions};

@@ -1,6 +1,8 @@
 //! The only door from the engine to a disk: a small synchronous trait with two
 //! implementations, [`UringDisk`] (O_DIRECT + io_uring, production) and [`SimDisk`] (memory,
-//! "written" vs "durable" images, seeded crashes; tests and the simulator).
+//! "written" vs "durable" images, seeded crashes; tests and the simulator), and one wrapper,
+//! [`FaultyDisk`] (fails, delays or corrupts another disk's operations by the rules of a
+//! [`FaultPlan`] replaceable at runtime; tests on real processes, a no-op without rules).
 //!
 //! All offsets and lengths are multiples of [`SECTOR_SIZE_BYTES`] and all buffers handed to a
 //! disk are [`AlignedBuf`]s or slices of them, so O_DIRECT never needs a bounce copy.
@@ -10,11 +12,16 @@
 //! them durable with one fdatasync. That is what group commit is built on.
 
 mod aligned;
+mod faulty;
 mod inflight;
 mod sim;
 mod uring;
 
 pub use aligned::AlignedBuf;
+pub use faulty::{
+    FaultCounts, FaultKind, FaultOp, FaultPlan, FaultRule, FaultRuleError, FaultyDisk,
+    FAULT_DELAY_MS_MAX, FAULT_RULES_MAX,
+};
 pub use sim::{Prng, SimDisk, SimFile, SimImage};
 pub use uring::{CompletionWait, SyncMode, UringDisk, UringOptions};
 
