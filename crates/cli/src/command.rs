@@ -2,7 +2,7 @@
 
 use fastblock_types::auth::AuthMode;
 use fastblock_types::map::FailureDomain;
-use fastblock_types::OsdId;
+use fastblock_types::{OsdId, PgId};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,6 +36,12 @@ pub enum Command {
     PoolLs,
     PgLs {
         pool: Option<String>,
+    },
+    /// Ask a PG's leader to scrub it now (`pg scrub`, `pg deep-scrub`, `pg repair`: a repair
+    /// is a deep scrub).
+    PgScrub {
+        pg: PgId,
+        deep: bool,
     },
     ImageCreate {
         pool: String,
@@ -155,6 +161,12 @@ pub fn default_monitors() -> Vec<String> {
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.split(',').map(str::to_string).collect())
         .unwrap_or_else(|| vec!["127.0.0.1:3333".to_string()])
+}
+
+/// Parses a PG id, `POOL.SEQ` (`1.0`).
+pub fn parse_pgid(s: &str) -> Result<PgId, String> {
+    s.parse()
+        .map_err(|e: fastblock_types::ids::PgIdParseError| e.to_string())
 }
 
 /// Splits `POOL/NAME`.

@@ -93,6 +93,9 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
         | Command::ImageClone { .. }
         | Command::ImageFlatten { .. }
         | Command::ImageChildren(_) => crate::snap::execute(inv, client, out).await?,
+        Command::PgLs { .. } | Command::PgScrub { .. } => {
+            crate::pg::execute(inv, client, out).await?
+        }
         Command::Status => {
             let s = client.status().await?;
             match style {
@@ -338,71 +341,6 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
                                 "STORED",
                                 "USED"
                             ],
-                            &rows
-                        )
-                    )?;
-                }
-            }
-        }
-        Command::PgLs { pool } => {
-            let list = client.pgs(pool.as_deref()).await?;
-            match style {
-                Style::Json => json(out, &list)?,
-                Style::Legacy => {
-                    let rows: Vec<Vec<String>> = list
-                        .pgs
-                        .iter()
-                        .map(|r| {
-                            let newcore = if r.info.newosdlist.is_empty() {
-                                String::new()
-                            } else {
-                                "0".into()
-                            };
-                            vec![
-                                r.pgid.to_string(),
-                                r.state_name.clone(),
-                                "0".into(),
-                                members(&r.info.osdlist),
-                                newcore,
-                                members(&r.info.newosdlist),
-                            ]
-                        })
-                        .collect();
-                    write!(
-                        out,
-                        "{}",
-                        table(
-                            &["PGID", "STATE", "CORE", "OSDLIST", "NEWCORE", "NEWOSDLIST"],
-                            &rows
-                        )
-                    )?;
-                }
-                Style::Human => {
-                    let rows: Vec<Vec<String>> = list
-                        .pgs
-                        .iter()
-                        .map(|r| {
-                            let target = if r.info.newosdlist.is_empty() {
-                                "-".to_string()
-                            } else {
-                                members(&r.info.newosdlist)
-                            };
-                            let leader = r.info.leader.map_or("-".to_string(), |l| l.to_string());
-                            vec![
-                                r.pgid.to_string(),
-                                r.state_name.clone(),
-                                members(&r.info.osdlist),
-                                target,
-                                leader,
-                                r.info.version.to_string(),
-                            ]
-                        })
-                        .collect();
-                    write!(
-                        out,
-                        "{}",
-                        table(
-                            &["PG", "STATE", "OSDS", "TARGET", "LEADER", "VERSION"],
                             &rows
                         )
                     )?;

@@ -8,7 +8,7 @@
 //!
 //! [`auth`] loads the key the CLI signs with (`--keyring`, `--name`) and runs the `auth`
 //! commands. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
-//! answers into text. [`snap`] runs the snapshot and clone commands; its rollback and flatten
+//! answers into text. [`pg`] runs `pg ls` and the scrub commands. [`snap`] runs the snapshot and clone commands; its rollback and flatten
 //! also move data through the block client library (`fastblock-client`). Every failure ends
 //! as one line on stderr and a non-zero exit status.
 
@@ -17,6 +17,7 @@ pub mod command;
 pub mod exec;
 pub mod legacy;
 pub mod modern;
+pub mod pg;
 pub mod render;
 pub mod snap;
 

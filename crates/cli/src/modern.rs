@@ -1,15 +1,15 @@
 //! The modern syntax: `fastblock-client [--mon ADDR] [--json] <noun> <verb> ...`.
 
 use crate::command::{
-    default_monitors, parse_image_spec, parse_snap_spec, split_image_spec, Command, ImageSpec,
-    Invocation, SnapSpec, Style, DEFAULT_ENTITY,
+    default_monitors, parse_image_spec, parse_pgid, parse_snap_spec, split_image_spec, Command,
+    ImageSpec, Invocation, SnapSpec, Style, DEFAULT_ENTITY,
 };
 use crate::{EXIT_FAILURE, EXIT_USAGE};
 use clap::{Parser, Subcommand};
 use fastblock_types::auth::AuthMode;
 use fastblock_types::map::FailureDomain;
 use fastblock_types::units::{duration_arg, parse_size};
-use fastblock_types::OsdId;
+use fastblock_types::{OsdId, PgId};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -206,11 +206,46 @@ enum PoolCmd {
 
 #[derive(Subcommand, Debug)]
 enum PgCmd {
-    /// List PGs with state and members.
+    /// List PGs with state, members, last scrubs and blocks left inconsistent.
+    ///
+    /// LAST-SCRUB and LAST-DEEP-SCRUB are when the leader monitor saw a scrub of the PG
+    /// finish (UTC; `-`: none since it leads), INCONSISTENT the blocks the last scrub could not
+    /// repair (`-`: no scrub reported).
     Ls {
         /// Only the PGs of this pool.
         #[arg(long)]
         pool: Option<String>,
+    },
+    /// Ask a PG's leader to scrub it now: the replicas compare their per-block checksums.
+    ///
+    /// Every scrub repairs the blocks on which a majority of replicas agrees; blocks without
+    /// a majority stay inconsistent (health check PG_INCONSISTENT). The command returns once
+    /// the request is recorded; `pg ls` shows when the scrub finished. Asking again while a
+    /// request is pending returns that request.
+    Scrub {
+        /// The PG, POOL.SEQ (for example 1.0).
+        #[arg(value_name = "PGID", value_parser = parse_pgid)]
+        pgid: PgId,
+    },
+    /// Ask a PG's leader to deep-scrub it now: also read every block's data and check it.
+    ///
+    /// As `pg scrub`, and each replica also reads all its data and checks it against its
+    /// checksums, so a bad copy is found even where the checksums agree. Every scrub repairs
+    /// what a majority of replicas agrees on.
+    DeepScrub {
+        /// The PG, POOL.SEQ (for example 1.0).
+        #[arg(value_name = "PGID", value_parser = parse_pgid)]
+        pgid: PgId,
+    },
+    /// Repair a PG: a deep scrub, which repairs every block a majority of replicas agrees on.
+    ///
+    /// Scrubs always repair what a majority of replicas agrees on, so this is `pg deep-scrub`
+    /// under the name an operator looks for. Blocks with no majority cannot be repaired this
+    /// way and stay in PG_INCONSISTENT.
+    Repair {
+        /// The PG, POOL.SEQ (for example 1.0).
+        #[arg(value_name = "PGID", value_parser = parse_pgid)]
+        pgid: PgId,
     },
 }
 
@@ -416,6 +451,14 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
         Top::Pool(PoolCmd::Rm { name, force }) => Command::PoolRm { name, force },
         Top::Pool(PoolCmd::Ls) => Command::PoolLs,
         Top::Pg(PgCmd::Ls { pool }) => Command::PgLs { pool },
+        Top::Pg(PgCmd::Scrub { pgid }) => Command::PgScrub {
+            pg: pgid,
+            deep: false,
+        },
+        Top::Pg(PgCmd::DeepScrub { pgid } | PgCmd::Repair { pgid }) => Command::PgScrub {
+            pg: pgid,
+            deep: true,
+        },
         Top::Image(ImageCmd::Create {
             spec,
             size,
@@ -783,6 +826,31 @@ mod tests {
             assert_eq!(code, EXIT_USAGE, "{n}");
             assert!(message.contains("from 1 to 1024"), "{n}: {message}");
         }
+    }
+
+    #[test]
+    fn parses_the_scrub_commands_and_refuses_a_bad_pgid() {
+        let pg = "1.7".parse::<PgId>().unwrap();
+        for (args, deep) in [
+            (vec!["pg", "scrub", "1.7"], false),
+            (vec!["pg", "deep-scrub", "1.7"], true),
+            (vec!["pg", "repair", "1.7"], true),
+        ] {
+            let inv = p(&args).unwrap();
+            assert_eq!(inv.command, Command::PgScrub { pg, deep }, "{args:?}");
+        }
+        assert_eq!(
+            p(&["pg", "scrub", "1.7", "--json"]).unwrap().style,
+            Style::Json
+        );
+        for bad in ["1", "x.1", "1.-1", "1.2.3", ""] {
+            let (code, message) = p(&["pg", "scrub", bad]).unwrap_err();
+            assert_eq!(code, EXIT_USAGE, "{bad:?}");
+            assert!(message.contains("expected POOL.SEQ"), "{bad:?}: {message}");
+        }
+        assert_eq!(p(&["pg", "repair"]).unwrap_err().0, EXIT_USAGE);
+        let (_, help) = p(&["pg", "repair", "--help"]).unwrap_err();
+        assert!(help.contains("majority of replicas agrees"), "{help}");
     }
 
     /// The rollback's help says what it does to the size and that writers must be stopped.

@@ -307,6 +307,20 @@ pub fn format_unix_ms(ms: u64) -> String {
     )
 }
 
+/// Unix milliseconds as RFC 3339 in UTC to the second, `YYYY-MM-DDTHH:MM:SSZ` (one word, for
+/// table cells).
+pub fn format_unix_ms_rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// The proleptic Gregorian date of `days` after 1970-01-01 (Howard Hinnant's
 /// `civil_from_days`, for non-negative days).
 fn civil_from_days(days: u64) -> (u64, u64, u64) {
@@ -343,5 +357,10 @@ mod tests {
         assert_eq!(format_unix_ms(1_764_092_718_000), "2025-11-25 17:45:18 UTC");
         // The last second of 2024, a leap year.
         assert_eq!(format_unix_ms(1_735_689_599_999), "2024-12-31 23:59:59 UTC");
+        assert_eq!(format_unix_ms_rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            format_unix_ms_rfc3339(951_827_696_000),
+            "2000-02-29T12:34:56Z"
+        );
     }
 }

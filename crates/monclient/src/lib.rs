@@ -14,7 +14,7 @@ use fastblock_auth::{open_blob, EntityName, Secret};
 use fastblock_types::api::*;
 use fastblock_types::auth::{AuthMode, AuthSettings};
 use fastblock_types::map::{
-    Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry, SnapInfo, SnapTrimEntry,
+    Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry, ScrubRequest, SnapInfo, SnapTrimEntry,
 };
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, SnapId};
 use http_body_util::{BodyExt, Full, Limited};
@@ -354,10 +354,24 @@ impl MonClient {
     }
 
     pub async fn pgs(&self, pool: Option<&str>) -> Result<PgList, MonError> {
+        self.pgs_as(pool).await
+    }
+
+    /// `GET /v1/pgs` decoded as `T`: for callers that read the fields the monitor adds to each
+    /// row besides `PgRow`'s (the PG's scrub state, `docs/mon-api.md`).
+    pub async fn pgs_as<T: DeserializeOwned>(&self, pool: Option<&str>) -> Result<T, MonError> {
         match pool {
             Some(p) => self.get(&format!("/v1/pgs?pool={p}")).await,
             None => self.get("/v1/pgs").await,
         }
+    }
+
+    /// Asks the leader of `pg` to scrub it now (`deep`: read and check all data too). Answers
+    /// the request, or the one of the same kind already pending.
+    pub async fn scrub_pg(&self, pg: PgId, deep: bool) -> Result<ScrubRequest, MonError> {
+        // The body has no type in `fastblock_types::api` (see the monitor's `scrub_pg`).
+        let body = serde_json::json!({ "deep": deep });
+        self.post(&format!("/v1/pgs/{pg}/scrub"), &body).await
     }
 
     pub async fn leader_elected(
