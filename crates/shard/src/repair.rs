@@ -39,10 +39,11 @@ use raft::eraftpb::EntryType;
 use raft::GetEntriesContext;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Blocks the device failed to read before the shard stops: the disk is failing, and the
-/// PGs are better served by the other replicas. Checksum mismatches do not count (bit rot
-/// is repaired; a disk that cannot read is replaced).
-pub const DISK_READ_ERRORS_MAX: u64 = 16;
+/// Distinct blocks the device failed to read before the shard stops (since it started):
+/// the disk is failing, and the PGs are better served by the other replicas. Checksum
+/// mismatches do not count (bit rot is repaired; a disk that cannot read is replaced), nor
+/// does the same block read again.
+pub const DISK_READ_ERRORS_MAX: usize = 16;
 /// A member's `Fetch` unanswered for this long: the next member is asked.
 pub const FETCH_TIMEOUT_MS: u64 = 2_000;
 /// Sources read before the leader gives up on one block (each read can be spoiled by a
@@ -97,6 +98,8 @@ pub(crate) struct Repairs {
     failed: BTreeMap<BlockRef, Micros>,
     /// Blocks reported to the leader, and when.
     reported: BTreeMap<BlockRef, Micros>,
+    /// Distinct blocks the device failed to read (up to the limit).
+    unreadable: BTreeSet<BlockRef>,
     counts: RepairCounts,
 }
 
@@ -116,7 +119,11 @@ impl<D: Disk + 'static> ShardCore<D> {
         let Some((pg, object, block)) = e.bad_block() else {
             return fastblock_wire::Status::IoError;
         };
-        let key = (pg, object, u32::try_from(block).expect("block indexes fit u32"));
+        let key = (
+            pg,
+            object,
+            u32::try_from(block).expect("block indexes fit u32"),
+        );
         let leads = self.pgs.get(&pg).is_some_and(|h| h.replica.is_leader());
         if leads && !self.repairs.failed.contains_key(&key) {
             fastblock_wire::Status::Repairing
@@ -134,16 +141,19 @@ impl<D: Disk + 'static> ShardCore<D> {
         if self.failed.is_some() {
             return false;
         }
-        let (damaged, read_errors) = {
-            let mut store = self.store.borrow_mut();
-            (store.take_damaged(), store.damage_counts().read_errors)
-        };
-        if read_errors >= DISK_READ_ERRORS_MAX {
+        let damaged = self.store.borrow_mut().take_damaged();
+        for d in damaged.iter().filter(|d| d.unreadable) {
+            if self.repairs.unreadable.len() < DISK_READ_ERRORS_MAX {
+                self.repairs.unreadable.insert((d.pg, d.object, d.block));
+            }
+        }
+        let unreadable = self.repairs.unreadable.len();
+        if unreadable >= DISK_READ_ERRORS_MAX {
             let e = fastblock_store::Error::Io {
                 op: "data read",
                 offset_bytes: 0,
                 source: std::io::Error::other(format!(
-                    "{read_errors} data blocks failed to read (limit {DISK_READ_ERRORS_MAX}): the disk is failing"
+                    "{unreadable} data blocks failed to read (limit {DISK_READ_ERRORS_MAX}): the disk is failing"
                 )),
             };
             tracing::error!("{e}; stopping the shard so that its PGs fail over");
@@ -158,8 +168,16 @@ impl<D: Disk + 'static> ShardCore<D> {
             .reported
             .retain(|_, at| now.as_millis() < at.as_millis() + REPORT_RETRY_MS);
         for d in damaged {
-            tracing::warn!(pg = %d.pg, image = %d.object.image, object = d.object.index, block = d.block, "bad block copy found");
-            self.on_bad_block((d.pg, d.object, d.block), eff);
+            let key = (d.pg, d.object, d.block);
+            // Met again (a read retried, a repair's source read): already handled.
+            if self.repairs.active.contains_key(&key)
+                || self.repairs.failed.contains_key(&key)
+                || self.repairs.reported.contains_key(&key)
+            {
+                continue;
+            }
+            tracing::warn!(pg = %d.pg, image = %d.object.image, object = d.object.index, block = d.block, unreadable = d.unreadable, "bad block copy found");
+            self.on_bad_block(key, eff);
         }
         if self.repairs.active.is_empty() {
             return false;

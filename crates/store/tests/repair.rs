@@ -45,6 +45,7 @@ fn block1() -> DamagedBlock {
         pg: pg(0),
         object: obj(0),
         block: 1,
+        unreadable: false,
     }
 }
 

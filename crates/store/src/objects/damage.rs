@@ -37,6 +37,8 @@ pub struct DamagedBlock {
     pub object: ObjectId,
     /// Block index within the object.
     pub block: u32,
+    /// The device failed to read it (else its data did not match its checksum).
+    pub unreadable: bool,
 }
 
 /// Bad blocks found and repaired since the engine opened.
@@ -62,15 +64,18 @@ impl Damage {
         let Some((pg, object, block)) = err.bad_block() else {
             return;
         };
-        match err {
-            Error::BlockUnreadable { .. } => self.counts.read_errors += 1,
-            _ => self.counts.checksum_errors += 1,
+        let unreadable = matches!(err, Error::BlockUnreadable { .. });
+        if unreadable {
+            self.counts.read_errors += 1;
+        } else {
+            self.counts.checksum_errors += 1;
         }
         if self.noted.len() < DAMAGED_NOTED_MAX {
             self.noted.insert(DamagedBlock {
                 pg,
                 object,
                 block: u32::try_from(block).expect("block indexes fit u32"),
+                unreadable,
             });
         }
     }
