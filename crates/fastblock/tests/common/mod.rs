@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use fastblock_monclient::MonClient;
 use fastblock_types::api::{BootRequest, CreateImageRequest, CreatePoolRequest, HeartbeatRequest};
 use fastblock_types::map::{FailureDomain, PoolInfo};
@@ -278,12 +280,19 @@ pub struct MonCluster {
 
 impl MonCluster {
     pub async fn start(n: usize, options: MonOptions) -> MonCluster {
+        MonCluster::start_at(n, options, "127.0.0.1").await
+    }
+
+    /// Like [`MonCluster::start`], with the monitors' API listening on `ip` (say, the bridge
+    /// address of a `netns::NetCluster`, which its OSDs reach). Their etcd members stay on
+    /// loopback: a monitor refuses to expose its own etcd, which holds the key table.
+    pub async fn start_at(n: usize, options: MonOptions, ip: &str) -> MonCluster {
         let dir = TempDir::new("mon");
         let names = ["a", "b", "c", "d", "e"];
         let specs: Vec<MonSpec> = (0..n)
             .map(|i| MonSpec {
                 name: names[i].to_string(),
-                api: format!("127.0.0.1:{}", free_port()),
+                api: format!("{ip}:{}", free_port()),
                 etcd_client: format!("127.0.0.1:{}", free_port()),
                 etcd_peer: format!("127.0.0.1:{}", free_port()),
             })
@@ -661,6 +670,8 @@ pub struct OsdProc {
     pub extra_args: Vec<String>,
     /// Environment variables set at every start.
     pub extra_env: Vec<(String, String)>,
+    /// The network namespace every start runs the OSD in (`netns`); `None`: this one.
+    pub netns: Option<String>,
 }
 
 /// Options of OSDs under test: fast Raft timers so elections take well under a second.
@@ -713,6 +724,20 @@ impl OsdProc {
         shards: u32,
         extra: &[&str],
     ) -> OsdProc {
+        let mut osd = OsdProc::format_in(mons, (data_dir, log_dir), host, size, shards, extra);
+        osd.start();
+        osd
+    }
+
+    /// Like [`OsdProc::create_in`], without starting the OSD (its settings may change first).
+    pub fn format_in(
+        mons: &MonCluster,
+        (data_dir, log_dir): (&Path, &Path),
+        host: &str,
+        size: &str,
+        shards: u32,
+        extra: &[&str],
+    ) -> OsdProc {
         let n = std::fs::read_dir(data_dir).map(|d| d.count()).unwrap_or(0);
         let data = data_dir.join(format!("osd-{host}-{n}.img"));
         let out = Command::new(bin("fastblock-osd"))
@@ -736,7 +761,7 @@ impl OsdProc {
         let id = OsdId(stdout.trim().parse().expect("mkfs prints the new id"));
         // One port per shard, consecutive.
         let port = free_ports(u16::try_from(shards).expect("a few shards"));
-        let mut osd = OsdProc {
+        OsdProc {
             id,
             data,
             port,
@@ -747,9 +772,8 @@ impl OsdProc {
             restarts: 0,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             extra_env: Vec::new(),
-        };
-        osd.start();
-        osd
+            netns: None,
+        }
     }
 
     /// Everything this OSD logged in all its runs (for checks on what it did).
@@ -776,6 +800,9 @@ impl OsdProc {
             // asks for it (`extra_env`), never by the environment the tests run in.
             .env_remove(fastblock_osd::no_flush::ACKNOWLEDGEMENT_VAR)
             .envs(self.extra_env.iter().map(|(k, v)| (k, v)));
+        if let Some(namespace) = &self.netns {
+            netns::spawn_inside(&mut cmd, namespace);
+        }
         self.restarts += 1;
         let log = self
             .log_dir
@@ -1030,4 +1057,70 @@ pub fn stamped_block(offset: u64, generation: u64) -> bytes::Bytes {
         v.extend_from_slice(&x.to_le_bytes());
     }
     bytes::Bytes::from(v)
+}
+
+/// Every PG of `map`, with its id.
+pub fn all_pgs(
+    map: &fastblock_types::map::ClusterMap,
+) -> impl Iterator<Item = (fastblock_types::PgId, &fastblock_types::map::PgInfo)> {
+    map.pgmaps.iter().flat_map(|(pool, m)| {
+        m.pgs
+            .iter()
+            .map(|(seq, i)| (fastblock_types::PgId::new(*pool, *seq), i))
+    })
+}
+
+/// Why the replicas of some PG of `map` differ or cannot be compared yet (a target membership
+/// still pending, a replica answering something else than its digest), or `None` when every
+/// replica of every PG reports the same applied index and objects (`Request::ReplicaDigest`).
+pub async fn replicas_differ(map: &fastblock_types::map::ClusterMap) -> Option<String> {
+    use fastblock_wire::{Reply, Request};
+    for (pg, info) in all_pgs(map) {
+        if !info.newosdlist.is_empty() {
+            return Some(format!("{pg} still has a target"));
+        }
+        let mut digests = Vec::new();
+        for osd in &info.osdlist {
+            let o = &map.osds[osd];
+            let mut conn = WireConn::connect(&format!("{}:{}", o.address, o.port_for(pg))).await;
+            match conn.call(&Request::ReplicaDigest { pg }).await {
+                Reply::Digest {
+                    applied_index,
+                    objects,
+                } => digests.push((applied_index, objects)),
+                other => return Some(format!("digest of {pg} at osd {osd}: {other:?}")),
+            }
+        }
+        if !digests.windows(2).all(|w| w[0] == w[1]) {
+            let applied: Vec<u64> = digests.iter().map(|(a, _)| *a).collect();
+            return Some(format!(
+                "replicas {:?} of {pg} differ: applied {applied:?}",
+                info.osdlist
+            ));
+        }
+    }
+    None
+}
+
+/// Waits until every PG is active and [`replicas_differ`] finds nothing in one pass over the
+/// current map (replicas catch up, and OSDs learn the newest map, a little after the monitor
+/// shows the PGs active), or panics with the last difference after `timeout`.
+pub async fn wait_replicas_identical(client: &MonClient, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let map = client.map().await.expect("the map").map.expect("a map");
+        let why = if all_pgs(&map).all(|(_, i)| i.state.is_active()) {
+            match replicas_differ(&map).await {
+                None => return,
+                Some(why) => why,
+            }
+        } else {
+            "PGs not all active".to_string()
+        };
+        assert!(
+            Instant::now() < deadline,
+            "replicas not identical after {timeout:?}: {why}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
