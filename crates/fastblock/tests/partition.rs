@@ -286,7 +286,7 @@ async fn fixture() -> Fx {
         osd_out_after: "600s",
         ..MonOptions::default()
     };
-    let net = NetCluster::start(OSDS, options, "512M").await;
+    let net = NetCluster::start(OSDS, options, "256M").await;
     let client = net.mons.client();
     pool_with_image(
         &client,
