@@ -10,10 +10,21 @@ use std::time::{Duration, Instant};
 /// Runs `daemon ARGS` and checks that it exits at once with status 2 and `needle` on stderr.
 /// A daemon that takes the arguments would run on: it is killed (by PID) after a bounded wait.
 fn refused(daemon: &str, args: &[&str], needle: &str) {
+    refused_with_env(daemon, args, &[], needle)
+}
+
+/// [`refused`] with environment variables set (`Some`) or removed (`None`).
+fn refused_with_env(daemon: &str, args: &[&str], env: &[(&str, Option<&str>)], needle: &str) {
     let dir = TempDir::new("daemon-args");
     let log = dir.path().join("out.log");
     let mut cmd = Command::new(bin(daemon));
     cmd.args(args);
+    for (name, value) in env {
+        match value {
+            Some(v) => cmd.env(name, v),
+            None => cmd.env_remove(name),
+        };
+    }
     let mut proc = Proc::spawn(daemon, cmd, log.clone());
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
@@ -175,4 +186,42 @@ fn help_opens_with_what_each_program_is() {
             "{program} --help opens with {first:?}"
         );
     }
+}
+
+/// `--fault-injection-file` makes the OSD's disk fail on purpose: it is for tests only, and
+/// refused (exit status 2, saying so) unless the environment holds `FASTBLOCK_TEST_FAULTS=1`
+/// exactly. With it, the option passes the check (this OSD then stops on its missing data).
+#[test]
+fn fault_injection_is_refused_outside_tests() {
+    let args = [
+        "--data",
+        "/nonexistent/osd.img",
+        "--fault-injection-file",
+        "/nonexistent/faults.json",
+    ];
+    for value in [None, Some("0"), Some("yes")] {
+        refused_with_env(
+            "fastblock-osd",
+            &args,
+            &[("FASTBLOCK_TEST_FAULTS", value)],
+            "is for tests only",
+        );
+        refused_with_env(
+            "fastblock-osd",
+            &args,
+            &[("FASTBLOCK_TEST_FAULTS", value)],
+            "FASTBLOCK_TEST_FAULTS=1",
+        );
+    }
+    let dir = TempDir::new("daemon-args");
+    let log = dir.path().join("out.log");
+    let mut cmd = Command::new(bin("fastblock-osd"));
+    cmd.args(args).env("FASTBLOCK_TEST_FAULTS", "1");
+    let mut proc = Proc::spawn("fastblock-osd", cmd, log.clone());
+    let status = proc
+        .wait_exit(Duration::from_secs(20))
+        .expect("an OSD without its data stops at once");
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("for tests only"), "{stderr}");
 }

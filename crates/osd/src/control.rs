@@ -54,6 +54,10 @@ pub struct OsdConfig {
     /// The OSD's keyring (`--keyring`; default `<data>.keyring`, see [`crate::keys`]): its
     /// key signs the monitor calls and proves the OSD on its peer links.
     pub keyring: Option<PathBuf>,
+    /// Test-only (`--fault-injection-file`, [`crate::faults`]): the file of disk faults to
+    /// inject, polled while the OSD runs. The binary refuses it without
+    /// `FASTBLOCK_TEST_FAULTS=1`.
+    pub fault_injection_file: Option<PathBuf>,
 }
 
 fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -89,6 +93,14 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
         Some(addr) => Some(crate::metrics::serve(addr, metrics.clone()).await?.1),
         None => None,
     };
+    // Read once before the shards open, so that a test can fail even their first reads.
+    let mut fault_file = config
+        .fault_injection_file
+        .clone()
+        .map(|path| crate::faults::FaultFile::new(path, identity.shards));
+    if let Some(file) = &mut fault_file {
+        file.poll();
+    }
     let mut shards: Vec<ShardHandle> = Vec::new();
     for index in 0..identity.shards {
         let port = config
@@ -117,6 +129,9 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             host_space_reserve_bytes: config.host_space_reserve_bytes,
             keys: key_table.clone(),
             credentials: credentials.clone(),
+            faults: fault_file
+                .as_ref()
+                .map_or_else(fastblock_store::FaultPlan::new, |f| f.plan(index)),
         };
         shards.push(shard::spawn(spec, listener, events_tx.clone())?);
     }
@@ -163,6 +178,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
         config.heartbeat_interval,
         map_stop,
     ));
+    let mut faults_task = fault_file.map(|file| tokio::spawn(file.run()));
     // Reports to the monitor, one task each: a lost one is repeated (at the next map epoch,
     // or by the shard's reclaim timer), so they are not retried here.
     let mut reports: JoinSet<()> = JoinSet::new();
@@ -185,6 +201,9 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             map = &mut map_task => break Err(ended("map follower", map.map(Ok))),
             served = until_done(&mut metrics_task) => {
                 break Err(ended("metrics server", served.map(|r| r.map_err(anyhow::Error::from))))
+            }
+            polled = until_done(&mut faults_task) => {
+                break Err(ended("fault injection file poller", polled.map(Ok)))
             }
             Some(Err(e)) = reports.join_next() => break Err(ended("a report to the monitor", Err(e))),
             event = events.recv() => match event {
@@ -256,6 +275,9 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     hb_task.abort();
     reports.abort_all();
     if let Some(task) = metrics_task {
+        task.abort();
+    }
+    if let Some(task) = faults_task {
         task.abort();
     }
     for s in &shards {

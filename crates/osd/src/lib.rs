@@ -18,6 +18,8 @@
 //! - [`keys`]: the key table shared by the control task and the shards (data-plane auth).
 //! - [`no_flush`]: the measurement-only WAL mode without device flushes: its opt-in and its
 //!   warnings.
+//! - [`faults`]: test-only disk fault injection (`--fault-injection-file`): its opt-in, the
+//!   file's format, and the task that installs the file's rules into the shards' disks.
 //! - [`stages`]: per-stage latency histograms of the IO path (the core times the stages, the
 //!   runtime records them); [`metrics`]: `/metrics`.
 //!
@@ -27,6 +29,7 @@
 //! runtime. Shards share nothing; the control task talks to them over channels.
 
 pub mod control;
+pub mod faults;
 pub mod identity;
 pub mod keys;
 pub mod metrics;

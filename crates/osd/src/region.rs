@@ -4,7 +4,7 @@
 use fastblock_store::disk::{
     AlignedBuf, BackgroundRun, OwnedWrite, ReadOp, Reaped, Submitted, WriteOp,
 };
-use fastblock_store::Disk;
+use fastblock_store::{Disk, FaultPlan, FaultyDisk};
 use std::io;
 
 /// Region boundaries are aligned to this, far above any sector or block size.
@@ -16,8 +16,9 @@ pub struct RegionDisk<D: Disk> {
     size_bytes: u64,
 }
 
-impl RegionDisk<fastblock_store::UringDisk> {
-    /// [`fastblock_store::UringDisk::wait_completion`] (the ring is the whole device's).
+impl RegionDisk<FaultyDisk<fastblock_store::UringDisk>> {
+    /// [`fastblock_store::UringDisk::wait_completion`] (the ring is the whole device's; a wait
+    /// is never faulted).
     pub fn wait_completion(
         &mut self,
         timeout: std::time::Duration,
@@ -26,22 +27,40 @@ impl RegionDisk<fastblock_store::UringDisk> {
     }
 }
 
+impl<D: Disk> RegionDisk<FaultyDisk<D>> {
+    /// Region `index` of `count` of `inner`, which a [`FaultyDisk`] wraps with `plan` (a shard's
+    /// disk: the plan is empty unless `--fault-injection-file` fills it). The plan's ranges
+    /// are relative to the region, as the shard's store sees its offsets.
+    pub fn new_faulty(inner: D, plan: FaultPlan, index: u32, count: u32) -> io::Result<Self> {
+        let (offset_bytes, _) = region_bounds(inner.size_bytes(), index, count)?;
+        RegionDisk::new(
+            FaultyDisk::new(inner, plan).with_origin(offset_bytes),
+            index,
+            count,
+        )
+    }
+}
+
+/// Offset and size of region `index` of `count` equal regions of a device of `device_bytes`.
+fn region_bounds(device_bytes: u64, index: u32, count: u32) -> io::Result<(u64, u64)> {
+    assert!(index < count, "region {index} of {count}");
+    let region = device_bytes / u64::from(count) / REGION_ALIGN_BYTES * REGION_ALIGN_BYTES;
+    if region == 0 {
+        return Err(io::Error::other(format!(
+            "device of {device_bytes} bytes is too small for {count} shards"
+        )));
+    }
+    Ok((region * u64::from(index), region))
+}
+
 impl<D: Disk> RegionDisk<D> {
     /// Region `index` of `count` equal regions of `inner`.
     pub fn new(inner: D, index: u32, count: u32) -> io::Result<Self> {
-        assert!(index < count, "region {index} of {count}");
-        let region =
-            inner.size_bytes() / u64::from(count) / REGION_ALIGN_BYTES * REGION_ALIGN_BYTES;
-        if region == 0 {
-            return Err(io::Error::other(format!(
-                "device of {} bytes is too small for {count} shards",
-                inner.size_bytes()
-            )));
-        }
+        let (offset_bytes, size_bytes) = region_bounds(inner.size_bytes(), index, count)?;
         Ok(RegionDisk {
             inner,
-            offset_bytes: region * u64::from(index),
-            size_bytes: region,
+            offset_bytes,
+            size_bytes,
         })
     }
 

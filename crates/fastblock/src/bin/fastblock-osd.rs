@@ -140,6 +140,12 @@ struct Args {
     /// address, e.g. 127.0.0.1:9100 [default: no metrics server].
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// For tests only, never for data: a JSON file of disk faults to inject into this OSD's
+    /// shards (I/O errors, delays, corrupted reads), read at start and every 100 ms while it
+    /// runs (docs/testing.md). Refused (exit status 2) unless the environment holds
+    /// FASTBLOCK_TEST_FAULTS=1. Not used by --mkfs.
+    #[arg(long, value_name = "PATH")]
+    fault_injection_file: Option<PathBuf>,
 }
 
 fn host_name() -> String {
@@ -171,6 +177,13 @@ async fn main() {
     // Before anything is read or written (mkfs included): a usage error.
     let acknowledgement = std::env::var_os(fastblock_osd::no_flush::ACKNOWLEDGEMENT_VAR);
     if let Err(e) = fastblock_osd::no_flush::check(args.wal_sync.into(), acknowledgement.as_deref())
+    {
+        eprintln!("fastblock-osd: {e}");
+        std::process::exit(2);
+    }
+    let test_faults = std::env::var_os(fastblock_osd::faults::TEST_FAULTS_VAR);
+    if let Err(e) =
+        fastblock_osd::faults::check(args.fault_injection_file.as_deref(), test_faults.as_deref())
     {
         eprintln!("fastblock-osd: {e}");
         std::process::exit(2);
@@ -242,6 +255,7 @@ async fn main() {
                 metrics_addr: args.metrics_addr,
                 host_space_reserve_bytes: args.host_space_reserve,
                 keyring: args.keyring,
+                fault_injection_file: args.fault_injection_file,
             },
             fastblock_osd::keys::new_shared(),
         )

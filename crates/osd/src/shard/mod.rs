@@ -19,7 +19,7 @@ pub mod runtime;
 use crate::region::RegionDisk;
 use fastblock_pg::PgConfig;
 use fastblock_shard::{Micros, RecoveryLimits, ShardFailure};
-use fastblock_store::{Store, StoreOptions, UringDisk};
+use fastblock_store::{FaultPlan, FaultyDisk, Store, StoreOptions, UringDisk};
 use fastblock_types::api::{
     BackfillTooFull, LeaderElectedRequest, MembershipFinishedRequest, PgIoCounters,
 };
@@ -30,7 +30,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
-pub type ShardDisk = RegionDisk<UringDisk>;
+/// A shard's region of the device. The [`FaultyDisk`] in between does nothing (one atomic
+/// load per call) unless `--fault-injection-file` (test-only, [`crate::faults`]) sets rules
+/// in the shard's plan.
+pub type ShardDisk = RegionDisk<FaultyDisk<UringDisk>>;
 pub type ShardStore = Store<ShardDisk>;
 
 #[derive(Clone, Debug)]
@@ -64,6 +67,9 @@ pub struct ShardSpec {
     /// This OSD's entity (`osd.N`) and entity key, to authenticate its peer links when the
     /// map's auth mode is not none (from its keyring).
     pub credentials: Option<fastblock_client::auth::Credentials>,
+    /// The fault plan of the shard's disk: empty unless the test-only
+    /// `--fault-injection-file` fills it ([`crate::faults`]).
+    pub faults: FaultPlan,
 }
 
 /// What a shard reports for the heartbeat.

@@ -163,7 +163,7 @@ impl Runtime {
                 None
             }
         };
-        let disk = RegionDisk::new(disk, spec.index, spec.count)?;
+        let disk = RegionDisk::new_faulty(disk, spec.faults.clone(), spec.index, spec.count)?;
         let region_bytes = fastblock_store::Disk::size_bytes(&disk);
         let meta = crate::shard_meta_path(&spec.data, spec.index);
         let file = std::fs::OpenOptions::new()
