@@ -1,0 +1,312 @@
+//! Disk faults on real processes (issue 19, "Fault injection"): an OSD's disk made to fail
+//! through the test-only `--fault-injection-file` (`docs/testing.md`), with real etcd, a real
+//! monitor and real OSDs, the client writing stamped blocks before, during and after.
+//!
+//! The store is fail-stop on a failed write or sync (`docs/design/osd.md`, "Errors"): the OSD
+//! must exit by itself, naming the I/O error, and the cluster must carry on without it.
+
+mod common;
+
+use bytes::Bytes;
+use common::BLOCK;
+use common::{stamped_block, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc, TempDir};
+use fastblock_client::{ClientError, Cluster, Image};
+use fastblock_monclient::MonClient;
+use fastblock_types::map::ClusterMap;
+use fastblock_types::{OsdId, PgId};
+use fastblock_wire::Status;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+const OBJECT_BYTES: u64 = MIB;
+const OBJECTS: u64 = 16;
+const PG_COUNT: u32 = 8;
+const WAIT: Duration = Duration::from_secs(30);
+/// How long the faulty OSD may take to stop: the faults are installed within 100 ms (the
+/// file's poll interval), the next WAL commit fails, and the control task shuts the shards
+/// down (each waits at most 10 s).
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Block `slot` of object `object` of the image: each phase of the test writes its own slot,
+/// so that what an earlier phase wrote is checked again after the later ones.
+fn block_offset(object: u64, slot: u64) -> u64 {
+    object * OBJECT_BYTES + slot * BLOCK
+}
+
+/// Restarts a just-created OSD with a fault injection file (absent: no faults) and the
+/// variable that allows the option, for every later start too.
+fn with_fault_file(osd: &mut OsdProc, file: &Path) {
+    assert!(osd.stop(), "osd {} stops on SIGTERM", osd.id);
+    osd.extra_args.extend([
+        "--fault-injection-file".to_string(),
+        file.display().to_string(),
+    ]);
+    osd.extra_env
+        .push(("FASTBLOCK_TEST_FAULTS".to_string(), "1".to_string()));
+    osd.start();
+}
+
+/// Writes `content` whole, as one rename, so the OSD never reads half of it.
+fn write_fault_file(path: &Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, content).expect("writing the fault file");
+    std::fs::rename(&tmp, path).expect("renaming the fault file");
+}
+
+fn all_pgs(map: &ClusterMap) -> impl Iterator<Item = (PgId, &fastblock_types::map::PgInfo)> {
+    map.pgmaps
+        .iter()
+        .flat_map(|(pool, m)| m.pgs.iter().map(|(seq, i)| (PgId::new(*pool, *seq), i)))
+}
+
+async fn map(client: &MonClient) -> ClusterMap {
+    client.map().await.unwrap().map.expect("a cluster map")
+}
+
+/// Writes generation `generation` into `slot` of each object in `objects`; returns the
+/// objects whose write failed with `IoError` from `tolerated` (the outcome of such a write is
+/// unknown). Any other failure fails the test.
+async fn write_slot(
+    image: &Image,
+    objects: &[u64],
+    slot: u64,
+    generation: u64,
+    tolerated: Option<OsdId>,
+) -> Vec<u64> {
+    let mut unknown = Vec::new();
+    for &object in objects {
+        let offset = block_offset(object, slot);
+        match image.write(offset, stamped_block(offset, generation)).await {
+            Ok(()) => {}
+            Err(ClientError::Io {
+                osd,
+                status: Status::IoError,
+                ..
+            }) if Some(osd) == tolerated => unknown.push(object),
+            Err(e) => panic!("write of object {object} slot {slot}: {e}"),
+        }
+    }
+    unknown
+}
+
+/// Checks `slot` of each object: generation `generation`, or, for the objects in `unknown`,
+/// that generation or `previous` (the block as it was before a write of unknown outcome).
+async fn check_slot(
+    image: &Image,
+    objects: &[u64],
+    slot: u64,
+    generation: u64,
+    unknown: &[u64],
+    what: &str,
+) {
+    for &object in objects {
+        let offset = block_offset(object, slot);
+        let data: Bytes = image
+            .read(offset, BLOCK)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: read of object {object} slot {slot}: {e}"));
+        let expected = stamped_block(offset, generation);
+        if unknown.contains(&object) {
+            assert!(
+                data == expected || data.iter().all(|b| *b == 0),
+                "{what}: object {object} slot {slot} is neither generation {generation} nor \
+                 unwritten"
+            );
+        } else {
+            assert!(
+                data == expected,
+                "{what}: object {object} slot {slot} is not generation {generation}"
+            );
+        }
+    }
+}
+
+/// Goal: an OSD whose disk fails every write and sync stops by itself (fail-stop), the
+/// monitor marks it down, its PGs get new leaders, and IO goes on; no acknowledged write is
+/// lost, and the OSD, restarted without faults, recovers from its WAL.
+/// Method: three OSDs with fault files (absent: no faults), one 3-replica pool. Write slot 0,
+/// pick an OSD that leads some PGs but not all, make its disk fail writes and syncs with EIO,
+/// write slot 1 through PGs it follows (so every write has a healthy leader), wait for its
+/// exit, then write slot 2 everywhere and check every slot; finally restart it without faults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_osd_whose_disk_fails_writes_stops_and_the_cluster_carries_on() {
+    let mons = MonCluster::start(
+        1,
+        MonOptions {
+            osd_down_after: "2s",
+            // Never out: the PGs keep their members, so the test sees leaders move, not data.
+            osd_out_after: "600s",
+            ..MonOptions::default()
+        },
+    )
+    .await;
+    let dir = TempDir::new("disk-faults");
+    let mut osds: Vec<OsdProc> = Vec::new();
+    let mut fault_files: BTreeMap<OsdId, PathBuf> = BTreeMap::new();
+    for i in 0..3 {
+        let mut osd = OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1);
+        let file = dir.path().join(format!("faults-{i}.json"));
+        with_fault_file(&mut osd, &file);
+        fault_files.insert(osd.id, file);
+        osds.push(osd);
+    }
+    let client = mons.client();
+    let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
+    wait_osds_up(&client, &ids, WAIT).await;
+    common::pool_with_image(
+        &client,
+        ("fb", PG_COUNT, 3),
+        ("img", OBJECTS * OBJECT_BYTES, OBJECT_BYTES),
+    )
+    .await;
+    let mut config = mons.client_config();
+    config.op_deadline = Duration::from_secs(60);
+    let cluster = Cluster::connect(config).await.unwrap();
+    let image = cluster.open_image("fb", "img").await.unwrap();
+    let objects: Vec<u64> = (0..OBJECTS).collect();
+
+    // Phase 0: no faults.
+    assert!(write_slot(&image, &objects, 0, 1, None).await.is_empty());
+    check_slot(&image, &objects, 0, 1, &[], "before the faults").await;
+
+    // The victim leads some PGs (so they need new leaders) and follows others (whose writes
+    // make it append to its WAL while a healthy leader acknowledges them).
+    let (victim, led) = wait_until(WAIT, "an OSD that leads some PGs but not all", || {
+        let client = &client;
+        let ids = &ids;
+        async move {
+            let m = map(client).await;
+            let leaders: Vec<(PgId, Option<OsdId>)> =
+                all_pgs(&m).map(|(pg, i)| (pg, i.leader)).collect();
+            if leaders.iter().any(|(_, l)| l.is_none()) {
+                return None;
+            }
+            ids.iter().find_map(|id| {
+                let led: Vec<PgId> = leaders
+                    .iter()
+                    .filter(|(_, l)| *l == Some(*id))
+                    .map(|(pg, _)| *pg)
+                    .collect();
+                (!led.is_empty() && led.len() < leaders.len()).then_some((*id, led))
+            })
+        }
+    })
+    .await;
+    let followed: Vec<u64> = objects
+        .iter()
+        .copied()
+        .filter(|o| !led.contains(&image.object_pg(*o)))
+        .collect();
+    assert!(
+        !followed.is_empty(),
+        "osd {victim} leads every PG of the image"
+    );
+    eprintln!("victim osd {victim} leads {led:?}; writing through {followed:?}");
+
+    // Phase 1: the victim's disk fails every write and sync.
+    write_fault_file(
+        &fault_files[&victim],
+        r#"{"seed": 1, "rules": [
+            {"op": "write", "kind": "eio", "range": null, "probability": 1.0, "count": null,
+             "shard": null},
+            {"op": "sync", "kind": "eio"}
+        ]}"#,
+    );
+    let t = Instant::now();
+    // The faults are installed within the file's poll interval; writes keep going to the
+    // victim's WAL until it stops (a leadership that moved meanwhile may answer IoError).
+    let mut acked: Vec<u64> = Vec::new();
+    let status = loop {
+        let proc = osds
+            .iter_mut()
+            .find(|o| o.id == victim)
+            .and_then(|o| o.proc.as_mut())
+            .expect("the victim runs");
+        if let Some(status) = proc.wait_exit(Duration::from_millis(200)) {
+            break status;
+        }
+        assert!(
+            t.elapsed() < EXIT_WAIT,
+            "osd {victim} still runs {EXIT_WAIT:?} after its disk began failing: the fault \
+             injection did nothing\n{}",
+            proc.log_tail()
+        );
+        let failed = write_slot(&image, &followed, 1, 2, Some(victim)).await;
+        for o in followed.iter().filter(|o| !failed.contains(o)) {
+            if !acked.contains(o) {
+                acked.push(*o);
+            }
+        }
+    };
+    // Written at least once (generation 2 then, whatever later writes did), or never
+    // acknowledged: generation 2 or nothing.
+    let unknown: Vec<u64> = followed
+        .iter()
+        .copied()
+        .filter(|o| !acked.contains(o))
+        .collect();
+    eprintln!(
+        "osd {victim} exited ({status}) {:?} after the faults",
+        t.elapsed()
+    );
+    assert!(!status.success(), "osd {victim} exited with {status}");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "fail-stop is exit status 1: {status}"
+    );
+    let victim_osd = osds.iter_mut().find(|o| o.id == victim).unwrap();
+    victim_osd.proc = None;
+    let log = victim_osd.all_logs();
+    assert!(
+        log.contains("I/O error during") && log.contains("Input/output error (os error 5)"),
+        "the victim's log names the I/O error:\n{log}"
+    );
+    assert!(log.contains("stopping the OSD"), "{log}");
+    assert!(log.contains("fault injection (test-only)"), "{log}");
+
+    // The monitor marks it down; its PGs get new leaders.
+    wait_until(WAIT, "the victim marked down", || {
+        let client = &client;
+        async move {
+            let osds = client.osds().await.ok()?;
+            let o = osds.iter().find(|o| o.id == victim)?;
+            (!o.up).then_some(())
+        }
+    })
+    .await;
+    wait_until(WAIT, "new leaders for the victim's PGs", || {
+        let client = &client;
+        async move {
+            let m = map(client).await;
+            let led_elsewhere = all_pgs(&m).all(|(_, i)| i.leader.is_some_and(|l| l != victim));
+            led_elsewhere.then_some(())
+        }
+    })
+    .await;
+    eprintln!("new leaders {:?} after the faults", t.elapsed());
+
+    // Phase 2: IO goes on through every PG, including those the victim led.
+    assert!(write_slot(&image, &objects, 2, 3, None).await.is_empty());
+    check_slot(&image, &objects, 0, 1, &[], "after the failure").await;
+    check_slot(&image, &followed, 1, 2, &unknown, "after the failure").await;
+    check_slot(&image, &objects, 2, 3, &[], "after the failure").await;
+    for osd in osds.iter_mut().filter(|o| o.id != victim) {
+        assert!(osd.is_running(), "osd {} stopped too", osd.id);
+    }
+
+    // The victim, restarted without faults, recovers and serves again.
+    write_fault_file(&fault_files[&victim], "");
+    osds.iter_mut().find(|o| o.id == victim).unwrap().start();
+    wait_osds_up(&client, &ids, WAIT).await;
+    common::wait_all_active(&client, Duration::from_secs(60)).await;
+    check_slot(&image, &objects, 0, 1, &[], "after the restart").await;
+    check_slot(&image, &followed, 1, 2, &unknown, "after the restart").await;
+    check_slot(&image, &objects, 2, 3, &[], "after the restart").await;
+    eprintln!(
+        "{} writes of unknown outcome; every acknowledged write read back",
+        unknown.len()
+    );
+}
