@@ -66,8 +66,8 @@ pub use flusher::{Finished, FlushRunner};
 pub use objects::transfer::{BlockVersion, ChunkVersions};
 pub use objects::ObjectRead;
 pub use objects::{
-    BlockCacheStats, DamageCounts, DamagedBlock, ImageSnaps, ImageUsage, MetaCommit,
-    ScrubDigest, ScrubFindings, IMAGE_SNAP_ID_MAX, SCRUB_GROUP_BLOCKS,
+    BlockCacheStats, DamageCounts, DamagedBlock, ImageSnaps, ImageUsage, MetaCommit, ScrubDigest,
+    ScrubFindings, IMAGE_SNAP_ID_MAX, SCRUB_GROUP_BLOCKS,
 };
 pub use raft_storage::PgStorage;
 pub use store::{meta_path, FlushDone, MkfsOptions, Store, StoreOptions};
