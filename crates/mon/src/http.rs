@@ -545,7 +545,7 @@ struct PoolQuery {
 
 /// `GET /v1/pgs`: `PgList` whose rows carry the PG's scrub state beside their fields (added
 /// fields only, so readers of `PgRow` keep working). The CLI reads it with its own mirror of
-/// these fields (`fastblock_cli::exec`, `pg ls`): `fastblock_types::api` holds the scrub
+/// these fields (`fastblock_cli::pg`, `pg ls`): `fastblock_types::api` holds the scrub
 /// contract with the OSDs and is left as it is.
 #[derive(Serialize)]
 struct PgListView {
