@@ -46,6 +46,9 @@ pub struct OsdConfig {
     /// Snapshot transfers sent at once by the whole OSD, and their bandwidth.
     pub recovery_max_active: usize,
     pub recovery_bytes_per_sec: u64,
+    /// When the PG leaders scrub (`--scrub-interval`, `--deep-scrub-interval`) and the deep
+    /// read rate of the whole OSD (`--scrub-deep-bytes-per-sec`, split across its shards).
+    pub scrub: fastblock_shard::ScrubSchedule,
     /// Serve Prometheus `/metrics` here; `None`: no metrics server.
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:
@@ -125,6 +128,11 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
                 (config.recovery_max_active / identity.shards as usize).max(1),
                 (config.recovery_bytes_per_sec / u64::from(identity.shards)).max(1),
             ),
+            scrub: fastblock_shard::ScrubSchedule {
+                deep_bytes_per_sec: (config.scrub.deep_bytes_per_sec / u64::from(identity.shards))
+                    .max(1),
+                ..config.scrub
+            },
             stages: metrics.osd.shard(index),
             host_space_reserve_bytes: config.host_space_reserve_bytes,
             keys: key_table.clone(),

@@ -40,6 +40,9 @@ pub mod shard;
 pub mod space;
 pub mod stages;
 
+/// When PG leaders scrub (the OSD's `--scrub-*` flags).
+pub use fastblock_shard::ScrubSchedule;
+
 /// How a WAL commit makes its write durable (the OSD's `--wal-sync`).
 pub use fastblock_store::disk::SyncMode;
 

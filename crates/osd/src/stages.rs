@@ -83,6 +83,51 @@ fn block_cache_counts(s: &BlockCacheStats) -> [u64; 3] {
     [s.hits, s.misses, s.evictions]
 }
 
+/// Bad block copies and their repairs (`docs/design/repair.md`), per shard since it started.
+const INTEGRITY_COUNTERS: [(&str, &str); 7] = [
+    (
+        "bad_block_checksum_errors",
+        "Data blocks read back whose content did not match their checksum",
+    ),
+    (
+        "bad_block_read_errors",
+        "Data blocks the device failed to read",
+    ),
+    (
+        "block_versions_repaired",
+        "Block versions rewritten here from a good replica",
+    ),
+    (
+        "repairs_started",
+        "Repairs of bad block copies this shard led",
+    ),
+    ("repairs_done", "Repairs this shard led that were applied"),
+    (
+        "repairs_failed",
+        "Repairs this shard led that found no good copy",
+    ),
+    (
+        "bad_blocks_reported",
+        "Bad block copies this shard reported to their PG's leader",
+    ),
+];
+
+/// The counts behind [`INTEGRITY_COUNTERS`], in its order.
+pub fn integrity_counts(
+    damage: &fastblock_store::DamageCounts,
+    repairs: &fastblock_shard::RepairCounts,
+) -> [u64; 7] {
+    [
+        damage.checksum_errors,
+        damage.read_errors,
+        damage.versions_repaired,
+        repairs.started,
+        repairs.repaired,
+        repairs.failed,
+        repairs.reported,
+    ]
+}
+
 /// The stages of [the module doc](self), timed by the shard core.
 pub use fastblock_shard::Stage;
 
@@ -103,6 +148,7 @@ pub struct OsdMetrics {
     wal_commit_ops: Family<ShardLabels, Histogram>,
     loop_iterations: Family<ShardLabels, Counter>,
     block_cache: [Family<ShardLabels, Counter>; 3],
+    integrity: [Family<ShardLabels, Counter>; 7],
 }
 
 impl OsdMetrics {
@@ -134,11 +180,16 @@ impl OsdMetrics {
         for (family, (name, help)) in block_cache.iter().zip(BLOCK_CACHE_COUNTERS) {
             registry.register(name, help, family.clone());
         }
+        let integrity: [Family<ShardLabels, Counter>; 7] = Default::default();
+        for (family, (name, help)) in integrity.iter().zip(INTEGRITY_COUNTERS) {
+            registry.register(name, help, family.clone());
+        }
         OsdMetrics {
             stage_us,
             wal_commit_ops,
             loop_iterations,
             block_cache,
+            integrity,
         }
     }
 
@@ -161,6 +212,10 @@ impl OsdMetrics {
                 .block_cache
                 .each_ref()
                 .map(|f| f.get_or_create(&labels).clone()),
+            integrity: self
+                .integrity
+                .each_ref()
+                .map(|f| f.get_or_create(&labels).clone()),
         }
     }
 }
@@ -173,6 +228,7 @@ pub struct ShardStages {
     wal_commit_ops: Histogram,
     loop_iterations: Counter,
     block_cache: [Counter; 3],
+    integrity: [Counter; 7],
 }
 
 impl Default for ShardStages {
@@ -182,6 +238,7 @@ impl Default for ShardStages {
             wal_commit_ops: Histogram::new(BATCH_BUCKETS),
             loop_iterations: Counter::default(),
             block_cache: Default::default(),
+            integrity: Default::default(),
         }
     }
 }
@@ -209,11 +266,22 @@ impl ShardStages {
     /// Brings the block-cache counters up to the store's counts. The store counts since it
     /// opened, and a shard opens its store once, so each counter only adds the difference.
     pub fn store_block_cache(&self, stats: &BlockCacheStats) {
-        for (counter, now) in self.block_cache.iter().zip(block_cache_counts(stats)) {
-            let delta = now.saturating_sub(counter.get());
-            if delta > 0 {
-                counter.inc_by(delta);
-            }
+        catch_up(&self.block_cache, block_cache_counts(stats));
+    }
+
+    /// Brings the bad-block and repair counters up to the shard's counts ([`integrity_counts`]),
+    /// which count since the shard started, as the block cache's do.
+    pub fn integrity(&self, counts: [u64; 7]) {
+        catch_up(&self.integrity, counts);
+    }
+}
+
+/// Adds to each counter what its count gained since (counts only grow).
+fn catch_up<const N: usize>(counters: &[Counter; N], counts: [u64; N]) {
+    for (counter, now) in counters.iter().zip(counts) {
+        let delta = now.saturating_sub(counter.get());
+        if delta > 0 {
+            counter.inc_by(delta);
         }
     }
 }

@@ -136,6 +136,20 @@ struct Args {
     /// recovery does not starve client IO (e.g. 64M).
     #[arg(long, default_value = "64M", value_parser = size)]
     recovery_max_bytes_per_sec: u64,
+    /// Scrub each PG this OSD leads this long after its last scrub (or after taking it
+    /// over): its replicas compare the checksums of their blocks, and those that disagree
+    /// are repaired from the majority (docs/design/scrub.md). 0: only when asked
+    /// (`fastblock-client pg scrub`).
+    #[arg(long, default_value = "24h", value_parser = fastblock_types::units::duration_arg)]
+    scrub_interval: Duration,
+    /// A scheduled scrub is deep (every replica reads every block back and checks it) when
+    /// the last deep one is this old. 0: only when asked (`pg deep-scrub`).
+    #[arg(long, default_value = "168h", value_parser = fastblock_types::units::duration_arg)]
+    deep_scrub_interval: Duration,
+    /// Bytes per second a deep scrub reads on this OSD at most (split across its shards), so
+    /// that client IO keeps priority (e.g. 64M).
+    #[arg(long, default_value = "64M", value_parser = size)]
+    scrub_deep_bytes_per_sec: u64,
     /// Serve Prometheus `/metrics` (per-stage IO latency, see docs/metrics.md) on this
     /// address, e.g. 127.0.0.1:9100 [default: no metrics server].
     #[arg(long, value_name = "ADDR:PORT")]
@@ -227,6 +241,13 @@ async fn main() {
             eprintln!("fastblock-osd: {e}");
             std::process::exit(2);
         }
+        if args.scrub_deep_bytes_per_sec == 0 {
+            eprintln!(
+                "fastblock-osd: --scrub-deep-bytes-per-sec must be positive (a deep scrub \
+                 could never finish)"
+            );
+            std::process::exit(2);
+        }
         if args.recovery_max_active == 0 || args.recovery_max_bytes_per_sec == 0 {
             eprintln!(
                 "fastblock-osd: --recovery-max-active and --recovery-max-bytes-per-sec must be \
@@ -252,6 +273,12 @@ async fn main() {
                 pg_config,
                 recovery_max_active: args.recovery_max_active,
                 recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
+                scrub: fastblock_osd::ScrubSchedule {
+                    interval_ms: u64::try_from(args.scrub_interval.as_millis()).unwrap_or(u64::MAX),
+                    deep_interval_ms: u64::try_from(args.deep_scrub_interval.as_millis())
+                        .unwrap_or(u64::MAX),
+                    deep_bytes_per_sec: args.scrub_deep_bytes_per_sec,
+                },
                 metrics_addr: args.metrics_addr,
                 host_space_reserve_bytes: args.host_space_reserve,
                 keyring: args.keyring,

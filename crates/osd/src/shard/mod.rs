@@ -57,6 +57,8 @@ pub struct ShardSpec {
     pub seed: u64,
     /// Snapshot transfers this shard sends at a time, and their bandwidth.
     pub recovery: RecoveryLimits,
+    /// When this shard's PG leaders scrub, and its deep read rate.
+    pub scrub: fastblock_shard::ScrubSchedule,
     /// Where the shard records its per-stage latencies.
     pub stages: crate::stages::ShardStages,
     /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:

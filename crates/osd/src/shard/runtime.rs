@@ -472,9 +472,14 @@ impl Runtime {
         }
         let eff = self.core.step_batch(batch, self.clock.now());
         self.drive(eff);
+        let store = self.core.store();
         self.spec
             .stages
-            .store_block_cache(&self.core.store().block_cache_stats());
+            .store_block_cache(&store.block_cache_stats());
+        self.spec.stages.integrity(crate::stages::integrity_counts(
+            &store.damage_counts(),
+            &self.core.repair_counts(),
+        ));
     }
 
     /// Carries out `eff`, then steps the WAL commits it asks for, carrying out each step's
@@ -814,7 +819,7 @@ fn shard_config(spec: &ShardSpec, transfer_id_base: u64) -> ShardConfig {
         flush_wal_share_divisor: FLUSH_WAL_SHARE_DIVISOR,
         wal_commits_in_flight_max: spec.wal_commits_in_flight_max.max(1),
         record_applies: false,
-        scrub: fastblock_shard::ScrubSchedule::OSD_DEFAULT,
+        scrub: spec.scrub,
     }
 }
 
