@@ -310,3 +310,150 @@ async fn an_osd_whose_disk_fails_writes_stops_and_the_cluster_carries_on() {
         unknown.len()
     );
 }
+
+/// Where the data region of shard 0 starts in `path` (its store's superblock is at the start
+/// of the region): the fault rules below hit data blocks only, not the WAL.
+fn data_offset(path: &Path) -> u64 {
+    use std::io::Read;
+    let mut sb = vec![0u8; 4096];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut sb))
+        .expect("reading the superblock");
+    fastblock_store::superblock::Superblock::decode(&sb)
+        .expect("the data file starts with the superblock")
+        .data_offset_bytes
+}
+
+/// Goal: an OSD whose disk fails every read of data stops by itself once 16 distinct blocks
+/// failed (`docs/design/repair.md`, "A failing disk"), its PGs fail over, and every read the
+/// client made, before, during and after, returned the right data (the blocks it could not
+/// read were answered `Repairing` and retried, or repaired from another replica).
+/// Method: three OSDs with fault files, blocks written everywhere; the OSD leading the most
+/// PGs gets EIO on every read of its data region; the client reads every block until that
+/// OSD has exited, then again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_osd_whose_disk_fails_reads_stops_after_16_blocks_and_reads_stay_correct() {
+    let mons = MonCluster::start(
+        1,
+        MonOptions {
+            osd_down_after: "2s",
+            osd_out_after: "600s",
+            ..MonOptions::default()
+        },
+    )
+    .await;
+    let dir = TempDir::new("disk-read-faults");
+    let mut osds: Vec<OsdProc> = Vec::new();
+    let mut fault_files: BTreeMap<OsdId, PathBuf> = BTreeMap::new();
+    for i in 0..3 {
+        let mut osd = OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1);
+        let file = dir.path().join(format!("faults-{i}.json"));
+        with_fault_file(&mut osd, &file);
+        fault_files.insert(osd.id, file);
+        osds.push(osd);
+    }
+    let client = mons.client();
+    let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
+    wait_osds_up(&client, &ids, WAIT).await;
+    common::pool_with_image(
+        &client,
+        ("fb", PG_COUNT, 3),
+        ("img", OBJECTS * OBJECT_BYTES, OBJECT_BYTES),
+    )
+    .await;
+    let mut config = mons.client_config();
+    config.op_deadline = Duration::from_secs(60);
+    let cluster = Cluster::connect(config).await.unwrap();
+    let image = cluster.open_image("fb", "img").await.unwrap();
+    let objects: Vec<u64> = (0..OBJECTS).collect();
+    const SLOTS: u64 = 8;
+    for slot in 0..SLOTS {
+        assert!(write_slot(&image, &objects, slot, 1, None).await.is_empty());
+    }
+
+    let m = map(&client).await;
+    let mut led: BTreeMap<OsdId, usize> = BTreeMap::new();
+    for (_, i) in all_pgs(&m) {
+        *led.entry(i.leader.expect("active PGs have leaders"))
+            .or_default() += 1;
+    }
+    let (&victim, _) = led.iter().max_by_key(|(_, n)| **n).unwrap();
+    let victim_pgs: Vec<PgId> = all_pgs(&m)
+        .filter(|(_, i)| i.leader == Some(victim))
+        .map(|(pg, _)| pg)
+        .collect();
+    let victim_blocks = objects
+        .iter()
+        .filter(|o| victim_pgs.contains(&image.object_pg(**o)))
+        .count() as u64
+        * SLOTS;
+    assert!(
+        victim_blocks >= 16,
+        "osd {victim} leads {victim_blocks} blocks, fewer than the 16 that stop it"
+    );
+    let path = osds.iter().find(|o| o.id == victim).unwrap().data.clone();
+    let start = data_offset(&path);
+    write_fault_file(
+        &fault_files[&victim],
+        &format!(
+            r#"{{"seed": 1, "rules": [
+                {{"op": "read", "kind": "eio", "range": [{start}, 18446744073709551615]}}
+            ]}}"#
+        ),
+    );
+    // Let the OSD install the rules (it reads the file every 100 ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = Instant::now();
+    let mut rounds = 0;
+    let status = loop {
+        let proc = osds
+            .iter_mut()
+            .find(|o| o.id == victim)
+            .and_then(|o| o.proc.as_mut())
+            .expect("the victim runs");
+        if let Some(status) = proc.wait_exit(Duration::from_millis(100)) {
+            break status;
+        }
+        assert!(
+            t.elapsed() < EXIT_WAIT,
+            "osd {victim} still runs {EXIT_WAIT:?} after its reads began failing\n{}",
+            proc.log_tail()
+        );
+        for slot in 0..SLOTS {
+            check_slot(&image, &objects, slot, 1, &[], "while the reads fail").await;
+        }
+        rounds += 1;
+    };
+    eprintln!(
+        "osd {victim} exited ({status}) {:?} and {rounds} rounds of reads after its reads began failing",
+        t.elapsed()
+    );
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "fail-stop is exit status 1: {status}"
+    );
+    let victim_osd = osds.iter_mut().find(|o| o.id == victim).unwrap();
+    victim_osd.proc = None;
+    let log = victim_osd.all_logs();
+    assert!(
+        log.contains("data blocks failed to read (limit 16): the disk is failing"),
+        "the victim's log says why it stopped:\n{log}"
+    );
+    assert!(log.contains("bad block copy found"), "{log}");
+    wait_until(WAIT, "new leaders for the victim's PGs", || {
+        let client = &client;
+        async move {
+            let m = map(client).await;
+            let moved = all_pgs(&m).all(|(_, i)| i.leader.is_some_and(|l| l != victim));
+            moved.then_some(())
+        }
+    })
+    .await;
+    for slot in 0..SLOTS {
+        check_slot(&image, &objects, slot, 1, &[], "after the failover").await;
+    }
+    for osd in osds.iter_mut().filter(|o| o.id != victim) {
+        assert!(osd.is_running(), "osd {} stopped too", osd.id);
+    }
+}

@@ -69,7 +69,7 @@ fn flip_byte(path: &Path, offset: u64) {
     f.sync_all().unwrap();
 }
 
-fn osd<'a>(osds: &'a [OsdProc], id: OsdId) -> &'a OsdProc {
+fn osd(osds: &[OsdProc], id: OsdId) -> &OsdProc {
     osds.iter().find(|o| o.id == id).expect("a known OSD")
 }
 

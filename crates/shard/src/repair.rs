@@ -39,20 +39,31 @@ use raft::eraftpb::EntryType;
 use raft::GetEntriesContext;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Distinct blocks the device failed to read before the shard stops (since it started):
-/// the disk is failing, and the PGs are better served by the other replicas. Checksum
-/// mismatches do not count (bit rot is repaired; a disk that cannot read is replaced), nor
-/// does the same block read again.
+/// Distinct places of the data region the device failed to read before the shard stops
+/// (since it started): the disk is failing, and the PGs are better served by the other
+/// replicas. Checksum mismatches do not count (bit rot is repaired; a disk that cannot read
+/// is replaced), nor does the same copy read again; a repaired copy lies elsewhere, so it
+/// counts again if that place fails too.
 pub const DISK_READ_ERRORS_MAX: usize = 16;
 /// A member's `Fetch` unanswered for this long: the next member is asked.
 pub const FETCH_TIMEOUT_MS: u64 = 2_000;
 /// Sources read before the leader gives up on one block (each read can be spoiled by a
 /// write to the object between the read and the proposal).
 pub const REPAIR_ATTEMPTS_MAX: u32 = 32;
+/// Repairs of one block within [`REPAIR_FAILED_RETRY_MS`] before the leader gives up on it:
+/// its copy here goes bad again after every repair. Above [`DISK_READ_ERRORS_MAX`], so a disk
+/// that fails every read stops the shard first.
+pub const REPAIR_REPEATS_MAX: u32 = 24;
+/// After a source read that an entry in the log spoils, the next waits this much longer
+/// than the last (32 attempts span about 5 s).
+pub const RETRY_STEP_MS: u64 = 10;
 /// A block no replica could repair is not tried again for this long.
 pub const REPAIR_FAILED_RETRY_MS: u64 = 30_000;
 /// A member reports a bad block to its leader again after this long if it is still bad.
 pub const REPORT_RETRY_MS: u64 = 5_000;
+/// Fetches a member holds until it has applied what they ask (more are dropped; the
+/// leader asks again).
+pub const FETCHES_PENDING_MAX: usize = 256;
 /// Repairs one shard leads at a time; more wait for their block to be found again.
 pub const REPAIRS_ACTIVE_MAX: usize = 256;
 
@@ -61,8 +72,8 @@ pub type BlockRef = (PgId, ObjectId, u32);
 
 #[derive(Debug)]
 enum State {
-    /// Reading a source next (its own copy first).
-    Source,
+    /// Reading a source next (its own copy first), not before `at`.
+    Source { at: Micros },
     /// Asked `from` for its versions.
     Fetching { from: OsdId, sent: Micros },
     /// Proposed as op `op`.
@@ -98,8 +109,16 @@ pub(crate) struct Repairs {
     failed: BTreeMap<BlockRef, Micros>,
     /// Blocks reported to the leader, and when.
     reported: BTreeMap<BlockRef, Micros>,
-    /// Distinct blocks the device failed to read (up to the limit).
-    unreadable: BTreeSet<BlockRef>,
+    /// Distinct data blocks (where they lie) the device failed to read, up to the limit: a
+    /// block repaired lies elsewhere, so a disk that fails every read reaches it even while
+    /// one block is read again and again.
+    unreadable: BTreeSet<u64>,
+    /// Repairs applied per block lately, and when the first of them was: a copy that goes
+    /// bad again after every repair is given up on.
+    repeats: BTreeMap<BlockRef, (u32, Micros)>,
+    /// Fetches from leaders waiting until this replica has applied what they ask, and when
+    /// they came.
+    fetches: Vec<(RepairMsg, Micros)>,
     counts: RepairCounts,
 }
 
@@ -144,7 +163,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         let damaged = self.store.borrow_mut().take_damaged();
         for d in damaged.iter().filter(|d| d.unreadable) {
             if self.repairs.unreadable.len() < DISK_READ_ERRORS_MAX {
-                self.repairs.unreadable.insert((d.pg, d.object, d.block));
+                self.repairs.unreadable.insert(d.physical_block);
             }
         }
         let unreadable = self.repairs.unreadable.len();
@@ -167,6 +186,9 @@ impl<D: Disk + 'static> ShardCore<D> {
         self.repairs
             .reported
             .retain(|_, at| now.as_millis() < at.as_millis() + REPORT_RETRY_MS);
+        self.repairs
+            .repeats
+            .retain(|_, (_, first)| now.as_millis() < first.as_millis() + REPAIR_FAILED_RETRY_MS);
         for d in damaged {
             let key = (d.pg, d.object, d.block);
             // Met again (a read retried, a repair's source read): already handled.
@@ -179,6 +201,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             tracing::warn!(pg = %d.pg, image = %d.object.image, object = d.object.index, block = d.block, unreadable = d.unreadable, "bad block copy found");
             self.on_bad_block(key, eff);
         }
+        self.answer_fetches(eff);
         if self.repairs.active.is_empty() {
             return false;
         }
@@ -231,6 +254,18 @@ impl<D: Disk + 'static> ShardCore<D> {
         {
             return;
         }
+        if self
+            .repairs
+            .repeats
+            .get(&block)
+            .is_some_and(|(n, _)| *n >= REPAIR_REPEATS_MAX)
+        {
+            tracing::error!(pg = %block.0, image = %block.1.image, object = block.1.index, block = block.2, repairs = REPAIR_REPEATS_MAX, "bad block not repaired: its copy here goes bad again after every repair");
+            self.repairs.repeats.remove(&block);
+            self.repairs.failed.insert(block, self.now);
+            self.repairs.counts.failed += 1;
+            return;
+        }
         let Some(h) = self.pgs.get(&block.0) else {
             return;
         };
@@ -240,7 +275,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             block,
             Active {
                 term: h.replica.term().0,
-                state: State::Source,
+                state: State::Source { at: Micros(0) },
                 tried: excluded.clone(),
                 excluded: excluded.clone(),
                 attempts: 0,
@@ -295,13 +330,14 @@ impl<D: Disk + 'static> ShardCore<D> {
             State::Fetching { from, sent } => {
                 if self.now.as_millis() >= sent.as_millis() + FETCH_TIMEOUT_MS {
                     a.tried.insert(from);
-                    a.state = State::Source;
+                    a.state = State::Source { at: Micros(0) };
                     self.next_source(key, eff)
                 } else {
                     false
                 }
             }
-            State::Source => self.next_source(key, eff),
+            State::Source { at } if self.now >= at => self.next_source(key, eff),
+            State::Source { .. } => false,
         }
     }
 
@@ -335,6 +371,12 @@ impl<D: Disk + 'static> ShardCore<D> {
             .get(&pg)
             .map(|h| h.replica.voters())
             .unwrap_or_default();
+        // The member answers once it has applied everything this leader logged so far, so
+        // that its versions are not older than what the log holds for the block.
+        let last = self
+            .pgs
+            .get(&pg)
+            .map_or(0, |h| h.replica.raw_node().raft.raft_log.last_index());
         let a = self.repairs.active.get_mut(&key).expect("active");
         let Some(from) = voters.into_iter().find(|o| !a.tried.contains(o)) else {
             return self.repair_failed(key, "no replica holds a good copy");
@@ -344,8 +386,14 @@ impl<D: Disk + 'static> ShardCore<D> {
             sent: self.now,
         };
         let term = a.term;
-        eff.peers
-            .push(self.repair_msg(from, key, RepairStep::Fetch, 0, term, Default::default()));
+        eff.peers.push(self.repair_msg(
+            from,
+            key,
+            RepairStep::Fetch,
+            last,
+            term,
+            Default::default(),
+        ));
         false
     }
 
@@ -379,8 +427,12 @@ impl<D: Disk + 'static> ShardCore<D> {
         let (pg, object, block) = key;
         let at = block_offset(block);
         if self.log_touches(pg, object, at..at + BLOCK_SIZE_BYTES, applied) {
+            // Read again once the entries in between are applied: a little later each time.
             let a = self.repairs.active.get_mut(&key).expect("active");
-            a.state = State::Source;
+            let wait_ms = RETRY_STEP_MS * u64::from(a.attempts);
+            a.state = State::Source {
+                at: Micros(self.now.0 + wait_ms * 1000),
+            };
             a.tried = a.excluded.clone();
             return false;
         }
@@ -478,12 +530,67 @@ impl<D: Disk + 'static> ShardCore<D> {
         })
     }
 
+    /// Answers the leaders' fetches this replica has applied far enough for (`applied` of a
+    /// fetch: the leader's last index when it asked); drops those the leader gave up on.
+    fn answer_fetches(&mut self, eff: &mut Effects) {
+        if self.repairs.fetches.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let pending = std::mem::take(&mut self.repairs.fetches);
+        for (m, came) in pending {
+            if now.as_millis() >= came.as_millis() + FETCH_TIMEOUT_MS {
+                continue;
+            }
+            let key = (
+                m.pg,
+                ObjectId {
+                    image: m.image,
+                    index: m.object_index,
+                },
+                m.block,
+            );
+            let applied = self.store.borrow().applied_index(m.pg);
+            if self.pgs.contains_key(&m.pg) && applied < m.applied {
+                self.repairs.fetches.push((m, came));
+                continue;
+            }
+            let reply = match self
+                .pgs
+                .contains_key(&m.pg)
+                .then(|| self.local_versions(key))
+                .flatten()
+            {
+                Some((chunk, applied)) => self.repair_msg(
+                    m.from,
+                    key,
+                    RepairStep::Data,
+                    applied,
+                    m.term,
+                    chunk.encode().into(),
+                ),
+                None => self.repair_msg(
+                    m.from,
+                    key,
+                    RepairStep::Unavailable,
+                    0,
+                    m.term,
+                    Default::default(),
+                ),
+            };
+            eff.peers.push(reply);
+        }
+    }
+
     /// The repair proposed for `key` ended: applied (done) or not (dropped with the
     /// leadership).
     pub(crate) fn repair_finished(&mut self, key: BlockRef, applied: bool) {
         self.repairs.active.remove(&key);
         self.scrub_repair_finished(key, applied);
         if applied {
+            let now = self.now;
+            let r = self.repairs.repeats.entry(key).or_insert((0, now));
+            r.0 += 1;
             self.repairs.counts.repaired += 1;
             tracing::info!(pg = %key.0, image = %key.1.image, object = key.1.index, block = key.2, "bad block repaired");
         }
@@ -506,30 +613,10 @@ impl<D: Disk + 'static> ShardCore<D> {
                 }
             }
             RepairStep::Fetch => {
-                let reply = match self
-                    .pgs
-                    .contains_key(&m.pg)
-                    .then(|| self.local_versions(key))
-                    .flatten()
-                {
-                    Some((chunk, applied)) => self.repair_msg(
-                        m.from,
-                        key,
-                        RepairStep::Data,
-                        applied,
-                        m.term,
-                        chunk.encode().into(),
-                    ),
-                    None => self.repair_msg(
-                        m.from,
-                        key,
-                        RepairStep::Unavailable,
-                        0,
-                        m.term,
-                        Default::default(),
-                    ),
-                };
-                eff.peers.push(reply);
+                if self.repairs.fetches.len() < FETCHES_PENDING_MAX {
+                    self.repairs.fetches.push((m, self.now));
+                }
+                self.answer_fetches(eff);
             }
             RepairStep::Data | RepairStep::Unavailable => {
                 let Some(a) = self.repairs.active.get_mut(&key) else {
@@ -548,13 +635,13 @@ impl<D: Disk + 'static> ShardCore<D> {
                     });
                 match chunk {
                     Some(chunk) => {
-                        a.state = State::Source;
+                        a.state = State::Source { at: Micros(0) };
                         // Logged by the rounds that follow in this step.
                         self.propose_repair(key, chunk, m.applied);
                     }
                     None => {
                         a.tried.insert(m.from);
-                        a.state = State::Source;
+                        a.state = State::Source { at: Micros(0) };
                     }
                 }
             }

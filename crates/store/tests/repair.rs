@@ -40,12 +40,14 @@ fn read(s: &mut Store<SimDisk>, offset: u64, len: usize) -> fastblock_store::Res
     s.read_object(pg(0), obj(0), offset, &mut buf).map(|()| buf)
 }
 
+/// Block 1 of object 0, bad where `two_replicas` put it: data block 1.
 fn block1() -> DamagedBlock {
     DamagedBlock {
         pg: pg(0),
         object: obj(0),
         block: 1,
         unreadable: false,
+        physical_block: 1,
     }
 }
 

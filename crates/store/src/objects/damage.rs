@@ -39,6 +39,8 @@ pub struct DamagedBlock {
     pub block: u32,
     /// The device failed to read it (else its data did not match its checksum).
     pub unreadable: bool,
+    /// Where the bad copy lies in the data region (a repaired block lies elsewhere).
+    pub physical_block: u64,
 }
 
 /// Bad blocks found and repaired since the engine opened.
@@ -61,8 +63,21 @@ pub(super) struct Damage {
 impl Damage {
     /// Notes the bad block `err` is about (nothing if it is about none).
     pub(super) fn note(&mut self, err: &Error) {
-        let Some((pg, object, block)) = err.bad_block() else {
-            return;
+        let (pg, object, block, physical_block) = match err {
+            Error::Checksum {
+                pg,
+                object,
+                block_index,
+                physical_block,
+            }
+            | Error::BlockUnreadable {
+                pg,
+                object,
+                block_index,
+                physical_block,
+                ..
+            } => (*pg, *object, *block_index, *physical_block),
+            _ => return,
         };
         let unreadable = matches!(err, Error::BlockUnreadable { .. });
         if unreadable {
@@ -76,6 +91,7 @@ impl Damage {
                 object,
                 block: u32::try_from(block).expect("block indexes fit u32"),
                 unreadable,
+                physical_block,
             });
         }
     }
