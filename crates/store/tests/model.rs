@@ -384,7 +384,10 @@ fn run(ops: &[Op], crash_seed: u64, fail_at: Option<(usize, u64)>, block_cache_e
         // block skips it; a repair from another replica fixes it, `objects/damage.rs`). The
         // model cannot follow that; the run ends there, and recovery is checked as usual.
         if matches!(&r, Err(e) if e.bad_block().is_some()) || !s.take_damaged().is_empty() {
-            assert!(fail_at.is_some(), "a bad block without an injected fault: {r:?}");
+            assert!(
+                fail_at.is_some(),
+                "a bad block without an injected fault: {r:?}"
+            );
             assert!(!s.is_failed(), "a bad block never stops the engine");
             failed = true;
             break;
