@@ -311,19 +311,6 @@ async fn an_osd_whose_disk_fails_writes_stops_and_the_cluster_carries_on() {
     );
 }
 
-/// Where the data region of shard 0 starts in `path` (its store's superblock is at the start
-/// of the region): the fault rules below hit data blocks only, not the WAL.
-fn data_offset(path: &Path) -> u64 {
-    use std::io::Read;
-    let mut sb = vec![0u8; 4096];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut sb))
-        .expect("reading the superblock");
-    fastblock_store::superblock::Superblock::decode(&sb)
-        .expect("the data file starts with the superblock")
-        .data_offset_bytes
-}
-
 /// Goal: an OSD whose disk fails every read of data stops by itself once 16 distinct blocks
 /// failed (`docs/design/repair.md`, "A failing disk"), its PGs fail over, and every read the
 /// client made, before, during and after, returned the right data (the blocks it could not
@@ -392,7 +379,7 @@ async fn an_osd_whose_disk_fails_reads_stops_after_16_blocks_and_reads_stay_corr
         "osd {victim} leads {victim_blocks} blocks, fewer than the 16 that stop it"
     );
     let path = osds.iter().find(|o| o.id == victim).unwrap().data.clone();
-    let start = data_offset(&path);
+    let start = common::data_file::data_offset(&path);
     write_fault_file(
         &fault_files[&victim],
         &format!(

@@ -6,68 +6,19 @@
 mod common;
 
 use bytes::Bytes;
+use common::data_file::{find_block, flip_byte};
 use common::{
     pool_with_image, stamped_block, start_osds, wait_replicas_identical, wait_until, MonCluster,
     MonOptions, OsdProc, TempDir, BLOCK,
 };
 use fastblock_client::Cluster;
 use fastblock_types::OsdId;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 const WAIT: Duration = Duration::from_secs(30);
 /// Objects written, one block each: half corrupted on their PG's leader, half on a follower.
 const OBJECTS: u64 = 12;
-
-/// Where the data region of the OSD's only shard starts in its data file.
-fn data_offset(path: &Path) -> u64 {
-    let mut f = std::fs::File::open(path).unwrap();
-    let mut sb = vec![0u8; 4096];
-    f.read_exact(&mut sb).unwrap();
-    fastblock_store::superblock::Superblock::decode(&sb)
-        .expect("the data file starts with the superblock")
-        .data_offset_bytes
-}
-
-/// The offset of the 4 KiB-aligned copy of `block` in the data region of `path`, if it is
-/// written there yet.
-fn find_block(path: &Path, block: &[u8]) -> Option<u64> {
-    let start = data_offset(path);
-    let mut f = std::fs::File::open(path).unwrap();
-    f.seek(SeekFrom::Start(start)).unwrap();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = start;
-    loop {
-        let n = f.read(&mut buf).unwrap();
-        if n == 0 {
-            return None;
-        }
-        for (i, chunk) in buf[..n].chunks_exact(BLOCK as usize).enumerate() {
-            if chunk == block {
-                return Some(at + (i as u64) * BLOCK);
-            }
-        }
-        at += n as u64;
-    }
-}
-
-/// Flips a byte of the copy at `offset` in the file, as a bad sector or bit rot would.
-fn flip_byte(path: &Path, offset: u64) {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 0x20;
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    f.write_all(&b).unwrap();
-    f.sync_all().unwrap();
-}
 
 fn osd(osds: &[OsdProc], id: OsdId) -> &OsdProc {
     osds.iter().find(|o| o.id == id).expect("a known OSD")

@@ -17,8 +17,8 @@
 //!
 //! Every repair this shard starts for a PG while it scrubs the PG counts in the scrub's
 //! report ([`PgScrubReport`]): `inconsistent_blocks` when started, `repaired_blocks` when
-//! applied, also after the scrub ended. The monitor raises `PG_INCONSISTENT` while some are
-//! left.
+//! applied, also after the scrub ended, until the next scrub of the PG starts afresh. The
+//! monitor raises `PG_INCONSISTENT` while some are left.
 //!
 //! One scrub runs per shard at a time. After each range it waits while the data it read
 //! (deep) would exceed [`ScrubSchedule::deep_bytes_per_sec`]: client IO keeps priority.
@@ -210,6 +210,12 @@ impl<D: Disk + 'static> ShardCore<D> {
                 continue;
             };
             tracing::info!(%pg, deep, request, "scrub started");
+            // The counts are the new scrub's from here on: repairs the last one started and
+            // that finish later are no longer its.
+            let report = &mut self.scrubs.pgs.get_mut(pg).expect("led").report;
+            report.inconsistent_blocks = 0;
+            report.repaired_blocks = 0;
+            self.scrubs.repairs.retain(|_, p| p != pg);
             self.scrubs.running.insert(
                 *pg,
                 Running {

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod data_file;
 pub mod netns;
 
 use fastblock_monclient::MonClient;
