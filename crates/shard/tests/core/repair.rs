@@ -291,3 +291,68 @@ fn bit_rot_only_a_deep_scrub_sees_is_repaired() {
     );
     assert_eq!(c.core(f).store().damage_counts().versions_repaired, 1);
 }
+
+#[test]
+fn a_snapshot_transfer_carries_a_bad_block_as_damaged_and_the_new_member_gets_it_repaired() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    c.map(harness::map(1, &[1, 2, 3], &[(0, &[1, 2], &[])]));
+    let leads = |c: &Cluster, id: u32| c.core(id).replica(pg(0)).is_some_and(|r| r.is_leader());
+    for _ in 0..100 {
+        if leads(&c, 1) || leads(&c, 2) {
+            break;
+        }
+        c.tick();
+    }
+    let l = (1..=2).find(|id| leads(&c, *id)).expect("a leader");
+    for i in 0..4u64 {
+        let w = c.request(l, write(pg(0), i, 0, &[i as u8 + 1; 8192], 1));
+        for _ in 0..10 {
+            if c.reply(w).is_some() {
+                break;
+            }
+            c.tick();
+        }
+        assert_eq!(c.reply(w), Some(&Reply::Ok));
+    }
+    for _ in 0..5 {
+        c.tick();
+    }
+    // On disk, then compacted, so that OSD 3 needs a snapshot.
+    c.step(l, Input::FlushDue);
+    c.settle();
+    corrupt(&c, l, 1);
+    c.map(harness::map(2, &[1, 2, 3], &[(0, &[1, 2], &[1, 2, 3])]));
+    for _ in 0..60 {
+        c.tick();
+    }
+    assert!(
+        c.effects[&OsdId(3)]
+            .iter()
+            .any(|e| !e.snapshots_installed.is_empty()),
+        "osd 3 installed a snapshot despite the bad block"
+    );
+    assert!(
+        c.core(l).repair_counts().repaired >= 1,
+        "{:?}",
+        c.core(l).repair_counts()
+    );
+    // Object 0's second block was the bad one: the new member holds it as the others do.
+    let now = c.now;
+    let eff = c.step(
+        3,
+        Input::Request {
+            conn: 9,
+            request_id: 9_999,
+            req: Request::ReplicaRead {
+                addr: harness::addr(pg(0), 0),
+                offset: 0,
+                length: 8192,
+            },
+            arrived: now,
+        },
+    );
+    assert_eq!(eff.replies[0].2, Reply::Data(vec![1u8; 8192].into()));
+    for id in 1..=3 {
+        assert!(c.core(id).failure().is_none());
+    }
+}
