@@ -436,13 +436,21 @@ impl<D: Disk + 'static> ShardCore<D> {
             a.tried = a.excluded.clone();
             return false;
         }
+        let versions: bytes::Bytes = chunk.encode().into();
+        let batch_bytes_max = self.store.borrow().superblock().batch_bytes_max;
+        if !crate::wal_fit::mutation_fits(versions.len() as u64, batch_bytes_max) {
+            return self.repair_failed(
+                key,
+                "its versions do not fit one WAL batch (too many snapshots keep it)",
+            );
+        }
         let op = ClientOp::Repair {
             object: ObjectRef {
                 image: object.image,
                 index: object.index,
             },
             offset: u32::try_from(block_offset(block)).expect("objects are at most 64 MiB"),
-            versions: chunk.encode().into(),
+            versions,
         };
         self.repairs.active.get_mut(&key).expect("active").state = State::Proposed;
         self.propose_internal(pg, OpKind::Repair { block: key }, &op);

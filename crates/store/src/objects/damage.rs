@@ -171,6 +171,10 @@ impl Objects {
             }
         }
         self.submit_staged(disk, false)?;
+        // A background write's error surfaces in the next read: it is a write error, fatal
+        // (the reads below would take it for a bad copy).
+        disk.wait_background()
+            .map_err(|e| crate::wal::writer::io_err("data write", 0, e))?;
         // Versions to write: wanted ones not held here as a good, equal copy.
         let mut buf = AlignedBuf::zeroed(BS as usize);
         let mut rewrite = Vec::new();
