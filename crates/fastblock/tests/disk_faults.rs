@@ -8,6 +8,7 @@
 mod common;
 
 use bytes::Bytes;
+use common::faults::{with_fault_file, write_fault_file};
 use common::BLOCK;
 use common::{stamped_block, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc, TempDir};
 use fastblock_client::{ClientError, Cluster, Image};
@@ -16,7 +17,7 @@ use fastblock_types::map::ClusterMap;
 use fastblock_types::{OsdId, PgId};
 use fastblock_wire::Status;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
@@ -33,26 +34,6 @@ const EXIT_WAIT: Duration = Duration::from_secs(30);
 /// so that what an earlier phase wrote is checked again after the later ones.
 fn block_offset(object: u64, slot: u64) -> u64 {
     object * OBJECT_BYTES + slot * BLOCK
-}
-
-/// Restarts a just-created OSD with a fault injection file (absent: no faults) and the
-/// variable that allows the option, for every later start too.
-fn with_fault_file(osd: &mut OsdProc, file: &Path) {
-    assert!(osd.stop(), "osd {} stops on SIGTERM", osd.id);
-    osd.extra_args.extend([
-        "--fault-injection-file".to_string(),
-        file.display().to_string(),
-    ]);
-    osd.extra_env
-        .push(("FASTBLOCK_TEST_FAULTS".to_string(), "1".to_string()));
-    osd.start();
-}
-
-/// Writes `content` whole, as one rename, so the OSD never reads half of it.
-fn write_fault_file(path: &Path, content: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, content).expect("writing the fault file");
-    std::fs::rename(&tmp, path).expect("renaming the fault file");
 }
 
 fn all_pgs(map: &ClusterMap) -> impl Iterator<Item = (PgId, &fastblock_types::map::PgInfo)> {

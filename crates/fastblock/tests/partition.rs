@@ -20,6 +20,7 @@
 
 mod common;
 
+use common::model::{Model, Outcome};
 use common::netns::NetCluster;
 use common::{all_pgs, pool_with_image, stamped_block, wait_until, MonOptions, WireConn, BLOCK};
 use fastblock_client::{Cluster, Image};
@@ -42,106 +43,6 @@ const BLOCKS_PER_OBJECT: u64 = 4;
 const PARTITION: Duration = Duration::from_secs(6);
 /// Limit of every wait for the cluster to react (new leaders, progress, convergence).
 const REACT: Duration = Duration::from_secs(30);
-
-/// One write the model knows of: its generation (the block holds `stamped_block(offset,
-/// generation)` once it is applied) and how it ended so far.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Write {
-    generation: u64,
-    outcome: Outcome,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
-    InFlight,
-    Acked,
-    /// Failed or timed out: it may or may not have been applied.
-    Failed,
-}
-
-/// The writes issued to every block, in order (one writer, so one at a time per block), and
-/// the verdict on every read checked against them.
-///
-/// A read that started after write `w` of its block was acknowledged must return `w` or a
-/// later write of that block (acknowledged, failed or still in flight: all were issued before
-/// the read ended, since the model is consulted after it); zeros only if no write was
-/// acknowledged before it started. Anything older is a stale read; anything else is data the
-/// workload never wrote.
-#[derive(Default)]
-struct Model {
-    blocks: BTreeMap<u64, Vec<Write>>,
-    reads_checked: u64,
-    violations: Vec<String>,
-}
-
-/// What a read may not be older than: the position, in its block's writes, of the last write
-/// acknowledged when the read started (`None`: none yet, zeros allowed).
-type Floor = Option<usize>;
-
-impl Model {
-    fn issue(&mut self, block: u64, generation: u64) {
-        let writes = self.blocks.entry(block).or_default();
-        assert!(writes.last().is_none_or(|w| w.outcome != Outcome::InFlight));
-        assert!(writes.last().is_none_or(|w| w.generation < generation));
-        writes.push(Write {
-            generation,
-            outcome: Outcome::InFlight,
-        });
-    }
-
-    fn complete(&mut self, block: u64, generation: u64, outcome: Outcome) {
-        let last = self
-            .blocks
-            .get_mut(&block)
-            .and_then(|w| w.last_mut())
-            .expect("a write in flight");
-        assert_eq!(last.generation, generation, "block {block}");
-        assert_eq!(last.outcome, Outcome::InFlight, "block {block}");
-        last.outcome = outcome;
-    }
-
-    fn floor(&self, block: u64) -> Floor {
-        self.blocks
-            .get(&block)?
-            .iter()
-            .rposition(|w| w.outcome == Outcome::Acked)
-    }
-
-    /// Checks what a read of `block` that started at `floor` returned; records a violation.
-    fn check(&mut self, block: u64, floor: Floor, got: &[u8], what: &str) {
-        self.reads_checked += 1;
-        let writes = self.blocks.get(&block).map(Vec::as_slice).unwrap_or(&[]);
-        let offset = block * BLOCK;
-        let is = |w: &Write| got == &stamped_block(offset, w.generation)[..];
-        let allowed = &writes[floor.unwrap_or(0)..];
-        if allowed.iter().any(is) || (floor.is_none() && got.iter().all(|b| *b == 0)) {
-            return;
-        }
-        let floor_generation = floor.map(|f| writes[f].generation);
-        let older = writes[..floor.unwrap_or(0)].iter().rev().find(|w| is(w));
-        let verdict = match older {
-            Some(w) => format!(
-                "STALE: generation {} ({:?}), older than generation {floor_generation:?}, \
-                 acknowledged before the read started",
-                w.generation, w.outcome
-            ),
-            None if got.iter().all(|b| *b == 0) => format!(
-                "STALE: zeros, but generation {floor_generation:?} was acknowledged before \
-                 the read started"
-            ),
-            None => "data the workload never wrote to this block".to_string(),
-        };
-        self.violations
-            .push(format!("{what} of block {block}: {verdict}"));
-    }
-
-    fn stale_reads(&self) -> usize {
-        self.violations
-            .iter()
-            .filter(|v| v.contains("STALE"))
-            .count()
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {

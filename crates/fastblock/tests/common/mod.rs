@@ -8,6 +8,8 @@
 #![allow(dead_code)]
 
 pub mod data_file;
+pub mod faults;
+pub mod model;
 pub mod netns;
 
 use fastblock_monclient::MonClient;
@@ -1047,11 +1049,19 @@ pub const BLOCK: u64 = 4096;
 /// A 4 KiB block whose every byte depends on (offset, generation), so a stale or misplaced
 /// block never passes for the right one.
 pub fn stamped_block(offset: u64, generation: u64) -> bytes::Bytes {
+    stamped(offset, generation, BLOCK)
+}
+
+/// The first `len` bytes (a multiple of 8) of a stamped run of bytes at `offset`: what
+/// [`stamped_block`] makes for a 4 KiB block, and a piece of a block (a sector) for models of
+/// unaligned IO (`model::Model::new`).
+pub fn stamped(offset: u64, generation: u64, len: u64) -> bytes::Bytes {
+    assert_eq!(len % 8, 0, "stamped bytes come 8 at a time");
     let mut x = offset.wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ^ generation.wrapping_mul(0xBF58_476D_1CE4_E5B9)
         ^ 1;
-    let mut v = Vec::with_capacity(BLOCK as usize);
-    while v.len() < BLOCK as usize {
+    let mut v = Vec::with_capacity(len as usize);
+    while v.len() < len as usize {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;

@@ -401,8 +401,21 @@ impl NetCluster {
     /// A monitor on the bridge address and `count` OSDs of `size` (one shard, hosts `h0`,
     /// `h1`, ...), OSD `i` in namespace `i`; waits until all are up and in.
     pub async fn start(count: usize, options: MonOptions, size: &str) -> NetCluster {
+        NetCluster::start_with(count, 1, options, size, |_, _| {}).await
+    }
+
+    /// Like [`NetCluster::start`], with `mons` monitors (each with its etcd member, one etcd
+    /// cluster), and `configure(i, osd)` called on OSD `i` after its format and before its
+    /// first start (say, to add arguments or variables to every start).
+    pub async fn start_with(
+        count: usize,
+        mons: usize,
+        options: MonOptions,
+        size: &str,
+        configure: impl Fn(usize, &mut OsdProc),
+    ) -> NetCluster {
         let net = Net::create(count);
-        let mons = MonCluster::start_at(1, options, &net.bridge_ip().to_string()).await;
+        let mons = MonCluster::start_at(mons, options, &net.bridge_ip().to_string()).await;
         let dir = TempDir::new("netns");
         let osds: Vec<OsdProc> = (0..count)
             .map(|i| {
@@ -412,6 +425,7 @@ impl NetCluster {
                 let mut osd =
                     OsdProc::format_in(&mons, (dir.path(), dir.path()), &host, size, 1, &extra);
                 osd.netns = Some(net.namespace(i));
+                configure(i, &mut osd);
                 osd.start();
                 osd
             })
