@@ -20,23 +20,33 @@ pub fn data_offset(path: &Path) -> u64 {
 /// The offset of the 4 KiB-aligned copy of `block` in the data region of `path`, if one is
 /// written there.
 pub fn find_block(path: &Path, block: &[u8]) -> Option<u64> {
+    find_blocks(path, &[block])[0]
+}
+
+/// [`find_block`] for several blocks in one pass over the file: the offset of a copy of each
+/// (the first met), in the order given.
+pub fn find_blocks(path: &Path, blocks: &[&[u8]]) -> Vec<Option<u64>> {
     let start = data_offset(path);
+    let mut found: Vec<Option<u64>> = vec![None; blocks.len()];
     let mut f = std::fs::File::open(path).unwrap();
     f.seek(SeekFrom::Start(start)).unwrap();
     let mut buf = vec![0u8; 1 << 20];
     let mut at = start;
-    loop {
+    while found.iter().any(Option::is_none) {
         let n = f.read(&mut buf).unwrap();
         if n == 0 {
-            return None;
+            break;
         }
         for (i, chunk) in buf[..n].chunks_exact(BLOCK as usize).enumerate() {
-            if chunk == block {
-                return Some(at + (i as u64) * BLOCK);
+            for (k, block) in blocks.iter().enumerate() {
+                if found[k].is_none() && chunk == *block {
+                    found[k] = Some(at + (i as u64) * BLOCK);
+                }
             }
         }
         at += n as u64;
     }
+    found
 }
 
 /// Flips a byte at `offset` of the file and syncs it, as a bad sector or bit rot would

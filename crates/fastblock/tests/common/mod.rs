@@ -964,11 +964,20 @@ pub struct WireConn {
 
 impl WireConn {
     pub async fn connect(addr: &str) -> WireConn {
+        WireConn::try_connect(addr)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`WireConn::connect`], with an error instead of a panic when the OSD cannot be
+    /// reached or does not complete the handshake: for callers that expect it to be away at
+    /// times (a fault driver asking whether it is back).
+    pub async fn try_connect(addr: &str) -> Result<WireConn, String> {
         let mut stream =
             tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
                 .await
-                .expect("connect timeout")
-                .unwrap_or_else(|e| panic!("connecting {addr}: {e}"));
+                .map_err(|_| format!("connect timeout: {addr}"))?
+                .map_err(|e| format!("connecting {addr}: {e}"))?;
         let mut buf = bytes::BytesMut::new();
         let auth = TEST_AUTH.lock().unwrap().clone();
         let protected = match auth {
@@ -984,17 +993,17 @@ impl WireConn {
                     ),
                 )
                 .await
-                .expect("handshake timeout")
-                .unwrap_or_else(|e| panic!("handshake with {addr}: {e}")),
+                .map_err(|_| format!("handshake timeout: {addr}"))?
+                .map_err(|e| format!("handshake with {addr}: {e}"))?,
             ),
             None => None,
         };
-        WireConn {
+        Ok(WireConn {
             stream,
             buf,
             next_id: 1,
             protected,
-        }
+        })
     }
 
     pub async fn send_raw(&mut self, bytes: &[u8]) {
@@ -1032,14 +1041,44 @@ impl WireConn {
     }
 
     pub async fn call(&mut self, req: &fastblock_wire::Request) -> fastblock_wire::Reply {
+        let out = self.frame(req);
+        self.send_raw(&out).await;
+        self.recv().await.expect("connection closed")
+    }
+
+    /// Like [`WireConn::call`], with an error instead of a panic when the connection breaks,
+    /// closes, or gives no reply within `timeout` (below the 10 s after which `recv` panics).
+    pub async fn try_call(
+        &mut self,
+        req: &fastblock_wire::Request,
+        timeout: Duration,
+    ) -> Result<fastblock_wire::Reply, String> {
+        use tokio::io::AsyncWriteExt;
+        assert!(timeout < Duration::from_secs(10), "{timeout:?}");
+        let out = self.frame(req);
+        let exchange = async {
+            self.stream
+                .write_all(&out)
+                .await
+                .map_err(|e| format!("write: {e}"))?;
+            self.recv()
+                .await
+                .ok_or_else(|| "connection closed".to_string())
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| format!("no reply within {timeout:?}"))?
+    }
+
+    /// `req` as the next frame to send, sealed if the connection is protected.
+    fn frame(&mut self, req: &fastblock_wire::Request) -> bytes::BytesMut {
         let mut out = bytes::BytesMut::new();
         req.encode(self.next_id, &mut out);
         if let Some(p) = &mut self.protected {
             fastblock_client::auth::seal_frame(&mut out, 0, &mut p.sealer);
         }
         self.next_id += 1;
-        self.send_raw(&out).await;
-        self.recv().await.expect("connection closed")
+        out
     }
 }
 

@@ -178,6 +178,13 @@ impl Model {
             .count()
     }
 
+    /// The generation `unit` holds for sure: that of its last write, if it was acknowledged
+    /// (`None`: never written, or its last write failed or is in flight).
+    pub fn settled(&self, unit: u64) -> Option<u64> {
+        let last = self.units.get(&unit)?.writes.back()?;
+        (last.outcome == Outcome::Acked).then_some(last.generation)
+    }
+
     /// Writes issued so far, over all units.
     pub fn writes_issued(&self) -> usize {
         self.units
