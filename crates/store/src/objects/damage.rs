@@ -6,8 +6,9 @@
 //! notes to the owner, which asks for a repair) and goes on:
 //!
 //! - a read returns [`Error::bad_block`] for it;
-//! - a write that must merge a partial block over it leaves that block as it is (still
-//!   bad), and a rollback leaves a block whose snapshot copy is bad;
+//! - a write that must merge a partial block over it leaves that block's data as it is and
+//!   marks it damaged ([`marked_damaged`]: it reads as bad even if the device's error was
+//!   transient), and a rollback does the same with a head block whose snapshot copy is bad;
 //! - a PG snapshot transfer sends it as a damaged version, which the receiver stores as a
 //!   bad block.
 //!
@@ -101,6 +102,15 @@ impl Damage {
 /// it reads back as a checksum mismatch until a repair replaces it.
 pub(super) fn damaged_crc(key: &BlockKey, data: &[u8]) -> u32 {
     !block_crc(key, data)
+}
+
+/// `v` marked damaged in place: the same block and birth with its crc inverted, so that it
+/// reads back as a checksum mismatch whatever the device returns next (its data was what the
+/// crc covered, or it was already bad). A block left as it was because it could not be read
+/// when a write or rollback needed it must read as bad until a repair replaces it: if the
+/// read failed only once, it would otherwise pass for current without that change.
+pub(super) fn marked_damaged(v: BlockVal) -> BlockVal {
+    (v.0, !v.1)
 }
 
 impl Objects {

@@ -415,9 +415,23 @@ impl Objects {
                     match self.read_block(disk, pg, &key, v, &mut data) {
                         Ok(()) => {}
                         // The snapshot's copy here is bad (noted for repair): this block is
-                        // left as it is, and the repair brings what the rollback made of it
-                        // on the replicas with a good copy.
-                        Err(e) if e.bad_block().is_some() => continue,
+                        // marked damaged (a hole gets a damaged block), and the repair brings
+                        // what the rollback made of it on the replicas with a good copy.
+                        Err(e) if e.bad_block().is_some() => {
+                            let marked = match head {
+                                Some(h) => super::damage::marked_damaged(h),
+                                None => {
+                                    let phys = physs.next().expect("one block per copy");
+                                    let at = self.stage_block(disk, phys)?;
+                                    self.stage.buf[at..at + BS as usize].fill(0);
+                                    let zeros = &self.stage.buf[at..at + BS as usize];
+                                    let crc = super::damage::damaged_crc(&key, zeros);
+                                    pack(phys, self.birth_now(&key), crc)
+                                }
+                            };
+                            self.set_head(key, head, Some(marked));
+                            continue;
+                        }
                         Err(e) => return Err(e),
                     }
                     let phys = physs.next().expect("one block allocated per copy");

@@ -582,6 +582,11 @@ impl Objects {
         }
         for (key, old) in keys.iter().zip(&olds) {
             if bad_edges.contains(&u64::from(key.3)) {
+                // Left as it was, but surely bad from now on: a copy that read back bad only
+                // once (a transient error) would otherwise hold the block without this write
+                // and pass its checksum, a lost write (`damage.rs`).
+                let old = old.expect("a bad edge block is mapped");
+                self.set_head(*key, Some(old), Some(damage::marked_damaged(old)));
                 continue;
             }
             match (old, how) {
