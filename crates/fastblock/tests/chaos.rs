@@ -15,12 +15,15 @@
 //!   a monitor and its restart; an OSD isolated (veth down) and healed; two OSDs dropping each
 //!   other's packets, both ways or one way, then healed; a slow disk (delays on writes and
 //!   syncs); a disk failing writes and syncs with EIO (the OSD must exit by itself, status 1;
-//!   the file is cleared and it restarts); corrupted reads of data blocks (checksums catch
-//!   them, replicas repair them); `osd out` and, later, `osd in` (PGs move and come back).
-//!   Bound: at most one OSD at a time is down, isolated, cut from a peer, or failing or
-//!   corrupting reads (the "slot"), and it is back up with every PG active before the slot is
-//!   taken again; a slow disk, an out OSD and a dead monitor (one of three) come on top, on
-//!   other OSDs. So a majority of every PG, and of the monitors, always survives.
+//!   the file is cleared and it restarts); bit rot (bytes flipped in block copies on one OSD's
+//!   disk: checksums catch them, replicas repair them); `osd out` and, later, `osd in` (PGs
+//!   move and come back); transient corrupted reads of data blocks (checksums catch them, the
+//!   shard repairs from replicas; see [`Kind::CorruptReads`]).
+//!   Bound: at most one OSD at a time is down, isolated, cut from a peer, or has a failing,
+//!   rotten or corrupting disk (the "slot"), and it is back up, caught up, with every PG
+//!   active before the slot is taken again; a slow disk, an out OSD and a dead monitor (one of
+//!   three) come on top, on other OSDs. So a majority of every PG, and of the monitors,
+//!   always survives.
 //! - **End.** Faults stop and heal; then every PG must be active with identical replicas
 //!   within 120 s (`common::wait_replicas_identical`), every extent of both images reads back
 //!   as the model allows (through the library and through NBD), a deep scrub of every PG
@@ -30,8 +33,9 @@
 //! Settings: `FASTBLOCK_CHAOS_SECS` (default 120, what CI runs) and `FASTBLOCK_CHAOS_SEED`
 //! (default random; printed first, so a failure can be replayed as far as real processes
 //! allow: the seed fixes the faults, their order, targets and lengths, and every IO's choice).
-//! `scripts/chaos.sh --minutes N --seed S` runs it. The summary printed at the end gives the
-//! duration, the faults by kind, IOs, reads checked, violations and the seed.
+//! `scripts/chaos.sh --minutes N --seed S` runs it (`docs/testing.md`, "The chaos run"). The
+//! summary printed at the end gives the duration, the faults by kind, IOs, reads checked,
+//! violations and the seed.
 
 mod common;
 
@@ -159,9 +163,6 @@ impl Prng {
 struct Settings {
     duration: Duration,
     seed: u64,
-    /// Whether transient corrupted reads are among the faults (`FASTBLOCK_CHAOS_CORRUPT_READS=1`):
-    /// off by default while they make the repair path lose writes (see [`Kind::CorruptReads`]).
-    corrupt_reads: bool,
 }
 
 impl Settings {
@@ -187,7 +188,6 @@ impl Settings {
         Settings {
             duration: Duration::from_secs(secs),
             seed,
-            corrupt_reads: std::env::var("FASTBLOCK_CHAOS_CORRUPT_READS").as_deref() == Ok("1"),
         }
     }
 }
@@ -573,11 +573,11 @@ enum Kind {
     DropOneWay,
     FailingDisk,
     /// Reads of data blocks on one OSD come back with flipped bytes for a while (the
-    /// device keeps its bytes: a transient fault). Off by default: a partial write whose merge
-    /// read is corrupted on a PG leader leaves the leader's old copy in place, checksum-valid,
-    /// and the repair that follows takes that stale copy as its source and rewrites the
-    /// replicas that had merged the write: an acknowledged write lost on every replica, and
-    /// stale reads (found by this test; `FASTBLOCK_CHAOS_CORRUPT_READS=1` brings it back).
+    /// device keeps its bytes: a transient fault). This run found that a partial write whose
+    /// merge read came back corrupted on a PG leader left the leader's old copy in place,
+    /// checksum-valid, and that the repair which followed took that stale copy as its source
+    /// and rewrote the replicas that had merged the write (stale reads, an acknowledged write
+    /// lost on every replica); the store now marks such a copy damaged (commit fae5dd3).
     CorruptReads,
     /// Bytes flipped in block copies on one OSD's disk (persistent bit rot).
     BitRot,
@@ -689,9 +689,6 @@ struct Nemesis {
     /// their boot epoch before (they must boot again).
     expected_down: Vec<(usize, Epoch)>,
     counts: BTreeMap<Kind, u64>,
-    /// The kinds of faults of this run (every kind, but transient corrupted reads only with
-    /// `FASTBLOCK_CHAOS_CORRUPT_READS=1`).
-    kinds: Vec<Kind>,
     /// When the slot's recovery, and the PGs' after `osd in`, are checked next (at most once a
     /// second: each check asks the monitor and connects to replicas).
     next_slot_check: Instant,
@@ -751,7 +748,7 @@ impl Nemesis {
     /// whether one started.
     async fn start_next(&mut self) -> bool {
         if self.deck.is_empty() {
-            self.deck = self.kinds.clone();
+            self.deck = KINDS.to_vec();
             let mut rng = self.rng.fork();
             rng.shuffle(&mut self.deck);
         }
@@ -1456,18 +1453,11 @@ fn leg_line(leg: &Leg) -> String {
 async fn chaos_run() {
     let settings = Settings::from_env();
     say!(
-        "chaos: seed {} for {:?}, transient corrupted reads {} (replay: \
-         FASTBLOCK_CHAOS_SEED={} FASTBLOCK_CHAOS_SECS={}{})",
+        "chaos: seed {} for {:?} (replay: FASTBLOCK_CHAOS_SEED={} FASTBLOCK_CHAOS_SECS={})",
         settings.seed,
         settings.duration,
-        if settings.corrupt_reads { "on" } else { "off" },
         settings.seed,
-        settings.duration.as_secs(),
-        if settings.corrupt_reads {
-            " FASTBLOCK_CHAOS_CORRUPT_READS=1"
-        } else {
-            ""
-        }
+        settings.duration.as_secs()
     );
     let mut rng = Prng(settings.seed);
     let files = TempDir::new("chaos");
@@ -1546,10 +1536,6 @@ async fn chaos_run() {
         out: None,
         expected_down: Vec::new(),
         counts: BTreeMap::new(),
-        kinds: KINDS
-            .into_iter()
-            .filter(|k| *k != Kind::CorruptReads || settings.corrupt_reads)
-            .collect(),
         next_slot_check: Instant::now(),
         next_out_check: Instant::now(),
         lib: lib.clone(),
@@ -1598,13 +1584,6 @@ async fn chaos_run() {
     eprintln!("duration: {chaos_took:?} of faults; converged {converged:?} after the heal");
     eprintln!("faults injected: {faults}");
     for kind in KINDS {
-        if !nemesis.kinds.contains(&kind) {
-            eprintln!(
-                "  {:<32} (off: FASTBLOCK_CHAOS_CORRUPT_READS=1)",
-                kind.name()
-            );
-            continue;
-        }
         eprintln!(
             "  {:<32} {}",
             kind.name(),
