@@ -6,13 +6,15 @@
 //! A run has two phases. In the **fault phase** clients write and read while the faults the
 //! seed enabled strike at random: message loss, delay, duplication and reordering,
 //! partitions, node crashes (with torn unsynced writes) and restarts, crash points at
-//! arbitrary I/Os, slow WAL commits. In the **liveness phase** the faults stop (partitions
-//! heal, crashed nodes restart, the network is clean), clients keep working a little, then
-//! every PG must become active with identical replicas, every client operation must
-//! complete, and every block must read back as the model allows, within a bounded virtual
-//! time.
+//! arbitrary I/Os, slow WAL commits, scrub requests, and with `--bad-blocks` data blocks
+//! going bad (`bad_blocks.rs`). In the **liveness phase** the faults stop (partitions heal,
+//! crashed nodes restart, the network is clean), clients keep working a little, then every
+//! PG must become active, a deep scrub of every PG must find and repair every bad copy left,
+//! the replicas must be identical, every client operation must complete, and every block
+//! must read back as the model allows, within a bounded virtual time.
 
 use crate::checker::{AppliedEntry, Safety};
+use crate::disk::Claims;
 use crate::model::{decode_block, stamp_block, At, Found, ImageModel, BLOCK_BYTES};
 use crate::node::{ClientReply, ClientTag, Node, PEER_CONN};
 use crate::options::{RngExt, SimOptions, MS, SEC};
@@ -20,14 +22,15 @@ use crate::probes::Probes;
 use bytes::{Bytes, BytesMut};
 use fastblock_client::policy::{classify, Pacer, Retry, Verdict};
 use fastblock_client::route::leader_candidates;
+use fastblock_mon_core::scrub_ops::ScrubStats;
 use fastblock_mon_core::snap_ops::SnapAbort;
 use fastblock_mon_core::{MonState, Reporter};
 use fastblock_pg::{Event, ObjectRef};
-use fastblock_shard::{Effects, Input, Micros, PeerSend, Report};
-use fastblock_store::ObjectId;
+use fastblock_shard::{Effects, Input, Micros, PeerSend, RepairCounts, Report};
+use fastblock_store::{DamageCounts, ObjectId};
 use fastblock_types::api::{
     ApiError, BootRequest, CreateImageRequest, CreatePoolRequest, ErrorCode, LeaderElectedRequest,
-    MembershipFinishedRequest, ResizeImageRequest,
+    MembershipFinishedRequest, PgScrubReport, ResizeImageRequest,
 };
 use fastblock_types::map::{ClusterMap, FailureDomain, PgInfo, SnapState};
 use fastblock_types::rng::SplitMix64;
@@ -39,6 +42,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::Arc;
+
+mod bad_blocks;
+mod scrubs;
 
 const IMAGE: ImageId = ImageId(1);
 
@@ -52,7 +58,27 @@ enum FaultKind {
     OutIn,
     /// A node's map watch stalls: no new map reaches it for a while.
     MapStall,
+    /// A data block on one node's disk goes bad (`SimOptions::bad_block_every_us`).
+    BadBlock,
+    /// The monitor asks for a scrub of a PG (`SimOptions::scrub_every_us`).
+    Scrub,
 }
+
+/// How a data block goes bad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BadKind {
+    /// A bit of it flips on the device (silent corruption of synced data).
+    Flip,
+    /// A sector of it stops reading (a latent sector error) until a write covers it.
+    Unreadable,
+    /// The next write of a client's block to the data region lands on a nearby block.
+    Misdirect,
+}
+
+/// Latent sector errors made on one node in a run, at most: the shard stops once its disk
+/// failed to read `fastblock_shard::repair::DISK_READ_ERRORS_MAX` blocks (a failing disk),
+/// and the simulator keeps each node well below that.
+const UNREADABLE_BLOCKS_PER_NODE_MAX: u64 = 4;
 
 #[derive(Debug)]
 enum Ev {
@@ -128,6 +154,15 @@ enum Ev {
         life: u64,
     },
     Heal,
+    /// A data block of `node` goes bad now (`tries`: times a flip waited for the disk to
+    /// have no unsynced write).
+    BadBlock {
+        node: OsdId,
+        kind: BadKind,
+        tries: u32,
+    },
+    /// Every node's heartbeat carries its scrub reports to the monitor.
+    Heartbeat,
     SlowEnd {
         node: OsdId,
     },
@@ -280,6 +315,22 @@ pub struct Cluster {
     /// The client that reads every block of every live snapshot once the cluster converged
     /// (present when the seed takes snapshots), and what it has left to read.
     sweep: Option<Sweep>,
+    /// Every bad-block and scrub decision: a stream of its own, so that seeds without them
+    /// draw from `rng` exactly as before.
+    rot_rng: SplitMix64,
+    /// Image blocks whose copy on some node may be bad, and that node (shared with the disks,
+    /// whose misdirected writes claim blocks when they land).
+    claims: Claims,
+    /// Latent sector errors made per node.
+    unreadable_made: BTreeMap<OsdId, u64>,
+    /// What the monitor knows of the leaders' scrub reports.
+    scrub_stats: ScrubStats,
+    /// The deep scrub of every PG that ends every run, once asked.
+    final_scrub: Option<FinalScrub>,
+    /// Each node's repair and damage counters as last counted (per incarnation).
+    seen_counts: BTreeMap<OsdId, (u64, RepairCounts, DamageCounts)>,
+    /// Each leader's scrub report of each PG as last counted (per incarnation).
+    seen_reports: BTreeMap<(OsdId, PgId), (u64, PgScrubReport)>,
     safety: Safety,
     pub probes: Probes,
     /// Link → highest link sequence number delivered (reordering probe).
@@ -325,6 +376,28 @@ struct SnapRun {
     removed: Option<At>,
     /// The trim entry its abort or removal left, which every PG must confirm.
     trim: Option<u64>,
+}
+
+/// The deep scrub of every PG that ends every run: asked once the cluster settled, before the
+/// replicas are compared, so that every bad copy left is found and repaired first.
+#[derive(Debug, Default)]
+struct FinalScrub {
+    /// The round (from 1): see `scrubs::FINAL_ROUNDS_MAX`.
+    round: u32,
+    /// This round's request of each PG.
+    requests: BTreeMap<PgId, u64>,
+    /// A request of this round was one already pending, whose scrub may have begun before
+    /// the faults stopped: another round follows.
+    reused: bool,
+    /// Each PG's leader and its scrub report's (inconsistent, repaired) blocks when the
+    /// round was asked.
+    baseline: BTreeMap<PgId, (OsdId, u64, u64)>,
+    /// The nodes' repair counters at the last check, and checks in a row they stayed so.
+    repairs: BTreeMap<OsdId, RepairCounts>,
+    quiet_checks: u32,
+    /// When the next round is asked, once this one left blocks unrepaired.
+    next_round_at: Option<u64>,
+    done: bool,
 }
 
 /// The final read of every block of every live snapshot, after convergence.
@@ -415,6 +488,13 @@ impl Cluster {
             snap_ticking: false,
             snap_removals_pending: 0,
             sweep: None,
+            rot_rng: SplitMix64::new(o.seed ^ 0xBAD0_B10C_0000_0009),
+            claims: Claims::default(),
+            unreadable_made: BTreeMap::new(),
+            scrub_stats: ScrubStats::default(),
+            final_scrub: None,
+            seen_counts: BTreeMap::new(),
+            seen_reports: BTreeMap::new(),
             safety: Safety::default(),
             probes: Probes::default(),
             link_sent: BTreeMap::new(),
@@ -452,6 +532,19 @@ impl Cluster {
                 let at = c.rng.range(0, 2 * every);
                 c.at(at, Ev::Fault(kind));
             }
+        }
+        // From a stream of their own, so that the other faults' times stay the seed's.
+        for (kind, every) in [
+            (FaultKind::BadBlock, c.o.bad_block_every_us),
+            (FaultKind::Scrub, c.o.scrub_every_us),
+        ] {
+            if every > 0 {
+                let at = c.rot_rng.range(0, 2 * every);
+                c.at(at, Ev::Fault(kind));
+            }
+        }
+        if c.o.scrub_every_us > 0 {
+            c.at(SEC, Ev::Heartbeat);
         }
         let end = c.faults_end_us;
         c.at(end, Ev::FaultsEnd);
@@ -622,6 +715,11 @@ impl Cluster {
                 }
             }
             Ev::Heal => self.partition = None,
+            Ev::BadBlock { node, kind, tries } => self.on_bad_block(node, kind, tries),
+            Ev::Heartbeat => {
+                self.heartbeat();
+                self.after(SEC, Ev::Heartbeat);
+            }
             Ev::SlowEnd { node } => {
                 if let Some(n) = self.nodes.get_mut(&node) {
                     n.slow_commit_us = None;
@@ -897,6 +995,29 @@ impl Cluster {
             .add("snapshot.installed", eff.snapshots_installed.len() as u64);
         self.probes
             .add("member.pg_removed", eff.removed.len() as u64);
+        // A shard that goes on answers `Checksum` or `IoError` only for a block no replica
+        // holds a good copy of; the simulator leaves every block a good copy on all nodes
+        // but one (`bad_blocks.rs`).
+        let serving = fatal.is_none()
+            && self.nodes[&id]
+                .core()
+                .is_some_and(|c| c.failure().is_none())
+            && self.nodes[&id].fuse_blown_at().is_none();
+        for (conn, _, reply) in &eff.replies {
+            if let Reply::Error {
+                status: status @ (Status::Checksum | Status::IoError),
+                message,
+                ..
+            } = reply
+            {
+                if serving {
+                    self.fail(format!(
+                        "osd {id}: answered {status:?} to connection {conn:#x}, though the simulator \
+                         leaves every block a good copy on all nodes but one: {message}"
+                    ));
+                }
+            }
+        }
         for (conn, request_id, reply) in eff.replies {
             let Some(client) = u32::try_from(conn).ok().filter(|_| conn < PEER_CONN) else {
                 self.fail(format!(
@@ -952,6 +1073,7 @@ impl Cluster {
         let fatal = fatal.map(|f| f.to_string()).or_else(|| {
             blown.then(|| "a crash point fired without stopping the shard".to_string())
         });
+        self.count_bad_blocks(id);
         if let Some(failure) = fatal {
             match self.nodes[&id].fuse_blown_at() {
                 Some(at) => {
@@ -965,9 +1087,17 @@ impl Cluster {
                     });
                     self.crash_and_restart_later(id);
                 }
-                None => self.fail(format!(
-                    "osd {id}: the shard failed without an injected fault: {failure}"
-                )),
+                None => {
+                    let bad = self.unreadable_made.get(&id).copied().unwrap_or(0);
+                    let sectors = if bad > 0 {
+                        format!(" (the simulator made {bad} of its data blocks unreadable)")
+                    } else {
+                        String::new()
+                    };
+                    self.fail(format!(
+                        "osd {id}: the shard failed without an injected fault: {failure}{sectors}"
+                    ));
+                }
             }
         }
     }
@@ -1569,6 +1699,10 @@ impl Cluster {
         if !self.faults_on {
             return;
         }
+        if matches!(kind, FaultKind::BadBlock | FaultKind::Scrub) {
+            self.on_disk_fault(kind);
+            return;
+        }
         let every = match kind {
             FaultKind::Crash => self.o.crash_every_us,
             FaultKind::Fuse => self.o.fuse_every_us,
@@ -1576,6 +1710,7 @@ impl Cluster {
             FaultKind::Slow => self.o.slow_every_us,
             FaultKind::OutIn => self.o.outin_every_us,
             FaultKind::MapStall => self.o.map_stall_every_us,
+            FaultKind::BadBlock | FaultKind::Scrub => unreachable!("drawn from rot_rng"),
         };
         let next = self.rng.range(every / 4, every * 2);
         self.after(next, Ev::Fault(kind));
@@ -1639,6 +1774,7 @@ impl Cluster {
                 self.after(d, Ev::Heal);
             }
             FaultKind::OutIn => self.out_or_in(&ids),
+            FaultKind::BadBlock | FaultKind::Scrub => unreachable!("drawn from rot_rng"),
             FaultKind::Slow => {
                 let id = self.pick_awkward(&ids);
                 let latency = self.rng.range(MS, self.o.slow_commit_us_max);
@@ -1780,6 +1916,7 @@ impl Cluster {
             let node = self.nodes.get_mut(&id).expect("known");
             node.slow_commit_us = None;
             node.disarm_fuse();
+            node.faults().bad.misdirect = None;
             if !node.is_up() {
                 self.restart(id);
             }
@@ -2091,6 +2228,9 @@ impl Cluster {
         }
         if reply.status() == Some(Status::SnapInProgress) {
             self.probes.hit("snap.write_refused");
+        }
+        if reply.status() == Some(Status::Repairing) {
+            self.probes.hit("client.repairing");
         }
         if self.clients[c].scripted {
             self.clients[c].result = Some(reply.clone());
@@ -2427,10 +2567,14 @@ impl Cluster {
                 ))
             );
         }
-        for (pg, info) in self.pg_infos() {
-            if let Err(why) = self.pg_settled(pg, &info) {
+        let infos = self.pg_infos();
+        for (pg, info) in &infos {
+            if let Err(why) = self.pg_settled(*pg, info) {
                 return why;
             }
+        }
+        if let Some(why) = self.final_scrub_reason(&infos) {
+            return why;
         }
         "converged indexes, content not compared yet".into()
     }
@@ -2538,6 +2682,9 @@ impl Cluster {
             if self.pg_settled(*pg, info).is_err() {
                 return Ok(false);
             }
+        }
+        if !self.final_scrub_done(&infos)? {
+            return Ok(false);
         }
         for (pg, info) in &infos {
             let mut first: Option<(OsdId, Content)> = None;
@@ -2685,8 +2832,14 @@ impl Cluster {
         let mut out = Vec::new();
         for object in objects {
             let mut buf = vec![0u8; self.o.object_bytes as usize];
-            core.read_object(pg, object, 0, &mut buf)
-                .map_err(|e| format!("reading pg {pg} {object:?} on osd {id}: {e}"))?;
+            core.read_object(pg, object, 0, &mut buf).map_err(|e| {
+                let after = if e.bad_block().is_some() {
+                    " (a bad copy the final deep scrub left)"
+                } else {
+                    ""
+                };
+                format!("reading pg {pg} {object:?} on osd {id}: {e}{after}")
+            })?;
             out.push((object, buf));
         }
         Ok(out)

@@ -17,13 +17,150 @@
 //!   synchronous sync while commits are owed covers them too (every sync covers everything
 //!   written before it), so they become reportable.
 //!
+//! - **Bad blocks** ([`BadBlocks`], which outlive crashes): sectors of the data region whose
+//!   reads fail until a write covers them (latent sector errors), and a misdirected write
+//!   armed by the cluster: the next write of a client's block to the data region lands on a
+//!   nearby block instead, so the intended block keeps its stale bytes and the other one is
+//!   overwritten. Flipped bytes (silent corruption) need no wrapper: the cluster changes the
+//!   image itself ([`fastblock_store::SimImage::corrupt`]). The store's checksums cover each
+//!   block's identity and bytes, so every one of these reads back as a bad copy.
+//!
 //! Both wrappers share one [`DiskFaults`]; redb requires its backend to be `Send + Sync`, hence
 //! the `Arc<Mutex<_>>` (there are no threads).
 
+use crate::model::{decode_block, Found, BLOCK_BYTES};
 use fastblock_store::disk::{write_durable_now, OwnedWrite, ReadOp, Reaped, Submitted, WriteOp};
 use fastblock_store::{Disk, SimDisk, SimFile};
+use fastblock_types::rng::SplitMix64;
+use fastblock_types::OsdId;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The sector size of the simulated device: the unit of a latent sector error.
+pub const SECTOR_BYTES: u64 = 512;
+const BS: u64 = BLOCK_BYTES as u64;
+/// How far from its target a misdirected write lands, at most, in blocks.
+const MISDIRECT_BLOCKS_MAX: u64 = 64;
+
+/// The image blocks (image byte offset / 4 KiB) whose copy on some node may be bad, and that
+/// node: a block is made bad on at most one node in a run, so that every block keeps a good
+/// copy on every other replica (the simulator's rule, `cluster/bad_blocks.rs`).
+pub type Claims = Arc<Mutex<BTreeMap<u64, OsdId>>>;
+
+/// Whether `osd` may make a bad copy of image block `block`: no other node has one.
+pub fn may_claim(claims: &BTreeMap<u64, OsdId>, block: u64, osd: OsdId) -> bool {
+    claims.get(&block).is_none_or(|o| *o == osd)
+}
+
+/// The image block a device block holds, if it holds a client's stamped block.
+pub fn stamped_block(bytes: &[u8]) -> Option<(u64, u64)> {
+    // The stamp's magic first: most blocks of a device are not stamped.
+    if bytes[..8] != *b"FBSIMBK1" {
+        return None;
+    }
+    match decode_block(bytes) {
+        Found::Write { offset, write, .. } => Some((offset / BS, write)),
+        Found::Zeros | Found::Garbage(_) => None,
+    }
+}
+
+/// A misdirected write armed on a node: it lands on the next write of a client's block to the
+/// data region whose image block the node may claim.
+#[derive(Debug)]
+pub struct Misdirect {
+    pub osd: OsdId,
+    pub claims: Claims,
+    pub seed: u64,
+}
+
+/// A misdirected write that happened: the block meant for `target` (all bytes offsets on the
+/// device) was written at `landed`.
+#[derive(Clone, Copy, Debug)]
+pub struct Misdirected {
+    pub target: u64,
+    pub landed: u64,
+}
+
+/// A node's bad blocks: what its disk does wrong with data blocks. Outlives crashes.
+#[derive(Debug, Default)]
+pub struct BadBlocks {
+    /// The data region, `[start, end)` in device bytes: bad blocks are only ever made here
+    /// (a bad WAL record or superblock is another failure, tested by the store's own tests).
+    pub data: (u64, u64),
+    /// Sectors (device byte offsets) whose reads fail until a write covers them.
+    pub unreadable: BTreeSet<u64>,
+    pub misdirect: Option<Misdirect>,
+    /// Misdirected writes done and not yet counted by the cluster.
+    pub misdirected: Vec<Misdirected>,
+}
+
+impl BadBlocks {
+    fn read_fails(&self, offset: u64, len: u64) -> bool {
+        self.unreadable.range(offset..offset + len).next().is_some()
+    }
+
+    /// A write reached `offset..offset + len`: the drive remaps the sectors it covers.
+    fn written(&mut self, offset: u64, len: u64) {
+        if self.unreadable.range(offset..offset + len).next().is_some() {
+            self.unreadable
+                .retain(|s| !(offset..offset + len).contains(s));
+        }
+    }
+
+    /// Where the armed misdirected write lands in `writes`, if it does now: (index of the
+    /// write, block offset within it, where it lands). `image` is the device as written.
+    fn misdirect_target(&self, writes: &[WriteOp<'_>], image: &[u8]) -> Option<(usize, u64, u64)> {
+        let m = self.misdirect.as_ref()?;
+        let claims = m.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let (start, end) = self.data;
+        let in_batch = |at: u64| {
+            writes
+                .iter()
+                .any(|w| (w.offset_bytes..w.offset_bytes + w.buf.len() as u64).contains(&at))
+        };
+        let mut rng = SplitMix64::new(m.seed);
+        for (i, w) in writes.iter().enumerate() {
+            let len = w.buf.len() as u64;
+            if w.offset_bytes < start || w.offset_bytes + len > end {
+                continue;
+            }
+            if (w.offset_bytes - start) % BS != 0 || len % BS != 0 {
+                continue;
+            }
+            for k in 0..len / BS {
+                let bytes = &w.buf[(k * BS) as usize..((k + 1) * BS) as usize];
+                let Some((block, _)) = stamped_block(bytes) else {
+                    continue;
+                };
+                if !may_claim(&claims, block, m.osd) {
+                    continue;
+                }
+                let target = w.offset_bytes + k * BS;
+                for _ in 0..8 {
+                    let d = 1 + rng.below(MISDIRECT_BLOCKS_MAX);
+                    let landed = if rng.below(2) == 0 {
+                        target.checked_sub(d * BS)
+                    } else {
+                        target.checked_add(d * BS)
+                    };
+                    let Some(landed) = landed.filter(|l| *l >= start && l + BS <= end) else {
+                        continue;
+                    };
+                    if in_batch(landed) {
+                        continue;
+                    }
+                    let old = &image[landed as usize..(landed + BS) as usize];
+                    if stamped_block(old).is_some_and(|(b, _)| !may_claim(&claims, b, m.osd)) {
+                        continue;
+                    }
+                    return Some((i, k * BS, landed));
+                }
+            }
+        }
+        None
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fuse {
@@ -48,6 +185,7 @@ pub struct DiskFaults {
     pub owed: usize,
     /// Commits durable and not yet reported by `reap_durable`.
     pub durable_unreported: usize,
+    pub bad: BadBlocks,
 }
 
 pub type SharedFaults = Arc<Mutex<DiskFaults>>;
@@ -61,6 +199,17 @@ fn crash_point() -> io::Error {
 }
 
 impl DiskFaults {
+    /// Power loss: every fault of the running node is gone, but its bad sectors stay bad (an
+    /// armed misdirected write is dropped with the writes in flight).
+    pub fn after_crash(&mut self) {
+        let mut bad = std::mem::take(&mut self.bad);
+        bad.misdirect = None;
+        *self = DiskFaults {
+            bad,
+            ..DiskFaults::default()
+        };
+    }
+
     /// Counts one I/O call; true if this call is the crash point (or after it).
     fn fuse_blows(&mut self, what: &'static str) -> bool {
         self.fuse_state(what) != Fuse::Intact
@@ -114,8 +263,15 @@ impl Disk for NodeDisk {
     }
 
     fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {
-        if lock(&self.faults).fuse_blows("disk read") {
+        let f = &mut *lock(&self.faults);
+        if f.fuse_blows("disk read") {
             return Err(crash_point());
+        }
+        if reads
+            .iter()
+            .any(|r| f.bad.read_fails(r.offset_bytes, r.buf.len() as u64))
+        {
+            return Err(io::Error::other("simulated latent sector error"));
         }
         self.inner.read_many(reads)
     }
@@ -137,8 +293,60 @@ impl Disk for NodeDisk {
             // Covers the commits in flight too.
             f.durable_unreported += std::mem::take(&mut f.owed);
         }
+        let landing = if f.bad.misdirect.is_some() {
+            f.bad.misdirect_target(writes, self.inner.image().bytes())
+        } else {
+            None
+        };
+        let Some((index, within, landed)) = landing else {
+            for w in writes {
+                f.bad.written(w.offset_bytes, w.buf.len() as u64);
+            }
+            drop(f);
+            return self.inner.write_many(writes, sync);
+        };
+        // The drive puts one block of write `index` at `landed`: its target keeps its old
+        // bytes (stale, or the bad copy it was), and `landed` loses its own.
+        let m = f.bad.misdirect.take().expect("armed");
+        let w = &writes[index];
+        let target = w.offset_bytes + within;
+        let moved = &w.buf[within as usize..(within + BS) as usize];
+        let image = self.inner.image();
+        let overwritten = stamped_block(&image.bytes()[landed as usize..(landed + BS) as usize]);
+        drop(image);
+        let mut claims = m.claims.lock().unwrap_or_else(|e| e.into_inner());
+        claims.insert(stamped_block(moved).expect("a stamped block").0, m.osd);
+        if let Some((old, _)) = overwritten {
+            claims.insert(old, m.osd);
+        }
+        drop(claims);
+        f.bad.misdirected.push(Misdirected { target, landed });
+        let mut ops: Vec<WriteOp<'_>> = Vec::with_capacity(writes.len() + 2);
+        for (i, op) in writes.iter().enumerate() {
+            if i != index {
+                ops.push(WriteOp {
+                    offset_bytes: op.offset_bytes,
+                    buf: op.buf,
+                });
+                continue;
+            }
+            let (head, rest) = op.buf.split_at(within as usize);
+            let tail = &rest[BS as usize..];
+            for (offset_bytes, buf) in [
+                (op.offset_bytes, head),
+                (landed, moved),
+                (target + BS, tail),
+            ] {
+                if !buf.is_empty() {
+                    ops.push(WriteOp { offset_bytes, buf });
+                }
+            }
+        }
+        for op in &ops {
+            f.bad.written(op.offset_bytes, op.buf.len() as u64);
+        }
         drop(f);
-        self.inner.write_many(writes, sync)
+        self.inner.write_many(&ops, sync)
     }
 
     fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {
@@ -158,6 +366,9 @@ impl Disk for NodeDisk {
             }
         }
         f.owed += 1;
+        for w in &writes {
+            f.bad.written(w.offset_bytes, w.buf.len() as u64);
+        }
         drop(f);
         self.inner.write_many(&as_ops(&writes), false)?;
         Ok(Submitted::InFlight)

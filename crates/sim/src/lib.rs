@@ -16,7 +16,7 @@
 //!   the cores produce.
 //! - [`node`]: one OSD: its disks, incarnation and shard core.
 //! - [`flush`]: the flush runner that lets a flush finish at a moment the simulator picks.
-//! - [`disk`]: crash points and slow commits on top of the simulated disk.
+//! - [`disk`]: crash points, slow commits and bad blocks on top of the simulated disk.
 //! - [`model`]: stamped blocks and the image model that checks every read.
 //! - [`checker`]: Raft safety asserted along the way.
 //! - [`probes`]: coverage counters of rare paths.
@@ -27,7 +27,8 @@
 //! that are iterated are `BTreeMap`s; there is no clock and no thread (the cores read virtual
 //! time). The same seed gives the same run, event for event ([`RunSummary::fingerprint`]).
 //!
-//! Entry points: [`run_seed`] (one seed, panics caught and reported), the `vopr` binary
+//! Entry points: [`run_seed`] (one seed, panics caught and reported; [`run_seed_profile`]
+//! with optional faults: OSDs going out and in, data blocks going bad), the `vopr` binary
 //! (`scripts/sim.sh`) and the CI test `tests/seeds.rs`.
 
 pub mod checker;
@@ -92,8 +93,8 @@ pub struct SimFailure {
     pub virtual_us: u64,
     pub message: String,
     pub options: Box<SimOptions>,
-    /// Run with OSDs going out and in (replay with `--membership`).
-    pub membership: bool,
+    /// The optional faults it ran with (replay with the same flags).
+    pub profile: Profile,
     /// The coverage probes the run reached before it failed.
     pub probes: Probes,
 }
@@ -101,7 +102,7 @@ pub struct SimFailure {
 impl SimFailure {
     /// The report, seed and replay command first.
     pub fn report(&self) -> String {
-        let flag = if self.membership { " --membership" } else { "" };
+        let flag = self.profile.flags();
         let known = known_open(&self.message)
             .map(|why| format!("known open bug: {why}\n"))
             .unwrap_or_default();
@@ -152,9 +153,52 @@ pub fn run_seed(seed: u64, trace: bool) -> Result<RunSummary, SimFailure> {
 
 /// [`run_seed`] with OSDs going out and in ([`SimOptions::with_membership`]).
 pub fn run_seed_membership(seed: u64, trace: bool) -> Result<RunSummary, SimFailure> {
-    let mut failure = run_options(SimOptions::with_membership(seed), trace);
+    run_seed_profile(seed, trace, Profile::MEMBERSHIP)
+}
+
+/// Which optional faults a run draws (each seed then enables them or not, at its rates).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// OSDs going out and in ([`SimOptions::with_membership`]).
+    pub membership: bool,
+    /// Data blocks going bad ([`SimOptions::with_bad_blocks`]).
+    pub bad_blocks: bool,
+}
+
+impl Profile {
+    pub const MEMBERSHIP: Profile = Profile {
+        membership: true,
+        bad_blocks: false,
+    };
+
+    /// The `vopr` flags that select it, each after a space.
+    pub fn flags(self) -> &'static str {
+        match (self.membership, self.bad_blocks) {
+            (false, false) => "",
+            (true, false) => " --membership",
+            (false, true) => " --bad-blocks",
+            (true, true) => " --membership --bad-blocks",
+        }
+    }
+}
+
+/// [`run_seed`] with the optional faults of `profile`.
+pub fn run_seed_profile(
+    seed: u64,
+    trace: bool,
+    profile: Profile,
+) -> Result<RunSummary, SimFailure> {
+    let mut o = if profile.membership {
+        SimOptions::with_membership(seed)
+    } else {
+        SimOptions::from_seed(seed)
+    };
+    if profile.bad_blocks {
+        o = o.with_bad_blocks();
+    }
+    let mut failure = run_options(o, trace);
     if let Err(f) = &mut failure {
-        f.membership = true;
+        f.profile = profile;
     }
     failure
 }
@@ -194,7 +238,7 @@ pub fn run_options(options: SimOptions, trace: bool) -> Result<RunSummary, SimFa
         virtual_us: VIRTUAL_TIME.with(Cell::get),
         message,
         options: Box::new(options.clone()),
-        membership: false,
+        profile: Profile::default(),
         probes: LAST_PROBES.with(|p| std::mem::take(&mut *p.borrow_mut())),
     };
     match result {

@@ -162,6 +162,12 @@ impl Node {
             node.store_options.clone(),
         )
         .map_err(|e| format!("osd {id}: mkfs: {e}"))?;
+        let sb = store.superblock();
+        let data = (
+            sb.data_offset_bytes,
+            sb.data_offset_bytes + sb.data_size_bytes,
+        );
+        node.faults().bad.data = data;
         node.start(store);
         Ok(node)
     }
@@ -236,7 +242,10 @@ impl Node {
         let owed = self.halt();
         self.incarnation += 1;
         let pending = self.disk.image().pending_writes();
-        *self.faults.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
+        self.faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .after_crash();
         self.disk.image().crash(seed);
         self.meta.image().crash(seed ^ 0x6D65_7461);
         (pending, owed)
@@ -283,6 +292,11 @@ impl Node {
     /// The running core, for the checks between steps.
     pub fn core(&self) -> Option<&NodeCore> {
         self.core.as_ref()
+    }
+
+    /// The disk's faults (crash fuse, slow commits, bad blocks).
+    pub fn faults(&self) -> std::sync::MutexGuard<'_, crate::disk::DiskFaults> {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn arm_fuse(&self, ios: u64) {

@@ -139,6 +139,21 @@ pub struct SimOptions {
     /// `lease_reads`.
     pub map_stall_every_us: u64,
     pub map_stall_us_max: u64,
+    /// A data block on one node's disk goes bad now and then (`FaultKind::BadBlock`): its
+    /// bytes flip (silent corruption of synced data), one of its sectors stops reading
+    /// (a latent sector error), or a write of it lands on another block (a misdirected
+    /// write). Never on more than one node per block (`cluster/bad_blocks.rs`). Off unless
+    /// [`SimOptions::with_bad_blocks`].
+    pub bad_block_every_us: u64,
+    /// Of the bad blocks: percent that are latent sector errors, and percent that are
+    /// misdirected writes (the rest flip bytes).
+    pub unreadable_pct: u64,
+    pub misdirect_pct: u64,
+    /// The monitor asks for a scrub (light or deep) of a random PG now and then in the fault
+    /// phase (`MonState::request_scrub`), and the nodes' heartbeats carry their scrub
+    /// reports to it. Every run ends with a deep scrub of every PG in any case. Drawn from a
+    /// stream of its own, like `lease_reads`.
+    pub scrub_every_us: u64,
     pub down_us_max: u64,
     pub partition_us_max: u64,
     pub slow_for_us_max: u64,
@@ -174,6 +189,22 @@ impl SimOptions {
         let shortest_tick_us = self.tick_us * (100 - self.tick_jitter_pct) / 100;
         let ticks = self.pg.election_ticks.saturating_sub(2) as u64;
         (ticks * shortest_tick_us).saturating_sub(self.tick_us / 2) / 1000
+    }
+
+    /// These options with data blocks going bad when the seed enables it (`vopr
+    /// --bad-blocks`): in half the seeds whose PGs have two replicas or more (a PG of one
+    /// replica has no good copy to repair a bad one from). Off by default: the shard core's
+    /// repair can give a block up while a good copy exists, and clients are then answered
+    /// `Checksum` (the "Open" table of `docs/design/simulator.md`). Drawn from a stream of
+    /// its own, so the seed's other options stay as they are.
+    pub fn with_bad_blocks(mut self) -> SimOptions {
+        let mut r = SplitMix64::new(self.seed ^ 0xBAD0_B10C_0000_0008);
+        if self.replicas >= 2 && r.chance_pct(50) {
+            self.bad_block_every_us = r.range(SEC, 4 * SEC);
+            self.unreadable_pct = r.pick(&[0, 20, 40]);
+            self.misdirect_pct = r.pick(&[0, 20, 40]);
+        }
+        self
     }
 
     /// The configuration of `seed` with OSDs going out and in when the seed enables it
@@ -288,11 +319,20 @@ impl SimOptions {
             snap_remove_pct: 0,
             map_stall_every_us: 0,
             map_stall_us_max: 0,
+            bad_block_every_us: 0,
+            unreadable_pct: 0,
+            misdirect_pct: 0,
+            scrub_every_us: 0,
         };
         let mut stall = SplitMix64::new(seed ^ 0x3A95_7A11_0000_0004);
         if stall.chance_pct(30) {
             o.map_stall_every_us = stall.range(2 * SEC, 8 * SEC);
             o.map_stall_us_max = stall.pick(&[500 * MS, 3 * SEC]);
+        }
+        // Scrubs: a stream of their own, so that seeds keep their other options.
+        let mut scrubs = SplitMix64::new(seed ^ 0x5C0B_0000_0000_0009);
+        if scrubs.chance_pct(30) {
+            o.scrub_every_us = scrubs.range(SEC, 5 * SEC);
         }
         // Mostly the OSD's default (followers learn the commit index from the next append
         // or heartbeat), sometimes raft-rs's broadcast of every commit.

@@ -290,6 +290,75 @@ pub const PROBES: &[(&str, &str)] = &[
         "snapshot.dropped_unstaged",
         "a MsgSnapshot arrived without its objects staged and was dropped",
     ),
+    (
+        "bad_block.flipped",
+        "a bit of a data block flipped on a node's disk (silent corruption of synced data)",
+    ),
+    (
+        "bad_block.unreadable",
+        "a sector of a data block stopped reading on a node's disk (a latent sector error)",
+    ),
+    (
+        "bad_block.misdirect_armed",
+        "the next write of a client's block to a node's data region was set to land elsewhere",
+    ),
+    (
+        "bad_block.misdirected",
+        "a write of a client's block landed on a nearby block (its target kept stale bytes)",
+    ),
+    (
+        "store.checksum_error",
+        "a store read a data block whose bytes did not match their checksum",
+    ),
+    (
+        "store.read_error",
+        "a store's disk failed to read a data block",
+    ),
+    (
+        "repair.reported",
+        "a member reported a bad copy of a block to its PG's leader",
+    ),
+    ("repair.started", "a PG leader started repairing a bad block"),
+    (
+        "repair.repaired",
+        "a repair entry was applied on the leader that proposed it",
+    ),
+    (
+        "repair.failed",
+        "a leader gave up a repair (no replica answered with a good copy, or the object kept \
+         changing)",
+    ),
+    (
+        "client.repairing",
+        "a client was answered Repairing (the leader's copy of a block it read was bad)",
+    ),
+    (
+        "scrub.requested",
+        "the monitor asked for a scrub of a PG during the fault phase",
+    ),
+    ("scrub.finished", "a leader finished a scrub (light or deep)"),
+    ("scrub.deep_finished", "a leader finished a deep scrub"),
+    (
+        "scrub.inconsistent_block",
+        "a scrub found a block whose replicas disagreed or whose copy was bad",
+    ),
+    (
+        "scrub.repaired_block",
+        "a block a scrub found was repaired",
+    ),
+    (
+        "scrub.final_requested",
+        "the deep scrub of every PG that ends a run was asked for (a round)",
+    ),
+    (
+        "scrub.final_repeated",
+        "a round of the final deep scrub left blocks it found unrepaired (a repair the PG \
+         refused as busy), and another round followed",
+    ),
+    (
+        "scrub.final_done",
+        "the final deep scrub finished and every repair it started was applied",
+    ),
 ];
 
 /// Probes the CI budget must reach (`tests/seeds.rs`): the interleavings the simulator's

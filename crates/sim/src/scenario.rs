@@ -52,6 +52,8 @@ impl Scenario {
         o.partition_every_us = 0;
         o.slow_every_us = 0;
         o.outin_every_us = 0;
+        o.bad_block_every_us = 0;
+        o.scrub_every_us = 0;
         // A scenario shrinks the image or takes snapshots itself if it wants to (the seed's
         // times and sizes are for its own image and fault phase).
         o.shrink_at_us = 0;

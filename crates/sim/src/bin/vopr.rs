@@ -7,11 +7,15 @@
 //! vopr --random --seeds N        run N seeds from a fresh base (SIM_BASE, else the clock and
 //!                                the process id), printed first
 //! --membership                   also let OSDs go out and in (membership changes)
+//! --bad-blocks                   also let data blocks go bad on the disks (flipped bits,
+//!                                unreadable sectors, misdirected writes; off by default
+//!                                until the shard core's repair bug in the design page's
+//!                                "Open" table is fixed)
 //! ```
 //! Failing seeds are printed first, as `SIM FAILED seed=<seed>` with the replay command; the
 //! exit status is 1 if any seed failed.
 
-use fastblock_sim::{known_open, run_seed, run_seed_membership, seeds_from, Probes};
+use fastblock_sim::{known_open, run_seed_profile, seeds_from, Probes, Profile};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -21,7 +25,7 @@ struct Args {
     base: u64,
     trace: bool,
     stop_on_failure: bool,
-    membership: bool,
+    profile: Profile,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -40,7 +44,7 @@ fn parse() -> Result<Args, String> {
         base: 0,
         trace: false,
         stop_on_failure: false,
-        membership: false,
+        profile: Profile::default(),
     };
     let mut random = false;
     let mut it = std::env::args().skip(1);
@@ -52,12 +56,13 @@ fn parse() -> Result<Args, String> {
             "--base" => a.base = parse_u64(&value("--base")?)?,
             "--random" => random = true,
             "--trace" => a.trace = true,
-            "--membership" => a.membership = true,
+            "--membership" => a.profile.membership = true,
+            "--bad-blocks" => a.profile.bad_blocks = true,
             "--stop-on-failure" => a.stop_on_failure = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: vopr [--seed S [--trace]] [--seeds N] [--base B | --random] \
-                            [--membership] [--stop-on-failure]"
+                            [--membership] [--bad-blocks] [--stop-on-failure]"
                         .into(),
                 )
             }
@@ -88,13 +93,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let run = |seed: u64, trace: bool| {
-        if args.membership {
-            run_seed_membership(seed, trace)
-        } else {
-            run_seed(seed, trace)
-        }
-    };
+    let run = |seed: u64, trace: bool| run_seed_profile(seed, trace, args.profile);
     if let Some(seed) = args.seed {
         return match run(seed, args.trace) {
             Ok(s) => {
@@ -153,7 +152,7 @@ fn main() -> ExitCode {
             );
         }
     }
-    let flag = if args.membership { " --membership" } else { "" };
+    let flag = args.profile.flags();
     for (seed, known) in &failed {
         let known = if *known { "  [known open bug]" } else { "" };
         println!("SIM FAILED seed={seed}  (replay: scripts/sim.sh --seed {seed}{flag}){known}");
