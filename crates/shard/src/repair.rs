@@ -84,6 +84,9 @@ enum State {
 struct Active {
     term: u64,
     state: State,
+    /// The member asked last (the next fetch goes to the one after it: a member that did not
+    /// answer is asked again in its turn, as only `Unavailable` says its copy is bad).
+    last_asked: Option<OsdId>,
     /// Members that answered `Unavailable` or timed out (the leader's own copy: itself), and
     /// the excluded ones.
     tried: BTreeSet<OsdId>,
@@ -107,8 +110,9 @@ pub(crate) struct Repairs {
     active: BTreeMap<BlockRef, Active>,
     /// Blocks no replica could repair, and when that was found.
     failed: BTreeMap<BlockRef, Micros>,
-    /// Blocks reported to the leader, and when.
-    reported: BTreeMap<BlockRef, Micros>,
+    /// Bad copies reported to the leader (the block, and where the copy lies: a repaired
+    /// copy that goes bad again is a new one), and when.
+    reported: BTreeMap<(BlockRef, u64), Micros>,
     /// Distinct data blocks (where they lie) the device failed to read, up to the limit: a
     /// block repaired lies elsewhere, so a disk that fails every read reaches it even while
     /// one block is read again and again.
@@ -194,12 +198,12 @@ impl<D: Disk + 'static> ShardCore<D> {
             // Met again (a read retried, a repair's source read): already handled.
             if self.repairs.active.contains_key(&key)
                 || self.repairs.failed.contains_key(&key)
-                || self.repairs.reported.contains_key(&key)
+                || self.repairs.reported.contains_key(&(key, d.physical_block))
             {
                 continue;
             }
             tracing::warn!(pg = %d.pg, image = %d.object.image, object = d.object.index, block = d.block, unreadable = d.unreadable, "bad block copy found");
-            self.on_bad_block(key, eff);
+            self.on_bad_block(key, d.physical_block, eff);
         }
         self.answer_fetches(eff);
         if self.repairs.active.is_empty() {
@@ -215,7 +219,7 @@ impl<D: Disk + 'static> ShardCore<D> {
 
     /// A bad copy of `block` found here: repaired if this replica leads its PG, else
     /// reported to the leader.
-    fn on_bad_block(&mut self, block: BlockRef, eff: &mut Effects) {
+    fn on_bad_block(&mut self, block: BlockRef, physical_block: u64, eff: &mut Effects) {
         let Some(h) = self.pgs.get(&block.0) else {
             return;
         };
@@ -226,10 +230,12 @@ impl<D: Disk + 'static> ShardCore<D> {
         let Some(leader) = h.replica.leader() else {
             return;
         };
-        if self.repairs.reported.contains_key(&block) {
+        if self.repairs.reported.contains_key(&(block, physical_block)) {
             return;
         }
-        self.repairs.reported.insert(block, self.now);
+        self.repairs
+            .reported
+            .insert((block, physical_block), self.now);
         self.repairs.counts.reported += 1;
         eff.peers.push(self.repair_msg(
             leader,
@@ -276,6 +282,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             Active {
                 term: h.replica.term().0,
                 state: State::Source { at: Micros(0) },
+                last_asked: None,
                 tried: excluded.clone(),
                 excluded: excluded.clone(),
                 attempts: 0,
@@ -329,7 +336,8 @@ impl<D: Disk + 'static> ShardCore<D> {
             State::Proposed => false,
             State::Fetching { from, sent } => {
                 if self.now.as_millis() >= sent.as_millis() + FETCH_TIMEOUT_MS {
-                    a.tried.insert(from);
+                    // No answer is not a bad copy: the member is asked again in its turn.
+                    a.last_asked = Some(from);
                     a.state = State::Source { at: Micros(0) };
                     self.next_source(key, eff)
                 } else {
@@ -378,7 +386,20 @@ impl<D: Disk + 'static> ShardCore<D> {
             .get(&pg)
             .map_or(0, |h| h.replica.raw_node().raft.raft_log.last_index());
         let a = self.repairs.active.get_mut(&key).expect("active");
-        let Some(from) = voters.into_iter().find(|o| !a.tried.contains(o)) else {
+        let candidates: Vec<OsdId> = voters
+            .into_iter()
+            .filter(|o| !a.tried.contains(o))
+            .collect();
+        // The one after the member asked last, in turn.
+        let from = match a.last_asked {
+            Some(last) => candidates
+                .iter()
+                .find(|o| **o > last)
+                .or(candidates.first())
+                .copied(),
+            None => candidates.first().copied(),
+        };
+        let Some(from) = from else {
             return self.repair_failed(key, "no replica holds a good copy");
         };
         a.state = State::Fetching {
@@ -593,6 +614,17 @@ impl<D: Disk + 'static> ShardCore<D> {
     /// The repair proposed for `key` ended: applied (done) or not (dropped with the
     /// leadership).
     pub(crate) fn repair_finished(&mut self, key: BlockRef, applied: bool) {
+        if !applied {
+            // Refused (the PG busy) or dropped with a leadership: read a source again a
+            // little later; `advance_repair` drops it if this shard no longer leads.
+            if let Some(a) = self.repairs.active.get_mut(&key) {
+                a.state = State::Source {
+                    at: Micros(self.now.0 + RETRY_STEP_MS * 1000),
+                };
+                a.tried = a.excluded.clone();
+                return;
+            }
+        }
         self.repairs.active.remove(&key);
         self.scrub_repair_finished(key, applied);
         if applied {
