@@ -104,6 +104,66 @@ async fn check_slot(
     }
 }
 
+/// Three OSDs, each started with its own fault injection file (absent: no faults), the
+/// monitor marking a silent OSD down after 2 s and never out (the PGs keep their members, so
+/// the tests see leaders move, not data), and a 3-replica pool holding the image, opened
+/// with a 60 s deadline per operation.
+struct Faulty {
+    mons: MonCluster,
+    dir: TempDir,
+    osds: Vec<OsdProc>,
+    fault_files: BTreeMap<OsdId, PathBuf>,
+    ids: Vec<OsdId>,
+    image: Image,
+    cluster: std::sync::Arc<Cluster>,
+}
+
+impl Faulty {
+    async fn start(tag: &str) -> Faulty {
+        let mons = MonCluster::start(
+            1,
+            MonOptions {
+                osd_down_after: "2s",
+                osd_out_after: "600s",
+                ..MonOptions::default()
+            },
+        )
+        .await;
+        let dir = TempDir::new(tag);
+        let mut osds: Vec<OsdProc> = Vec::new();
+        let mut fault_files: BTreeMap<OsdId, PathBuf> = BTreeMap::new();
+        for i in 0..3 {
+            let mut osd = OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1);
+            let file = dir.path().join(format!("faults-{i}.json"));
+            with_fault_file(&mut osd, &file);
+            fault_files.insert(osd.id, file);
+            osds.push(osd);
+        }
+        let client = mons.client();
+        let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
+        wait_osds_up(&client, &ids, WAIT).await;
+        common::pool_with_image(
+            &client,
+            ("fb", PG_COUNT, 3),
+            ("img", OBJECTS * OBJECT_BYTES, OBJECT_BYTES),
+        )
+        .await;
+        let mut config = mons.client_config();
+        config.op_deadline = Duration::from_secs(60);
+        let cluster = Cluster::connect(config).await.unwrap();
+        let image = cluster.open_image("fb", "img").await.unwrap();
+        Faulty {
+            mons,
+            dir,
+            osds,
+            fault_files,
+            ids,
+            image,
+            cluster,
+        }
+    }
+}
+
 /// Goal: an OSD whose disk fails every write and sync stops by itself (fail-stop), the
 /// monitor marks it down, its PGs get new leaders, and IO goes on; no acknowledged write is
 /// lost, and the OSD, restarted without faults, recovers from its WAL.
@@ -113,39 +173,16 @@ async fn check_slot(
 /// exit, then write slot 2 everywhere and check every slot; finally restart it without faults.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_osd_whose_disk_fails_writes_stops_and_the_cluster_carries_on() {
-    let mons = MonCluster::start(
-        1,
-        MonOptions {
-            osd_down_after: "2s",
-            // Never out: the PGs keep their members, so the test sees leaders move, not data.
-            osd_out_after: "600s",
-            ..MonOptions::default()
-        },
-    )
-    .await;
-    let dir = TempDir::new("disk-faults");
-    let mut osds: Vec<OsdProc> = Vec::new();
-    let mut fault_files: BTreeMap<OsdId, PathBuf> = BTreeMap::new();
-    for i in 0..3 {
-        let mut osd = OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1);
-        let file = dir.path().join(format!("faults-{i}.json"));
-        with_fault_file(&mut osd, &file);
-        fault_files.insert(osd.id, file);
-        osds.push(osd);
-    }
+    let Faulty {
+        mons,
+        dir: _dir,
+        mut osds,
+        fault_files,
+        ids,
+        image,
+        cluster: _cluster,
+    } = Faulty::start("disk-faults").await;
     let client = mons.client();
-    let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
-    wait_osds_up(&client, &ids, WAIT).await;
-    common::pool_with_image(
-        &client,
-        ("fb", PG_COUNT, 3),
-        ("img", OBJECTS * OBJECT_BYTES, OBJECT_BYTES),
-    )
-    .await;
-    let mut config = mons.client_config();
-    config.op_deadline = Duration::from_secs(60);
-    let cluster = Cluster::connect(config).await.unwrap();
-    let image = cluster.open_image("fb", "img").await.unwrap();
     let objects: Vec<u64> = (0..OBJECTS).collect();
 
     // Phase 0: no faults.
@@ -301,38 +338,16 @@ async fn an_osd_whose_disk_fails_writes_stops_and_the_cluster_carries_on() {
 /// OSD has exited, then again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_osd_whose_disk_fails_reads_stops_after_16_blocks_and_reads_stay_correct() {
-    let mons = MonCluster::start(
-        1,
-        MonOptions {
-            osd_down_after: "2s",
-            osd_out_after: "600s",
-            ..MonOptions::default()
-        },
-    )
-    .await;
-    let dir = TempDir::new("disk-read-faults");
-    let mut osds: Vec<OsdProc> = Vec::new();
-    let mut fault_files: BTreeMap<OsdId, PathBuf> = BTreeMap::new();
-    for i in 0..3 {
-        let mut osd = OsdProc::create(&mons, dir.path(), &format!("h{i}"), "256M", 1);
-        let file = dir.path().join(format!("faults-{i}.json"));
-        with_fault_file(&mut osd, &file);
-        fault_files.insert(osd.id, file);
-        osds.push(osd);
-    }
+    let Faulty {
+        mons,
+        dir: _dir,
+        mut osds,
+        fault_files,
+        ids: _,
+        image,
+        cluster: _cluster,
+    } = Faulty::start("disk-read-faults").await;
     let client = mons.client();
-    let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
-    wait_osds_up(&client, &ids, WAIT).await;
-    common::pool_with_image(
-        &client,
-        ("fb", PG_COUNT, 3),
-        ("img", OBJECTS * OBJECT_BYTES, OBJECT_BYTES),
-    )
-    .await;
-    let mut config = mons.client_config();
-    config.op_deadline = Duration::from_secs(60);
-    let cluster = Cluster::connect(config).await.unwrap();
-    let image = cluster.open_image("fb", "img").await.unwrap();
     let objects: Vec<u64> = (0..OBJECTS).collect();
     const SLOTS: u64 = 8;
     for slot in 0..SLOTS {
