@@ -310,7 +310,23 @@ impl<D: Disk + 'static> ShardCore<D> {
                         plan.offset_bytes,
                         plan.len_bytes,
                     );
+                    // A version bad here would reach the member as damaged: while a repair
+                    // may still fix it, the transfer starts over later instead (Raft asks
+                    // again), so that a bad copy is not spread to a member that may end up
+                    // holding the PG's only copies. A block no replica could repair goes
+                    // as damaged (`docs/design/repair.md`).
+                    let repairable = |v: &fastblock_store::ChunkVersions| {
+                        v.versions.iter().any(|b| {
+                            b.damaged && !self.repair_failed_lately((key.0, object, b.block))
+                        })
+                    };
                     match r {
+                        Ok(versions) if repairable(&versions) => {
+                            tracing::warn!(pg = %key.0, image = %object.image, object = object.index, "a block of the snapshot is being repaired; the transfer starts over once it is");
+                            self.abandon_send(*key);
+                            eff.probes.transfers_abandoned += 1;
+                            continue;
+                        }
                         Ok(versions) => data = versions.encode().into(),
                         Err(e) if e.is_fatal() => {
                             let f = ShardFailure::store(Operation::SnapshotRead, Some(key.0), e);

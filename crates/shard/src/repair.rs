@@ -157,6 +157,11 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
     }
 
+    /// Whether no replica could repair `block` lately (its reads answer an error meanwhile).
+    pub(crate) fn repair_failed_lately(&self, block: BlockRef) -> bool {
+        self.repairs.failed.contains_key(&block)
+    }
+
     /// Hands the store's new bad blocks on, and moves every repair this shard leads a step
     /// on. Runs at the end of every step. Returns whether it proposed anything (the caller
     /// then runs the rounds that log it).
