@@ -887,7 +887,11 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
         tracing::error!(osd = %self.cfg.osd, shard = self.cfg.index, "shard failed: {failure}");
         self.failed = Some(failure.clone());
+        // The rounds waiting for a commit are dropped: this step must not ask for one (a
+        // failure after the rounds, in the step's reads or repairs, would otherwise have the
+        // runtime step `WalCommit` with nothing due).
         self.commits = Commits::default();
+        eff.wal_commit_due = false;
         let ops: Vec<u64> = self.ops.keys().copied().collect();
         for op in ops {
             self.complete(

@@ -271,8 +271,11 @@ fn a_block_that_read_back_bad_once_under_a_partial_write_stays_bad_until_repaire
         .unwrap();
     assert_eq!(plan.fired().total(), 1, "the fault fired");
     assert_eq!(s.take_damaged().len(), 1);
-    // The block's copy is intact on the device but lacks the write: it must not pass for
-    // current, now or after a flush and a reopen.
+    // A second partial write over it cannot merge either (it must not unmark the block).
+    s.write_object(pg(0), obj(0), 4096 + 300, &pattern(3, 50))
+        .unwrap();
+    // The block's copy is intact on the device but lacks the writes: it must not pass for
+    // current, now or after a flush.
     for _ in 0..2 {
         let mut buf = vec![0u8; 4096];
         assert!(matches!(

@@ -104,13 +104,14 @@ pub(super) fn damaged_crc(key: &BlockKey, data: &[u8]) -> u32 {
     !block_crc(key, data)
 }
 
-/// `v` marked damaged in place: the same block and birth with its crc inverted, so that it
-/// reads back as a checksum mismatch whatever the device returns next (its data was what the
-/// crc covered, or it was already bad). A block left as it was because it could not be read
-/// when a write or rollback needed it must read as bad until a repair replaces it: if the
-/// read failed only once, it would otherwise pass for current without that change.
+/// `v` marked damaged in place: the same block, birth and crc with the damaged bit set, so
+/// that it reads back as a checksum mismatch whatever the device returns next. A block left
+/// as it was because it could not be read when a write or rollback needed it must read as
+/// bad until a repair replaces it: if the read failed only once, it would otherwise pass for
+/// current without that change. Marking is idempotent (a second write over the same bad
+/// block must not unmark it: inverting the crc twice did, and served the stale block).
 pub(super) fn marked_damaged(v: BlockVal) -> BlockVal {
-    (v.0, !v.1)
+    (v.0 | super::image_snaps::DAMAGED_BIT, v.1)
 }
 
 impl Objects {
@@ -192,7 +193,11 @@ impl Objects {
             let key = (ok.0, ok.1, ok.2, block);
             let crc = block_crc(&key, data);
             let good = match held.get(&(block, snap)) {
-                Some(v) if v.1 == crc && birth_of(*v) == births[&(block, snap)] => {
+                Some(v)
+                    if v.1 == crc
+                        && !super::image_snaps::is_marked_damaged(*v)
+                        && birth_of(*v) == births[&(block, snap)] =>
+                {
                     // A bad copy here is what is being repaired: not noted again.
                     let at = self.data_offset_bytes + phys_of(*v) * BS;
                     disk.read(at, &mut buf).is_ok()

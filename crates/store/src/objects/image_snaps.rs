@@ -54,7 +54,17 @@ pub(super) fn phys_of(v: BlockVal) -> u64 {
 
 /// The image's snapshot sequence when the block was written.
 pub(super) fn birth_of(v: BlockVal) -> u64 {
-    v.0 >> PHYS_BITS
+    (v.0 >> PHYS_BITS) & IMAGE_SNAP_ID_MAX
+}
+
+/// Bit of a block-map value marking the copy damaged (`damage.rs`): above the birth, below
+/// the block cache's flags.
+pub(super) const DAMAGED_BIT: u64 = 1 << 60;
+const _: () = assert!(IMAGE_SNAP_ID_MAX << PHYS_BITS < DAMAGED_BIT);
+
+/// Whether the copy is marked damaged: it reads as a checksum mismatch whatever its bytes.
+pub(super) fn is_marked_damaged(v: BlockVal) -> bool {
+    v.0 & DAMAGED_BIT != 0
 }
 
 /// A block-map value for a block at `phys` born at `birth`.

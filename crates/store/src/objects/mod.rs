@@ -465,12 +465,14 @@ impl Objects {
                 physical_block: phys,
                 source,
             },
-            Ok(()) if block_crc(key, data) != crc => Error::Checksum {
-                pg,
-                object,
-                block_index,
-                physical_block: phys,
-            },
+            Ok(()) if image_snaps::is_marked_damaged(val) || block_crc(key, data) != crc => {
+                Error::Checksum {
+                    pg,
+                    object,
+                    block_index,
+                    physical_block: phys,
+                }
+            }
             Ok(()) => return Ok(()),
         };
         self.damage.note(&err);
