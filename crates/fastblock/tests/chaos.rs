@@ -79,6 +79,14 @@ const RUN_SECTORS_MAX: u64 = 24;
 const LIB_WRITERS: usize = 3;
 const LIB_READERS: usize = 2;
 
+// An extent is whole 4 KiB blocks (the aligned IO and bit rot pick blocks in it), an unaligned
+// run fits in one, and half of one fits in an object (the extents across object boundaries).
+const _: () = assert!(EXTENT_SECTORS % 8 == 0);
+const _: () = assert!(RUN_SECTORS_MAX <= EXTENT_SECTORS);
+const _: () = assert!(EXTENT_SECTORS * SECTOR / 2 <= OBJECT_BYTES);
+// Every writer of the library's leg owns some extents.
+const _: () = assert!(IMAGE_BYTES / OBJECT_BYTES >= LIB_WRITERS as u64);
+
 /// Block copies one bit rot fault damages at most.
 const ROT_BLOCKS_MAX: usize = 4;
 /// The seconds a run lasts unless `FASTBLOCK_CHAOS_SECS` says otherwise (what CI runs).
@@ -163,6 +171,9 @@ impl Prng {
 struct Settings {
     duration: Duration,
     seed: u64,
+    /// The kinds of faults in the deck: all, or those `FASTBLOCK_CHAOS_KINDS` names
+    /// (comma-separated short names, [`Kind::short`]), to chase one kind's failure.
+    kinds: Vec<Kind>,
 }
 
 impl Settings {
@@ -185,9 +196,25 @@ impl Settings {
             }
             Err(_) => uuid::Uuid::new_v4().as_u128() as u64,
         };
+        let kinds =
+            match std::env::var("FASTBLOCK_CHAOS_KINDS") {
+                Ok(list) => {
+                    list.split(',')
+                        .map(|name| {
+                            let name = name.trim();
+                            KINDS.into_iter().find(|k| k.short() == name).unwrap_or_else(|| {
+                        let known: Vec<&str> = KINDS.iter().map(|k| k.short()).collect();
+                        panic!("FASTBLOCK_CHAOS_KINDS: no kind {name:?} (kinds: {known:?})")
+                    })
+                        })
+                        .collect()
+                }
+                Err(_) => KINDS.to_vec(),
+            };
         Settings {
             duration: Duration::from_secs(secs),
             seed,
+            kinds,
         }
     }
 }
@@ -255,8 +282,16 @@ impl Leg {
                 model.check(first + i as u64, *floor, bytes, what);
             }
         }
-        for v in &model.violations[before..] {
-            say!("VIOLATION ({}): {v}", self.name);
+        if model.violations.len() > before {
+            for v in &model.violations[before..] {
+                say!("VIOLATION ({}): {v}", self.name);
+            }
+            // What the model knew of the first sector, for the report.
+            say!(
+                "  sector {first}: floor {:?}, last writes (oldest first) {:?}",
+                floors[0],
+                model.recent(first, 8)
+            );
         }
     }
 }
@@ -600,6 +635,22 @@ const KINDS: [Kind; 10] = [
 ];
 
 impl Kind {
+    /// Its name in `FASTBLOCK_CHAOS_KINDS`.
+    fn short(self) -> &'static str {
+        match self {
+            Kind::KillOsd => "kill-osd",
+            Kind::Isolate => "isolate",
+            Kind::DropBothWays => "cut-both",
+            Kind::DropOneWay => "cut-one",
+            Kind::FailingDisk => "failing-disk",
+            Kind::CorruptReads => "corrupt-reads",
+            Kind::BitRot => "bit-rot",
+            Kind::SlowDisk => "slow-disk",
+            Kind::KillMon => "kill-mon",
+            Kind::OutIn => "out-in",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Kind::KillOsd => "osd SIGKILL + restart",
@@ -693,6 +744,8 @@ struct Nemesis {
     /// second: each check asks the monitor and connects to replicas).
     next_slot_check: Instant,
     next_out_check: Instant,
+    /// The kinds of faults of this run ([`Settings::kinds`]).
+    kinds: Vec<Kind>,
     /// The library's leg: [`Kind::BitRot`] damages blocks whose content its model knows.
     lib: Arc<Leg>,
     /// Block copies damaged by [`Kind::BitRot`].
@@ -748,7 +801,7 @@ impl Nemesis {
     /// whether one started.
     async fn start_next(&mut self) -> bool {
         if self.deck.is_empty() {
-            self.deck = KINDS.to_vec();
+            self.deck = self.kinds.clone();
             let mut rng = self.rng.fork();
             rng.shuffle(&mut self.deck);
         }
@@ -1453,11 +1506,15 @@ fn leg_line(leg: &Leg) -> String {
 async fn chaos_run() {
     let settings = Settings::from_env();
     say!(
-        "chaos: seed {} for {:?} (replay: FASTBLOCK_CHAOS_SEED={} FASTBLOCK_CHAOS_SECS={})",
+        "chaos: seed {} for {:?} (replay: FASTBLOCK_CHAOS_SEED={} FASTBLOCK_CHAOS_SECS={}{})",
         settings.seed,
         settings.duration,
         settings.seed,
-        settings.duration.as_secs()
+        settings.duration.as_secs(),
+        match std::env::var("FASTBLOCK_CHAOS_KINDS") {
+            Ok(kinds) => format!(" FASTBLOCK_CHAOS_KINDS={kinds}"),
+            Err(_) => String::new(),
+        }
     );
     let mut rng = Prng(settings.seed);
     let files = TempDir::new("chaos");
@@ -1538,6 +1595,7 @@ async fn chaos_run() {
         counts: BTreeMap::new(),
         next_slot_check: Instant::now(),
         next_out_check: Instant::now(),
+        kinds: settings.kinds.clone(),
         lib: lib.clone(),
         blocks_rotted: 0,
         findings: Vec::new(),
@@ -1584,6 +1642,10 @@ async fn chaos_run() {
     eprintln!("duration: {chaos_took:?} of faults; converged {converged:?} after the heal");
     eprintln!("faults injected: {faults}");
     for kind in KINDS {
+        if !nemesis.kinds.contains(&kind) {
+            eprintln!("  {:<32} (not in FASTBLOCK_CHAOS_KINDS)", kind.name());
+            continue;
+        }
         eprintln!(
             "  {:<32} {}",
             kind.name(),

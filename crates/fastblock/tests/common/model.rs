@@ -185,6 +185,22 @@ impl Model {
         (last.outcome == Outcome::Acked).then_some(last.generation)
     }
 
+    /// The last `n` writes of `unit` the model holds, oldest first, with their positions
+    /// (those of [`Floor`]): what a report of a violation shows.
+    pub fn recent(&self, unit: u64, n: usize) -> Vec<(usize, Write)> {
+        let Some(history) = self.units.get(&unit) else {
+            return Vec::new();
+        };
+        let skip = history.writes.len().saturating_sub(n);
+        history
+            .writes
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .map(|(i, w)| (history.dropped + i, *w))
+            .collect()
+    }
+
     /// Writes issued so far, over all units.
     pub fn writes_issued(&self) -> usize {
         self.units
