@@ -49,7 +49,7 @@ mkdir -p "$target"
 log="$target/chaos-$(date +%Y%m%d-%H%M%S).log"
 
 echo "== building"
-cargo build -p fastblock --bins --tests --locked
+cargo build -p fastblock --bins --test chaos --locked
 
 echo "== chaos run: $minutes minute(s) of faults${seed:+, seed $seed}${kinds:+, only $kinds} (log: $log)"
 status=0
