@@ -9,6 +9,7 @@ use fastblock_types::map::ClusterMap;
 use fastblock_types::{Epoch, OsdId, PgId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use tokio::sync::watch;
 
 pub(crate) struct MapCache {
     map: RwLock<Arc<ClusterMap>>,
@@ -16,6 +17,9 @@ pub(crate) struct MapCache {
     /// Entries are removed when a request to that leader fails in a way that says it may no
     /// longer lead, and pruned or re-addressed when a new map arrives.
     leaders: Mutex<HashMap<PgId, Target>>,
+    /// The epoch of the installed map, for requests in flight that wait for the map to move
+    /// their PG's leader elsewhere (`leader_moved`).
+    installed: watch::Sender<Epoch>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -24,9 +28,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl MapCache {
     pub(crate) fn new(map: ClusterMap) -> Self {
+        let (installed, _) = watch::channel(map.epoch);
         MapCache {
             map: RwLock::new(Arc::new(map)),
             leaders: Mutex::new(HashMap::new()),
+            installed,
         }
     }
 
@@ -57,6 +63,7 @@ impl MapCache {
             }
             *current = map.clone();
         }
+        self.installed.send_replace(map.epoch);
         let mut leaders = lock(&self.leaders);
         leaders.retain(|pg, target| {
             if !map.osds.get(&target.osd).is_some_and(|o| o.up) {
@@ -72,6 +79,29 @@ impl MapCache {
         });
         tracing::debug!(epoch = %map.epoch, "installed cluster map");
         true
+    }
+
+    /// Resolves, with the reason, once an installed map says a request in flight to `osd`
+    /// for `pg` should be sent again (`route::leader_moved`); `recorded` is the leader the map
+    /// recorded when it was sent. Never resolves otherwise: the caller races it against the
+    /// reply and the attempt's timeout.
+    pub(crate) async fn leader_moved(
+        &self,
+        pg: PgId,
+        osd: OsdId,
+        recorded: Option<OsdId>,
+    ) -> String {
+        // Subscribe before looking, so a map installed in between is not missed.
+        let mut installed = self.installed.subscribe();
+        loop {
+            if let Some(why) = route::leader_moved(&self.map(), pg, osd, recorded) {
+                return why;
+            }
+            if installed.changed().await.is_err() {
+                // The sender lives as long as the cache, which outlives every request.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     pub(crate) fn leader(&self, pg: PgId) -> Option<Target> {

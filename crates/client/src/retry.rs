@@ -109,12 +109,25 @@ impl Cluster {
                 return Step::RetryLater(format!("{target}: {why}"));
             }
         };
-        let epoch = self.cache.epoch();
-        let reply = match conn.call(&build(epoch), timeout).await {
-            Ok(reply) => reply,
-            Err(e) => {
+        let map = self.cache.map();
+        let (epoch, recorded) = (map.epoch, map.pg(pg).and_then(|info| info.leader));
+        drop(map);
+        // A leader cut off from the network answers nothing: without the race below the
+        // request would wait out its whole attempt timeout even after the map shows the PG's
+        // new leader. Abandoning the call is as safe as its timing out (the request may still
+        // be applied by the old leader; every retry is, see docs/data-path.md).
+        let request = build(epoch);
+        let reply = tokio::select! {
+            result = conn.call(&request, timeout) => match result {
+                Ok(reply) => reply,
+                Err(e) => {
+                    self.cache.forget_leader(pg, target.osd);
+                    return Step::RetryLater(format!("{target}: {e}"));
+                }
+            },
+            why = self.cache.leader_moved(pg, target.osd, recorded) => {
                 self.cache.forget_leader(pg, target.osd);
-                return Step::RetryLater(format!("{target}: {e}"));
+                return Step::RetryNow(format!("{target}: no reply yet and {why}"));
             }
         };
         self.on_reply(pg, &target, epoch, reply).await

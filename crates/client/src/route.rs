@@ -80,6 +80,34 @@ pub fn leader_candidates(map: &ClusterMap, pg: PgId) -> Vec<OsdId> {
     candidates
 }
 
+/// Why a request in flight to `osd` for `pg` should be abandoned for a new attempt, given a
+/// newer `map`: `osd` is down in it (an OSD it does not know yet is not), or it records an up leader other than `osd` and other
+/// than `recorded` (what the map recorded when the request was sent; a stale record the
+/// client already overrode by a `GetLeader` answer or hint must not abort a good call).
+/// `None`: keep waiting.
+pub(crate) fn leader_moved(
+    map: &ClusterMap,
+    pg: PgId,
+    osd: OsdId,
+    recorded: Option<OsdId>,
+) -> Option<String> {
+    let is_up = |osd: OsdId| map.osds.get(&osd).is_some_and(|o| o.up);
+    // An OSD the map does not know yet (followed from a hint) is not down.
+    if map.osds.get(&osd).is_some_and(|o| !o.up) {
+        return Some(format!(
+            "the map of epoch {} shows osd.{osd} down",
+            map.epoch
+        ));
+    }
+    let now = map.pg(pg)?.leader?;
+    (now != osd && Some(now) != recorded && is_up(now)).then(|| {
+        format!(
+            "the map of epoch {} records osd.{now} as PG {pg}'s leader",
+            map.epoch
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +129,46 @@ mod tests {
         map.osds.get_mut(&OsdId(2)).unwrap().up = false;
         assert_eq!(leader_candidates(&map, pg), [OsdId(3), OsdId(1)]);
         assert!(leader_candidates(&map, PgId::new(POOL, 99)).is_empty());
+    }
+
+    #[test]
+    fn a_call_is_abandoned_when_its_osd_goes_down_or_the_recorded_leader_moves() {
+        let mut map = MapBuilder::new(1)
+            .osd(1, 7001)
+            .osd(2, 7002)
+            .osd(3, 7003)
+            .members(&[1, 2, 3])
+            .build();
+        let pg = PgId::new(POOL, 0);
+        let (one, two, three) = (OsdId(1), OsdId(2), OsdId(3));
+        assert_eq!(leader_moved(&map, pg, one, Some(one)), None);
+        // The map still records 1 while the client learned 2 from a hint: keep waiting on 2.
+        assert_eq!(leader_moved(&map, pg, two, Some(one)), None);
+        let record = |map: &mut ClusterMap, osd| {
+            map.pgmaps
+                .get_mut(&POOL)
+                .unwrap()
+                .pgs
+                .get_mut(&0)
+                .unwrap()
+                .leader = Some(osd);
+        };
+        record(&mut map, three);
+        assert!(leader_moved(&map, pg, one, Some(one))
+            .unwrap()
+            .contains("records osd.3"));
+        assert_eq!(leader_moved(&map, pg, three, Some(one)), None);
+        map.osds.get_mut(&three).unwrap().up = false;
+        assert_eq!(
+            leader_moved(&map, pg, one, Some(one)),
+            None,
+            "a leader recorded on a down OSD is no reason to give up"
+        );
+        assert!(leader_moved(&map, pg, three, Some(three))
+            .unwrap()
+            .contains("osd.3 down"));
+        assert_eq!(leader_moved(&map, PgId::new(POOL, 9), two, None), None);
+        assert_eq!(leader_moved(&map, pg, OsdId(9), Some(three)), None);
     }
 
     #[test]

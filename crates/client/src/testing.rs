@@ -34,6 +34,8 @@ struct FakeState {
     handler: Option<Handler>,
     leader: Option<LeaderHint>,
     requests: Vec<Request>,
+    /// IO requests are recorded and never answered (a leader cut off from the network).
+    silent: bool,
 }
 
 /// A fake OSD listening on 127.0.0.1 (a random port). Stops when dropped.
@@ -107,6 +109,12 @@ impl FakeOsd {
         lock(&self.state).handler = Some(Box::new(handler));
     }
 
+    /// Whether IO requests (not `GetLeader`) go unanswered, as on a leader whose replies are
+    /// lost; they are still recorded.
+    pub fn set_silent(&self, silent: bool) {
+        lock(&self.state).silent = silent;
+    }
+
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<Request> {
         lock(&self.state).requests.clone()
@@ -141,9 +149,11 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<FakeState>>) {
             };
             let reply = match Request::decode(&frame) {
                 Ok(request) => answer(&state, request),
-                Err(e) => Reply::error(Status::InvalidArgument, None, e.to_string()),
+                Err(e) => Some(Reply::error(Status::InvalidArgument, None, e.to_string())),
             };
-            reply.encode(frame.request_id, &mut out);
+            if let Some(reply) = reply {
+                reply.encode(frame.request_id, &mut out);
+            }
         }
         if !out.is_empty() {
             if stream.write_all(&out).await.is_err() {
@@ -159,9 +169,17 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<FakeState>>) {
     }
 }
 
-fn answer(state: &Mutex<FakeState>, request: Request) -> Reply {
+/// The reply to `request`, `None` for none at all (a silent OSD).
+fn answer(state: &Mutex<FakeState>, request: Request) -> Option<Reply> {
     let mut state = lock(state);
     state.requests.push(request.clone());
+    if state.silent && !matches!(request, Request::GetLeader { .. }) {
+        return None;
+    }
+    Some(reply_to(&mut state, request))
+}
+
+fn reply_to(state: &mut FakeState, request: Request) -> Reply {
     if let Some(reply) = state.handler.as_ref().and_then(|h| h(&request)) {
         return reply;
     }

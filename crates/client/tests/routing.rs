@@ -371,3 +371,69 @@ async fn open_needs_a_map_that_shows_the_image_at_its_size() {
     let e = open(with_table(8, &[(6, MIB)])).await.unwrap_err();
     assert!(matches!(e, ClientError::ImageNotFound { .. }), "{e}");
 }
+
+/// Goal: a request in flight to a leader that went silent (cut off from the network) is sent
+/// to the new leader as soon as the map records it, not after the attempt timeout.
+/// Method: OSD 1, the recorded leader, records IO but never answers; the attempt timeout is
+/// 30 s. 300 ms after the write is sent, a map recording OSD 2 as leader is installed (as the
+/// map watch would). The write must complete on OSD 2 well before the 30 s, within a 10 s bound.
+#[tokio::test]
+async fn a_request_to_a_silent_leader_moves_when_the_map_records_a_new_one() {
+    let a = FakeOsd::start(1).await;
+    let b = FakeOsd::start(2).await;
+    a.set_silent(true);
+    let builder = || {
+        MapBuilder::new(1)
+            .osd(1, a.port())
+            .osd(2, b.port())
+            .members(&[1, 2])
+    };
+    let config = ClientConfig {
+        op_deadline: Duration::from_secs(60),
+        attempt_timeout: Duration::from_secs(30),
+        ..ClientConfig::default()
+    };
+    let cluster = Cluster::with_map(builder().build(), config).unwrap();
+    let image = cluster
+        .open_image_info(image_info(7, "img", 16 * MIB, 4 * MIB))
+        .await
+        .unwrap();
+    let data = Bytes::from(vec![0x5au8; 4096]);
+    let write = tokio::spawn({
+        let image = image.clone();
+        let data = data.clone();
+        async move { image.write(0, data).await }
+    });
+    let sent = tokio::time::timeout(Duration::from_secs(5), async {
+        while a.io_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(sent.is_ok(), "the write never reached the recorded leader");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let mut moved = builder().members(&[2, 1]).epoch(2).build();
+    moved
+        .pgmaps
+        .get_mut(&POOL)
+        .unwrap()
+        .pgs
+        .get_mut(&0)
+        .unwrap()
+        .leader = Some(OsdId(2));
+    assert!(cluster.set_map(moved));
+    let done = tokio::time::timeout(Duration::from_secs(10), write).await;
+    let waited = started.elapsed();
+    done.expect("the write waited for the silent leader's attempt timeout")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        b.io_count(),
+        1,
+        "the write was sent again to the new leader"
+    );
+    assert_eq!(cluster.cached_leader(PgId::new(POOL, 0)), Some(OsdId(2)));
+    assert_eq!(image.read(0, 4096).await.unwrap(), data);
+    eprintln!("moved to the new leader {waited:?} after the map recorded it");
+}
