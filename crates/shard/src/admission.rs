@@ -211,8 +211,10 @@ impl<D: Disk + 'static> ShardCore<D> {
     ) {
         if let Some(failure) = &self.failed {
             if !req.kind().is_osd_to_osd() {
-                let m = format!("osd shard failed: {failure}");
-                self.refuse(conn, request_id, Status::IoError, m, eff);
+                // Retryable: the client asks the PG's other replicas, which take over
+                // once this OSD has stopped (see `error_reply`).
+                let m = format!("osd shard failed: {failure}; this OSD is stopping");
+                self.refuse(conn, request_id, Status::NotReady, m, eff);
             }
             return;
         }

@@ -21,8 +21,9 @@
 //! flight, wait in the core (ticks and flush timers coalesced, only the newest map kept) and
 //! are handled once one completes.
 //!
-//! A store error stops the shard (fail-stop): every later client request gets `IoError`,
-//! and [`Report::Fatal`] tells the runtime so the OSD exits.
+//! A store error stops the shard (fail-stop): every pending and later client request gets
+//! the retryable `NotReady` (the PGs' other replicas serve them once they take over), and
+//! [`Report::Fatal`] tells the runtime so the OSD exits.
 
 use crate::config::ShardConfig;
 use crate::error::{Operation, ShardFailure};
@@ -1072,6 +1073,16 @@ impl<D: Disk + 'static> ShardCore<D> {
                 None,
                 format!("pg {pg}: too many pending operations"),
             ),
+            // The whole shard failed (its disk): the OSD is stopping and the PG's other
+            // replicas take over, so the client is sent to find them (`NotReady` is retried
+            // through `GetLeader`) rather than handed an I/O error the cluster can still
+            // serve. The op's outcome is unknown, like any dropped op's.
+            PgError::Failed(reason) if self.failed.is_some() => Reply::error(
+                Status::NotReady,
+                None,
+                format!("{reason}; this OSD is stopping, its PGs fail over"),
+            ),
+            // This PG's replica alone failed (an undecodable committed entry).
             PgError::Failed(reason) => Reply::error(Status::IoError, None, reason),
         }
     }

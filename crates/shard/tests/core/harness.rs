@@ -42,6 +42,8 @@ pub struct HeldDisk {
     inner: SimDisk,
     /// (submitted and not synced, synced and not reported)
     state: Arc<Mutex<(usize, usize)>>,
+    /// Every write and WAL commit fails with EIO (a dying disk).
+    fail_writes: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl HeldDisk {
@@ -49,6 +51,19 @@ impl HeldDisk {
     /// sector, or bit rot).
     pub fn corrupt(&self, offset_bytes: u64) {
         self.inner.image().corrupt(offset_bytes, |b| b[0] ^= 0x10);
+    }
+
+    /// From now on every write and WAL commit fails with EIO.
+    pub fn fail_writes(&self) {
+        self.fail_writes
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn check_writes(&self) -> std::io::Result<()> {
+        if self.fail_writes.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::from_raw_os_error(5));
+        }
+        Ok(())
     }
 
     /// The disk finishes every commit in flight.
@@ -67,6 +82,7 @@ impl Disk for HeldDisk {
         self.inner.read_many(reads)
     }
     fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> std::io::Result<()> {
+        self.check_writes()?;
         self.inner.write_many(writes, sync)?;
         if sync {
             // A sync covers the commits in flight too.
@@ -79,6 +95,7 @@ impl Disk for HeldDisk {
         self.inner.discard(offset_bytes, len_bytes)
     }
     fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> std::io::Result<Submitted> {
+        self.check_writes()?;
         for w in &writes {
             self.inner.write(w.offset_bytes, &w.buf, false)?;
         }
@@ -116,6 +133,7 @@ pub fn mkfs(id: OsdId) -> (HeldDisk, Store<HeldDisk>) {
     let disk = HeldDisk {
         inner: SimDisk::new(16 << 20),
         state: Arc::new(Mutex::new((0, 0))),
+        fail_writes: Arc::default(),
     };
     let store = Store::mkfs(disk.clone(), SimFile::new(), &opts, so).expect("mkfs");
     (disk, store)

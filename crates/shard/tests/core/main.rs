@@ -322,6 +322,27 @@ fn a_write_is_answered_only_after_its_commit_is_durable() {
     );
 }
 
+/// Goal: a shard whose disk fails stops (fail-stop) without handing its clients an I/O
+/// error the cluster can still serve: the write it was committing and every later request
+/// are answered with the retryable `NotReady`, so the client finds the PG's other replicas.
+#[test]
+fn a_shard_whose_disk_fails_sends_its_clients_to_the_other_replicas() {
+    let mut c = single();
+    c.auto_commit = false;
+    let pending = c.request(1, write(pg(0), 1, 0, &[9u8; 512], 1));
+    assert!(c.reply(pending).is_none());
+    c.disks[&OsdId(1)].fail_writes();
+    c.step(1, Input::WalCommit);
+    assert!(
+        c.reports.iter().any(|(_, r)| matches!(r, Report::Fatal(_))),
+        "the failed commit stops the shard"
+    );
+    assert_eq!(status(c.reply(pending)), Some(Status::NotReady));
+    let later = c.request(1, read(pg(0), 1, 0, 512, 1));
+    assert_eq!(status(c.reply(later)), Some(Status::NotReady));
+    assert!(Status::NotReady.is_retryable());
+}
+
 #[test]
 fn two_commits_in_flight_complete_in_order_and_only_when_durable() {
     let mut c = Cluster::with(&[1], |id| ShardConfig {
