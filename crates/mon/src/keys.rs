@@ -5,6 +5,7 @@
 //! <prefix>/epoch                   {"epoch":N}            bumped by every change
 //! <prefix>/counters                Counters               next ids; ids are never reused
 //! <prefix>/flags                   Flags                  noout, norebalance
+//! <prefix>/space                   SpaceSettings          full ratios, full OSDs (once set)
 //! <prefix>/pending                 Pending                deferred work (rebalance)
 //! <prefix>/osds/<id>               OsdInfo
 //! <prefix>/pools/<id>              PoolInfo
@@ -26,7 +27,7 @@ use fastblock_mon_core::state::{MonState, Pending};
 use fastblock_types::auth::AuthSettings;
 use fastblock_types::map::{
     Counters, Flags, ImageInfo, OsdInfo, PgMap, PoolInfo, ReclaimEntry, ScrubRequest, SnapInfo,
-    SnapTrimEntry,
+    SnapTrimEntry, SpaceSettings,
 };
 use fastblock_types::Epoch;
 use serde::{Deserialize, Serialize};
@@ -114,6 +115,11 @@ impl Keyspace {
         out.insert(format!("{p}/counters"), json(&state.counters));
         out.insert(format!("{p}/flags"), json(&state.map.flags));
         out.insert(format!("{p}/pending"), json(&state.pending));
+        // Written once it differs from the defaults, so a cluster that never set a ratio nor
+        // had a full OSD keeps the keys monitors before it wrote.
+        if state.map.space != SpaceSettings::default() {
+            out.insert(format!("{p}/space"), json(&state.map.space));
+        }
         for (id, osd) in &state.map.osds {
             out.insert(format!("{p}/osds/{id}"), json(osd));
         }
@@ -190,6 +196,10 @@ impl Keyspace {
                 }
                 ["flags"] => {
                     state.map.flags = serde_json::from_str::<Flags>(value).map_err(parse_err)?
+                }
+                ["space"] => {
+                    state.map.space =
+                        serde_json::from_str::<SpaceSettings>(value).map_err(parse_err)?
                 }
                 ["pending"] => {
                     state.pending = serde_json::from_str::<Pending>(value).map_err(parse_err)?
