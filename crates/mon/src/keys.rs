@@ -332,6 +332,33 @@ mod tests {
         assert_eq!(back, state);
     }
 
+    /// The space settings are written only once they differ from the defaults (an untouched
+    /// cluster keeps its keys), round-trip with the full OSDs, and go when back at defaults.
+    #[test]
+    fn space_settings_round_trip_and_are_absent_at_their_defaults() {
+        use fastblock_types::api::OsdSpace;
+        let ks = Keyspace::new("/fb");
+        let mut state = MonState::default();
+        let id = state
+            .apply_id("0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c")
+            .unwrap();
+        assert!(!ks.encode(&state).contains_key("/fb/space"));
+        let before = state.clone();
+        state.set_nearfull_ratio(0.5).unwrap();
+        let full = OsdSpace {
+            total_bytes: 100,
+            free_bytes: 1,
+        };
+        state.record_osd_space(id, full);
+        assert!(state.finish(&before), "a new full OSD is a new epoch");
+        let kvs = ks.encode(&state);
+        assert!(kvs["/fb/space"].contains("\"full_osds\":[1]"), "{kvs:?}");
+        assert_eq!(ks.decode(&kvs).unwrap(), state);
+        state.set_nearfull_ratio(0.85).unwrap();
+        state.record_osd_space(id, OsdSpace::default());
+        assert!(!ks.encode(&state).contains_key("/fb/space"));
+    }
+
     #[test]
     fn decode_loads_a_pool_without_its_pg_map_as_damage() {
         use fastblock_mon_core::damage::PoolDamage;
