@@ -110,6 +110,17 @@ impl MonState {
         Ok(())
     }
 
+    /// Unmarks the OSDs that are out (run by [`MonState::finish`]): their PGs move off them, so
+    /// their fullness no longer stops writes nor raises `OSD_FULL`. One that comes back in is
+    /// classified again by its next report.
+    pub(crate) fn derive_full_osds(&mut self) {
+        let osds = &self.map.osds;
+        self.map
+            .space
+            .full_osds
+            .retain(|id| osds.get(id).is_some_and(|o| o.is_in));
+    }
+
     /// An OSD's space report: marks it full in the map once its used share reaches the full
     /// ratio, and not full once a report is below it. Changes the map only when the OSD's
     /// fullness changes, so steady reports cost no epoch.
@@ -303,6 +314,17 @@ mod tests {
         // An OSD the map does not know is ignored.
         s.record_osd_space(OsdId(99), space(1000, 0));
         assert!(!s.map.space.full_osds.contains(&OsdId(99)));
+        // Down, it stays full (its PGs still hold it); out, it is unmarked, and its reports
+        // while out do not mark it again.
+        let before = s.clone();
+        s.mark_down(osd).unwrap();
+        s.finish(&before);
+        assert!(s.map.space.full_osds.contains(&osd));
+        let before = s.clone();
+        s.mark_out(osd).unwrap();
+        s.record_osd_space(osd, space(1000, 0));
+        s.finish(&before);
+        assert!(s.map.space.full_osds.is_empty());
     }
 
     #[test]
