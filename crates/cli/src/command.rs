@@ -9,7 +9,17 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     Status,
-    Health,
+    /// The health checks; `detail` adds their detail lines (`crate::capacity`).
+    Health {
+        detail: bool,
+    },
+    /// Raw and per-pool space (`crate::capacity`).
+    Df,
+    /// `osd set-full-ratio` (`full`) or `osd set-nearfull-ratio` (`crate::capacity`).
+    OsdSetRatio {
+        full: bool,
+        ratio: crate::capacity::Ratio,
+    },
     OsdLs {
         detail: bool,
     },

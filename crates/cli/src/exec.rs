@@ -104,17 +104,8 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
                 Style::Legacy => write!(out, "{}", render::status(&s, false))?,
             }
         }
-        Command::Health => {
-            let h = client.health().await?;
-            match style {
-                Style::Json => json(out, &h)?,
-                _ => {
-                    writeln!(out, "{}", h["status"].as_str().unwrap_or("unknown"))?;
-                    for c in h["checks"].as_array().into_iter().flatten() {
-                        writeln!(out, "    {}", c.as_str().unwrap_or_default())?;
-                    }
-                }
-            }
+        Command::Health { .. } | Command::Df | Command::OsdSetRatio { .. } => {
+            crate::capacity::execute(inv, client, out).await?
         }
         Command::OsdLs { detail } => {
             let osds = client.osds().await?;

@@ -7,12 +7,13 @@
 //!   its output shapes ([`render::legacy`]).
 //!
 //! [`auth`] loads the key the CLI signs with (`--keyring`, `--name`) and runs the `auth`
-//! commands. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
+//! commands. [`capacity`] runs `health`, `df` and the full-ratio commands. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
 //! answers into text. [`pg`] runs `pg ls` and the scrub commands. [`snap`] runs the snapshot and clone commands; its rollback and flatten
 //! also move data through the block client library (`fastblock-client`). Every failure ends
 //! as one line on stderr and a non-zero exit status.
 
 pub mod auth;
+pub mod capacity;
 pub mod command;
 pub mod exec;
 pub mod legacy;

@@ -49,8 +49,14 @@ struct Cli {
 enum Top {
     /// Cluster summary, like `ceph -s`.
     Status,
-    /// Health status and the checks behind it.
-    Health,
+    /// Health status and its checks, one `CODE: summary` line each.
+    Health {
+        /// Add each check's detail lines (what it is about: OSDs, PGs, pools).
+        #[arg(long)]
+        detail: bool,
+    },
+    /// Raw space and per-pool usage: stored, used with replication, objects, max available.
+    Df,
     /// OSD commands.
     #[command(subcommand)]
     Osd(OsdCmd),
@@ -172,6 +178,19 @@ enum OsdCmd {
         /// Only the PGs of this pool.
         #[arg(long)]
         pool: Option<String>,
+    },
+    /// Set the used share past which health warns (OSD_NEARFULL; default 0.85).
+    SetNearfullRatio {
+        /// A number above 0 and below the full ratio.
+        #[arg(value_parser = crate::capacity::parse_ratio)]
+        ratio: crate::capacity::Ratio,
+    },
+    /// Set the used share past which an OSD is full and writes to its PGs are refused
+    /// (OSD_FULL; default 0.95).
+    SetFullRatio {
+        /// A number above the nearfull ratio and at most 1.
+        #[arg(value_parser = crate::capacity::parse_ratio)]
+        ratio: crate::capacity::Ratio,
     },
 }
 
@@ -427,7 +446,10 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
     let image = |spec: &str| split_image_spec(spec).map_err(|e| (EXIT_USAGE, e));
     let command = match cli.command {
         Top::Status => Command::Status,
-        Top::Health => Command::Health,
+        Top::Health { detail } => Command::Health { detail },
+        Top::Df => Command::Df,
+        Top::Osd(OsdCmd::SetNearfullRatio { ratio }) => Command::OsdSetRatio { full: false, ratio },
+        Top::Osd(OsdCmd::SetFullRatio { ratio }) => Command::OsdSetRatio { full: true, ratio },
         Top::Osd(OsdCmd::Ls { detail }) => Command::OsdLs { detail },
         Top::Osd(OsdCmd::Out { id }) => Command::OsdOut(id),
         Top::Osd(OsdCmd::In { id }) => Command::OsdIn(id),

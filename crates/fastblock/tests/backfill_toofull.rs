@@ -24,16 +24,13 @@ fn pattern(offset: u64, len: u64) -> Bytes {
         .into()
 }
 
+/// Each check as `CODE: summary: detail; detail...`.
 async fn health_checks(client: &fastblock_monclient::MonClient) -> Vec<String> {
     let h = client.health().await.expect("health");
-    h["checks"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    h.checks
+        .iter()
+        .map(|c| format!("{c}: {}", c.detail.join("; ")))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

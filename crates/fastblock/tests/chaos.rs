@@ -1442,7 +1442,7 @@ async fn deep_scrub_all(net: &NetCluster, client: &MonClient) -> ScrubSummary {
         },
     )
     .await;
-    let health = client.health().await.expect("health").to_string();
+    let health = format!("{:?}", client.health().await.expect("health"));
     assert!(
         !health.contains("PG_INCONSISTENT"),
         "health after the deep scrubs: {health}"

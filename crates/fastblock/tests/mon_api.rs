@@ -83,7 +83,11 @@ async fn metrics_and_health_reflect_the_cluster() {
         assert!(text.contains(line), "metrics lack {line:?}:\n{text}");
     }
     let health = client.health().await.unwrap();
-    assert_eq!(health["status"], "HEALTH_WARN", "creating PGs: {health}");
+    assert_eq!(health.status, "HEALTH_WARN", "creating PGs: {health:?}");
+    assert!(
+        health.checks.iter().any(|c| c.code == "PG_CREATING"),
+        "{health:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -122,6 +122,10 @@ async fn three_monitors_survive_the_leader_sigkill() {
     }
     let status = client.status().await.unwrap();
     assert_eq!(status.mons.len(), 3, "{status:?}");
+    assert!(
+        !status.health_checks.iter().any(|c| c.code == "MON_DOWN"),
+        "{status:?}"
+    );
 
     mons.kill(leader);
     let killed_at = Instant::now();
@@ -144,6 +148,14 @@ async fn three_monitors_survive_the_leader_sigkill() {
     );
     let images = client.images(Some("p")).await.unwrap();
     assert_eq!(images.len(), 6, "nothing lost: {images:?}");
+    // Its member key goes with its lease: health names it.
+    let killed = format!("mon.{} is down", mons.specs[leader].name);
+    common::wait_until(Duration::from_secs(20), "MON_DOWN", || async {
+        let h = client.health().await.ok()?;
+        let check = h.checks.iter().find(|c| c.code == "MON_DOWN")?;
+        (check.summary == "1 mon down of 3" && check.detail[0].starts_with(&killed)).then_some(())
+    })
+    .await;
     let alive = (0..3).find(|i| *i != leader).unwrap();
     assert_eq!(
         etcdctl_members(&mons.specs[alive].etcd_client)
@@ -162,6 +174,11 @@ async fn three_monitors_survive_the_leader_sigkill() {
         .with_deadline(Duration::from_secs(30));
     let images = one.images(Some("p")).await.unwrap();
     assert_eq!(images.len(), 6);
+    common::wait_until(Duration::from_secs(20), "MON_DOWN cleared", || async {
+        let h = one.health().await.ok()?;
+        (!h.checks.iter().any(|c| c.code == "MON_DOWN")).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

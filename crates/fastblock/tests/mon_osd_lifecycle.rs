@@ -243,7 +243,10 @@ async fn noout_manual_out_in_and_norebalance() {
     );
     let status = client.status().await.unwrap();
     assert!(
-        status.health_checks.iter().any(|c| c.contains("noout")),
+        status
+            .health_checks
+            .iter()
+            .any(|c| c.code == "OSDMAP_FLAGS" && c.summary.contains("noout")),
         "{status:?}"
     );
 

@@ -75,16 +75,8 @@ async fn health_checks(client: &MonClient) -> (String, Vec<String>) {
         client.health().await.ok()
     })
     .await;
-    let status = health["status"].as_str().unwrap_or_default().to_string();
-    let checks = health["checks"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    (status, checks)
+    let checks = health.checks.iter().map(|c| c.to_string()).collect();
+    (health.status, checks)
 }
 
 async fn restart_monitor(mons: &mut MonCluster) {

@@ -110,13 +110,18 @@ impl MonState {
     /// One line about `damage` that names the pool and the etcd key concerned (relative to
     /// the monitor's key prefix), starting with the damage's code.
     pub fn describe_damage(&self, pool: PoolId, damage: &PoolDamage) -> String {
+        format!("{}: {}", damage.code(), self.damage_summary(pool, damage))
+    }
+
+    /// What is damaged, without the code (the summary of the pool's health check).
+    pub fn damage_summary(&self, pool: PoolId, damage: &PoolDamage) -> String {
         let name = self
             .map
             .pools
             .get(&pool)
             .map(|p| format!("pool {pool} ({:?})", p.name))
             .unwrap_or_else(|| format!("pool {pool}"));
-        let what = match damage {
+        match damage {
             PoolDamage::PgMapMissing => {
                 format!("{name} has no PG map: etcd key pgmaps/{pool} is missing")
             }
@@ -126,7 +131,6 @@ impl MonState {
             PoolDamage::PoolMissing => {
                 format!("{name} has a PG map or images but no pool record: etcd key pools/{pool} is missing")
             }
-        };
-        format!("{}: {what}", damage.code())
+        }
     }
 }

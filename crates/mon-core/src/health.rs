@@ -1,31 +1,43 @@
 //! The health summary and the counts `status` prints.
 //!
-//! A check is one line; checks about damage or failures start with a stable code
-//! (`POOL_PGMAP_MISSING: ...`, `MON_TASK_FAILED: ...`) that tools can match on.
+//! Every check is a [`HealthCheck`]: a stable code tools match on (`OSD_DOWN`, `PG_DOWN`,
+//! `OSD_FULL`, ...), a severity, a one-line summary and detail lines naming what is affected
+//! (at most [`DETAIL_LINES_MAX`], then `and N more`). The codes, their severities and when they
+//! are raised are listed in `docs/mon-api.md`, "Health checks". The checks the state shows are
+//! built by [`health`]; the daemon adds those it keeps outside the state (the PG leaders' last
+//! reports, the OSDs' space) with the `add_*` methods, so that every check is built here.
 
+use crate::capacity::{classify, used_ppm, SpaceLevel};
 use crate::state::MonState;
-use fastblock_types::api::BackfillTooFull;
+use fastblock_types::api::{BackfillTooFull, HealthCheck, OsdSpace, Severity};
+use fastblock_types::map::ClusterMap;
+use fastblock_types::pg_state::PgState;
 use fastblock_types::units::format_size;
-use fastblock_types::PgId;
-use std::collections::BTreeMap;
+use fastblock_types::{OsdId, PgId};
+use std::collections::{BTreeMap, BTreeSet};
 
-/// The most PGs `PG_INCONSISTENT` names; the rest are counted (one health line stays short
-/// when a whole pool is affected).
+/// The most PGs `PG_INCONSISTENT` names in its summary; the rest are counted (one health line
+/// stays short when a whole pool is affected).
 pub const INCONSISTENT_PGS_NAMED_MAX: usize = 16;
+
+/// The most detail lines one check carries; the rest are counted in a last line, so a check
+/// about a whole cluster stays readable and its answer bounded.
+pub const DETAIL_LINES_MAX: usize = 50;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Health {
-    /// `HEALTH_OK`, `HEALTH_WARN` or `HEALTH_ERR`.
+    /// `HEALTH_OK`, `HEALTH_WARN` or `HEALTH_ERR`: the worst severity among the checks.
     pub status: &'static str,
-    pub checks: Vec<String>,
+    pub checks: Vec<HealthCheck>,
 }
 
 /// A check the state does not show, raised by the daemon that runs the monitor (a failed
-/// background task).
+/// background task): it becomes one line of `MON_TASK_FAILED`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DaemonCheck {
-    /// Makes the status `HEALTH_ERR` (else `HEALTH_WARN`).
+    /// Makes the check an error (else a warning).
     pub err: bool,
+    /// What failed, without the code: `liveness ticker failed 3 times, last 2s ago: ...`.
     pub text: String,
 }
 
@@ -34,6 +46,30 @@ fn plural(n: usize, word: &str) -> String {
         format!("1 {word}")
     } else {
         format!("{n} {word}s")
+    }
+}
+
+/// A ratio in parts per million as a percentage with one decimal (`85.0%`).
+pub fn percent(ppm: u32) -> String {
+    format!("{:.1}%", f64::from(ppm) / 10_000.0)
+}
+
+/// Bounds `lines` to [`DETAIL_LINES_MAX`], counting the rest in a last line.
+fn bounded(mut lines: Vec<String>) -> Vec<String> {
+    if lines.len() > DETAIL_LINES_MAX {
+        let more = lines.len() - (DETAIL_LINES_MAX - 1);
+        lines.truncate(DETAIL_LINES_MAX - 1);
+        lines.push(format!("and {more} more"));
+    }
+    lines
+}
+
+fn check(code: &str, severity: Severity, summary: String, detail: Vec<String>) -> HealthCheck {
+    HealthCheck {
+        code: code.to_string(),
+        severity,
+        summary,
+        detail: bounded(detail),
     }
 }
 
@@ -48,94 +84,174 @@ pub fn pg_state_counts(state: &MonState) -> BTreeMap<String, u32> {
     counts
 }
 
-/// ERR when some PG cannot serve IO (down) or a pool is damaged (`crate::damage`); WARN when
-/// something is degraded, moving, or a flag suppresses automatic repair; OK otherwise. The
-/// daemon's own checks come first, then damage, then the rest.
-pub fn health(state: &MonState, daemon: &[DaemonCheck]) -> Health {
-    let mut checks: Vec<String> = daemon.iter().map(|c| c.text.clone()).collect();
-    let mut err = daemon.iter().any(|c| c.err);
-    for (pool, damage) in state.damaged_pools() {
-        err = true;
-        checks.push(state.describe_damage(pool, &damage));
+fn osd_list(osds: &[OsdId]) -> String {
+    let names: Vec<String> = osds.iter().map(|o| format!("osd.{o}")).collect();
+    names.join(", ")
+}
+
+/// One detail line per PG whose state has `bit`, in PG order.
+fn pgs_with(map: &ClusterMap, bit: PgState) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (pool, pgmap) in &map.pgmaps {
+        for (seq, pg) in &pgmap.pgs {
+            if !pg.state.contains(bit) {
+                continue;
+            }
+            let id = PgId::new(*pool, *seq);
+            let (state, members) = (pg.state.name(), osd_list(&pg.osdlist));
+            let mut line = format!("pg {id} is {state}: members {members}");
+            if !pg.newosdlist.is_empty() {
+                line.push_str(&format!(", moving to {}", osd_list(&pg.newosdlist)));
+            }
+            lines.push(line);
+        }
     }
-    let down_osds = state
-        .map
+    lines
+}
+
+/// ERR when some PG cannot serve IO (`PG_DOWN`), a pool is damaged (`crate::damage`) or a
+/// monitor task failed recently; WARN when something is degraded, moving, or a flag suppresses
+/// automatic repair; OK otherwise. The daemon's own checks come first, then damage, then the
+/// rest.
+pub fn health(state: &MonState, daemon: &[DaemonCheck]) -> Health {
+    let mut h = Health {
+        status: "HEALTH_OK",
+        checks: Vec::new(),
+    };
+    h.add_task_failures(daemon);
+    let mut damage: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    for (pool, d) in state.damaged_pools() {
+        damage
+            .entry(d.code())
+            .or_default()
+            .push(state.damage_summary(pool, &d));
+    }
+    for (code, lines) in damage {
+        let summary = match lines.as_slice() {
+            [one] => one.clone(),
+            _ => format!("{} damaged ({code})", plural(lines.len(), "pool")),
+        };
+        h.push(check(code, Severity::Err, summary, lines));
+    }
+    let map = &state.map;
+    let down: Vec<String> = map
         .osds
         .values()
         .filter(|o| !o.up && o.is_in && !o.pending_create)
-        .count();
-    if down_osds > 0 {
-        checks.push(format!("{} down", plural(down_osds, "osd")));
+        .map(|o| format!("osd.{} (host {}) is down", o.id, o.host))
+        .collect();
+    if !down.is_empty() {
+        let summary = format!("{} down", plural(down.len(), "osd"));
+        h.push(check("OSD_DOWN", Severity::Warn, summary, down));
     }
-    let mut by_bit = [0usize; 5];
-    for pgmap in state.map.pgmaps.values() {
-        for pg in pgmap.pgs.values() {
-            for (i, bit) in [1u64, 2, 4, 8, 16].iter().enumerate() {
-                if pg.state.0 & bit != 0 {
-                    by_bit[i] += 1;
-                }
-            }
+    let pg_checks = [
+        (
+            PgState::DOWN,
+            "PG_DOWN",
+            Severity::Err,
+            "down (no majority of replicas up)",
+        ),
+        (
+            PgState::UNDERSIZE,
+            "PG_DEGRADED",
+            Severity::Warn,
+            "undersize (fewer replicas up than the pool size)",
+        ),
+        (
+            PgState::REMAPPED,
+            "PG_REMAPPED",
+            Severity::Warn,
+            "remapped (moving to new members)",
+        ),
+        (PgState::CREATING, "PG_CREATING", Severity::Warn, "creating"),
+    ];
+    for (bit, code, severity, what) in pg_checks {
+        let lines = pgs_with(map, bit);
+        if !lines.is_empty() {
+            let summary = format!("{} {what}", plural(lines.len(), "pg"));
+            h.push(check(code, severity, summary, lines));
         }
     }
-    let [creating, _active, undersize, down, remapped] = by_bit;
-    if down > 0 {
-        err = true;
-        checks.push(format!(
-            "{} down (no majority of replicas up)",
-            plural(down, "pg")
-        ));
+    let mut flags = Vec::new();
+    if map.flags.noout {
+        flags.push("noout: down OSDs are not marked out".to_string());
     }
-    if undersize > 0 {
-        checks.push(format!("{} undersize", plural(undersize, "pg")));
+    if map.flags.norebalance {
+        flags.push("norebalance: OSDs coming in move no data".to_string());
     }
-    if remapped > 0 {
-        checks.push(format!("{} remapped", plural(remapped, "pg")));
+    if !flags.is_empty() {
+        let names: Vec<&str> = flags.iter().filter_map(|f| f.split(':').next()).collect();
+        let summary = format!("{} flag(s) set", names.join(","));
+        h.push(check("OSDMAP_FLAGS", Severity::Warn, summary, flags));
     }
-    if creating > 0 {
-        checks.push(format!("{} creating", plural(creating, "pg")));
-    }
-    if state.map.flags.noout {
-        checks.push("noout flag set".to_string());
-    }
-    if state.map.flags.norebalance {
-        checks.push("norebalance flag set".to_string());
-    }
-    let status = if err {
-        "HEALTH_ERR"
-    } else if checks.is_empty() {
-        "HEALTH_OK"
-    } else {
-        "HEALTH_WARN"
-    };
-    Health { status, checks }
+    h
 }
 
 impl Health {
+    /// Adds a check, raising the status to its severity.
+    pub fn push(&mut self, c: HealthCheck) {
+        self.status = match (self.status, c.severity) {
+            (_, Severity::Err) | ("HEALTH_ERR", _) => "HEALTH_ERR",
+            _ => "HEALTH_WARN",
+        };
+        self.checks.push(c);
+    }
+
+    /// Adds `MON_TASK_FAILED`, one detail line per failed task of the monitor: an error if
+    /// one failed recently.
+    pub fn add_task_failures(&mut self, daemon: &[DaemonCheck]) {
+        let summary = match daemon {
+            [] => return,
+            [one] => one.text.clone(),
+            many => format!("{} monitor tasks failed", many.len()),
+        };
+        let severity = if daemon.iter().any(|c| c.err) {
+            Severity::Err
+        } else {
+            Severity::Warn
+        };
+        let lines = daemon.iter().map(|c| c.text.clone()).collect();
+        self.push(check("MON_TASK_FAILED", severity, summary, lines));
+    }
+
+    /// Adds `MON_DOWN` for the monitors of `expected` (the names in `--initial-cluster`) that
+    /// hold no live member key (`live`: each monitor keeps one under its own lease, so a dead
+    /// monitor's goes within the lease TTL). WARN: the others keep leading while a majority of
+    /// the etcd members is up.
+    pub fn add_mon_down(&mut self, expected: &[String], live: &[&str]) {
+        let down: Vec<String> = expected
+            .iter()
+            .filter(|name| !live.contains(&name.as_str()))
+            .map(|name| format!("mon.{name} is down (no live member key)"))
+            .collect();
+        if down.is_empty() {
+            return;
+        }
+        let summary = format!("{} down of {}", plural(down.len(), "mon"), expected.len());
+        self.push(check("MON_DOWN", Severity::Warn, summary, down));
+    }
+
     /// Adds `PG_BACKFILL_TOOFULL`, one detail per refused copy (from the PG leaders'
     /// heartbeats): the PG stays degraded or remapped until room is made on the target.
     pub fn add_backfill_too_full(&mut self, refused: &[BackfillTooFull]) {
         if refused.is_empty() {
             return;
         }
-        let pgs: std::collections::BTreeSet<_> = refused.iter().map(|r| r.pg).collect();
-        let mut check = format!(
-            "PG_BACKFILL_TOOFULL: {} waiting for room on the target:",
-            plural(pgs.len(), "pg")
-        );
-        for r in refused {
-            check.push_str(&format!(
-                " pg {} cannot copy {} to osd.{} ({} free there);",
-                r.pg,
-                format_size(r.needed_bytes),
-                r.osd,
-                format_size(r.free_bytes)
-            ));
-        }
-        check.pop();
-        self.checks.push(check);
-        if self.status == "HEALTH_OK" {
-            self.status = "HEALTH_WARN";
-        }
+        let pgs: BTreeSet<_> = refused.iter().map(|r| r.pg).collect();
+        let summary = format!("{} waiting for room on the target", plural(pgs.len(), "pg"));
+        let lines = refused
+            .iter()
+            .map(|r| {
+                format!(
+                    "pg {} cannot copy {} to osd.{} ({} free there)",
+                    r.pg,
+                    format_size(r.needed_bytes),
+                    r.osd,
+                    format_size(r.free_bytes)
+                )
+            })
+            .collect();
+        self.push(check("PG_BACKFILL_TOOFULL", Severity::Warn, summary, lines));
     }
 
     /// Adds `PG_INCONSISTENT` for the PGs whose last scrub left blocks its replicas disagree
@@ -154,21 +270,68 @@ impl Health {
                 format!("{n} blocks")
             }
         };
-        let named: Vec<String> = left
+        let all: Vec<String> = left
             .iter()
-            .take(INCONSISTENT_PGS_NAMED_MAX)
             .map(|(pg, n)| format!("pg {pg} ({} left)", blocks(*n)))
             .collect();
-        let mut check = format!(
-            "PG_INCONSISTENT: {} with blocks scrub found inconsistent and could not repair: {}",
+        let named = &all[..all.len().min(INCONSISTENT_PGS_NAMED_MAX)];
+        let mut summary = format!(
+            "{} with blocks scrub found inconsistent and could not repair: {}",
             plural(left.len(), "pg"),
             named.join(", ")
         );
-        if left.len() > named.len() {
-            check.push_str(&format!(" and {} more", left.len() - named.len()));
+        if all.len() > named.len() {
+            summary.push_str(&format!(" and {} more", all.len() - named.len()));
         }
-        self.checks.push(check);
-        self.status = "HEALTH_ERR";
+        self.push(check("PG_INCONSISTENT", Severity::Err, summary, all));
+    }
+
+    /// Adds `OSD_FULL` for the OSDs the map marks full (those whose PGs refuse writes, ERR)
+    /// and `OSD_NEARFULL` for the others whose last report (`spaces`) is past the nearfull
+    /// ratio (WARN). `spaces` are the last reports of the OSDs that are up.
+    pub fn add_osd_space(&mut self, map: &ClusterMap, spaces: &BTreeMap<OsdId, OsdSpace>) {
+        let settings = &map.space;
+        let used = |osd: &OsdId| {
+            spaces
+                .get(osd)
+                .and_then(|s| used_ppm(*s))
+                .map_or("?".to_string(), percent)
+        };
+        let full: Vec<String> = settings
+            .full_osds
+            .iter()
+            .map(|osd| {
+                format!(
+                    "osd.{osd} is {} full (full ratio {})",
+                    used(osd),
+                    percent(settings.full_ratio_ppm)
+                )
+            })
+            .collect();
+        if !full.is_empty() {
+            let summary = format!(
+                "{}: writes to their PGs are refused",
+                plural(full.len(), "full osd")
+            );
+            self.push(check("OSD_FULL", Severity::Err, summary, full));
+        }
+        let nearfull: Vec<String> = spaces
+            .iter()
+            .filter(|(osd, s)| {
+                classify(**s, settings) != SpaceLevel::Ok && !settings.full_osds.contains(osd)
+            })
+            .map(|(osd, _)| {
+                format!(
+                    "osd.{osd} is {} full (nearfull ratio {})",
+                    used(osd),
+                    percent(settings.nearfull_ratio_ppm)
+                )
+            })
+            .collect();
+        if !nearfull.is_empty() {
+            let summary = plural(nearfull.len(), "nearfull osd");
+            self.push(check("OSD_NEARFULL", Severity::Warn, summary, nearfull));
+        }
     }
 }
 
@@ -194,13 +357,16 @@ mod tests {
         };
         h.add_backfill_too_full(&[refused(2, 4), refused(5, 4)]);
         assert_eq!(h.status, "HEALTH_WARN");
-        let check = &h.checks[0];
-        assert!(check.starts_with("PG_BACKFILL_TOOFULL: 2 pgs"), "{check}");
-        assert!(
-            check.contains("pg 1.2 cannot copy 3 MiB to osd.4 (1 MiB free there)"),
-            "{check}"
+        let c = &h.checks[0];
+        assert_eq!(
+            c.to_string(),
+            "PG_BACKFILL_TOOFULL: 2 pgs waiting for room on the target"
         );
-        assert!(check.contains("pg 1.5"), "{check}");
+        assert_eq!(
+            c.detail[0],
+            "pg 1.2 cannot copy 3 MiB to osd.4 (1 MiB free there)"
+        );
+        assert!(c.detail[1].starts_with("pg 1.5"), "{c:?}");
     }
 
     #[test]
@@ -212,19 +378,172 @@ mod tests {
         h.add_pg_inconsistent(&[(pg(1), 1), (pg(7), 12)]);
         assert_eq!(h.status, "HEALTH_ERR");
         assert_eq!(
-            h.checks[0],
+            h.checks[0].to_string(),
             "PG_INCONSISTENT: 2 pgs with blocks scrub found inconsistent and could not \
              repair: pg 2.1 (1 block left), pg 2.7 (12 blocks left)"
         );
-        let many: Vec<(PgId, u64)> = (0..20).map(|seq| (pg(seq), 1)).collect();
+        let many: Vec<(PgId, u64)> = (0..60).map(|seq| (pg(seq), 1)).collect();
         let mut h = health(&MonState::default(), &[]);
         h.add_pg_inconsistent(&many);
-        let check = &h.checks[0];
-        assert!(check.starts_with("PG_INCONSISTENT: 20 pgs"), "{check}");
+        let c = &h.checks[0];
+        assert!(c.summary.starts_with("60 pgs"), "{c:?}");
         assert!(
-            check.contains("pg 2.15 (1 block left) and 4 more"),
-            "{check}"
+            c.summary.ends_with("pg 2.15 (1 block left) and 44 more"),
+            "{c:?}"
         );
-        assert!(!check.contains("pg 2.16"), "{check}");
+        assert_eq!(c.detail.len(), DETAIL_LINES_MAX);
+        assert_eq!(c.detail[DETAIL_LINES_MAX - 1], "and 11 more");
+    }
+
+    /// Three OSDs up and a pool of 4 PGs with 3 replicas, every PG led (active).
+    fn active_cluster() -> MonState {
+        use fastblock_types::api::{BootRequest, CreatePoolRequest};
+        use fastblock_types::map::FailureDomain;
+        let mut s = MonState::default();
+        for i in 0..3u32 {
+            let uuid = format!("{i:08x}-0000-4000-8000-{i:012x}");
+            let id = s.apply_id(&uuid).unwrap();
+            let boot = BootRequest {
+                uuid,
+                address: "127.0.0.1".into(),
+                port: 7000,
+                shards: 1,
+                host: format!("h{i}"),
+                capacity_bytes: 1 << 30,
+                config: String::new(),
+                lease_timing: None,
+            };
+            s.boot(id, &boot).unwrap();
+        }
+        s.create_pool(&CreatePoolRequest {
+            name: "p".into(),
+            pg_count: 4,
+            size: 3,
+            failure_domain: FailureDomain::Osd,
+        })
+        .unwrap();
+        for pg in s.map.pgmaps.values_mut().flat_map(|m| m.pgs.values_mut()) {
+            pg.leader = pg.osdlist.first().copied();
+        }
+        s.derive_pg_states();
+        s
+    }
+
+    fn codes(h: &Health) -> Vec<&str> {
+        h.checks.iter().map(|c| c.code.as_str()).collect()
+    }
+
+    #[test]
+    fn down_osds_and_pgs_and_flags_have_their_codes_and_details() {
+        let mut s = active_cluster();
+        assert_eq!(
+            health(&s, &[]),
+            Health {
+                status: "HEALTH_OK",
+                checks: vec![]
+            }
+        );
+        let osds: Vec<OsdId> = s.map.osds.keys().copied().collect();
+        s.mark_down(osds[0]).unwrap();
+        s.derive_pg_states();
+        let h = health(&s, &[]);
+        assert_eq!(h.status, "HEALTH_WARN");
+        assert_eq!(codes(&h), ["OSD_DOWN", "PG_DEGRADED"]);
+        assert_eq!(h.checks[0].to_string(), "OSD_DOWN: 1 osd down");
+        assert_eq!(
+            h.checks[0].detail,
+            [format!("osd.{} (host h0) is down", osds[0])]
+        );
+        let degraded = &h.checks[1];
+        assert!(
+            degraded.summary.starts_with("4 pgs undersize"),
+            "{degraded:?}"
+        );
+        assert_eq!(degraded.detail.len(), 4);
+        assert!(degraded.detail[0].starts_with("pg 1.0 is undersize: members osd."));
+        // A second OSD down: no majority, PG_DOWN is an error.
+        s.mark_down(osds[1]).unwrap();
+        s.set_flag(crate::osd_ops::Flag::NoOut, true);
+        s.derive_pg_states();
+        let h = health(&s, &[]);
+        assert_eq!(h.status, "HEALTH_ERR");
+        assert_eq!(codes(&h), ["OSD_DOWN", "PG_DOWN", "OSDMAP_FLAGS"]);
+        assert_eq!(h.checks[1].severity, Severity::Err);
+        assert_eq!(h.checks[2].to_string(), "OSDMAP_FLAGS: noout flag(s) set");
+    }
+
+    #[test]
+    fn nearfull_osds_warn_and_full_ones_are_an_error() {
+        let mut s = active_cluster();
+        let osds: Vec<OsdId> = s.map.osds.keys().copied().collect();
+        let space = |free_bytes| OsdSpace {
+            total_bytes: 1000,
+            free_bytes,
+        };
+        let spaces: BTreeMap<OsdId, OsdSpace> = [
+            (osds[0], space(500)),
+            (osds[1], space(120)),
+            (osds[2], space(40)),
+        ]
+        .into();
+        // osd 2 is past the full ratio but not marked yet: nearfull until the map says full.
+        let mut h = health(&s, &[]);
+        h.add_osd_space(&s.map, &spaces);
+        assert_eq!(codes(&h), ["OSD_NEARFULL"]);
+        assert_eq!(h.checks[0].summary, "2 nearfull osds");
+        assert_eq!(
+            h.checks[0].detail[0],
+            format!("osd.{} is 88.0% full (nearfull ratio 85.0%)", osds[1])
+        );
+        s.record_osd_space(osds[2], spaces[&osds[2]]);
+        let mut h = health(&s, &[]);
+        h.add_osd_space(&s.map, &spaces);
+        assert_eq!(h.status, "HEALTH_ERR");
+        assert_eq!(codes(&h), ["OSD_FULL", "OSD_NEARFULL"]);
+        assert_eq!(
+            h.checks[0].to_string(),
+            "OSD_FULL: 1 full osd: writes to their PGs are refused"
+        );
+        assert_eq!(
+            h.checks[0].detail,
+            [format!("osd.{} is 96.0% full (full ratio 95.0%)", osds[2])]
+        );
+        assert_eq!(h.checks[1].summary, "1 nearfull osd");
+    }
+
+    #[test]
+    fn a_monitor_without_a_live_member_key_is_down() {
+        let expected = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let mut h = health(&MonState::default(), &[]);
+        h.add_mon_down(&expected, &["a", "b", "c"]);
+        assert_eq!((h.status, h.checks.len()), ("HEALTH_OK", 0));
+        h.add_mon_down(&expected, &["a", "c"]);
+        assert_eq!(h.status, "HEALTH_WARN");
+        assert_eq!(h.checks[0].to_string(), "MON_DOWN: 1 mon down of 3");
+        assert_eq!(h.checks[0].detail, ["mon.b is down (no live member key)"]);
+    }
+
+    #[test]
+    fn task_failures_are_one_check_an_error_while_recent() {
+        let mut h = health(&MonState::default(), &[]);
+        let old = DaemonCheck {
+            err: false,
+            text: "a failed 1 time, last 70s ago: x".into(),
+        };
+        h.add_task_failures(std::slice::from_ref(&old));
+        assert_eq!(h.status, "HEALTH_WARN");
+        assert_eq!(
+            h.checks[0].to_string(),
+            "MON_TASK_FAILED: a failed 1 time, last 70s ago: x"
+        );
+        let recent = DaemonCheck {
+            err: true,
+            text: "b failed 2 times, last 1s ago: y".into(),
+        };
+        let h = health(&MonState::default(), &[old, recent]);
+        assert_eq!(h.status, "HEALTH_ERR");
+        assert_eq!(h.checks.len(), 1);
+        assert_eq!(h.checks[0].summary, "2 monitor tasks failed");
+        assert_eq!(h.checks[0].detail.len(), 2);
     }
 }

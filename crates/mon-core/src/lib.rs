@@ -21,7 +21,10 @@
 //!   the recorded PG before it is recorded.
 //! - [`liveness`]: heartbeat bookkeeping that turns silence into down and out events, with the
 //!   time passed in by the caller.
-//! - [`health`]: the health summary and PG-state counts for `status`.
+//! - [`health`]: the health checks (stable codes, summaries, details) and PG-state counts for
+//!   `status`.
+//! - [`capacity`]: the full ratios, which OSDs are full (carried by the map to the PG
+//!   leaders, which refuse writes), and `df` with each pool's maximum available bytes.
 //! - [`damage`]: damage confined to one pool in a state loaded from etcd, reported and fenced
 //!   so that the other pools and OSD liveness keep working.
 //! - [`limits`]: every bound the monitor enforces, with units in the names.
@@ -34,6 +37,7 @@
 //! confined to one pool is accepted, reported and fenced ([`damage`]).
 
 pub mod auth_ops;
+pub mod capacity;
 pub mod damage;
 pub mod health;
 pub mod image_ops;

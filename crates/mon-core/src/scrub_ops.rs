@@ -587,8 +587,9 @@ mod tests {
         let check = h
             .checks
             .iter()
-            .find(|c| c.starts_with("PG_INCONSISTENT"))
-            .expect("the check is raised");
+            .find(|c| c.code == "PG_INCONSISTENT")
+            .expect("the check is raised")
+            .to_string();
         assert!(check.contains("1 pg"), "{check}");
         assert!(check.contains("pg 1.0 (3 blocks left)"), "{check}");
         // Everything repaired: nothing left.
@@ -610,7 +611,7 @@ mod tests {
         assert!(health(&s, &stats)
             .checks
             .iter()
-            .any(|c| c.starts_with("PG_INCONSISTENT")));
+            .any(|c| c.code == "PG_INCONSISTENT"));
         heartbeat(
             &mut s,
             &mut stats,
@@ -620,7 +621,7 @@ mod tests {
         );
         let h = health(&s, &stats);
         assert!(
-            !h.checks.iter().any(|c| c.starts_with("PG_INCONSISTENT")),
+            !h.checks.iter().any(|c| c.code == "PG_INCONSISTENT"),
             "{h:?}"
         );
         // A report without scrubs (a new leader that has not scrubbed yet) clears nothing.

@@ -45,6 +45,7 @@ impl MonState {
     pub fn finish(&mut self, before: &MonState) -> bool {
         self.derive_pg_states();
         self.derive_data_map();
+        self.derive_full_osds();
         for (pool_id, pgmap) in self.map.pgmaps.iter_mut() {
             let old_map = before.map.pgmaps.get(pool_id);
             let mut pool_changed = old_map.is_none();

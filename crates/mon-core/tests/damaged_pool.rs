@@ -77,19 +77,23 @@ fn a_missing_pg_map_is_reported_in_health_naming_the_pool_and_the_key() {
     let check = h
         .checks
         .iter()
-        .find(|c| c.starts_with("POOL_PGMAP_MISSING: "))
-        .unwrap_or_else(|| panic!("no POOL_PGMAP_MISSING check in {:?}", h.checks));
+        .find(|c| c.code == "POOL_PGMAP_MISSING")
+        .unwrap_or_else(|| panic!("no POOL_PGMAP_MISSING check in {:?}", h.checks))
+        .to_string();
     assert!(check.contains("pool 2 (\"bad\")"), "{check}");
     assert!(check.contains("pgmaps/2"), "{check}");
     // The daemon's own checks come first and count too.
     let task = DaemonCheck {
         err: false,
-        text: "MON_TASK_FAILED: x failed 1 time, last 70s ago: y".into(),
+        text: "x failed 1 time, last 70s ago: y".into(),
     };
     let h = health(&cluster(), std::slice::from_ref(&task));
     assert_eq!(
-        (h.status, h.checks[0].as_str()),
-        ("HEALTH_WARN", &*task.text)
+        (h.status, h.checks[0].to_string().as_str()),
+        (
+            "HEALTH_WARN",
+            "MON_TASK_FAILED: x failed 1 time, last 70s ago: y"
+        )
     );
 }
 
@@ -210,7 +214,7 @@ fn changes_to_the_damaged_pool_are_refused_and_the_other_pool_takes_them() {
     let h = health(&s, &[]);
     assert_ne!(h.status, "HEALTH_ERR", "{:?}", h.checks);
     assert!(
-        !h.checks.iter().any(|c| c.starts_with("POOL_")),
+        !h.checks.iter().any(|c| c.code.starts_with("POOL_")),
         "{:?}",
         h.checks
     );
@@ -234,7 +238,7 @@ fn a_pg_map_naming_an_unknown_osd_is_fenced() {
     assert!(
         h.checks
             .iter()
-            .any(|c| c.starts_with("POOL_PGMAP_DAMAGED: pool 2")),
+            .any(|c| c.to_string().starts_with("POOL_PGMAP_DAMAGED: pool 2")),
         "{:?}",
         h.checks
     );

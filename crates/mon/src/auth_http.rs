@@ -385,6 +385,12 @@ mod tests {
         let post = Method::POST;
         assert_eq!(need_of(&get, "/v1/health"), Need::Nothing);
         assert_eq!(need_of(&get, "/v1/map"), Need::Any);
+        assert_eq!(need_of(&get, "/v1/df"), Need::Any);
+        assert_eq!(need_of(&Method::PUT, "/v1/space/full-ratio"), Need::Admin);
+        assert_eq!(
+            need_of(&Method::PUT, "/v1/space/nearfull-ratio"),
+            Need::Admin
+        );
         assert_eq!(need_of(&get, "/v1/pools/{name}"), Need::Any);
         assert_eq!(need_of(&get, "/v1/auth"), Need::Admin);
         assert_eq!(need_of(&get, "/v1/auth/data-keys"), Need::OsdCap);

@@ -28,6 +28,15 @@ pub struct EtcdMemberConfig {
     pub cluster_token: String,
 }
 
+/// The member names of an etcd `--initial-cluster` value (`name=http://ip:port,...`).
+pub fn member_names(initial_cluster: &str) -> Vec<String> {
+    initial_cluster
+        .split(',')
+        .filter_map(|m| m.split_once('=').map(|(name, _)| name.trim().to_string()))
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
 impl EtcdMemberConfig {
     pub fn client_url(&self) -> String {
         format!("http://{}", self.client_addr)

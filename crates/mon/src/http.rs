@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Extension, Json, Router};
 use fastblock_auth::EntityName;
+use fastblock_mon_core::capacity::df;
 use fastblock_mon_core::health::{health, pg_state_counts, DaemonCheck, Health};
 use fastblock_mon_core::osd_ops::Flag;
 use fastblock_mon_core::scrub_ops::PgScrubStatus;
@@ -23,7 +24,7 @@ use fastblock_mon_core::Reporter;
 use fastblock_types::api::*;
 use fastblock_types::map::{
     Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry, ScrubRequest, SnapInfo, SnapState,
-    SnapTrimEntry,
+    SnapTrimEntry, SpaceSettings,
 };
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, SnapId};
 use serde::de::DeserializeOwned;
@@ -44,6 +45,9 @@ pub struct AppState {
     pub tasks: Arc<Supervisor>,
     /// Nonces of signed calls served within the clock-skew window (`crate::auth_http`).
     pub replays: std::sync::Mutex<fastblock_auth::request::ReplayCache>,
+    /// The monitors' names from `--initial-cluster`, for `MON_DOWN`; `None` with an external
+    /// etcd, where the monitor cannot know how many monitors there should be.
+    pub expected_mons: Option<Vec<String>>,
 }
 
 type App = State<Arc<AppState>>;
@@ -127,6 +131,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/snaps/{image}/{snap}/pgs/{pgid}", post(snap_pg_done))
         .route("/v1/snaptrim", get(list_snap_trims))
         .route("/v1/snaptrim/{id}/pgs/{pgid}", post(snap_trim_pg_done))
+        .route("/v1/df", get(get_df))
+        .route("/v1/space/nearfull-ratio", put(set_nearfull_ratio))
+        .route("/v1/space/full-ratio", put(set_full_ratio))
         .route("/v1/flags", get(get_flags))
         .route("/v1/flags/{flag}", put(set_flag).delete(unset_flag))
         .route("/v1/reclaim", get(list_reclaim))
@@ -278,36 +285,36 @@ async fn get_mon(State(app): App) -> Json<MonView> {
     })
 }
 
-#[derive(Serialize)]
-struct HealthView {
-    status: &'static str,
-    checks: Vec<String>,
-    epoch: Epoch,
-}
-
 /// Health as `health` and `status` show it: the checks the state and this daemon's tasks
 /// raise, then those from the PG leaders' last reports (refused backfills, blocks a scrub left
-/// inconsistent).
+/// inconsistent) and the OSDs' space.
 fn full_health(
-    s: &fastblock_mon_core::MonState,
-    ctx: &LeaderCtx,
+    app: &AppState,
+    (s, ctx): (&fastblock_mon_core::MonState, &LeaderCtx),
     tasks: &[DaemonCheck],
-    now_ms: u64,
+    mons: &[MonMember],
 ) -> Health {
+    let now_ms = app.mon.now_ms();
     let mut h = health(s, tasks);
+    if let Some(expected) = &app.expected_mons {
+        let live: Vec<&str> = mons.iter().map(|m| m.name.as_str()).collect();
+        h.add_mon_down(expected, &live);
+    }
     h.add_backfill_too_full(&ctx.stats.backfill_too_full(now_ms));
     h.add_pg_inconsistent(&ctx.scrubs.inconsistent(s));
+    h.add_osd_space(&s.map, &ctx.stats.spaces(&s.map));
     h
 }
 
-async fn get_health(State(app): App) -> ApiResult<HealthView> {
+async fn get_health(State(app): App) -> ApiResult<HealthResponse> {
     let tasks = app.tasks.checks();
+    let mons = members(&app).await;
     let view = app
         .mon
         .read(|s, ctx| {
-            let h = full_health(s, ctx, &tasks, app.mon.now_ms());
-            HealthView {
-                status: h.status,
+            let h = full_health(&app, (s, ctx), &tasks, &mons);
+            HealthResponse {
+                status: h.status.to_string(),
                 checks: h.checks,
                 epoch: s.map.epoch,
             }
@@ -341,7 +348,7 @@ async fn get_status(State(app): App) -> ApiResult<StatusResponse> {
     let status = app
         .mon
         .read(|s, ctx| {
-            let h = full_health(s, ctx, &tasks, now);
+            let h = full_health(&app, (s, ctx), &tasks, &mons);
             let (io, recovery) = ctx.stats.cluster(now);
             let osds = s.map.osds.values().filter(|o| !o.pending_create);
             StatusResponse {
@@ -462,6 +469,9 @@ async fn heartbeat(
                 .record(id, side.now_ms, &req.pgs, &req.backfill_toofull, req.space);
             if !osd.up {
                 s.mark_up(id)?;
+            }
+            if let Some(space) = req.space {
+                s.record_osd_space(id, space);
             }
             Ok(s.on_scrub_reports(id, &req.pgs, side.scrubs, side.unix_ms))
         })
@@ -751,6 +761,41 @@ async fn resize_image(
     ))
 }
 
+async fn get_df(State(app): App) -> ApiResult<DfResponse> {
+    Ok(Json(
+        app.mon
+            .read(|s, ctx| {
+                let usage = ctx.stats.pool_usage(&s.map);
+                df(&s.map, &usage, &ctx.stats.spaces(&s.map))
+            })
+            .await?,
+    ))
+}
+
+async fn set_nearfull_ratio(State(app): App, body: Bytes) -> ApiResult<SpaceSettings> {
+    let req: SetRatioRequest = parse(&body)?;
+    let set = app
+        .mon
+        .apply(|s, _| {
+            s.set_nearfull_ratio(req.ratio)?;
+            Ok(s.map.space.clone())
+        })
+        .await?;
+    Ok(Json(set))
+}
+
+async fn set_full_ratio(State(app): App, body: Bytes) -> ApiResult<SpaceSettings> {
+    let req: SetRatioRequest = parse(&body)?;
+    let set = app
+        .mon
+        .apply(|s, side| {
+            s.set_full_ratio(req.ratio, &side.stats.spaces(&s.map))?;
+            Ok(s.map.space.clone())
+        })
+        .await?;
+    Ok(Json(set))
+}
+
 async fn get_flags(State(app): App) -> ApiResult<Flags> {
     Ok(Json(app.mon.read(|s, _| s.map.flags).await?))
 }
@@ -1009,7 +1054,7 @@ mod tests {
         assert_eq!(checks.len(), 1, "{checks:?}");
         assert!(
             checks[0].text.starts_with(
-                "MON_TASK_FAILED: API request handler failed 1 time, last 0s ago: GET /boom panicked: handler bug"
+                "API request handler failed 1 time, last 0s ago: GET /boom panicked: handler bug"
             ),
             "{checks:?}"
         );

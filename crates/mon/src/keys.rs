@@ -5,6 +5,7 @@
 //! <prefix>/epoch                   {"epoch":N}            bumped by every change
 //! <prefix>/counters                Counters               next ids; ids are never reused
 //! <prefix>/flags                   Flags                  noout, norebalance
+//! <prefix>/space                   SpaceSettings          full ratios, full OSDs (once set)
 //! <prefix>/pending                 Pending                deferred work (rebalance)
 //! <prefix>/osds/<id>               OsdInfo
 //! <prefix>/pools/<id>              PoolInfo
@@ -26,7 +27,7 @@ use fastblock_mon_core::state::{MonState, Pending};
 use fastblock_types::auth::AuthSettings;
 use fastblock_types::map::{
     Counters, Flags, ImageInfo, OsdInfo, PgMap, PoolInfo, ReclaimEntry, ScrubRequest, SnapInfo,
-    SnapTrimEntry,
+    SnapTrimEntry, SpaceSettings,
 };
 use fastblock_types::Epoch;
 use serde::{Deserialize, Serialize};
@@ -114,6 +115,11 @@ impl Keyspace {
         out.insert(format!("{p}/counters"), json(&state.counters));
         out.insert(format!("{p}/flags"), json(&state.map.flags));
         out.insert(format!("{p}/pending"), json(&state.pending));
+        // Written once it differs from the defaults, so a cluster that never set a ratio nor
+        // had a full OSD keeps the keys monitors before it wrote.
+        if state.map.space != SpaceSettings::default() {
+            out.insert(format!("{p}/space"), json(&state.map.space));
+        }
         for (id, osd) in &state.map.osds {
             out.insert(format!("{p}/osds/{id}"), json(osd));
         }
@@ -190,6 +196,10 @@ impl Keyspace {
                 }
                 ["flags"] => {
                     state.map.flags = serde_json::from_str::<Flags>(value).map_err(parse_err)?
+                }
+                ["space"] => {
+                    state.map.space =
+                        serde_json::from_str::<SpaceSettings>(value).map_err(parse_err)?
                 }
                 ["pending"] => {
                     state.pending = serde_json::from_str::<Pending>(value).map_err(parse_err)?
@@ -320,6 +330,33 @@ mod tests {
         assert!(kvs.contains_key("/fb/osds/1"));
         let back = ks.decode(&kvs).unwrap();
         assert_eq!(back, state);
+    }
+
+    /// The space settings are written only once they differ from the defaults (an untouched
+    /// cluster keeps its keys), round-trip with the full OSDs, and go when back at defaults.
+    #[test]
+    fn space_settings_round_trip_and_are_absent_at_their_defaults() {
+        use fastblock_types::api::OsdSpace;
+        let ks = Keyspace::new("/fb");
+        let mut state = MonState::default();
+        let id = state
+            .apply_id("0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c")
+            .unwrap();
+        assert!(!ks.encode(&state).contains_key("/fb/space"));
+        let before = state.clone();
+        state.set_nearfull_ratio(0.5).unwrap();
+        let full = OsdSpace {
+            total_bytes: 100,
+            free_bytes: 1,
+        };
+        state.record_osd_space(id, full);
+        assert!(state.finish(&before), "a new full OSD is a new epoch");
+        let kvs = ks.encode(&state);
+        assert!(kvs["/fb/space"].contains("\"full_osds\":[1]"), "{kvs:?}");
+        assert_eq!(ks.decode(&kvs).unwrap(), state);
+        state.set_nearfull_ratio(0.85).unwrap();
+        state.record_osd_space(id, OsdSpace::default());
+        assert!(!ks.encode(&state).contains_key("/fb/space"));
     }
 
     #[test]

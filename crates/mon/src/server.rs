@@ -131,6 +131,10 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         forwarder: Forwarder::default(),
         tasks: tasks.clone(),
         replays: Default::default(),
+        expected_mons: config
+            .etcd_member
+            .as_ref()
+            .map(|m| crate::etcd_proc::member_names(&m.initial_cluster)),
     });
     tracing::info!(name = %config.name, api = %config.api_addr, "monitor serving");
     // axum retries failed accepts itself; the server ends only on shutdown or a panic, and a

@@ -168,6 +168,15 @@ impl IoStats {
         u
     }
 
+    /// The last space report of each OSD that is up (`df`, `OSD_NEARFULL`, a new full ratio).
+    pub fn spaces(&self, map: &ClusterMap) -> BTreeMap<OsdId, OsdSpace> {
+        self.osds
+            .iter()
+            .filter(|(id, _)| map.osds.get(id).is_some_and(|o| o.up))
+            .filter_map(|(id, series)| Some((*id, series.space?)))
+            .collect()
+    }
+
     /// The refused snapshot copies the OSDs reported in their last recent heartbeats.
     pub fn backfill_too_full(&self, now_ms: u64) -> Vec<BackfillTooFull> {
         self.osds

@@ -152,7 +152,7 @@ impl Supervisor {
         record.failures
     }
 
-    /// One `MON_TASK_FAILED` check per task that ever failed, in name order.
+    /// One line of `MON_TASK_FAILED` per task that ever failed, in name order.
     pub fn checks(&self) -> Vec<DaemonCheck> {
         let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
         records
@@ -163,7 +163,7 @@ impl Supervisor {
                 DaemonCheck {
                     err: ago < FAILURE_RECENT,
                     text: format!(
-                        "MON_TASK_FAILED: {name} failed {} {times}, last {}s ago: {}",
+                        "{name} failed {} {times}, last {}s ago: {}",
                         r.failures,
                         ago.as_secs(),
                         r.last_reason
@@ -239,7 +239,7 @@ mod tests {
         assert!(
             checks[0]
                 .text
-                .starts_with("MON_TASK_FAILED: test task failed 2 times, last "),
+                .starts_with("test task failed 2 times, last "),
             "{checks:?}"
         );
         assert!(checks[0].text.ends_with("panicked: boom 2"), "{checks:?}");

@@ -15,6 +15,7 @@ use fastblock_types::api::*;
 use fastblock_types::auth::{AuthMode, AuthSettings};
 use fastblock_types::map::{
     Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry, ScrubRequest, SnapInfo, SnapTrimEntry,
+    SpaceSettings,
 };
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, SnapId};
 use http_body_util::{BodyExt, Full, Limited};
@@ -269,8 +270,24 @@ impl MonClient {
         self.get("/v1/status").await
     }
 
-    pub async fn health(&self) -> Result<serde_json::Value, MonError> {
+    pub async fn health(&self) -> Result<HealthResponse, MonError> {
         self.get("/v1/health").await
+    }
+
+    /// Raw and per-pool space (`df`).
+    pub async fn df(&self) -> Result<DfResponse, MonError> {
+        self.get("/v1/df").await
+    }
+
+    /// Sets the nearfull (`full == false`) or the full ratio; answers the space settings.
+    pub async fn set_space_ratio(&self, full: bool, ratio: f64) -> Result<SpaceSettings, MonError> {
+        let which = if full { "full-ratio" } else { "nearfull-ratio" };
+        self.call(
+            Method::PUT,
+            &format!("/v1/space/{which}"),
+            Some(&SetRatioRequest { ratio }),
+        )
+        .await
     }
 
     /// The whole map now.

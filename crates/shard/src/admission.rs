@@ -639,6 +639,13 @@ impl<D: Disk + 'static> ShardCore<D> {
         // a range.
         let is_write = matches!(m.op, ClientOp::Write { .. } | ClientOp::CopyUp { .. });
         let length = m.length;
+        // Writes, copy-ups and rollbacks need room on every member; discards and deletes give
+        // it back, so they go on.
+        let needs_room = is_write || matches!(m.op, ClientOp::Rollback { .. });
+        if let Some(msg) = needs_room.then(|| self.full_osd_refusal(pg)).flatten() {
+            self.refuse(conn, request_id, Status::NoSpace, msg, eff);
+            return;
+        }
         // A rollback copies up to a whole object from the snapshot: it needs that room.
         if let ClientOp::Rollback { object, .. } = &m.op {
             let object_bytes = self

@@ -21,6 +21,14 @@
 //!   so flushes still find room for the metadata of what was admitted. The next sample that
 //!   shows room lets writes in again.
 //!
+//!
+//! A third rule comes from the cluster map: a PG with a member the monitor marks full (past the
+//! full ratio, `map.space.full_osds`) takes no writes either ([`ShardCore::full_osd_refusal`]).
+//! The monitor decides which OSDs are full from every OSD's space reports
+//! (`fastblock_mon_core::capacity`); the PG's leader refuses here, at admission, because a
+//! write it admitted must be stored by every member, a full follower included. The same rule
+//! as the two above applies: only what needs room is refused.
+//!
 //! [`ShardConfig::data_reserve_bytes`]: crate::ShardConfig::data_reserve_bytes
 //! [`ShardConfig::host_space_reserve_bytes`]: crate::ShardConfig::host_space_reserve_bytes
 
@@ -41,6 +49,28 @@ impl<D: Disk + 'static> ShardCore<D> {
                 "the file system holding the metadata has room again: taking writes");
         }
         self.host_free_bytes = Some(free_bytes);
+    }
+
+    /// Why a write to `pg` must be refused because the map marks one of its members full (the
+    /// `NoSpace` message), or `None`. Every member counts (current, target and learners): each
+    /// stores what the leader commits.
+    pub(crate) fn full_osd_refusal(&self, pg: fastblock_types::PgId) -> Option<String> {
+        let full = &self.map.space.full_osds;
+        if full.is_empty() {
+            return None;
+        }
+        let info = self.map.pg(pg)?;
+        let osd = info
+            .osdlist
+            .iter()
+            .chain(&info.newosdlist)
+            .chain(&info.learners)
+            .find(|o| full.contains(o))?;
+        Some(format!(
+            "pg {pg}: osd.{osd} is full (past the full ratio, {:.1}%): writes are refused \
+             until space is freed or the ratio is raised",
+            f64::from(self.map.space.full_ratio_ppm) / 10_000.0
+        ))
     }
 
     /// Why a write of `length_bytes` must be refused for lack of space (the `NoSpace`

@@ -428,12 +428,90 @@ pub struct MonMember {
     pub api_addr: String,
 }
 
+/// How bad a health check is: `Err` makes the cluster `HEALTH_ERR`, `Warn` `HEALTH_WARN`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Warn,
+    Err,
+}
+
+/// One health check (`docs/operations.md`, "Capacity and health"): `code` is stable (tools
+/// match on it), `summary` is one line, `detail` names what is affected, one item a line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthCheck {
+    pub code: String,
+    pub severity: Severity,
+    pub summary: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub detail: Vec<String>,
+}
+
+impl fmt::Display for HealthCheck {
+    /// `CODE: summary`, the line `health` and `status` print.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.summary)
+    }
+}
+
+/// `GET /v1/health`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HealthResponse {
+    /// `HEALTH_OK`, `HEALTH_WARN` or `HEALTH_ERR`.
+    pub status: String,
+    pub checks: Vec<HealthCheck>,
+    pub epoch: Epoch,
+}
+
+/// `POST /v1/space/nearfull-ratio` and `/v1/space/full-ratio`: a ratio in (0, 1].
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct SetRatioRequest {
+    pub ratio: f64,
+}
+
+/// The raw space of the OSDs that are up (`df`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawSpace {
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    pub avail_bytes: u64,
+    /// OSDs up without a space report yet: their space is missing from the sums.
+    pub osds_unreported: u32,
+}
+
+/// One pool's row of `df`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolDf {
+    pub pool: PoolId,
+    pub name: String,
+    pub size: u32,
+    pub objects: u64,
+    /// Bytes of one copy.
+    pub stored_bytes: u64,
+    /// Raw bytes with replication: `stored_bytes` times `size`.
+    pub used_bytes: u64,
+    /// Bytes of one copy the pool can still take before the first OSD it places on reaches
+    /// the full ratio (`fastblock_mon_core::capacity::pool_max_avail_bytes`).
+    pub max_avail_bytes: u64,
+    /// PGs whose leader has not reported yet: their data is missing from the sums.
+    pub pgs_unreported: u32,
+}
+
+/// `GET /v1/df`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DfResponse {
+    pub raw: RawSpace,
+    pub pools: Vec<PoolDf>,
+    pub nearfull_ratio_ppm: u32,
+    pub full_ratio_ppm: u32,
+}
+
 /// `GET /v1/status`: everything `fastblock-client status` prints.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StatusResponse {
     pub epoch: Epoch,
     pub health: String,
-    pub health_checks: Vec<String>,
+    pub health_checks: Vec<HealthCheck>,
     pub leader: Option<MonMember>,
     pub mons: Vec<MonMember>,
     pub flags: Flags,

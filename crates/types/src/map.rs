@@ -163,6 +163,39 @@ pub struct Flags {
     pub norebalance: bool,
 }
 
+/// The full ratio's default: past 95 % used, an OSD takes no more writes.
+pub const FULL_RATIO_PPM_DEFAULT: u32 = 950_000;
+/// The nearfull ratio's default: past 85 % used, health warns (`OSD_NEARFULL`).
+pub const NEARFULL_RATIO_PPM_DEFAULT: u32 = 850_000;
+/// A ratio of 1 in parts per million.
+pub const RATIO_PPM_ONE: u32 = 1_000_000;
+
+/// Space thresholds and the OSDs past the full ratio (key `space`, `docs/operations.md`,
+/// "Capacity and health"). Ratios are kept in parts per million so the map stays `Eq` and
+/// exact in JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceSettings {
+    /// Used share of an OSD's data space past which health warns (`OSD_NEARFULL`).
+    pub nearfull_ratio_ppm: u32,
+    /// Used share past which the OSD is full (`OSD_FULL`): PG leaders refuse writes to every
+    /// PG it is a member of with `NoSpace`.
+    pub full_ratio_ppm: u32,
+    /// The OSDs whose last report was past the full ratio (decided by the monitor,
+    /// `fastblock_mon_core::capacity`; enforced by the shard core's admission).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub full_osds: BTreeSet<OsdId>,
+}
+
+impl Default for SpaceSettings {
+    fn default() -> Self {
+        SpaceSettings {
+            nearfull_ratio_ppm: NEARFULL_RATIO_PPM_DEFAULT,
+            full_ratio_ppm: FULL_RATIO_PPM_DEFAULT,
+            full_osds: BTreeSet::new(),
+        }
+    }
+}
+
 /// An image (virtual disk).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageInfo {
@@ -420,6 +453,10 @@ pub struct ClusterMap {
     /// authentication existed, which then read as mode `none`.
     #[serde(default)]
     pub auth: crate::auth::AuthSettings,
+    /// Full ratios and the full OSDs; absent in maps written before them (the defaults, no
+    /// OSD full).
+    #[serde(default)]
+    pub space: SpaceSettings,
 }
 
 impl ClusterMap {

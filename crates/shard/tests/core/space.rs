@@ -202,3 +202,57 @@ fn space_freed_by_a_discard_is_writable_before_the_next_flush() {
         Reply::Data(vec![0u8; 4096].into())
     );
 }
+
+/// The reply to `request_id`, ticking until it comes (at most 20 ticks).
+fn answer(c: &mut Cluster, request_id: u64) -> Option<Reply> {
+    for _ in 0..20 {
+        if c.reply(request_id).is_some() {
+            break;
+        }
+        c.tick();
+    }
+    c.reply(request_id).cloned()
+}
+
+/// The harness map at `epoch` over OSDs 1 and 2 with PG 0 on both, `full` marked full.
+fn map_with_full(epoch: u64, full: &[u32]) -> std::sync::Arc<fastblock_types::map::ClusterMap> {
+    let mut m = (*harness::map(epoch, &[1, 2], &[(0, &[1, 2], &[])])).clone();
+    m.space.full_osds = full.iter().map(|o| fastblock_types::OsdId(*o)).collect();
+    std::sync::Arc::new(m)
+}
+
+/// Goal: a PG with a member the map marks full (past the full ratio) refuses writes with
+/// `NoSpace` naming that member, at its leader, even when the leader itself has room; reads
+/// and discards go on, and writes resume with the map that clears the mark. Method: two
+/// OSDs, PG 0 on both led by OSD 1; the map marks follower 2 full, then clears it.
+#[test]
+fn a_member_past_the_full_ratio_stops_writes_to_its_pgs_until_the_map_clears_it() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(map_with_full(1, &[]));
+    c.elect(1, pg(0));
+    let w = c.request(1, write(pg(0), 1, 0, &[5u8; 4096], 1));
+    assert_eq!(answer(&mut c, w), Some(Reply::Ok));
+
+    c.map(map_with_full(2, &[2]));
+    let refused = c.request(1, write(pg(0), 1, 4096, &[6u8; 4096], 2));
+    assert_eq!(status(c.reply(refused)), Some(Status::NoSpace));
+    let m = message(c.reply(refused));
+    assert!(m.contains("osd.2 is full") && m.contains("pg 1.0"), "{m}");
+    let r = c.request(1, read(pg(0), 1, 0, 4096, 2));
+    assert_eq!(answer(&mut c, r), Some(Reply::Data(vec![5u8; 4096].into())));
+    let discard = c.request(
+        1,
+        Request::Discard {
+            addr: addr(pg(0), 2),
+            offset: 0,
+            length: 4096,
+            epoch: Epoch(2),
+        },
+    );
+    assert_eq!(answer(&mut c, discard), Some(Reply::Ok), "discards go on");
+    assert!(c.core(1).failure().is_none());
+
+    c.map(map_with_full(3, &[]));
+    let resumed = c.request(1, write(pg(0), 1, 4096, &[6u8; 4096], 3));
+    assert_eq!(answer(&mut c, resumed), Some(Reply::Ok));
+}
