@@ -382,12 +382,19 @@ async fn cp_of_a_snapshot_and_the_refusals() {
         .await
         .ok();
     assert_cmp_equal(&raw, &exported);
-    // A snapshot exports too.
+    // A snapshot exports too (read whole: the OSDs answer block status for heads only).
     let snap_file = s.path("snap.raw");
     s.cli(&["image", "export", "fb/src@s1", snap_file.to_str().unwrap()])
         .await
         .ok();
     assert_cmp_equal(&raw, &snap_file);
+    // Read whole, written sparse: the zero blocks read from the snapshot stay holes.
+    let allocated = std::fs::metadata(&snap_file).unwrap().blocks() * 512;
+    assert!(
+        allocated <= nonzero_block_bytes(&first) + 256 * KIB,
+        "the snapshot's export allocated {allocated} bytes for {} bytes of data",
+        nonzero_block_bytes(&first)
+    );
 
     // An existing target is refused, untouched; --overwrite replaces it with the head.
     s.cli(&["image", "cp", "fb/src", "fb/copy"])
