@@ -520,6 +520,42 @@ async fn cp_of_a_snapshot_and_the_refusals() {
     let short = cluster.open_image("fb", "short").await.unwrap();
     assert_same_bytes(&read_all(&short).await, &whole, "fb/short");
     s.cli(&["image", "rm", "fb/short"]).await.ok();
+
+    // Killed in the middle (SIGKILL: no chance to clean up), an import leaves its marker.
+    let mut child = Command::new(common::bin("fastblock-client"))
+        .args(["image", "import", "-", "fb/killed", "--size", "64M"])
+        .env("FASTBLOCK_MON", s.mons.endpoints().join(","))
+        .env("FASTBLOCK_KEYRING", s.mons.keyring())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Half the data, and the pipe kept open: the import waits for the rest.
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(&stamped(0, 12, 32 * MIB)).unwrap();
+    let mon = s.mons.client();
+    common::wait_until(Duration::from_secs(30), "the import to start", || async {
+        let snaps = mon.snaps("fb", "killed").await.ok()?;
+        snaps
+            .iter()
+            .any(|s| s.name == "import-incomplete")
+            .then_some(())
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(pipe);
+    let info = s
+        .cli(&["--json", "image", "info", "fb/killed"])
+        .await
+        .json();
+    assert_eq!(info["snapshot_count"], 1, "{info}");
+    let snaps = s
+        .cli(&["--json", "image", "snap", "ls", "fb/killed"])
+        .await
+        .json();
+    assert_eq!(snaps[0]["name"], "import-incomplete", "{snaps}");
 }
 
 /// The file's data ranges (SEEK_DATA/SEEK_HOLE), as the kernel reports them.

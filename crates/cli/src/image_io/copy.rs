@@ -20,6 +20,14 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::task::spawn_blocking;
 
+/// Moves the bar forward to `position` (never back: the windows are walked ahead of the
+/// chunks still in flight).
+fn advance(bar: &ProgressBar, position: u64) {
+    if position > bar.position() {
+        bar.set_position(position);
+    }
+}
+
 /// `image import`: the input's data into a new image.
 pub async fn import(
     inv: &Invocation,
@@ -105,8 +113,10 @@ async fn import_file(
                     write_data(image, offset, data.into()).await
                 })
                 .await?;
+            // `spawn` waited for room: the chunks before this one are at most a flight away.
+            advance(bar, offset + len);
         }
-        bar.set_position(window + window_len);
+        advance(bar, window + window_len);
     }
     flight.finish().await
 }
@@ -146,7 +156,7 @@ async fn import_stream(
             .spawn(write_data(image.clone(), offset, data.into()))
             .await?;
         offset += len;
-        bar.set_position(offset);
+        advance(bar, offset);
     }
     let (_, extra) = read(reader, 1).await?;
     if !extra?.is_empty() {
@@ -242,22 +252,27 @@ async fn export_into(
             };
             if let Some(done) = reads.push(read).await? {
                 let written;
-                (output, written) = write_out(output, done).await?;
+                (output, written) = write_out(output, done, bar).await?;
                 data_bytes += written;
             }
         }
-        bar.set_position(window + window_len);
+        advance(bar, window + window_len);
     }
     while let Some(done) = reads.next().await {
         let written;
-        (output, written) = write_out(output, done?).await?;
+        (output, written) = write_out(output, done?, bar).await?;
         data_bytes += written;
     }
     spawn_blocking(move || output.finish(size_bytes)).await??;
     Ok(data_bytes)
 }
 
-async fn write_out(mut output: Output, (offset, data): (u64, Bytes)) -> Result<(Output, u64)> {
+async fn write_out(
+    mut output: Output,
+    (offset, data): (u64, Bytes),
+    bar: &ProgressBar,
+) -> Result<(Output, u64)> {
+    advance(bar, offset + data.len() as u64);
     let (output, written) = spawn_blocking(move || {
         let written = output.write(offset, &data);
         (output, written)
@@ -338,8 +353,9 @@ async fn copy_into(
                     write_data(target, offset, data).await
                 })
                 .await?;
+            advance(bar, offset + len);
         }
-        bar.set_position(window + window_len);
+        advance(bar, window + window_len);
     }
     flight.finish().await
 }
