@@ -32,8 +32,8 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// How long to keep retrying while no monitor answers (rollback and flatten: also how
-    /// long each object request keeps retrying).
+    /// How long to keep retrying while no monitor answers (rollback, flatten, import, export
+    /// and cp: also how long each object request keeps retrying).
     #[arg(long, global = true, default_value = "30s", value_parser = duration_arg)]
     timeout: Duration,
     /// Keyring holding the key of --name [env: FASTBLOCK_KEYRING; default /etc/fastblock/keyring].

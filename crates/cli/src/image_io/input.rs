@@ -5,7 +5,7 @@
 use crate::command::DataPath;
 use anyhow::{anyhow, Context, Result};
 use std::fs::File;
-use std::io::Read;
+use std::io::{IsTerminal, Read};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::sync::Arc;
@@ -33,6 +33,12 @@ impl Input {
                 p.display().to_string(),
             ),
             DataPath::Stdio => {
+                if std::io::stdin().is_terminal() {
+                    // Typed image data is never meant: this would wait for it forever.
+                    return Err(anyhow!(
+                        "stdin is a terminal: pipe the data in, or name a FILE to import"
+                    ));
+                }
                 // A `File` of its own (positioned reads, metadata), without closing fd 0.
                 let fd = std::io::stdin()
                     .as_fd()
