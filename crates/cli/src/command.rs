@@ -106,6 +106,12 @@ pub enum Command {
     },
     /// The clones of a snapshot (`image children`).
     ImageChildren(SnapSpec),
+    /// Copy a file or stdin into a new image (`image import`): data path.
+    ImageImport(ImportArgs),
+    /// Copy an image or snapshot into a file or stdout (`image export`): data path.
+    ImageExport(ExportArgs),
+    /// Copy an image or snapshot into a new image (`image cp`): data path.
+    ImageCp(CopyArgs),
     Flag {
         flag: String,
         set: bool,
@@ -214,6 +220,92 @@ impl std::fmt::Display for SnapSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}@{}", self.pool, self.image, self.snap)
     }
+}
+
+/// Where `image import` reads or `image export` writes: `-` (stdin, stdout) or a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataPath {
+    Stdio,
+    File(PathBuf),
+}
+
+impl DataPath {
+    pub fn parse(s: &str) -> DataPath {
+        if s == "-" {
+            DataPath::Stdio
+        } else {
+            DataPath::File(PathBuf::from(s))
+        }
+    }
+}
+
+/// An image's head or one of its snapshots, `POOL/IMAGE[@SNAP]`: what export and cp read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageOrSnap {
+    pub image: ImageSpec,
+    pub snap: Option<String>,
+}
+
+impl std::fmt::Display for ImageOrSnap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.snap {
+            Some(snap) => write!(f, "{}@{snap}", self.image),
+            None => write!(f, "{}", self.image),
+        }
+    }
+}
+
+/// Parses `POOL/IMAGE` or `POOL/IMAGE@SNAP` (as [`parse_image_spec`], [`parse_snap_spec`]).
+pub fn parse_image_or_snap(spec: &str) -> Result<ImageOrSnap, String> {
+    if spec.contains('@') {
+        let s = parse_snap_spec(spec)?;
+        return Ok(ImageOrSnap {
+            image: ImageSpec {
+                pool: s.pool,
+                image: s.image,
+            },
+            snap: Some(s.snap),
+        });
+    }
+    Ok(ImageOrSnap {
+        image: parse_image_spec(spec)?,
+        snap: None,
+    })
+}
+
+/// `image import FILE|- POOL/IMAGE` (`docs/cli.md`, "Moving data in and out").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportArgs {
+    pub source: DataPath,
+    pub target: ImageSpec,
+    /// The image's size; else the file's, rounded up to 4 KiB. Needed for a pipe.
+    pub size_bytes: Option<u64>,
+    pub object_size_bytes: Option<u64>,
+    /// Replace an existing image (removed first).
+    pub overwrite: bool,
+    pub chunks_in_flight_max: usize,
+}
+
+/// `image export POOL/IMAGE[@SNAP] FILE|-`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportArgs {
+    pub source: ImageOrSnap,
+    pub target: DataPath,
+    /// Replace an existing regular file.
+    pub overwrite: bool,
+    pub chunks_in_flight_max: usize,
+}
+
+/// `image cp POOL/IMAGE[@SNAP] POOL/IMAGE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopyArgs {
+    pub source: ImageOrSnap,
+    pub target: ImageSpec,
+    /// The copy's object size; else the source's.
+    pub object_size_bytes: Option<u64>,
+    /// Replace an existing image (removed first).
+    pub overwrite: bool,
+    pub chunks_in_flight_max: usize,
 }
 
 /// Parses `POOL/IMAGE@SNAP`: exactly one `/`, then exactly one `@`, no empty part. Each

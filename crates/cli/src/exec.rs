@@ -93,6 +93,9 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
         | Command::ImageClone { .. }
         | Command::ImageFlatten { .. }
         | Command::ImageChildren(_) => crate::snap::execute(inv, client, out).await?,
+        Command::ImageImport(_) | Command::ImageExport(_) | Command::ImageCp(_) => {
+            crate::image_io::execute(inv, client, out).await?
+        }
         Command::PgLs { .. } | Command::PgScrub { .. } => {
             crate::pg::execute(inv, client, out).await?
         }

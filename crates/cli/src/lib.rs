@@ -9,13 +9,15 @@
 //! [`auth`] loads the key the CLI signs with (`--keyring`, `--name`) and runs the `auth`
 //! commands. [`capacity`] runs `health`, `df` and the full-ratio commands. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
 //! answers into text. [`pg`] runs `pg ls` and the scrub commands. [`snap`] runs the snapshot and clone commands; its rollback and flatten
-//! also move data through the block client library (`fastblock-client`). Every failure ends
+//! also move data through the block client library (`fastblock-client`), as [`image_io`] does
+//! for `image import`, `image export` and `image cp`. Every failure ends
 //! as one line on stderr and a non-zero exit status.
 
 pub mod auth;
 pub mod capacity;
 pub mod command;
 pub mod exec;
+pub mod image_io;
 pub mod legacy;
 pub mod modern;
 pub mod pg;

@@ -1,8 +1,9 @@
 //! The modern syntax: `fastblock-client [--mon ADDR] [--json] <noun> <verb> ...`.
 
 use crate::command::{
-    default_monitors, parse_image_spec, parse_pgid, parse_snap_spec, split_image_spec, Command,
-    ImageSpec, Invocation, SnapSpec, Style, DEFAULT_ENTITY,
+    default_monitors, parse_image_or_snap, parse_image_spec, parse_pgid, parse_snap_spec,
+    split_image_spec, Command, CopyArgs, DataPath, ExportArgs, ImageOrSnap, ImageSpec, ImportArgs,
+    Invocation, SnapSpec, Style, DEFAULT_ENTITY,
 };
 use crate::{EXIT_FAILURE, EXIT_USAGE};
 use clap::{Parser, Subcommand};
@@ -31,8 +32,8 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// How long to keep retrying while no monitor answers (rollback and flatten: also how
-    /// long each object request keeps retrying).
+    /// How long to keep retrying while no monitor answers (rollback, flatten, import, export
+    /// and cp: also how long each object request keeps retrying).
     #[arg(long, global = true, default_value = "30s", value_parser = duration_arg)]
     timeout: Duration,
     /// Keyring holding the key of --name [env: FASTBLOCK_KEYRING; default /etc/fastblock/keyring].
@@ -355,6 +356,73 @@ enum ImageCmd {
         #[arg(value_name = "POOL/IMAGE@SNAP", value_parser = parse_snap_spec)]
         spec: SnapSpec,
     },
+    /// Copy a raw disk image from a file or stdin (-) into a new image.
+    ///
+    /// The image gets the file's size rounded up to 4 KiB (or --size; a pipe needs it).
+    /// Holes of the file (SEEK_DATA/SEEK_HOLE) and all-zero 4 KiB blocks are not written. While
+    /// it runs the image has a snapshot named import-incomplete, removed at the end: an
+    /// interrupted import leaves it there (docs/cli.md).
+    Import {
+        /// The file to read, or - for stdin.
+        #[arg(value_name = "FILE|-")]
+        source: String,
+        /// The new image, POOL/NAME.
+        #[arg(value_name = "POOL/NAME", value_parser = parse_image_spec)]
+        target: ImageSpec,
+        /// The image's size (binary units accepted); at least the file's.
+        #[arg(long, value_parser = size)]
+        size: Option<u64>,
+        /// Power of two, 4K..64M (default 4M).
+        #[arg(long, value_parser = size)]
+        object_size: Option<u64>,
+        /// Replace an existing image: remove it (refused if it has snapshots), then import.
+        #[arg(long)]
+        overwrite: bool,
+        /// Chunks of up to 4 MiB moved at once.
+        #[arg(long, value_name = "N", default_value_t = CHUNKS_IN_FLIGHT_DEFAULT, value_parser = chunks_in_flight)]
+        chunks_in_flight: usize,
+    },
+    /// Copy an image or a snapshot into a file, or to stdout (-).
+    ///
+    /// Only the ranges the cluster holds data in are read (a snapshot is read whole). A
+    /// regular file is written sparse: holes and all-zero 4 KiB blocks are skipped. Stdout
+    /// and devices get every byte. Export a snapshot for a consistent copy of a live image.
+    Export {
+        /// The image or snapshot, POOL/IMAGE[@SNAP].
+        #[arg(value_name = "POOL/IMAGE[@SNAP]", value_parser = parse_image_or_snap)]
+        source: ImageOrSnap,
+        /// The file to write, or - for stdout.
+        #[arg(value_name = "FILE|-")]
+        target: String,
+        /// Replace an existing regular file.
+        #[arg(long)]
+        overwrite: bool,
+        /// Chunks of up to 4 MiB moved at once.
+        #[arg(long, value_name = "N", default_value_t = CHUNKS_IN_FLIGHT_DEFAULT, value_parser = chunks_in_flight)]
+        chunks_in_flight: usize,
+    },
+    /// Copy an image or a snapshot into a new image of the same size.
+    ///
+    /// Reads only the ranges the source holds data in (a snapshot is read whole) and writes
+    /// no all-zero 4 KiB block. While it runs the copy has a snapshot named cp-incomplete,
+    /// removed at the end.
+    Cp {
+        /// The image or snapshot to copy, POOL/IMAGE[@SNAP].
+        #[arg(value_name = "POOL/IMAGE[@SNAP]", value_parser = parse_image_or_snap)]
+        source: ImageOrSnap,
+        /// The new image, POOL/NAME (in any pool).
+        #[arg(value_name = "POOL/NAME", value_parser = parse_image_spec)]
+        target: ImageSpec,
+        /// The copy's object size (default: the source's).
+        #[arg(long, value_parser = size)]
+        object_size: Option<u64>,
+        /// Replace an existing image: remove it (refused if it has snapshots), then copy.
+        #[arg(long)]
+        overwrite: bool,
+        /// Chunks of up to 4 MiB moved at once.
+        #[arg(long, value_name = "N", default_value_t = CHUNKS_IN_FLIGHT_DEFAULT, value_parser = chunks_in_flight)]
+        chunks_in_flight: usize,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -432,6 +500,22 @@ fn objects_in_flight(s: &str) -> Result<usize, String> {
         Ok(n) if (1..=OBJECTS_IN_FLIGHT_MAX).contains(&n) => Ok(n),
         _ => Err(format!(
             "expected a number of objects from 1 to {OBJECTS_IN_FLIGHT_MAX}"
+        )),
+    }
+}
+
+/// Chunks an import, export or cp moves at once unless `--chunks-in-flight` says otherwise:
+/// 8 chunks of 4 MiB keep 32 write requests of 1 MiB in flight, enough to hide the network
+/// and replication round trips, in 32 MiB of buffers.
+const CHUNKS_IN_FLIGHT_DEFAULT: usize = 8;
+/// The most `--chunks-in-flight` accepts: each chunk is a buffer of up to 4 MiB.
+const CHUNKS_IN_FLIGHT_MAX: usize = 64;
+
+fn chunks_in_flight(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=CHUNKS_IN_FLIGHT_MAX).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected a number of chunks from 1 to {CHUNKS_IN_FLIGHT_MAX}"
         )),
     }
 }
@@ -526,6 +610,45 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
             objects_in_flight_max: objects_in_flight,
         },
         Top::Image(ImageCmd::Children { spec }) => Command::ImageChildren(spec),
+        Top::Image(ImageCmd::Import {
+            source,
+            target,
+            size,
+            object_size,
+            overwrite,
+            chunks_in_flight,
+        }) => Command::ImageImport(ImportArgs {
+            source: DataPath::parse(&source),
+            target,
+            size_bytes: size,
+            object_size_bytes: object_size,
+            overwrite,
+            chunks_in_flight_max: chunks_in_flight,
+        }),
+        Top::Image(ImageCmd::Export {
+            source,
+            target,
+            overwrite,
+            chunks_in_flight,
+        }) => Command::ImageExport(ExportArgs {
+            source,
+            target: DataPath::parse(&target),
+            overwrite,
+            chunks_in_flight_max: chunks_in_flight,
+        }),
+        Top::Image(ImageCmd::Cp {
+            source,
+            target,
+            object_size,
+            overwrite,
+            chunks_in_flight,
+        }) => Command::ImageCp(CopyArgs {
+            source,
+            target,
+            object_size_bytes: object_size,
+            overwrite,
+            chunks_in_flight_max: chunks_in_flight,
+        }),
         Top::Set { flag } => Command::Flag { flag, set: true },
         Top::Unset { flag } => Command::Flag { flag, set: false },
         Top::Map { watch } => Command::Map { watch },
@@ -847,6 +970,98 @@ mod tests {
             let (code, message) = p(&["image", "flatten", "rbd/kid", &arg]).unwrap_err();
             assert_eq!(code, EXIT_USAGE, "{n}");
             assert!(message.contains("from 1 to 1024"), "{n}: {message}");
+        }
+    }
+
+    #[test]
+    fn parses_import_export_and_cp() {
+        let cases: Vec<(Vec<&str>, Command)> = vec![
+            (
+                vec!["image", "import", "disk.raw", "rbd/vm1"],
+                Command::ImageImport(ImportArgs {
+                    source: DataPath::File("disk.raw".into()),
+                    target: image("rbd/vm1"),
+                    size_bytes: None,
+                    object_size_bytes: None,
+                    overwrite: false,
+                    chunks_in_flight_max: CHUNKS_IN_FLIGHT_DEFAULT,
+                }),
+            ),
+            (
+                vec![
+                    "image",
+                    "import",
+                    "-",
+                    "rbd/vm1",
+                    "--size",
+                    "10G",
+                    "--object-size",
+                    "1M",
+                    "--overwrite",
+                    "--chunks-in-flight",
+                    "3",
+                ],
+                Command::ImageImport(ImportArgs {
+                    source: DataPath::Stdio,
+                    target: image("rbd/vm1"),
+                    size_bytes: Some(10 << 30),
+                    object_size_bytes: Some(1 << 20),
+                    overwrite: true,
+                    chunks_in_flight_max: 3,
+                }),
+            ),
+            (
+                vec!["image", "export", "rbd/vm1@s1", "-"],
+                Command::ImageExport(ExportArgs {
+                    source: ImageOrSnap {
+                        image: image("rbd/vm1"),
+                        snap: Some("s1".into()),
+                    },
+                    target: DataPath::Stdio,
+                    overwrite: false,
+                    chunks_in_flight_max: CHUNKS_IN_FLIGHT_DEFAULT,
+                }),
+            ),
+            (
+                vec!["image", "cp", "rbd/vm1", "ssd/vm2", "--overwrite"],
+                Command::ImageCp(CopyArgs {
+                    source: ImageOrSnap {
+                        image: image("rbd/vm1"),
+                        snap: None,
+                    },
+                    target: image("ssd/vm2"),
+                    object_size_bytes: None,
+                    overwrite: true,
+                    chunks_in_flight_max: CHUNKS_IN_FLIGHT_DEFAULT,
+                }),
+            ),
+        ];
+        for (args, want) in cases {
+            assert_eq!(p(&args).unwrap().command, want, "{args:?}");
+        }
+        // A snapshot cannot be a target; the in-flight count is bounded.
+        for args in [
+            vec!["image", "import", "disk.raw", "rbd/vm1@s1"],
+            vec!["image", "cp", "rbd/vm1", "rbd/vm2@s"],
+            vec!["image", "export", "rbd", "out.raw"],
+            vec![
+                "image",
+                "export",
+                "rbd/vm1",
+                "out.raw",
+                "--chunks-in-flight",
+                "65",
+            ],
+            vec![
+                "image",
+                "export",
+                "rbd/vm1",
+                "out.raw",
+                "--chunks-in-flight",
+                "0",
+            ],
+        ] {
+            assert_eq!(p(&args).unwrap_err().0, EXIT_USAGE, "{args:?}");
         }
     }
 

@@ -400,7 +400,7 @@ async fn flatten(
 /// Without a key (no keyring file: a cluster in auth mode `none`) the library looks for the
 /// default keyring (`$FASTBLOCK_KEYRING`, else `/etc/fastblock/keyring`) itself; the CLI found
 /// none there unless `--keyring` named another file.
-async fn connect(inv: &Invocation, client: &MonClient) -> Result<Arc<Cluster>> {
+pub(crate) async fn connect(inv: &Invocation, client: &MonClient) -> Result<Arc<Cluster>> {
     let config = ClientConfig {
         op_deadline: inv.timeout,
         entity: inv.name.clone(),

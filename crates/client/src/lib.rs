@@ -25,6 +25,7 @@
 //! - [`image`]: [`Image`], async block IO on one image.
 //! - [`blocking`]: [`BlockingImage`], the same IO for synchronous callers.
 //! - [`usage`]: [`usage::ImageUsage`], what an image holds on the OSDs (`Image::usage`).
+//! - [`zeros`]: pure: where read data is whole, aligned all-zero blocks (holes to skip).
 //! - [`testing`] (feature `test-util`): an in-memory fake OSD and map builders.
 //!
 //! Invariants:
@@ -57,6 +58,7 @@ pub mod split;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod usage;
+pub mod zeros;
 
 pub use blocking::BlockingImage;
 pub use bytes::Bytes;
