@@ -59,7 +59,12 @@ impl std::str::FromStr for IoType {
 /// Command line. Every setting is optional here: unset ones come from the file, then from the
 /// defaults.
 #[derive(Debug, Default, Parser)]
-#[command(name = "block_bench", version, about = "fastblock block benchmark")]
+#[command(
+    name = "block_bench",
+    version = fastblock_version::VERSION,
+    about = "fastblock's block benchmark: the reference's block_bench (-C cfg.json) over the \
+             client library, with stamped, verifiable data"
+)]
 pub struct Args {
     /// JSON config file (the reference's keys).
     #[arg(short = 'C', long = "config", value_name = "FILE")]

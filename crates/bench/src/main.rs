@@ -16,7 +16,7 @@ fn main() {
     let code = match run(&args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("block_bench: {e:#}");
+            eprintln!("error: {e:#}");
             1
         }
     };
@@ -43,7 +43,7 @@ fn run(args: &Args) -> Result<i32> {
     let config = BenchConfig::load(args)?;
     if !config.unknown_keys.is_empty() {
         eprintln!(
-            "block_bench: warning: ignoring unknown config keys: {}",
+            "warning: ignoring unknown config keys: {}",
             config.unknown_keys.join(", ")
         );
     }
