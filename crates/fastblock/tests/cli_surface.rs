@@ -151,7 +151,12 @@ fn every_binary_answers_help_version_and_bad_flags_without_starting() {
             env!("CARGO_PKG_VERSION"),
             hash.as_deref().unwrap_or("unknown")
         );
-        assert_eq!(line.trim(), expected, "{name} --version");
+        assert_eq!(
+            line.trim(),
+            expected,
+            "{name} --version (built before the last commit? the binaries of other packages \
+             are rebuilt by `cargo build --workspace --bins`)"
+        );
         assert_nothing_written(name, "--version", &cwd);
 
         let bogus = run(name, &["--no-such-flag"], &cwd);
