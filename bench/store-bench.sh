@@ -25,7 +25,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target-store}"
 
 mkdir -p "$DIR"
 echo "building store-bench (release)..." >&2
-(cd "$ROOT" && cargo build --release -q -p fastblock-store --bin store-bench)
+(cd "$ROOT" && cargo build --release -q -p fastblock-bench --bin store-bench)
 BIN="$CARGO_TARGET_DIR/release/store-bench"
 
 fio_run() { # name rw iodepth extra...

@@ -22,6 +22,9 @@ pub const STAMP_BLOCK_BYTES: u64 = 4096;
 pub const IO_DEPTH_MAX: usize = 4096;
 /// Most runtime worker threads `--threads` takes.
 pub const THREADS_MAX: usize = 64;
+/// Most bench workers (`-m` cores): each holds its own connections to the monitor and to
+/// every OSD it writes to.
+pub const WORKERS_MAX: usize = 256;
 /// Largest IO: the wire carries a 4 MiB piece per object request, and a bench IO spanning
 /// many objects is not what this tool measures.
 pub const IO_SIZE_BYTES_MAX: u64 = 64 << 20;
@@ -59,30 +62,45 @@ impl std::str::FromStr for IoType {
 /// Command line. Every setting is optional here: unset ones come from the file, then from the
 /// defaults.
 #[derive(Debug, Default, Parser)]
-#[command(name = "block_bench", version, about = "fastblock block benchmark")]
+#[command(
+    name = "block_bench",
+    version = fastblock_version::VERSION,
+    about = "fastblock's block benchmark: the reference's block_bench (-C cfg.json, -m cores) over \
+             the client library, with stamped, verifiable data"
+)]
 pub struct Args {
     /// JSON config file (the reference's keys).
     #[arg(short = 'C', long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Cores to run on, as the reference's SPDK `-m`: one worker per core, each pinned to its
+    /// core and keeping io_depth IOs in flight, io_count shared out between them. A list
+    /// `[16,17]` (ranges: `[0-3,8]`; brackets optional) or a hex mask `0x30000`. Without it:
+    /// one unpinned worker.
+    #[arg(short = 'm', long = "cpumask", value_name = "CORES", value_parser = core_list_arg)]
+    pub cores: Option<CoreList>,
     /// write, read or write_read.
     #[arg(long)]
     pub io_type: Option<String>,
     /// Bytes per IO (4096, 4K, 1M); a multiple of 4 KiB.
     #[arg(long)]
     pub io_size: Option<String>,
-    /// IOs per phase.
+    /// IOs per phase, over all workers.
     #[arg(long)]
     pub io_count: Option<u64>,
-    /// IOs in flight.
+    /// IOs in flight per worker (per core of -m).
     #[arg(long)]
     pub io_depth: Option<u64>,
     /// Image name (created if missing); empty or absent: a random name.
     #[arg(long = "image")]
     pub image_name: Option<String>,
+    /// Bytes the IOs stay within (64M, 1G): the size of an image created, at most the size
+    /// of an existing one. Absent: the existing image's size.
     #[arg(long)]
     pub image_size: Option<String>,
+    /// Object size of an image created (default: the monitor's).
     #[arg(long)]
     pub object_size: Option<String>,
+    /// Pool of the image (required here or as "pool_name" in the file).
     #[arg(long = "pool")]
     pub pool_name: Option<String>,
     /// Monitor "ip" or "ip:port" (port 3333 by default); repeat or separate with commas.
@@ -119,12 +137,20 @@ pub struct Args {
     /// The entity to act as.
     #[arg(long, default_value = "client.admin")]
     pub name: String,
-    /// Worker threads of the client's runtime. One keeps each IO and its reply on one thread
+    /// Runtime threads of each worker. One keeps each IO and its reply on one thread
     /// (no wake-up across threads per IO): on a small machine it costs less CPU per IO for
-    /// the same IOPS. More for many images or a depth one thread cannot keep up with.
-    /// Default 1.
+    /// the same IOPS. More for a depth one thread cannot keep up with. With -m, all of a
+    /// worker's threads share its core. Default 1.
     #[arg(long)]
     pub threads: Option<usize>,
+}
+
+/// The cores of `-m`, ascending.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreList(pub Vec<usize>);
+
+fn core_list_arg(text: &str) -> Result<CoreList, String> {
+    crate::cores::parse_core_list(text).map(CoreList)
 }
 
 /// A size given as a number of bytes or as text (`"64M"`).
@@ -173,10 +199,13 @@ pub struct BenchConfig {
     pub io_size: u64,
     /// IOs per phase (ignored with `infinity`).
     pub io_count: u64,
+    /// IOs in flight per worker.
     pub io_depth: usize,
+    /// `-m`: one worker per core, in core order; `None`: one unpinned worker.
+    pub cores: Option<Vec<usize>>,
     /// Empty: pick a random name.
     pub image_name: String,
-    /// `None`: use the existing image's size (the image must exist).
+    /// The bytes IO stays within; `None`: the existing image's size (it must exist).
     pub image_size: Option<u64>,
     /// `None`: the monitor's default for a new image, the image's own for an existing one.
     pub object_size: Option<u64>,
@@ -311,11 +340,13 @@ fn merge(file: FileConfig, args: &Args) -> Result<BenchConfig> {
         (None, _) => None,
     }
     .map(Duration::from_millis);
+    let cores = args.cores.clone().map(|c| c.0);
     let config = BenchConfig {
         io_type,
         io_size,
         io_count,
         io_depth: usize::try_from(io_depth).unwrap_or(usize::MAX),
+        cores,
         image_name: args
             .image_name
             .clone()
@@ -375,6 +406,14 @@ impl BenchConfig {
         }
         if self.threads == 0 || self.threads > THREADS_MAX {
             bail!("threads {} is not within 1..={THREADS_MAX}", self.threads);
+        }
+        if let Some(cores) = &self.cores {
+            if cores.len() > WORKERS_MAX {
+                bail!(
+                    "-m names {} cores, more than the {WORKERS_MAX} workers block_bench runs",
+                    cores.len()
+                );
+            }
         }
         if self.io_count == 0 && !self.infinity {
             bail!("io_count must be at least 1");
@@ -514,6 +553,25 @@ mod tests {
             err(r#"{"pool_name": "fb", "infinity": true, "io_type": "write_read"}"#)
                 .contains("infinity")
         );
+    }
+
+    #[test]
+    fn the_core_list_of_the_reference_flow() {
+        let parsed =
+            Args::try_parse_from(["block_bench", "-C", "cfg.json", "-m", "[16,17]"]).unwrap();
+        assert_eq!(parsed.cores, Some(CoreList(vec![16, 17])));
+        let c = BenchConfig::from_json(DEV, &parsed).unwrap();
+        assert_eq!(c.cores, Some(vec![16, 17]));
+        assert_eq!(BenchConfig::from_json(DEV, &args()).unwrap().cores, None);
+        let e = Args::try_parse_from(["block_bench", "-m", "16"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("ambiguous"), "{e}");
+        let flags = Args {
+            cores: Some(CoreList((0..512).collect())),
+            ..args()
+        };
+        let e = format!("{:#}", BenchConfig::from_json(DEV, &flags).unwrap_err());
+        assert!(e.contains("more than the 256 workers"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //!   verification.
 //! - [`stats`]: hdrhistogram latencies and the reference's report lines.
 //! - [`cpu`]: this process's CPU time, reported per phase.
-//! - [`workload`]: the IO phases (workers, offsets, warm-up, verify, periodic lines).
+//! - [`cores`]: the `-m` core list and thread pinning.
+//! - [`workload`]: one worker's share of a phase (IO slots, offsets, warm-up, verify).
+//! - [`worker`]: the workers (one per `-m` core, each with its own thread, runtime and client).
+//! - [`phase`]: one phase over all workers, their figures summed, the periodic lines.
 //! - [`run`]: image setup and the whole run; `main.rs` only parses arguments, prints and
 //!   picks the exit code.
 //!
@@ -15,8 +18,11 @@
 //! that completed after the warm-up; the first IO error stops the run.
 
 pub mod config;
+pub mod cores;
 pub mod cpu;
+pub mod phase;
 pub mod run;
 pub mod stamp;
 pub mod stats;
+pub mod worker;
 pub mod workload;

@@ -2,21 +2,45 @@
 //! and render it as the reference's text or as JSON.
 
 use crate::config::{BenchConfig, IoType};
+use crate::phase::{run_phase, PhaseContext, PhaseResult};
 use crate::stats::final_block;
-use crate::workload::{run_phase, Ledger, PhaseResult, RunOptions, VerifyReport};
+use crate::worker::Worker;
+use crate::workload::{Ledger, RunOptions, VerifyReport};
 use anyhow::{bail, Context, Result};
 use fastblock_client::types::api::{CreateImageRequest, ErrorCode};
 use fastblock_client::types::map::ImageInfo;
-use fastblock_client::{ClientStats, Cluster, Image, MonError};
+use fastblock_client::{ClientStats, Cluster, MonError};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+/// Where a worker ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The core `-m` gave it (`None` without `-m`).
+    pub core: Option<usize>,
+    pub pinned: bool,
+}
+
+impl Placement {
+    fn describe(&self) -> String {
+        match (self.core, self.pinned) {
+            (Some(core), true) => format!("core {core}, pinned"),
+            (Some(core), false) => format!("core {core}, unpinned"),
+            (None, _) => "unpinned".to_string(),
+        }
+    }
+}
+
 /// What a run did.
 #[derive(Debug)]
 pub struct Outcome {
     pub phases: Vec<PhaseResult>,
+    /// Each worker's placement, in worker order (the order of the phases' worker figures).
+    pub workers: Vec<Placement>,
+    /// The bytes of the image the IOs stayed within.
+    pub io_range_bytes: u64,
     pub verify: VerifyReport,
     /// The first IO error, which stopped the run.
     pub error: Option<String>,
@@ -35,13 +59,26 @@ impl Outcome {
         }
     }
 
-    /// The reference's final blocks, then verify and error lines.
+    /// The reference's final blocks (each followed by one line per worker when there are
+    /// several), then verify and error lines.
     pub fn text(&self) -> String {
-        let mut out: Vec<String> = self
-            .phases
-            .iter()
-            .map(|p| final_block(p.name, &p.summary))
-            .collect();
+        let mut out: Vec<String> = Vec::new();
+        for phase in &self.phases {
+            out.push(final_block(phase.name, &phase.summary));
+            if phase.workers.len() > 1 {
+                for (i, (worker, placement)) in phase.workers.iter().zip(&self.workers).enumerate()
+                {
+                    let s = &worker.summary;
+                    out.push(format!(
+                        "worker {i} ({}): mean: {:.3}us, iops: {:.0}, total_io_count: {}",
+                        placement.describe(),
+                        s.mean_us,
+                        s.iops,
+                        s.total_io_count
+                    ));
+                }
+            }
+        }
         if self.verify.blocks_checked > 0 {
             out.push(format!(
                 "verify: {} blocks checked, {} mismatches, {} never written",
@@ -89,12 +126,24 @@ impl Outcome {
                         0.0
                     },
                     "latency_cdf": p.latency_cdf,
+                    "workers": p.workers.iter().zip(&self.workers).map(|(w, placement)| {
+                        serde_json::json!({
+                            "core": placement.core,
+                            "pinned": placement.pinned,
+                            "cores_seen": w.cores_seen,
+                            "mean_us": w.summary.mean_us,
+                            "iops": w.summary.iops,
+                            "measured_io_count": w.summary.measured_io_count,
+                            "total_io_count": w.summary.total_io_count,
+                        })
+                    }).collect::<Vec<_>>(),
                 })
             })
             .collect();
         serde_json::json!({
             "image": {"pool": image.pool_name, "name": image.name, "id": image.id.get(),
-                      "size_bytes": image.size_bytes, "object_size_bytes": image.object_size_bytes},
+                      "size_bytes": image.size_bytes, "object_size_bytes": image.object_size_bytes,
+                      "io_range_bytes": self.io_range_bytes},
             "phases": phases,
             "verify": self.verify,
             "error": self.error,
@@ -112,8 +161,9 @@ impl Outcome {
     }
 }
 
-/// Creates the image if missing ("exists" accepted, but its size must match), or opens the
-/// existing one when no size is given.
+/// Creates the image if missing, or takes the existing one, as the reference does ("exists"
+/// is fine). An existing image must be at least `image_size` large (the IOs stay within
+/// `image_size`); an object size other than the config's is used as it is, with a warning.
 pub async fn ensure_image(
     cluster: &Arc<Cluster>,
     config: &BenchConfig,
@@ -148,17 +198,19 @@ pub async fn ensure_image(
         Err(e) => return Err(e).context(format!("looking up image {pool}/{name}")),
     };
     if let Some(size) = config.image_size {
-        if info.size_bytes != size {
+        if info.size_bytes < size {
             bail!(
-                "image {pool}/{name} exists with {} bytes, the config asks for {size}",
+                "image {pool}/{name} exists with {} bytes, less than the image_size of {size} \
+                 the config asks for",
                 info.size_bytes
             );
         }
     }
     if let Some(object_size) = config.object_size {
         if info.object_size_bytes != object_size {
-            bail!(
-                "image {pool}/{name} exists with object size {}, the config asks for {object_size}",
+            eprintln!(
+                "warning: image {pool}/{name} exists with object size {}, not the config's \
+                 {object_size}; using the image's",
                 info.object_size_bytes
             );
         }
@@ -166,10 +218,11 @@ pub async fn ensure_image(
     Ok(info)
 }
 
-/// The options of the phases, from the config and a seed.
-pub fn run_options(config: &BenchConfig, seed: u64) -> RunOptions {
+/// The options of the phases, from the config, the image and a seed.
+pub fn run_options(config: &BenchConfig, image: &ImageInfo, seed: u64) -> RunOptions {
     RunOptions {
         io_type: config.io_type,
+        io_range_bytes: config.image_size.unwrap_or(image.size_bytes),
         io_size: config.io_size,
         io_count: config.io_count,
         io_depth: config.io_depth,
@@ -202,24 +255,33 @@ pub fn progress_bar(options: &RunOptions) -> ProgressBar {
     bar
 }
 
-/// Runs the phases of `options.io_type` on `image`. `stop` ends the current phase early.
+/// Runs the phases of `options.io_type` on `workers`. `stop` ends the current phase early.
 pub async fn run_phases(
-    image: &Image,
+    workers: &[Worker],
     options: &RunOptions,
     stop: &Arc<AtomicBool>,
     progress: &ProgressBar,
 ) -> Outcome {
-    if image.size_bytes() < options.io_size {
-        return Outcome {
-            phases: Vec::new(),
-            verify: VerifyReport::default(),
-            error: Some(format!(
-                "the image has {} bytes, less than one IO of {}",
-                image.size_bytes(),
-                options.io_size
-            )),
-            client: image.cluster().stats(),
-        };
+    let mut outcome = Outcome {
+        phases: Vec::new(),
+        workers: workers
+            .iter()
+            .map(|w| Placement {
+                core: w.core,
+                pinned: w.pinned,
+            })
+            .collect(),
+        io_range_bytes: options.io_range_bytes,
+        verify: VerifyReport::default(),
+        error: None,
+        client: ClientStats::default(),
+    };
+    if options.io_range_bytes < options.io_size {
+        outcome.error = Some(format!(
+            "the IO range has {} bytes, less than one IO of {}",
+            options.io_range_bytes, options.io_size
+        ));
+        return outcome;
     }
     let writes: &[bool] = match options.io_type {
         IoType::Write => &[true],
@@ -228,23 +290,40 @@ pub async fn run_phases(
     };
     let ledger = Arc::new(Ledger::default());
     let verify = Arc::new(Mutex::new(VerifyReport::default()));
-    let mut phases = Vec::new();
-    let mut error = None;
+    let cx = PhaseContext {
+        workers,
+        options,
+        ledger: &ledger,
+        verify: &verify,
+        stop,
+        progress,
+    };
     for &write in writes {
-        match run_phase(image, options, write, &ledger, &verify, stop, progress).await {
-            Ok(result) => phases.push(result),
+        let (result, clients) = run_phase(&cx, write).await;
+        // Each worker's counters cover all its phases so far: the last phase's are the run's.
+        outcome.client = sum_stats(&clients);
+        match result {
+            Ok(result) => outcome.phases.push(result),
             Err(e) => {
-                error = Some(e);
+                outcome.error = Some(e);
                 break;
             }
         }
     }
     progress.finish_and_clear();
-    let verify = verify.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    Outcome {
-        phases,
-        verify,
-        error,
-        client: image.cluster().stats(),
-    }
+    outcome.verify = verify.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    outcome
+}
+
+fn sum_stats(stats: &[ClientStats]) -> ClientStats {
+    stats
+        .iter()
+        .fold(ClientStats::default(), |a, s| ClientStats {
+            object_requests: a.object_requests + s.object_requests,
+            retries: a.retries + s.retries,
+            redirects: a.redirects + s.redirects,
+            connects: a.connects + s.connects,
+            map_updates: a.map_updates + s.map_updates,
+            timeouts: a.timeouts + s.timeouts,
+        })
 }

@@ -81,6 +81,15 @@ impl Latencies {
             .collect()
     }
 
+    /// Adds `other`'s IOs to these (another worker's, for the total of a phase).
+    pub fn add(&mut self, other: &Latencies) {
+        // Both histograms have the same constant bounds, so adding cannot fail.
+        self.histogram
+            .add(&other.histogram)
+            .expect("histograms of equal bounds add");
+        self.sum_nanos += other.sum_nanos;
+    }
+
     pub fn reset(&mut self) {
         self.histogram.reset();
         self.sum_nanos = 0;

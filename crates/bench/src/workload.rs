@@ -1,19 +1,20 @@
-//! The IO phases: `io_depth` workers issue `io_count` IOs of `io_size` bytes at offsets drawn
-//! from the IO index (random or sequential, io_size-aligned), record latencies, and verify
-//! read data against the stamps.
+//! One worker's share of an IO phase: `io_depth` IO slots issue the worker's IOs of `io_size`
+//! bytes at offsets drawn from the IO index (random or sequential, io_size-aligned, below
+//! `io_range_bytes`), record latencies, and verify read data against the stamps. [`crate::phase`]
+//! runs a phase over all workers and merges their figures.
 //!
 //! Offsets are a pure function of (seed, IO index), so the read phase of `write_read` reads
 //! exactly the offsets the write phase wrote, without storing them. Two writes to the same
-//! offset are never in flight together (a worker waits for the offset to be free), so the last
-//! acknowledged sequence number of each offset is the one a later read must find.
+//! offset are never in flight together, across all workers (an IO slot waits for the offset to be
+//! free in the shared [`Ledger`]), so the last acknowledged sequence number of each offset is the one a later read must find.
 
 use crate::config::IoType;
 use crate::stamp::{check_block, splitmix64, stamped_io, Mismatch, BLOCK_BYTES};
-use crate::stats::{interval_line, Latencies, Summary};
+use crate::stats::Latencies;
 use fastblock_client::Image;
 use indicatif::ProgressBar;
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -32,6 +33,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub io_type: IoType,
+    /// IO stays below this offset: the configured image_size, or the image's size.
+    pub io_range_bytes: u64,
     pub io_size: u64,
     pub io_count: u64,
     pub io_depth: usize,
@@ -47,9 +50,9 @@ pub struct RunOptions {
 }
 
 impl RunOptions {
-    /// The offset of IO number `index` in an image of `image_size` bytes.
-    pub fn offset_of(&self, index: u64, image_size: u64) -> u64 {
-        let slots = (image_size / self.io_size).max(1);
+    /// The offset of IO number `index` in a range of `range_bytes` bytes.
+    pub fn offset_of(&self, index: u64, range_bytes: u64) -> u64 {
+        let slots = (range_bytes / self.io_size).max(1);
         let slot = if self.sequential {
             index % slots
         } else {
@@ -105,141 +108,131 @@ impl Ledger {
     }
 }
 
-/// The figures of one finished phase.
-#[derive(Clone, Debug)]
-pub struct PhaseResult {
-    /// "write" or "read".
-    pub name: &'static str,
-    pub summary: Summary,
-    /// (latency µs, fraction of measured IOs at or below it), for plotting the distribution.
-    pub latency_cdf: Vec<(u64, f64)>,
-    /// CPU time of this process (all threads) during the whole phase, warm-up included.
-    pub cpu: Duration,
-    /// Wall time of the whole phase, warm-up included.
-    pub elapsed: Duration,
+/// Which IOs of a phase one worker issues: indices `worker`, `worker + workers`, ... below
+/// `io_count`. Interleaving (rather than the reference's contiguous slices, whose last core
+/// also takes the remainder) works the same for runs without an IO count (`infinity`), and
+/// spreads the remainder one IO per worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Share {
+    pub worker: u64,
+    pub workers: u64,
 }
 
-#[derive(Default)]
-struct Recorder {
-    all: Latencies,
-    interval: Latencies,
-    total: u64,
-}
+impl Share {
+    pub const WHOLE: Share = Share {
+        worker: 0,
+        workers: 1,
+    };
 
-/// State shared by the workers of one phase.
-struct PhaseShared {
-    image: Image,
-    options: RunOptions,
-    write: bool,
-    ledger: Arc<Ledger>,
-    verify: Arc<Mutex<VerifyReport>>,
-    recorder: Mutex<Recorder>,
-    next_index: AtomicU64,
-    stop: Arc<AtomicBool>,
-    error: Mutex<Option<String>>,
-    measure_from: Instant,
-    deadline: Option<Instant>,
-    progress: ProgressBar,
-}
-
-/// Runs one phase ("write" or "read"). Returns its figures, or the first IO error (the run
-/// stops at it). `stop` ends the phase early (Ctrl-C).
-pub async fn run_phase(
-    image: &Image,
-    options: &RunOptions,
-    write: bool,
-    ledger: &Arc<Ledger>,
-    verify: &Arc<Mutex<VerifyReport>>,
-    stop: &Arc<AtomicBool>,
-    progress: &ProgressBar,
-) -> Result<PhaseResult, String> {
-    let start = Instant::now();
-    let cpu_start = crate::cpu::process_cpu();
-    let shared = Arc::new(PhaseShared {
-        image: image.clone(),
-        options: options.clone(),
-        write,
-        ledger: ledger.clone(),
-        verify: verify.clone(),
-        recorder: Mutex::new(Recorder::default()),
-        next_index: AtomicU64::new(0),
-        stop: stop.clone(),
-        error: Mutex::new(None),
-        measure_from: start + options.deferred,
-        deadline: options.runtime.map(|r| start + r),
-        progress: progress.clone(),
-    });
-    progress.reset();
-    progress.set_message(if write { "write" } else { "read" });
-    let printer = options
-        .print_stats_interval
-        .map(|every| tokio::spawn(print_stats(shared.clone(), every)));
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..options.io_depth {
-        workers.spawn(worker(shared.clone()));
+    /// The IO index of this worker's `k`th IO.
+    pub fn index(&self, k: u64) -> u64 {
+        self.worker + k * self.workers
     }
-    while let Some(joined) = workers.join_next().await {
+
+    /// How many of `io_count` IOs are this worker's.
+    pub fn io_count(&self, io_count: u64) -> u64 {
+        if io_count <= self.worker {
+            0
+        } else {
+            (io_count - self.worker - 1) / self.workers + 1
+        }
+    }
+}
+
+/// One worker's figures of one phase, filled in as its IOs complete.
+#[derive(Default)]
+pub struct Recorder {
+    /// Latencies of the IOs that completed after the warm-up.
+    pub all: Latencies,
+    /// Latencies since the last periodic line.
+    pub interval: Latencies,
+    /// IOs completed, warm-up included.
+    pub total: u64,
+    /// Cores the worker's IOs completed on: the proof that pinning held.
+    pub cores_seen: BTreeSet<usize>,
+}
+
+/// What one worker needs to run its share of a phase. The ledger, the verify report, the
+/// stop flag and the error slot are shared by all workers of the run.
+#[derive(Clone)]
+pub struct PhaseJob {
+    pub options: RunOptions,
+    pub write: bool,
+    pub share: Share,
+    pub ledger: Arc<Ledger>,
+    pub verify: Arc<Mutex<VerifyReport>>,
+    pub recorder: Arc<Mutex<Recorder>>,
+    pub stop: Arc<AtomicBool>,
+    /// The first IO error of the phase (any worker's); it stops every worker.
+    pub error: Arc<Mutex<Option<String>>>,
+    /// When the phase started: the warm-up and `--runtime` count from here.
+    pub start: Instant,
+    pub progress: ProgressBar,
+}
+
+impl PhaseJob {
+    fn measure_from(&self) -> Instant {
+        self.start + self.options.deferred
+    }
+
+    fn should_stop(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+            || self
+                .options
+                .runtime
+                .is_some_and(|r| Instant::now() >= self.start + r)
+    }
+}
+
+/// Runs one worker's share of a phase on `image` with `io_depth` IOs in flight; returns when
+/// the share is done, the phase is stopped or an IO failed (recorded in `job.error`). The
+/// result is the time the worker's last IO completed.
+pub async fn run_share(image: &Image, job: &PhaseJob) -> Instant {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..job.options.io_depth {
+        tasks.spawn(io_loop(image.clone(), job.clone(), next.clone()));
+    }
+    while let Some(joined) = tasks.join_next().await {
         if let Err(e) = joined {
             if e.is_panic() {
                 std::panic::resume_unwind(e.into_panic());
             }
         }
     }
-    if let Some(printer) = printer {
-        printer.abort();
-    }
-    let end = Instant::now();
-    let cpu = match (cpu_start, crate::cpu::process_cpu()) {
-        (Some(a), Some(b)) => b.saturating_sub(a),
-        _ => Duration::ZERO,
-    };
-    if let Some(error) = lock(&shared.error).take() {
-        return Err(error);
-    }
-    let recorder = lock(&shared.recorder);
-    let measured = end.saturating_duration_since(shared.measure_from);
-    Ok(PhaseResult {
-        name: if write { "write" } else { "read" },
-        summary: recorder.all.summary(measured, recorder.total),
-        latency_cdf: recorder.all.cdf(),
-        cpu,
-        elapsed: end - start,
-    })
+    Instant::now()
 }
 
-fn should_stop(shared: &PhaseShared) -> bool {
-    shared.stop.load(Ordering::Relaxed) || shared.deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-async fn worker(shared: Arc<PhaseShared>) {
-    let options = &shared.options;
-    let image_size = shared.image.size_bytes();
-    let image_id = shared.image.info().id.get();
-    while !should_stop(&shared) {
-        let index = shared.next_index.fetch_add(1, Ordering::Relaxed);
+/// One of a worker's `io_depth` IO slots: takes the worker's next IO until none is left.
+async fn io_loop(image: Image, job: PhaseJob, next: Arc<AtomicU64>) {
+    let options = &job.options;
+    let image_id = image.info().id.get();
+    let measure_from = job.measure_from();
+    while !job.should_stop() {
+        let index = job.share.index(next.fetch_add(1, Ordering::Relaxed));
         if !options.infinity && index >= options.io_count {
             break;
         }
-        let offset = options.offset_of(index, image_size);
-        let result = if shared.write {
-            shared.ledger.claim(offset).await;
-            let seq = shared.ledger.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let offset = options.offset_of(index, options.io_range_bytes);
+        let result = if job.write {
+            job.ledger.claim(offset).await;
+            let seq = job.ledger.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
             let data = stamped_io(image_id, offset, options.io_size as usize, seq);
             let started = Instant::now();
-            let result = shared.image.write(offset, data).await;
+            let result = image.write(offset, data).await;
             let latency = started.elapsed();
             if result.is_ok() {
-                lock(&shared.ledger.last_seq).insert(offset, seq);
+                lock(&job.ledger.last_seq).insert(offset, seq);
             }
-            shared.ledger.release(offset);
+            job.ledger.release(offset);
             result.map(|()| latency)
         } else {
             let started = Instant::now();
-            match shared.image.read(offset, options.io_size).await {
+            match image.read(offset, options.io_size).await {
                 Ok(data) => {
                     let latency = started.elapsed();
                     if options.verify {
-                        verify_read(&shared, image_id, offset, &data);
+                        verify_read(&job, image_id, offset, &data);
                     }
                     Ok(latency)
                 }
@@ -248,33 +241,37 @@ async fn worker(shared: Arc<PhaseShared>) {
         };
         match result {
             Ok(latency) => {
-                let mut recorder = lock(&shared.recorder);
+                let core = crate::cores::current_core();
+                let mut recorder = lock(&job.recorder);
                 recorder.total += 1;
                 recorder.interval.record(latency);
-                if Instant::now() >= shared.measure_from {
+                if Instant::now() >= measure_from {
                     recorder.all.record(latency);
                 }
+                if let Some(core) = core {
+                    recorder.cores_seen.insert(core);
+                }
                 drop(recorder);
-                shared.progress.inc(1);
+                job.progress.inc(1);
             }
             Err(e) => {
-                let what = if shared.write { "write" } else { "read" };
-                let mut first = lock(&shared.error);
+                let what = if job.write { "write" } else { "read" };
+                let mut first = lock(&job.error);
                 if first.is_none() {
                     *first = Some(format!(
                         "{what} of {} bytes at offset {offset} failed: {e}",
                         options.io_size
                     ));
                 }
-                shared.stop.store(true, Ordering::Relaxed);
+                job.stop.store(true, Ordering::Relaxed);
                 return;
             }
         }
     }
 }
 
-fn verify_read(shared: &PhaseShared, image_id: u64, offset: u64, data: &[u8]) {
-    let expected = shared.ledger.expected(offset);
+fn verify_read(job: &PhaseJob, image_id: u64, offset: u64, data: &[u8]) {
+    let expected = job.ledger.expected(offset);
     let mut checked = 0u64;
     let mut unwritten = 0u64;
     let mut failures = Vec::new();
@@ -294,7 +291,7 @@ fn verify_read(shared: &PhaseShared, image_id: u64, offset: u64, data: &[u8]) {
             }),
         }
     }
-    let mut report = lock(&shared.verify);
+    let mut report = lock(&job.verify);
     report.blocks_checked += checked;
     report.unwritten_blocks += unwritten;
     report.failures += failures.len() as u64;
@@ -305,30 +302,6 @@ fn verify_read(shared: &PhaseShared, image_id: u64, offset: u64, data: &[u8]) {
     }
 }
 
-async fn print_stats(shared: Arc<PhaseShared>, every: Duration) {
-    let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
-    let mut last = Instant::now();
-    loop {
-        ticker.tick().await;
-        let now = Instant::now();
-        let line = {
-            let mut recorder = lock(&shared.recorder);
-            let summary = recorder.interval.summary(now - last, recorder.total);
-            recorder.interval.reset();
-            interval_line(&summary)
-        };
-        last = now;
-        let json = shared.options.json;
-        shared.progress.suspend(|| {
-            if json {
-                eprintln!("{line}");
-            } else {
-                println!("{line}");
-            }
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,6 +309,7 @@ mod tests {
     fn options(sequential: bool) -> RunOptions {
         RunOptions {
             io_type: IoType::Write,
+            io_range_bytes: 1 << 20,
             io_size: 8192,
             io_count: 100,
             io_depth: 1,
@@ -370,5 +344,24 @@ mod tests {
         let first: Vec<u64> = (0..3).map(|i| sequential.offset_of(i, size)).collect();
         assert_eq!(first, [0, 8192, 16384]);
         assert_eq!(sequential.offset_of(128, size), 0, "wraps at the end");
+    }
+
+    #[test]
+    fn shares_split_the_io_count_exactly() {
+        for workers in 1..=5u64 {
+            for io_count in 0..40u64 {
+                let shares: Vec<Share> = (0..workers)
+                    .map(|worker| Share { worker, workers })
+                    .collect();
+                let sum: u64 = shares.iter().map(|s| s.io_count(io_count)).sum();
+                assert_eq!(sum, io_count, "{workers} workers, {io_count} IOs");
+                let mut indices: Vec<u64> = shares
+                    .iter()
+                    .flat_map(|s| (0..s.io_count(io_count)).map(|k| s.index(k)))
+                    .collect();
+                indices.sort_unstable();
+                assert_eq!(indices, (0..io_count).collect::<Vec<_>>(), "each IO once");
+            }
+        }
     }
 }

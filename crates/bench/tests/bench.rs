@@ -3,6 +3,7 @@
 
 use fastblock_bench::config::IoType;
 use fastblock_bench::run::run_phases;
+use fastblock_bench::worker::Worker;
 use fastblock_bench::workload::RunOptions;
 use fastblock_client::testing::{image_info, FakeOsd, MapBuilder};
 use fastblock_client::wire::{Reply, Request};
@@ -17,6 +18,8 @@ const KIB: u64 = 1024;
 fn options(io_type: IoType, io_count: u64) -> RunOptions {
     RunOptions {
         io_type,
+        // Set to the image's size by `run`.
+        io_range_bytes: 0,
         io_size: 4 * KIB,
         io_count,
         io_depth: 4,
@@ -40,9 +43,23 @@ async fn image(osd: &FakeOsd, size: u64) -> Image {
         .unwrap()
 }
 
-async fn run(image: &Image, options: &RunOptions) -> fastblock_bench::run::Outcome {
+/// Runs `options` on `workers` workers of `image`, over the whole image.
+async fn run_on(
+    image: &Image,
+    options: &RunOptions,
+    workers: usize,
+) -> fastblock_bench::run::Outcome {
     let stop = Arc::new(AtomicBool::new(false));
-    run_phases(image, options, &stop, &ProgressBar::hidden()).await
+    let options = RunOptions {
+        io_range_bytes: image.size_bytes(),
+        ..options.clone()
+    };
+    let workers: Vec<Worker> = (0..workers).map(|_| Worker::local(image.clone())).collect();
+    run_phases(&workers, &options, &stop, &ProgressBar::hidden()).await
+}
+
+async fn run(image: &Image, options: &RunOptions) -> fastblock_bench::run::Outcome {
+    run_on(image, options, 1).await
 }
 
 /// Goal: a write_read run over a healthy (fake) cluster verifies every block and reports both
@@ -78,6 +95,51 @@ async fn write_read_verifies_clean_data() {
     let json = outcome.json(image.info());
     assert_eq!(json["phases"][1]["total_io_count"], 300);
     assert_eq!(json["exit_code"], 0);
+}
+
+/// Goal: several workers share one phase: each issues its share of io_count with io_depth in
+/// flight, the phase's figures are the sum of theirs, and verification holds across workers
+/// (random offsets make workers overwrite each other's blocks).
+#[tokio::test]
+async fn workers_share_a_phase_and_their_figures_add_up() {
+    let osd = FakeOsd::start(1).await;
+    let image = image(&osd, 256 * KIB).await;
+    let mut opts = options(IoType::WriteRead, 301);
+    opts.sequential = false;
+    let outcome = run_on(&image, &opts, 3).await;
+    assert_eq!(outcome.error, None);
+    assert_eq!(
+        outcome.verify.failures, 0,
+        "{:?}",
+        outcome.verify.first_failures
+    );
+    assert_eq!(outcome.verify.blocks_checked, 301);
+    for phase in &outcome.phases {
+        let per_worker: Vec<u64> = phase
+            .workers
+            .iter()
+            .map(|w| w.summary.total_io_count)
+            .collect();
+        assert_eq!(per_worker, [101, 100, 100], "{}", phase.name);
+        assert_eq!(phase.summary.total_io_count, 301);
+        let measured: u64 = phase
+            .workers
+            .iter()
+            .map(|w| w.summary.measured_io_count)
+            .sum();
+        assert_eq!(phase.summary.measured_io_count, measured);
+    }
+    let text = outcome.text();
+    assert_eq!(text.matches("worker 2 (unpinned)").count(), 2, "{text}");
+    let json = outcome.json(image.info());
+    assert_eq!(json["phases"][0]["workers"][0]["total_io_count"], 101);
+    // One client per worker in the binary; here all three share one: its counters, thrice.
+    assert_eq!(
+        outcome.client.object_requests,
+        3 * 602,
+        "{:?}",
+        outcome.client
+    );
 }
 
 /// Goal: lost overwrites are reported as stale blocks, with offset, expected and found stamp,

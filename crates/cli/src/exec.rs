@@ -20,10 +20,11 @@ fn json(out: &mut dyn Write, value: &impl Serialize) -> Result<()> {
     Ok(())
 }
 
-/// The reference CLI prints failures on stdout in its own words; we do that and also fail.
+/// The reference CLI prints failures on stdout in its own words; we do that and also fail,
+/// with the exit status of `e` but without printing it again.
 fn legacy_fail(out: &mut dyn Write, line: String, e: MonError) -> anyhow::Error {
     let _ = writeln!(out, "{line}");
-    anyhow!(e)
+    anyhow!(crate::exit::Failure::Reported(e))
 }
 
 fn pool_error_words(e: &MonError) -> &'static str {
@@ -68,7 +69,9 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
     };
     match run(inv, &client, out).await {
         Err(e) => match (e.downcast_ref::<MonError>().and_then(MonError::code), hint) {
-            (Some(ErrorCode::AuthRequired), Some(hint)) => Err(anyhow!("{e}; {hint}")),
+            (Some(ErrorCode::AuthRequired), Some(hint)) => {
+                Err(crate::exit::Failure::Refused(format!("{e}; {hint}")).into())
+            }
             _ => Err(e),
         },
         ok => ok,
@@ -221,10 +224,9 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
         }
         Command::OsdConfig(id) => {
             let osds = client.osds().await?;
-            let osd = osds
-                .iter()
-                .find(|o| o.id == *id)
-                .ok_or_else(|| anyhow!("osd {id} does not exist"))?;
+            let osd = osds.iter().find(|o| o.id == *id).ok_or_else(|| {
+                crate::exit::Failure::NotFound(format!("osd {id} does not exist"))
+            })?;
             match style {
                 Style::Json => json(out, &serde_json::json!({ "id": id, "config": osd.config }))?,
                 _ => writeln!(out, "{}", osd.config)?,

@@ -10,15 +10,17 @@
 //! commands. [`capacity`] runs `health`, `df` and the full-ratio commands. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
 //! answers into text. [`pg`] runs `pg ls` and the scrub commands. [`snap`] runs the snapshot and clone commands; its rollback and flatten
 //! also move data through the block client library (`fastblock-client`), as [`image_io`] does
-//! for `image import`, `image export` and `image cp`. Every failure ends
-//! as one line on stderr and a non-zero exit status.
+//! for `image import`, `image export` and `image cp`. Every failure ends as one line on
+//! stderr, `error: ...`, and an exit status that says which kind of failure it was ([`exit`]).
 
 pub mod auth;
 pub mod capacity;
 pub mod command;
 pub mod exec;
+pub mod exit;
 pub mod image_io;
 pub mod legacy;
+pub mod manual;
 pub mod modern;
 pub mod pg;
 pub mod render;
@@ -26,9 +28,7 @@ pub mod snap;
 
 use std::io::Write;
 
-/// Exit status of a failed command (usage errors exit with 2, as clap does).
-pub const EXIT_FAILURE: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
+pub use exit::{EXIT_FAILURE, EXIT_USAGE};
 
 /// Runs the CLI on `argv` (without the program name), writing results to `out`. Returns the
 /// process exit status; error messages go to `err`.
@@ -45,15 +45,25 @@ pub async fn run(argv: Vec<String>, out: &mut dyn Write, err: &mut dyn Write) ->
                 let _ = write!(out, "{message}");
                 return 0;
             }
-            let _ = writeln!(err, "{}", message.trim_end());
+            // clap's messages carry the prefix already; ours (the reference syntax, specs
+            // checked after parsing) get it here, so that every failure reads the same.
+            let message = message.trim_end();
+            let prefix = if message.starts_with("error: ") {
+                ""
+            } else {
+                "error: "
+            };
+            let _ = writeln!(err, "{prefix}{message}");
             return code;
         }
     };
     match exec::execute(&invocation, out).await {
         Ok(()) => 0,
         Err(e) => {
-            let _ = writeln!(err, "fastblock-client: {e:#}");
-            EXIT_FAILURE
+            if !exit::already_reported(&e) {
+                let _ = writeln!(err, "error: {e:#}");
+            }
+            exit::status_of(&e)
         }
     }
 }

@@ -6,7 +6,7 @@ use crate::command::{
     Invocation, SnapSpec, Style, DEFAULT_ENTITY,
 };
 use crate::{EXIT_FAILURE, EXIT_USAGE};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use fastblock_types::auth::AuthMode;
 use fastblock_types::map::FailureDomain;
 use fastblock_types::units::{duration_arg, parse_size};
@@ -22,7 +22,7 @@ fn size(s: &str) -> Result<u64, String> {
 #[derive(Parser, Debug)]
 #[command(
     name = "fastblock-client",
-    version,
+    version = fastblock_version::VERSION,
     after_help = "The reference syntax works too: fastblock-client -op=createpool -poolname=P -pgcount=8 -pgsize=3"
 )]
 struct Cli {
@@ -91,6 +91,17 @@ enum Top {
     /// Keys and capabilities (`docs/security.md`).
     #[command(subcommand)]
     Auth(AuthCmd),
+    /// Print the shell completion script for SHELL (e.g. `source <(fastblock-client
+    /// completions bash)`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages of fastblock-client and every subcommand into DIR.
+    Man {
+        /// Directory to write the pages to (created if missing), e.g. /usr/local/share/man/man1.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -529,6 +540,22 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
     })?;
     let image = |spec: &str| split_image_spec(spec).map_err(|e| (EXIT_USAGE, e));
     let command = match cli.command {
+        // Local commands: their output takes the path of --help's (status 0, to stdout).
+        Top::Completions { shell } => {
+            return Err((0, crate::manual::completions(Cli::command(), shell)))
+        }
+        Top::Man { dir } => {
+            return match crate::manual::man_pages(Cli::command(), &dir) {
+                Ok(pages) => Err((
+                    0,
+                    format!("wrote {} man pages to {}\n", pages.len(), dir.display()),
+                )),
+                Err(e) => Err((
+                    EXIT_FAILURE,
+                    format!("error: writing man pages to {}: {e}", dir.display()),
+                )),
+            };
+        }
         Top::Status => Command::Status,
         Top::Health { detail } => Command::Health { detail },
         Top::Df => Command::Df,
@@ -677,7 +704,6 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
         Top::Auth(AuthCmd::Rotate { entity, output }) => Command::AuthRotate { entity, output },
         Top::Auth(AuthCmd::Mode { mode }) => Command::AuthMode(mode),
     };
-    let _ = EXIT_FAILURE;
     Ok(Invocation {
         command,
         style: if cli.json { Style::Json } else { Style::Human },

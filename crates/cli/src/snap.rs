@@ -255,7 +255,9 @@ async fn rollback(
 ) -> Result<()> {
     let snaps = client.snaps(&spec.pool, &spec.image).await?;
     let Some(snap) = snaps.iter().find(|s| s.name == spec.snap) else {
-        return Err(anyhow!("snapshot {spec} does not exist"));
+        return Err(
+            crate::exit::Failure::NotFound(format!("snapshot {spec} does not exist")).into(),
+        );
     };
     let before = client.image(&spec.pool, &spec.image).await?;
     let plan = plan_rollback(spec, snap, before.size_bytes).map_err(|e| anyhow!(e))?;
@@ -442,11 +444,13 @@ async fn explain_snap_rm(client: &MonClient, spec: &SnapSpec, e: MonError) -> an
     if names.iter().all(|n| message.contains(n.as_str())) {
         return e.into();
     }
-    anyhow!(
+    // Still the monitor's refusal, in more words: it keeps that exit status.
+    crate::exit::Failure::Refused(format!(
         "{message}, after flattening or removing its {} clone(s): {}",
         names.len(),
         names.join(", ")
-    )
+    ))
+    .into()
 }
 
 /// A refused `image rm` of an image with snapshots names the snapshots. When some of them
@@ -478,7 +482,11 @@ pub async fn explain_image_rm(
     if cloned.is_empty() {
         return e.into();
     }
-    anyhow!("{message}; snapshot {}", cloned.join("; snapshot "))
+    crate::exit::Failure::Refused(format!(
+        "{message}; snapshot {}",
+        cloned.join("; snapshot ")
+    ))
+    .into()
 }
 
 fn clone_names(children: &[ImageInfo]) -> Vec<String> {

@@ -33,7 +33,7 @@ async fn pool_lifecycle_modern_syntax() {
     assert!(table.ok().starts_with("PG"), "{}", table.stdout);
     assert_eq!(table.stdout.lines().count(), 17);
 
-    // Error cases: each is one line on stderr and exit status 1.
+    // Error cases: each is one line on stderr and a non-zero exit status (docs/cli.md).
     mons.cli(&["pool", "create", "rbd", "--pg-count", "8"])
         .fails_with("already exists");
     mons.cli(&["pool", "create", "big", "--pg-count", "8", "--size", "4"])
@@ -184,7 +184,9 @@ async fn reference_flag_syntax_and_output_shapes() {
         out.stdout.trim(),
         "pool fb creation failed, error is pool already exists"
     );
-    assert_eq!(out.code, 1);
+    // Refused (docs/cli.md, "Exit status"), and said once: on stdout, in the reference's words.
+    assert_eq!(out.code, 4);
+    assert!(out.stderr.is_empty(), "printed twice: {}", out.stderr);
     let out = run(&["-op=createpool", "-poolname=x", "-pgcount=8", "-pgsize=5"]);
     assert_eq!(
         out.stdout.trim(),

@@ -227,10 +227,10 @@ async fn scrub_and_repair_requests_through_the_cli() {
     usage_error(&s.cli(&["pg", "deep-scrub", "one"]).await);
     let missing = s.cli(&["pg", "scrub", "1.8"]).await;
     missing.fails_with("pg 1.8 does not exist: pool \"fb3\" has 8 PGs, 1.0 to 1.7");
-    assert_eq!(missing.code, 1);
+    assert_eq!(missing.code, 3, "not found");
     let no_pool = s.cli(&["--json", "pg", "repair", "9.0"]).await;
     no_pool.fails_with("pg 9.0 does not exist: no pool has id 9");
-    assert_eq!(no_pool.code, 1);
+    assert_eq!(no_pool.code, 3, "not found");
     assert!(no_pool.stdout.is_empty(), "{}", no_pool.stdout);
     let map = client.map().await.unwrap().map.unwrap();
     assert!(map.scrub_requests.is_empty(), "{:?}", map.scrub_requests);

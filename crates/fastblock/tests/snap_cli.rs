@@ -242,7 +242,7 @@ async fn snapshots_and_clones_through_the_cli() {
         ["--json", "image", "snap", "rm", "fb3/vm@s1"].as_slice(),
     ] {
         let out = s.cli(args).await;
-        assert_eq!(out.code, 1, "{args:?}: {}", out.stderr);
+        assert_eq!(out.code, 4, "refused: {args:?}: {}", out.stderr);
         out.fails_with("fb3/kid");
         assert_eq!(
             out.stderr.matches("fb3/kid").count(),

@@ -15,7 +15,11 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Parser)]
-#[command(name = "rtt_bench", version, about = "loopback TCP round-trip time")]
+#[command(
+    name = "rtt_bench",
+    version = fastblock_version::VERSION,
+    about = "Loopback TCP round-trip time between two threads (the benchmark kit's network floor)"
+)]
 struct Args {
     /// Measured round trips.
     #[arg(long, default_value_t = 20_000)]
@@ -23,8 +27,10 @@ struct Args {
     /// Round trips before measuring (connection and caches warm up).
     #[arg(long, default_value_t = 2_000)]
     warmup: u64,
+    /// Bytes of each request.
     #[arg(long, default_value_t = 4096)]
     request_bytes: usize,
+    /// Bytes of each reply.
     #[arg(long, default_value_t = 16)]
     reply_bytes: usize,
     /// Print JSON instead of text.
@@ -47,8 +53,15 @@ fn serve(listener: TcpListener, request_bytes: usize, reply_bytes: usize) -> Res
     }
 }
 
-fn main() -> Result<()> {
+fn main() {
     let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<()> {
     anyhow::ensure!(args.iterations > 0, "--iterations must be positive");
     anyhow::ensure!(
         args.request_bytes > 0 && args.reply_bytes > 0,

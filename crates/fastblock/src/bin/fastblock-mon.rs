@@ -11,9 +11,10 @@ use fastblock_types::units::interval_arg;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The fastblock monitor: keeps the cluster map in etcd and serves it over HTTP.
+/// The fastblock monitor: keeps the cluster map in etcd (its own member, or an existing etcd)
+/// and serves it over HTTP (docs/mon-api.md).
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(name = "fastblock-mon", version = fastblock_version::VERSION)]
 struct Args {
     /// This monitor's name (also its etcd member name).
     #[arg(long, default_value = "a")]
@@ -174,7 +175,7 @@ async fn main() {
         snap_create_timeout_ms: args.snap_create_timeout_ms,
     };
     if let Err(e) = run(config).await {
-        eprintln!("fastblock-mon: {e:#}");
+        eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }

@@ -16,7 +16,8 @@ use std::process::{Command, Stdio};
 
 #[derive(Parser, Debug)]
 #[command(
-    version,
+    name = "fastblock-nbd",
+    version = fastblock_version::VERSION,
     about = "NBD server for fastblock images: exports pool/image, kernel attach (docs/nbd.md)"
 )]
 struct Args {
@@ -146,7 +147,7 @@ fn main() {
         Err(e) => Err(anyhow::Error::new(e).context("starting the runtime")),
     };
     if let Err(e) = result {
-        eprintln!("fastblock-nbd: {e:#}");
+        eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }

@@ -15,9 +15,10 @@ fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
-/// The fastblock storage daemon.
+/// The fastblock storage daemon: serves the PGs the monitor places on it from one data file or
+/// block device (docs/design/osd.md). `--mkfs` formats the device and registers a new OSD.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(name = "fastblock-osd", version = fastblock_version::VERSION)]
 struct Args {
     /// Data file or block device.
     #[arg(long)]
@@ -184,7 +185,7 @@ async fn main() {
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default_hook(info);
-        eprintln!("fastblock-osd: aborting after a panic (fail-stop)");
+        eprintln!("error: aborting after a panic (fail-stop)");
         std::process::abort();
     }));
     let args = Args::parse();
@@ -192,14 +193,14 @@ async fn main() {
     let acknowledgement = std::env::var_os(fastblock_osd::no_flush::ACKNOWLEDGEMENT_VAR);
     if let Err(e) = fastblock_osd::no_flush::check(args.wal_sync.into(), acknowledgement.as_deref())
     {
-        eprintln!("fastblock-osd: {e}");
+        eprintln!("error: {e}");
         std::process::exit(2);
     }
     let test_faults = std::env::var_os(fastblock_osd::faults::TEST_FAULTS_VAR);
     if let Err(e) =
         fastblock_osd::faults::check(args.fault_injection_file.as_deref(), test_faults.as_deref())
     {
-        eprintln!("fastblock-osd: {e}");
+        eprintln!("error: {e}");
         std::process::exit(2);
     }
     let result = if args.mkfs {
@@ -228,7 +229,7 @@ async fn main() {
             lease_reads: args.lease_reads,
         };
         if let Err(e) = lease_timing.validate() {
-            eprintln!("fastblock-osd: --tick and --election-ticks: {e}");
+            eprintln!("error: --tick and --election-ticks: {e}");
             std::process::exit(2);
         }
         let pg_config = PgConfig {
@@ -238,19 +239,19 @@ async fn main() {
             ..PgConfig::default()
         };
         if let Err(e) = pg_config.validate() {
-            eprintln!("fastblock-osd: {e}");
+            eprintln!("error: {e}");
             std::process::exit(2);
         }
         if args.scrub_deep_bytes_per_sec == 0 {
             eprintln!(
-                "fastblock-osd: --scrub-deep-bytes-per-sec must be positive (a deep scrub \
+                "error: --scrub-deep-bytes-per-sec must be positive (a deep scrub \
                  could never finish)"
             );
             std::process::exit(2);
         }
         if args.recovery_max_active == 0 || args.recovery_max_bytes_per_sec == 0 {
             eprintln!(
-                "fastblock-osd: --recovery-max-active and --recovery-max-bytes-per-sec must be \
+                "error: --recovery-max-active and --recovery-max-bytes-per-sec must be \
                  positive (recovery could never finish)"
             );
             std::process::exit(2);
@@ -289,7 +290,7 @@ async fn main() {
         .await
     };
     if let Err(e) = result {
-        eprintln!("fastblock-osd: {e:#}");
+        eprintln!("error: {e:#}");
         // Settings the monitor refused are refused again on every restart: exit as for a bad
         // argument, so that a supervisor can tell this from a crash worth restarting.
         let refused = e.chain().any(|cause| {

@@ -15,9 +15,43 @@
 //! Failing seeds are printed first, as `SIM FAILED seed=<seed>` with the replay command; the
 //! exit status is 1 if any seed failed.
 
+use clap::Parser;
 use fastblock_sim::{known_open, run_seed_profile, seeds_from, Probes, Profile};
 use std::process::ExitCode;
 use std::time::Instant;
+
+/// The simulator: whole clusters in one thread with virtual time and seeded faults
+/// (docs/design/simulator.md). Replays one seed, or runs many and prints the failing ones.
+#[derive(Debug, Parser)]
+#[command(name = "vopr", version = fastblock_version::VERSION)]
+struct Cli {
+    /// Replay this one seed (exactly the same run every time).
+    #[arg(long, value_parser = parse_u64, conflicts_with_all = ["seeds", "base", "random"])]
+    seed: Option<u64>,
+    /// With --seed: print the trace of the run.
+    #[arg(long, requires = "seed")]
+    trace: bool,
+    /// Run this many seeds.
+    #[arg(long, value_parser = parse_u64, default_value = "100")]
+    seeds: u64,
+    /// Derive the seeds from this base (so two runs of the same command agree).
+    #[arg(long, value_parser = parse_u64, default_value = "0", conflicts_with = "random")]
+    base: u64,
+    /// Derive the seeds from a fresh base ($SIM_BASE, else the clock and the process id),
+    /// printed first.
+    #[arg(long)]
+    random: bool,
+    /// Also let OSDs go out and in (membership changes).
+    #[arg(long)]
+    membership: bool,
+    /// Also let data blocks go bad on the disks (flipped bits, unreadable sectors,
+    /// misdirected writes).
+    #[arg(long)]
+    bad_blocks: bool,
+    /// Stop at the first failing seed.
+    #[arg(long)]
+    stop_on_failure: bool,
+}
 
 struct Args {
     seed: Option<u64>,
@@ -38,41 +72,23 @@ fn parse_u64(s: &str) -> Result<u64, String> {
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        seed: None,
-        seeds: 100,
-        base: 0,
-        trace: false,
-        stop_on_failure: false,
-        profile: Profile::default(),
+    let cli = Cli::parse();
+    let profile = Profile {
+        membership: cli.membership,
+        bad_blocks: cli.bad_blocks,
     };
-    let mut random = false;
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        match arg.as_str() {
-            "--seed" => a.seed = Some(parse_u64(&value("--seed")?)?),
-            "--seeds" => a.seeds = parse_u64(&value("--seeds")?)?,
-            "--base" => a.base = parse_u64(&value("--base")?)?,
-            "--random" => random = true,
-            "--trace" => a.trace = true,
-            "--membership" => a.profile.membership = true,
-            "--bad-blocks" => a.profile.bad_blocks = true,
-            "--stop-on-failure" => a.stop_on_failure = true,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: vopr [--seed S [--trace]] [--seeds N] [--base B | --random] \
-                            [--membership] [--bad-blocks] [--stop-on-failure]"
-                        .into(),
-                )
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if random {
+    let mut a = Args {
+        seed: cli.seed,
+        seeds: cli.seeds,
+        base: cli.base,
+        trace: cli.trace,
+        stop_on_failure: cli.stop_on_failure,
+        profile,
+    };
+    if cli.random {
         // The one place the simulator looks outside itself: choosing which seeds to run.
         a.base = match std::env::var("SIM_BASE") {
-            Ok(v) => parse_u64(&v)?,
+            Ok(v) => parse_u64(&v).map_err(|e| format!("SIM_BASE: {e}"))?,
             Err(_) => {
                 let t = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -89,7 +105,7 @@ fn main() -> ExitCode {
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("vopr: {e}");
+            eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };

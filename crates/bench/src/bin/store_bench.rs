@@ -2,13 +2,13 @@
 //! apply at 1 and 32 writers, and 4 KiB random reads at 1 and 32 outstanding, on a real file
 //! through the io_uring disk. Prints one `key=value` line per test.
 //!
-//! Usage: `store-bench <file> [--seconds S] [--dataset-mib M] [--data-with-commit 0|1]
-//!         [--sync dsync|twostep|linked|syscall] [--block-cache-entries N]`
-//! (`dsync`: RWF_DSYNC writes, the default, as the OSD's; `twostep`: ring write, then a
-//! separate IORING_OP_FSYNC; `linked`: write and fsync in one submission; `syscall`:
-//! fdatasync(2) after the ring writes.) `--block-cache-entries` sets
-//! `StoreOptions::block_cache_entries_max` (0: every block-map lookup goes to redb); the
-//! cache's hits and misses of each test go to stderr.
+//! Usage: `store-bench FILE [--seconds S] [--dataset-mib M] [--data-with-commit 0|1]
+//!         [--sync dsync|twostep|linked|syscall] [--block-cache-entries N]`; see `--help`.
+//! The cache's hits and misses of each test go to stderr.
+//!
+//! It lives in the bench crate, not beside the engine, because its `--version` names the git
+//! commit (`fastblock-version`), and the engine's crate must not depend on that: every commit
+//! would rebuild the engine and everything above it.
 //! A "writer" is a PG: with 32 writers, 32 PGs each append one 4 KiB entry, all 32 share one
 //! commit (one write + one fdatasync), then the 32 writes are applied (their data goes out
 //! with the next commit's submission). The reported latency is append → durable → applied.
@@ -16,6 +16,7 @@
 // raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
 #![allow(clippy::field_reassign_with_default)]
 
+use clap::Parser;
 use fastblock_store::disk::SyncMode;
 use fastblock_store::{
     BlockCacheStats, MkfsOptions, ObjectId, ObjectRead, Store, StoreOptions, UringDisk,
@@ -25,6 +26,63 @@ use fastblock_types::{ImageId, PgId, PoolId};
 use raft::eraftpb::Entry;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Sync {
+    /// RWF_DSYNC writes, as the OSD's.
+    Dsync,
+    /// A ring write, then a separate IORING_OP_FSYNC.
+    Twostep,
+    /// Write and fsync in one submission.
+    Linked,
+    /// fdatasync(2) after the ring writes.
+    Syscall,
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err("expected a positive number of seconds".to_string()),
+    }
+}
+
+/// Zero or one, as the flags have always been given.
+fn flag01(s: &str) -> Result<bool, String> {
+    match s {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err("expected 0 or 1".to_string()),
+    }
+}
+
+/// The storage engine alone on a real file: 4 KiB durable writes (WAL commit + apply) at 1
+/// and 32 writers, 4 KiB random reads at 1 and 32 outstanding, block-map lookups; one
+/// `key=value` line per test (bench/store-bench.sh).
+#[derive(Debug, Parser)]
+#[command(name = "store-bench", version = fastblock_version::VERSION)]
+struct Args {
+    /// The file to create and format (replaced if it exists; about 1.4 GB with the default
+    /// dataset).
+    file: PathBuf,
+    /// Seconds each test runs.
+    #[arg(long, default_value = "10", value_parser = positive_seconds)]
+    seconds: f64,
+    /// MiB of data written before the tests and read by them.
+    #[arg(long, default_value_t = 256)]
+    dataset_mib: u64,
+    /// Data goes out with the WAL commit (1) or after it (0).
+    #[arg(long, default_value = "0", value_parser = flag01)]
+    data_with_commit: bool,
+    /// Data writes in the background (1) or inline (0).
+    #[arg(long, default_value = "1", value_parser = flag01)]
+    background: bool,
+    /// How the WAL is made durable.
+    #[arg(long, value_enum, default_value = "dsync")]
+    sync: Sync,
+    /// `StoreOptions::block_cache_entries_max` (0: every block-map lookup goes to redb).
+    #[arg(long)]
+    block_cache_entries: Option<usize>,
+}
 
 const OBJECT_BYTES: u64 = 4 << 20;
 const BS: u64 = 4096;
@@ -204,32 +262,20 @@ fn cache_report(test: &str, before: BlockCacheStats, after: BlockCacheStats) {
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let path = PathBuf::from(args.next().expect("usage: store-bench <file> [options]"));
-    let (mut seconds, mut dataset_mib, mut sync) = (10.0, 256u64, SyncMode::DsyncWrites);
-    let mut data_with_commit = false;
-    let mut background = true;
-    let mut block_cache_entries = StoreOptions::default().block_cache_entries_max;
-    while let Some(a) = args.next() {
-        let v = args.next().expect("option needs a value");
-        match a.as_str() {
-            "--seconds" => seconds = v.parse().expect("seconds"),
-            "--dataset-mib" => dataset_mib = v.parse().expect("MiB"),
-            "--data-with-commit" => data_with_commit = v == "1",
-            "--background" => background = v == "1",
-            "--block-cache-entries" => block_cache_entries = v.parse().expect("entries"),
-            "--sync" => {
-                sync = match v.as_str() {
-                    "dsync" => SyncMode::DsyncWrites,
-                    "syscall" => SyncMode::FdatasyncSyscall,
-                    "linked" => SyncMode::Fdatasync,
-                    "twostep" => SyncMode::TwoStep,
-                    other => panic!("unknown --sync {other}: dsync, twostep, linked or syscall"),
-                }
-            }
-            _ => panic!("unknown option {a}"),
-        }
-    }
+    let args = Args::parse();
+    let path = args.file;
+    let (seconds, dataset_mib) = (args.seconds, args.dataset_mib);
+    let sync = match args.sync {
+        Sync::Dsync => SyncMode::DsyncWrites,
+        Sync::Syscall => SyncMode::FdatasyncSyscall,
+        Sync::Linked => SyncMode::Fdatasync,
+        Sync::Twostep => SyncMode::TwoStep,
+    };
+    let data_with_commit = args.data_with_commit;
+    let background = args.background;
+    let block_cache_entries = args
+        .block_cache_entries
+        .unwrap_or(StoreOptions::default().block_cache_entries_max);
     let wal_bytes = 8 * (32u64 << 20);
     let file_bytes = wal_bytes + dataset_mib * 4 * (1 << 20) + (64 << 20);
     UringDisk::create_file(&path, file_bytes).expect("create file");
