@@ -343,6 +343,8 @@ mod tests {
             .apply_id("0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c")
             .unwrap();
         assert!(!ks.encode(&state).contains_key("/fb/space"));
+        // In, as a booted OSD is: an out OSD is never kept full (`derive_full_osds`).
+        state.map.osds.get_mut(&id).unwrap().is_in = true;
         let before = state.clone();
         state.set_nearfull_ratio(0.5).unwrap();
         let full = OsdSpace {
