@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Checks the monitoring files shipped in deploy/: the Prometheus alert rules with promtool
+# (installed by scripts/install-deps.sh) and the Grafana dashboard as JSON. Whether every
+# metric they use is exported is checked against a running cluster by
+# crates/fastblock/tests/monitoring.rs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+promtool check rules deploy/prometheus/alerts.yml
+python3 -m json.tool deploy/grafana/fastblock.json >/dev/null
+echo "check-monitoring: deploy/grafana/fastblock.json is valid JSON"
