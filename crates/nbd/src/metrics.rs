@@ -316,10 +316,9 @@ pub fn default_addr(tcp: Option<SocketAddr>) -> Result<SocketAddr, String> {
         return Ok(tcp);
     }
     let port = tcp.port().checked_add(1).ok_or_else(|| {
-        format!(
-            "the default metrics port (the NBD port + 1) is above 65535: give \
-             --metrics-addr ADDR:PORT or --metrics-addr none"
-        )
+        "the default metrics port (the NBD port + 1) is above 65535: give \
+         --metrics-addr ADDR:PORT or --metrics-addr none"
+            .to_string()
     })?;
     Ok(SocketAddr::new(tcp.ip(), port))
 }
