@@ -12,7 +12,8 @@ pub struct IoTotals {
     /// Client reads answered with data, and their bytes.
     pub read_ops: u64,
     pub read_bytes: u64,
-    /// Client writes (and discards, write-zeroes) applied and acknowledged, and their bytes.
+    /// Client requests that change data (writes, discards, write-zeroes, copy-ups, ...)
+    /// applied and acknowledged, and the bytes each names (a discard's range counts).
     pub write_ops: u64,
     pub write_bytes: u64,
     /// Bytes of PG snapshots sent to recovering members.
