@@ -447,4 +447,21 @@ async fn dashboard_and_alert_metrics_are_exported_by_a_running_cluster() {
         (led == 8.0).then_some(())
     })
     .await;
+
+    // What the OSD-down and health alerts read: a killed OSD shows as in and down, with
+    // OSD_DOWN raised, on the monitor's /metrics.
+    let mut osds = osds;
+    let victim = osds[2].id;
+    osds[2].kill();
+    let mon = mons.endpoints()[0].clone();
+    let down = format!("fastblock_mon_osd_up{{osd=\"{victim}\",host=\"h2\"}} 0");
+    let in_ = format!("fastblock_mon_osd_in{{osd=\"{victim}\",host=\"h2\"}} 1");
+    wait_until(Duration::from_secs(30), "OSD_DOWN on /metrics", || async {
+        let text = scrape(&mon).await;
+        let raised =
+            text.contains("fastblock_mon_health_check{code=\"OSD_DOWN\",severity=\"warn\"} 1");
+        (raised && text.contains(&down) && text.contains(&in_) && !text.contains("health_status 0"))
+            .then_some(())
+    })
+    .await;
 }
