@@ -25,6 +25,10 @@ declare -A PROVIDES=(
   # bench/run.sh: its report (python3, standard library only) and plots (gnuplot).
   [python3]=python3
   [gnuplot-nox]=gnuplot
+  # promtool checks deploy/prometheus/alerts.yml (scripts/check-monitoring.sh, CI). Debian
+  # ships it in the Prometheus server's package (about 100 MB installed); the server is not
+  # started by it in a container without systemd, and nothing here runs it.
+  [prometheus]=promtool
 )
 
 missing=()

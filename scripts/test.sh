@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
+echo "== monitoring files (promtool check rules, dashboard JSON)"
+./scripts/check-monitoring.sh
+
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

@@ -4,3 +4,5 @@
 //!
 //! `tests/` holds the end-to-end tests, which run these binaries as real processes against a
 //! real etcd on loopback ports (`tests/common` is the harness).
+
+pub mod metrics_arg;

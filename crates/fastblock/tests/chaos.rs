@@ -44,7 +44,8 @@ use common::faults::{use_fault_file, write_fault_file};
 use common::model::{Floor, Model, Outcome};
 use common::netns::NetCluster;
 use common::{
-    all_pgs, bin, free_port, stamped, wait_osds_up, wait_until, MonOptions, Proc, TempDir, WireConn,
+    all_pgs, bin, free_ports, stamped, wait_osds_up, wait_until, MonOptions, Proc, TempDir,
+    WireConn,
 };
 use fastblock_client::{Cluster, Image};
 use fastblock_monclient::MonClient;
@@ -1464,7 +1465,8 @@ async fn deep_scrub_all(net: &NetCluster, client: &MonClient) -> ScrubSummary {
 
 /// Starts `fastblock-nbd serve` in the root namespace for the cluster; its address.
 async fn start_nbd(net: &NetCluster, dir: &TempDir) -> (Proc, SocketAddr) {
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // The NBD port, and the next for its default `/metrics`.
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_ports(2)).parse().unwrap();
     let mut cmd = Command::new(bin("fastblock-nbd"));
     cmd.arg("serve")
         .args(["--mon", &net.mons.endpoints().join(",")])

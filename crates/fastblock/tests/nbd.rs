@@ -12,8 +12,8 @@
 mod common;
 
 use common::{
-    bin, free_port, start_osds, wait_all_active, wait_until, MonCluster, MonOptions, OsdProc, Proc,
-    TempDir,
+    bin, free_port, free_ports, start_osds, wait_all_active, wait_until, MonCluster, MonOptions,
+    OsdProc, Proc, TempDir,
 };
 use fastblock_nbd::consts::*;
 use fastblock_nbd::testing::{accepts, pattern, RawClient};
@@ -75,7 +75,8 @@ impl Setup {
                 .unwrap();
         }
         wait_all_active(&client, Duration::from_secs(30)).await;
-        let port = free_port();
+        // The NBD port, and the next for its default `/metrics`.
+        let port = free_ports(2);
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut cmd = Command::new(bin("fastblock-nbd"));
         cmd.arg("serve")
@@ -693,7 +694,8 @@ async fn tls_and_allow_lists_with_qemu_and_libnbd() {
     cmd.arg("serve")
         .args(["--mon", &s.mons.endpoints().join(",")])
         .env("FASTBLOCK_KEYRING", s.mons.keyring())
-        .args(["--bind", &format!("0.0.0.0:{}", free_port())]);
+        .args(["--bind", &format!("0.0.0.0:{}", free_port())])
+        .args(["--metrics-addr", "none"]);
     let log = s.dir.path().join("wide.log");
     let mut wide = Proc::spawn("fastblock-nbd", cmd, log.clone());
     wait_until(Duration::from_secs(20), "the warning", || async {

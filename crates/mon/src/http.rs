@@ -244,12 +244,23 @@ async fn lead_or_forward(State(app): App, req: Request, next: Next) -> Response 
 }
 
 async fn get_metrics(State(app): App) -> Response {
+    let tasks = app.tasks.checks();
+    let mons = members(&app).await;
     let text = match app
         .mon
-        .read(|s, ctx| (s.clone(), ctx.stats.cluster(app.mon.now_ms()).0))
+        .read(|s, ctx| {
+            let now_ms = app.mon.now_ms();
+            crate::metrics::Scrape {
+                state: s,
+                health: full_health(&app, (s, ctx), &tasks, &mons),
+                spaces: ctx.stats.spaces(&s.map),
+                recovery: ctx.stats.cluster(now_ms).1,
+            }
+            .render_with(&app.metrics)
+        })
         .await
     {
-        Ok((state, io)) => app.metrics.render(Some((&state, io))),
+        Ok(text) => text,
         Err(_) => app.metrics.render(None),
     };
     (

@@ -1,13 +1,20 @@
-//! Prometheus `/metrics`: cluster gauges computed from the state at scrape time, plus API
-//! request latency.
+//! Prometheus `/metrics`: cluster gauges computed from the state at scrape time (the map, the
+//! health checks, the OSDs' last space and recovery reports), plus API request latency.
+//!
+//! Client IO is not here: each OSD counts the ops and bytes it served as a PG leader
+//! (`fastblock_osd_ops_total`, `fastblock_osd_bytes_total`), and Prometheus sums and rates
+//! them. Rates the monitor derived from heartbeats would only be a coarser copy.
 
-use fastblock_mon_core::health::pg_state_counts;
+use fastblock_mon_core::health::{pg_state_counts, Health};
 use fastblock_mon_core::MonState;
+use fastblock_types::api::{OsdSpace, RecoveryStatus, Severity};
+use fastblock_types::OsdId;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -21,8 +28,58 @@ pub struct StateLabels {
     pub state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckLabels {
+    pub code: String,
+    pub severity: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OsdLabels {
+    pub osd: u32,
+    pub host: String,
+}
+
+/// What a scrape of the leader shows, read under the leader's state.
+pub struct Scrape<'a> {
+    pub state: &'a MonState,
+    /// The health checks, as `health` answers them.
+    pub health: Health,
+    /// The last space report of each OSD that is up.
+    pub spaces: BTreeMap<OsdId, OsdSpace>,
+    pub recovery: RecoveryStatus,
+}
+
+impl Scrape<'_> {
+    /// Renders `metrics` with this scrape (under the state's read lock: it borrows the state).
+    pub fn render_with(self, metrics: &Metrics) -> String {
+        metrics.render(Some(self))
+    }
+}
+
+/// `HEALTH_OK` 0, `HEALTH_WARN` 1, `HEALTH_ERR` 2 (an alert compares a number).
+fn status_value(status: &str) -> i64 {
+    match status {
+        "HEALTH_OK" => 0,
+        "HEALTH_WARN" => 1,
+        _ => 2,
+    }
+}
+
+fn severity_name(s: Severity) -> &'static str {
+    match s {
+        Severity::Warn => "warn",
+        Severity::Err => "err",
+    }
+}
+
 pub struct Metrics {
+    /// What every monitor exports: leadership and its own API latency.
     registry: Registry,
+    /// The cluster's gauges, exported by the leader only: a follower (or a monitor that led
+    /// before) would otherwise show the values of when it last led, and an alert on them
+    /// would fire from a stale copy.
+    cluster: Registry,
     pub api_latency_seconds: Family<ApiLabels, Histogram>,
     is_leader: Gauge,
     epoch: Gauge<u64, AtomicU64>,
@@ -32,10 +89,15 @@ pub struct Metrics {
     pools: Gauge,
     images: Gauge,
     pgs: Family<StateLabels, Gauge>,
-    client_read_bytes: Gauge<f64, AtomicU64>,
-    client_write_bytes: Gauge<f64, AtomicU64>,
-    client_read_iops: Gauge<f64, AtomicU64>,
-    client_write_iops: Gauge<f64, AtomicU64>,
+    health_status: Gauge,
+    health_checks: Family<CheckLabels, Gauge>,
+    osd_up: Family<OsdLabels, Gauge>,
+    osd_in: Family<OsdLabels, Gauge>,
+    osd_total_bytes: Family<OsdLabels, Gauge<u64, AtomicU64>>,
+    osd_used_bytes: Family<OsdLabels, Gauge<u64, AtomicU64>>,
+    recovering_pgs: Gauge,
+    recovery_remaining_bytes: Gauge<u64, AtomicU64>,
+    recovery_remaining_objects: Gauge<u64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -57,6 +119,7 @@ impl Metrics {
         );
         let m = Metrics {
             registry,
+            cluster: Registry::with_prefix("fastblock_mon"),
             api_latency_seconds,
             is_leader: Gauge::default(),
             epoch: Gauge::default(),
@@ -66,14 +129,20 @@ impl Metrics {
             pools: Gauge::default(),
             images: Gauge::default(),
             pgs: Family::default(),
-            client_read_bytes: Gauge::default(),
-            client_write_bytes: Gauge::default(),
-            client_read_iops: Gauge::default(),
-            client_write_iops: Gauge::default(),
+            health_status: Gauge::default(),
+            health_checks: Family::default(),
+            osd_up: Family::default(),
+            osd_in: Family::default(),
+            osd_total_bytes: Family::default(),
+            osd_used_bytes: Family::default(),
+            recovering_pgs: Gauge::default(),
+            recovery_remaining_bytes: Gauge::default(),
+            recovery_remaining_objects: Gauge::default(),
         };
         let mut m = m;
-        let r = &mut m.registry;
-        r.register("is_leader", "1 if this monitor leads", m.is_leader.clone());
+        m.registry
+            .register("is_leader", "1 if this monitor leads", m.is_leader.clone());
+        let r = &mut m.cluster;
         r.register("epoch", "Cluster map epoch", m.epoch.clone());
         r.register("osds", "OSDs known", m.osds.clone());
         r.register("osds_up", "OSDs up", m.osds_up.clone());
@@ -82,55 +151,160 @@ impl Metrics {
         r.register("images", "Images", m.images.clone());
         r.register("pgs", "PGs per state", m.pgs.clone());
         r.register(
-            "cli_read_bytes",
-            "Client read bytes per second",
-            m.client_read_bytes.clone(),
+            "health_status",
+            "Cluster health: 0 HEALTH_OK, 1 HEALTH_WARN, 2 HEALTH_ERR",
+            m.health_status.clone(),
         );
         r.register(
-            "cli_write_bytes",
-            "Client write bytes per second",
-            m.client_write_bytes.clone(),
+            "health_check",
+            "1 for each health check raised now, by code (docs/mon-api.md)",
+            m.health_checks.clone(),
+        );
+        r.register("osd_up", "1 if the OSD is up, else 0", m.osd_up.clone());
+        r.register("osd_in", "1 if the OSD is in, else 0", m.osd_in.clone());
+        r.register(
+            "osd_total_bytes",
+            "Data space of the OSD (its last heartbeat, while up)",
+            m.osd_total_bytes.clone(),
         );
         r.register(
-            "cli_read_iops",
-            "Client read ops per second",
-            m.client_read_iops.clone(),
+            "osd_used_bytes",
+            "Data space in use on the OSD (its last heartbeat, while up)",
+            m.osd_used_bytes.clone(),
         );
         r.register(
-            "cli_write_iops",
-            "Client write ops per second",
-            m.client_write_iops.clone(),
+            "recovering_pgs",
+            "PGs whose leader is copying a snapshot to a member",
+            m.recovering_pgs.clone(),
+        );
+        r.register(
+            "recovery_remaining_bytes",
+            "Bytes recovery still has to copy",
+            m.recovery_remaining_bytes.clone(),
+        );
+        r.register(
+            "recovery_remaining_objects",
+            "Objects recovery still has to copy",
+            m.recovery_remaining_objects.clone(),
         );
         m
     }
 
     /// Refreshes the gauges from the leader's state (or zeroes leadership on a follower) and
     /// renders the text exposition.
-    pub fn render(&self, state: Option<(&MonState, fastblock_types::api::IoRates)>) -> String {
-        self.is_leader.set(i64::from(state.is_some()));
-        if let Some((state, io)) = state {
-            let osds = state.map.osds.values();
-            self.epoch.set(state.map.epoch.0);
-            self.osds.set(state.map.osds.len() as i64);
-            self.osds_up
-                .set(osds.clone().filter(|o| o.up).count() as i64);
-            self.osds_in.set(osds.filter(|o| o.is_in).count() as i64);
-            self.pools.set(state.map.pools.len() as i64);
-            self.images.set(state.images.len() as i64);
-            self.pgs.clear();
-            for (name, count) in pg_state_counts(state) {
-                self.pgs
-                    .get_or_create(&StateLabels { state: name })
-                    .set(i64::from(count));
-            }
-            self.client_read_bytes.set(io.read_bytes_per_sec);
-            self.client_write_bytes.set(io.write_bytes_per_sec);
-            self.client_read_iops.set(io.read_ops_per_sec);
-            self.client_write_iops.set(io.write_ops_per_sec);
-        }
+    pub fn render(&self, scrape: Option<Scrape<'_>>) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
+        self.is_leader.set(i64::from(scrape.is_some()));
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String cannot fail");
+        // Writing to a String cannot fail.
+        if let Some(scrape) = scrape {
+            self.refresh(scrape);
+            encode_registry(&mut out, &self.cluster).expect("writing to a String");
+        }
+        encode_registry(&mut out, &self.registry).expect("writing to a String");
+        encode_eof(&mut out).expect("writing to a String");
         out
+    }
+
+    fn refresh(&self, scrape: Scrape<'_>) {
+        let state = scrape.state;
+        let osds = state.map.osds.values();
+        self.epoch.set(state.map.epoch.0);
+        self.osds.set(state.map.osds.len() as i64);
+        self.osds_up
+            .set(osds.clone().filter(|o| o.up).count() as i64);
+        self.osds_in.set(osds.filter(|o| o.is_in).count() as i64);
+        self.pools.set(state.map.pools.len() as i64);
+        self.images.set(state.images.len() as i64);
+        self.pgs.clear();
+        for (name, count) in pg_state_counts(state) {
+            self.pgs
+                .get_or_create(&StateLabels { state: name })
+                .set(i64::from(count));
+        }
+        self.health_status.set(status_value(scrape.health.status));
+        // Cleared first: a check that cleared must vanish, not stay at its last value.
+        self.health_checks.clear();
+        for c in &scrape.health.checks {
+            let labels = CheckLabels {
+                code: c.code.clone(),
+                severity: severity_name(c.severity),
+            };
+            self.health_checks.get_or_create(&labels).set(1);
+        }
+        for family in [&self.osd_up, &self.osd_in] {
+            family.clear();
+        }
+        self.osd_total_bytes.clear();
+        self.osd_used_bytes.clear();
+        for o in state.map.osds.values() {
+            let labels = OsdLabels {
+                osd: o.id.0,
+                host: o.host.clone(),
+            };
+            self.osd_up.get_or_create(&labels).set(i64::from(o.up));
+            self.osd_in.get_or_create(&labels).set(i64::from(o.is_in));
+            if let Some(space) = scrape.spaces.get(&o.id) {
+                self.osd_total_bytes
+                    .get_or_create(&labels)
+                    .set(space.total_bytes);
+                self.osd_used_bytes
+                    .get_or_create(&labels)
+                    .set(space.total_bytes.saturating_sub(space.free_bytes));
+            }
+        }
+        self.recovering_pgs
+            .set(i64::from(scrape.recovery.recovering_pgs));
+        self.recovery_remaining_bytes
+            .set(scrape.recovery.remaining_bytes);
+        self.recovery_remaining_objects
+            .set(scrape.recovery.remaining_objects);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastblock_types::api::HealthCheck;
+
+    fn scrape(state: &MonState) -> Scrape<'_> {
+        Scrape {
+            state,
+            health: Health {
+                status: "HEALTH_WARN",
+                checks: vec![HealthCheck {
+                    code: "OSD_NEARFULL".into(),
+                    severity: Severity::Warn,
+                    summary: "1 nearfull osd".into(),
+                    detail: Vec::new(),
+                }],
+            },
+            spaces: BTreeMap::new(),
+            recovery: RecoveryStatus::default(),
+        }
+    }
+
+    #[test]
+    fn the_leader_exports_health_checks_and_a_follower_no_cluster_gauges() {
+        let m = Metrics::new();
+        let state = MonState::default();
+        let text = m.render(Some(scrape(&state)));
+        for line in [
+            "fastblock_mon_is_leader 1",
+            "fastblock_mon_health_status 1",
+            "fastblock_mon_health_check{code=\"OSD_NEARFULL\",severity=\"warn\"} 1",
+            "# TYPE fastblock_mon_osd_up gauge",
+            "# TYPE fastblock_mon_api_latency_seconds histogram",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        // After losing the lead: no stale copy of the checks.
+        let text = m.render(None);
+        assert!(text.contains("fastblock_mon_is_leader 0"), "{text}");
+        assert!(!text.contains("health_check"), "{text}");
+        assert!(!text.contains("fastblock_mon_pgs"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

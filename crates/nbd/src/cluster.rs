@@ -21,6 +21,11 @@ impl ClusterExports {
     pub fn new(cluster: Arc<Cluster>) -> Self {
         ClusterExports { cluster }
     }
+
+    /// The cluster client's counters (retries, timeouts, ...), shared by every export.
+    pub fn client_stats(&self) -> fastblock_client::ClientStats {
+        self.cluster.stats()
+    }
 }
 
 /// `pool/image` → (pool, image). The image part may not be empty; a pool name has no `/`.

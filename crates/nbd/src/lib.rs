@@ -32,6 +32,8 @@
 //! - [`server`]: TCP and Unix listeners, connection tasks, shutdown with draining.
 //! - [`cluster`]: the cluster's images as exports `pool/image`.
 //! - [`memory`]: in-memory exports (tests).
+//! - [`metrics`]: per-export IO counters and latency (a wrapper around any exports) and the
+//!   `/metrics` endpoint.
 //! - `testing` (feature `test-util`): a raw NBD client and a server on in-memory exports.
 //! - [`kernel`], [`map`]: attaching an export to `/dev/nbdX` through the kernel driver.
 //!
@@ -81,6 +83,8 @@ pub mod kernel;
 pub mod map;
 #[cfg(feature = "server")]
 pub mod memory;
+#[cfg(feature = "server")]
+pub mod metrics;
 #[cfg(feature = "server")]
 mod outbox;
 #[cfg(feature = "server")]

@@ -49,8 +49,9 @@ pub struct OsdConfig {
     /// When the PG leaders scrub (`--scrub-interval`, `--deep-scrub-interval`) and the deep
     /// read rate of the whole OSD (`--scrub-deep-bytes-per-sec`, split across its shards).
     pub scrub: fastblock_shard::ScrubSchedule,
-    /// Serve Prometheus `/metrics` here; `None`: no metrics server.
-    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where Prometheus `/metrics` is served (`--metrics-addr`; by default the port after the
+    /// last shard's data port, see [`crate::metrics::MetricsAddr`]).
+    pub metrics_addr: crate::metrics::MetricsAddr,
     /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:
     /// derived from the geometry).
     pub host_space_reserve_bytes: Option<u64>,
@@ -92,7 +93,10 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             .unwrap_or(0);
     let metrics = Arc::new(Metrics::new());
     metrics.wal_flush_skipped.set(i64::from(skips_flushes));
-    let mut metrics_task = match config.metrics_addr {
+    let metrics_at = config
+        .metrics_addr
+        .resolve(&config.address, config.port, identity.shards)?;
+    let mut metrics_task = match metrics_at {
         Some(addr) => Some(crate::metrics::serve(addr, metrics.clone()).await?.1),
         None => None,
     };

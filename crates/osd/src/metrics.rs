@@ -1,5 +1,5 @@
-//! The OSD's Prometheus endpoint: `GET /metrics` on `--metrics-addr` (off unless given), in
-//! the OpenMetrics text format. What it exports is listed in `docs/metrics.md`; the per-stage
+//! The OSD's Prometheus endpoint: `GET /metrics`, by default on the port after its last shard's
+//! data port ([`MetricsAddr`]), in the OpenMetrics text format. What it exports is listed in `docs/metrics.md`; the per-stage
 //! histograms are in [`crate::stages`] (timed by the shard core, recorded by each shard's
 //! runtime).
 //!
@@ -18,6 +18,45 @@ use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::task::JoinHandle;
+
+/// Where an OSD serves `/metrics` (`--metrics-addr`).
+///
+/// Why the default is derived from the data port: several OSDs often share a host, so no
+/// fixed port suits them all, and an ephemeral port would leave Prometheus nothing to scrape
+/// without a discovery service. An OSD already owns `--port` .. `--port + shards - 1`; the
+/// next port is the one its operator (and a test harness handing out port ranges) can predict.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MetricsAddr {
+    /// The OSD's `--address`, port `--port + shards`.
+    #[default]
+    AfterDataPorts,
+    /// No metrics server (`--metrics-addr none`).
+    Off,
+    /// This address.
+    At(SocketAddr),
+}
+
+impl MetricsAddr {
+    /// The address to bind, if any, for an OSD reached at `address` whose shard 0 listens on
+    /// `port` and which has `shards` shards.
+    pub fn resolve(self, address: &str, port: u16, shards: u32) -> Result<Option<SocketAddr>> {
+        match self {
+            MetricsAddr::Off => Ok(None),
+            MetricsAddr::At(addr) => Ok(Some(addr)),
+            MetricsAddr::AfterDataPorts => {
+                let metrics_port = u16::try_from(u32::from(port) + shards).ok().context(
+                    "the default metrics port (--port + shards) is above 65535: \
+                     give --metrics-addr ADDR:PORT or --metrics-addr none",
+                )?;
+                let addr = std::net::ToSocketAddrs::to_socket_addrs(&(address, metrics_port))
+                    .with_context(|| format!("resolving {address} for the metrics server"))?
+                    .next()
+                    .with_context(|| format!("{address} resolves to no address"))?;
+                Ok(Some(addr))
+            }
+        }
+    }
+}
 
 /// The registry every OSD metric lives in, and the families the shards record into.
 pub struct Metrics {
@@ -68,9 +107,12 @@ pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
 ) -> Result<(SocketAddr, JoinHandle<std::io::Result<()>>)> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding the metrics address {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "binding the metrics address {addr} (choose another with --metrics-addr \
+                 ADDR:PORT, or none)"
+        )
+    })?;
     let bound = listener.local_addr()?;
     let app = Router::new().route(
         "/metrics",
@@ -91,4 +133,34 @@ pub async fn serve(
     let task = tokio::spawn(async move { axum::serve(listener, app).await });
     tracing::info!(%bound, "serving /metrics");
     Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_metrics_port_follows_the_data_ports() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let default = MetricsAddr::AfterDataPorts;
+        assert_eq!(
+            default.resolve("127.0.0.1", 6800, 1).unwrap(),
+            Some(at("127.0.0.1:6801"))
+        );
+        assert_eq!(
+            default.resolve("10.0.0.7", 6810, 4).unwrap(),
+            Some(at("10.0.0.7:6814"))
+        );
+        assert_eq!(
+            MetricsAddr::Off.resolve("127.0.0.1", 6800, 1).unwrap(),
+            None
+        );
+        let given = MetricsAddr::At(at("127.0.0.1:9100"));
+        assert_eq!(
+            given.resolve("127.0.0.1", 6800, 1).unwrap(),
+            Some(at("127.0.0.1:9100"))
+        );
+        let err = default.resolve("127.0.0.1", 65535, 1).unwrap_err();
+        assert!(format!("{err:#}").contains("--metrics-addr"), "{err:#}");
+    }
 }

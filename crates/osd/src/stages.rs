@@ -28,13 +28,15 @@
 //! and counts loop iterations itself. Observing costs one uncontended lock per stage; the
 //! shard thread is the only writer of its histograms, and a scrape only reads them.
 //!
-//! The store's block-cache counters (hits, misses, evictions) are copied from the shard's
-//! store after every loop iteration.
+//! The store's block-cache counters (hits, misses, evictions) and the shard's IO totals
+//! (`fastblock_shard::totals`: client ops and bytes, recovery bytes sent) are copied from the
+//! shard after every loop iteration, the PGs it hosts and leads at every tick.
 
 use fastblock_store::BlockCacheStats;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
@@ -128,6 +130,9 @@ pub fn integrity_counts(
     ]
 }
 
+/// The client operations counted by `ops_total` and `bytes_total`.
+const IO_OPS: [&str; 2] = ["read", "write"];
+
 /// The stages of [the module doc](self), timed by the shard core.
 pub use fastblock_shard::Stage;
 
@@ -142,6 +147,73 @@ pub struct ShardLabels {
     pub shard: u32,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabels {
+    pub shard: u32,
+    pub op: &'static str,
+}
+
+/// Client IO, recovery and PG leadership: counters that only grow (rates are Prometheus's to
+/// take), and the PGs held now as gauges.
+struct IoFamilies {
+    ops: Family<OpLabels, Counter>,
+    bytes: Family<OpLabels, Counter>,
+    recovery_sent_bytes: Family<ShardLabels, Counter>,
+    pgs: Family<ShardLabels, Gauge>,
+    pgs_led: Family<ShardLabels, Gauge>,
+}
+
+impl IoFamilies {
+    fn register(registry: &mut Registry) -> IoFamilies {
+        let f = IoFamilies {
+            ops: Family::default(),
+            bytes: Family::default(),
+            recovery_sent_bytes: Family::default(),
+            pgs: Family::default(),
+            pgs_led: Family::default(),
+        };
+        registry.register(
+            "ops",
+            "Client operations served (read: answered with data; write: applied)",
+            f.ops.clone(),
+        );
+        registry.register("bytes", "Bytes of the client operations", f.bytes.clone());
+        registry.register(
+            "recovery_sent_bytes",
+            "Bytes of PG snapshots sent to recovering members",
+            f.recovery_sent_bytes.clone(),
+        );
+        registry.register("pgs", "PGs this shard holds a replica of", f.pgs.clone());
+        registry.register("pgs_led", "PGs this shard leads", f.pgs_led.clone());
+        f
+    }
+
+    fn shard(&self, shard: u32) -> ShardIo {
+        let labels = ShardLabels { shard };
+        let op = |family: &Family<OpLabels, Counter>| {
+            IO_OPS.map(|op| family.get_or_create(&OpLabels { shard, op }).clone())
+        };
+        ShardIo {
+            ops: op(&self.ops),
+            bytes: op(&self.bytes),
+            recovery_sent_bytes: self.recovery_sent_bytes.get_or_create(&labels).clone(),
+            pgs: self.pgs.get_or_create(&labels).clone(),
+            pgs_led: self.pgs_led.get_or_create(&labels).clone(),
+        }
+    }
+}
+
+/// One shard's handles of [`IoFamilies`].
+#[derive(Clone, Debug, Default)]
+struct ShardIo {
+    /// In the order of [`IO_OPS`].
+    ops: [Counter; 2],
+    bytes: [Counter; 2],
+    recovery_sent_bytes: Counter,
+    pgs: Gauge,
+    pgs_led: Gauge,
+}
+
 /// The OSD's metric families; every shard takes its handles from here.
 pub struct OsdMetrics {
     stage_us: Family<StageLabels, Histogram>,
@@ -149,6 +221,7 @@ pub struct OsdMetrics {
     loop_iterations: Family<ShardLabels, Counter>,
     block_cache: [Family<ShardLabels, Counter>; 3],
     integrity: [Family<ShardLabels, Counter>; 7],
+    io: IoFamilies,
 }
 
 impl OsdMetrics {
@@ -184,12 +257,14 @@ impl OsdMetrics {
         for (family, (name, help)) in integrity.iter().zip(INTEGRITY_COUNTERS) {
             registry.register(name, help, family.clone());
         }
+        let io = IoFamilies::register(registry);
         OsdMetrics {
             stage_us,
             wal_commit_ops,
             loop_iterations,
             block_cache,
             integrity,
+            io,
         }
     }
 
@@ -216,6 +291,7 @@ impl OsdMetrics {
                 .integrity
                 .each_ref()
                 .map(|f| f.get_or_create(&labels).clone()),
+            io: self.io.shard(shard),
         }
     }
 }
@@ -229,6 +305,7 @@ pub struct ShardStages {
     loop_iterations: Counter,
     block_cache: [Counter; 3],
     integrity: [Counter; 7],
+    io: ShardIo,
 }
 
 impl Default for ShardStages {
@@ -239,6 +316,7 @@ impl Default for ShardStages {
             loop_iterations: Counter::default(),
             block_cache: Default::default(),
             integrity: Default::default(),
+            io: ShardIo::default(),
         }
     }
 }
@@ -273,6 +351,24 @@ impl ShardStages {
     /// which count since the shard started, as the block cache's do.
     pub fn integrity(&self, counts: [u64; 7]) {
         catch_up(&self.integrity, counts);
+    }
+
+    /// Brings the IO counters up to the shard's totals, which count since it started.
+    pub fn io_totals(&self, t: &fastblock_shard::IoTotals) {
+        catch_up(&self.io.ops, [t.read_ops, t.write_ops]);
+        catch_up(&self.io.bytes, [t.read_bytes, t.write_bytes]);
+        catch_up(
+            std::array::from_ref(&self.io.recovery_sent_bytes),
+            [t.recovery_sent_bytes],
+        );
+    }
+
+    /// Sets the PGs the shard hosts and leads now.
+    pub fn pg_counts(&self, c: &fastblock_shard::PgCounts) {
+        self.io.pgs.set(i64::try_from(c.hosted).unwrap_or(i64::MAX));
+        self.io
+            .pgs_led
+            .set(i64::try_from(c.led).unwrap_or(i64::MAX));
     }
 }
 
@@ -337,5 +433,38 @@ mod tests {
         assert!(text.contains("fastblock_osd_store_block_cache_misses_total{shard=\"0\"} 2"));
         assert!(text.contains("fastblock_osd_store_block_cache_evictions_total{shard=\"0\"} 0"));
         assert!(text.contains("fastblock_osd_store_block_cache_hits_total{shard=\"1\"} 0"));
+    }
+
+    #[test]
+    fn io_totals_are_counters_and_pgs_gauges() {
+        let mut registry = Registry::with_prefix("fastblock_osd");
+        let metrics = OsdMetrics::register(&mut registry);
+        let s0 = metrics.shard(0);
+        let totals = fastblock_shard::IoTotals {
+            read_ops: 3,
+            read_bytes: 12288,
+            write_ops: 2,
+            write_bytes: 8192,
+            recovery_sent_bytes: 1 << 20,
+        };
+        s0.io_totals(&totals);
+        // A second copy of the same totals adds nothing.
+        s0.io_totals(&totals);
+        s0.pg_counts(&fastblock_shard::PgCounts { hosted: 5, led: 2 });
+        let mut text = String::new();
+        encode(&mut text, &registry).expect("encodes");
+        for line in [
+            "# TYPE fastblock_osd_ops counter",
+            "fastblock_osd_ops_total{shard=\"0\",op=\"read\"} 3",
+            "fastblock_osd_ops_total{shard=\"0\",op=\"write\"} 2",
+            "fastblock_osd_bytes_total{shard=\"0\",op=\"read\"} 12288",
+            "fastblock_osd_bytes_total{shard=\"0\",op=\"write\"} 8192",
+            "fastblock_osd_recovery_sent_bytes_total{shard=\"0\"} 1048576",
+            "# TYPE fastblock_osd_pgs_led gauge",
+            "fastblock_osd_pgs{shard=\"0\"} 5",
+            "fastblock_osd_pgs_led{shard=\"0\"} 2",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 }

@@ -172,6 +172,8 @@ pub struct ShardCore<D: Disk + 'static> {
     pub(crate) reclaims: crate::reclaim::Reclaims,
     pub(crate) snap_ops: crate::snaps::SnapOps,
     pub(crate) repairs: crate::repair::Repairs,
+    /// Client IO and recovery since the shard started (`crate::totals`).
+    pub(crate) io_totals: crate::totals::IoTotals,
     pub(crate) scrubs: crate::scrub::Scrubs,
     /// Leader and membership reports waiting until the WAL is durable up to the LSN staged
     /// when they were made (see `hold_report`).
@@ -221,6 +223,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             reclaims: Default::default(),
             snap_ops: Default::default(),
             repairs: Default::default(),
+            io_totals: Default::default(),
             scrubs: Default::default(),
             held_reports: VecDeque::new(),
             outs: BTreeMap::new(),
@@ -959,6 +962,8 @@ impl<D: Disk + 'static> ShardCore<D> {
                     h.io.write_ops += 1;
                     h.io.write_bytes += bytes;
                 }
+                self.io_totals.write_ops += 1;
+                self.io_totals.write_bytes += bytes;
                 eff.stage(Stage::Replication, pending.started, self.apply_started);
                 eff.stage(Stage::OpWrite, pending.arrived, self.metrics_now());
                 Reply::Ok

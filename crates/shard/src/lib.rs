@@ -30,6 +30,8 @@
 //! - [`wal_fit`]: cutting log writes into WAL batches; the uncommitted-write budgets.
 //! - [`wal_space`]: keeping the WAL ring moving when a PG cannot release its log.
 //! - [`inspect`]: read-only views for the simulator's checks.
+//! - [`totals`]: client IO and recovery bytes since the shard started, and the PGs it leads
+//!   (the OSD's `/metrics` counters).
 //! - [`config`], [`error`], [`stage`].
 
 pub mod admission;
@@ -48,6 +50,7 @@ pub mod scrub;
 pub mod snaps;
 pub mod space;
 pub mod stage;
+pub mod totals;
 pub mod wal_fit;
 pub mod wal_space;
 
@@ -61,3 +64,4 @@ pub use io::{
 };
 pub use repair::RepairCounts;
 pub use stage::Stage;
+pub use totals::{IoTotals, PgCounts};

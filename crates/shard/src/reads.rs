@@ -98,6 +98,8 @@ impl<D: Disk + 'static> ShardCore<D> {
                         h.io.read_ops += 1;
                         h.io.read_bytes += u64::from(r.length);
                     }
+                    self.io_totals.read_ops += 1;
+                    self.io_totals.read_bytes += u64::from(r.length);
                     Reply::Data(data)
                 }
                 Err(reply) => reply,

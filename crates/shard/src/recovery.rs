@@ -345,6 +345,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                         .tokens_bytes
                         .saturating_sub(i64::try_from(plan.len_bytes).unwrap_or(i64::MAX));
                     *self.recovery.done_bytes.entry(key.0).or_default() += plan.len_bytes;
+                    self.io_totals.recovery_sent_bytes += plan.len_bytes;
                 }
                 let chunk = SnapChunk {
                     from: self.cfg.osd,

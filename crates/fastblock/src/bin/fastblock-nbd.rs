@@ -4,15 +4,18 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use fastblock::metrics_arg::MetricsArg;
 use fastblock_client::{ClientConfig, Cluster};
 use fastblock_nbd::access::{parse_allow_rule, AllowList, AllowRule, TlsMode};
 use fastblock_nbd::cluster::ClusterExports;
+use fastblock_nbd::metrics::{Metered, NbdMetrics};
 use fastblock_nbd::tls::TlsCredentials;
 use fastblock_nbd::{certs, kernel, map, Server, ServerConfig};
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -58,6 +61,11 @@ enum Cmd {
         /// Do not listen on TCP (only on --socket).
         #[arg(long, requires = "socket")]
         no_tcp: bool,
+        /// Serve Prometheus `/metrics` (per-export IO, latency, errors, retries:
+        /// docs/metrics.md) on this address, or `none` [default: the --bind address, port
+        /// + 1 (127.0.0.1:10810 for the default bind); 127.0.0.1:10810 with --no-tcp].
+        #[arg(long, value_name = "ADDR:PORT|none", value_parser = fastblock::metrics_arg::parse_metrics_addr)]
+        metrics_addr: Option<MetricsArg>,
         #[command(flatten)]
         access: AccessArgs,
     },
@@ -163,8 +171,16 @@ async fn run(args: Args) -> Result<()> {
             bind,
             socket,
             no_tcp,
+            metrics_addr,
             access,
-        } => serve(mon, &who, (!no_tcp).then_some(bind), socket, access).await,
+        } => {
+            let listen = Listen {
+                tcp: (!no_tcp).then_some(bind),
+                unix: socket,
+                metrics: metrics_addr,
+            };
+            serve(mon, &who, listen, access).await
+        }
         Cmd::GenCerts { dir, host, client } => gen_certs(&dir, &host, &client),
         Cmd::Map {
             image,
@@ -189,13 +205,26 @@ async fn connect(mon: Vec<String>, who: &Credentials) -> Result<ClusterExports> 
     Ok(ClusterExports::new(cluster))
 }
 
+/// Where `serve` listens.
+struct Listen {
+    tcp: Option<SocketAddr>,
+    unix: Option<PathBuf>,
+    /// `--metrics-addr` (None: the default of `fastblock_nbd::metrics::default_addr`).
+    metrics: Option<MetricsArg>,
+}
+
 async fn serve(
     mon: Vec<String>,
     who: &Credentials,
-    tcp: Option<SocketAddr>,
-    unix: Option<PathBuf>,
+    listen: Listen,
     access: AccessArgs,
 ) -> Result<()> {
+    let Listen { tcp, unix, metrics } = listen;
+    let metrics_at = match metrics {
+        Some(MetricsArg::Off) => None,
+        Some(MetricsArg::At(addr)) => Some(addr),
+        None => Some(fastblock_nbd::metrics::default_addr(tcp).map_err(anyhow::Error::msg)?),
+    };
     let tls_credentials = match &access.tls_creds {
         Some(dir) => Some(
             TlsCredentials::load(dir, access.tls_verify_peer)
@@ -214,14 +243,51 @@ async fn serve(
     // Before reaching the cluster, which can take its 30 s when the monitors are down.
     config.check_tls()?;
     let exports = connect(mon, who).await?;
-    let server = Server::bind(config, exports).await?;
+    let registry = Arc::new(NbdMetrics::new());
+    let metrics_task = match metrics_at {
+        Some(addr) => {
+            let (registry, exports) = (registry.clone(), exports.clone());
+            let render = move || registry.render(Some(exports.client_stats()));
+            let (bound, task) = fastblock_nbd::metrics::serve(addr, render)
+                .await
+                .with_context(|| {
+                    format!(
+                        "binding the metrics address {addr} (choose another with \
+                         --metrics-addr ADDR:PORT, or none)"
+                    )
+                })?;
+            tracing::info!(%bound, "serving /metrics");
+            Some(task)
+        }
+        None => None,
+    };
+    let server = Server::bind(config, Metered::new(exports, registry)).await?;
     tracing::info!(
         tcp = ?server.tcp_addr(),
         unix = ?unix,
         tls = ?access.tls,
         "serving NBD exports pool/image"
     );
-    server.run(terminated()).await;
+    let metrics_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let failed = metrics_failed.clone();
+    let shutdown = async move {
+        let Some(task) = metrics_task else {
+            return terminated().await;
+        };
+        tokio::select! {
+            _ = terminated() => {}
+            ended = task => {
+                // The server never ends on its own (axum retries failed accepts): stop
+                // rather than run on unobserved.
+                tracing::error!("the metrics server ended ({ended:?}): draining");
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    };
+    server.run(shutdown).await;
+    if metrics_failed.load(std::sync::atomic::Ordering::Relaxed) {
+        anyhow::bail!("the metrics server ended");
+    }
     Ok(())
 }
 

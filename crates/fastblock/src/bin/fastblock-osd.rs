@@ -2,6 +2,7 @@
 //! new OSD with the monitor; without it the OSD starts, boots and serves its PGs.
 
 use clap::Parser;
+use fastblock::metrics_arg::MetricsArg;
 use fastblock_osd::control::{run, OsdConfig};
 use fastblock_osd::mkfs::{mkfs, MkfsArgs};
 use fastblock_pg::PgConfig;
@@ -151,10 +152,11 @@ struct Args {
     /// that client IO keeps priority (e.g. 64M).
     #[arg(long, default_value = "64M", value_parser = size)]
     scrub_deep_bytes_per_sec: u64,
-    /// Serve Prometheus `/metrics` (per-stage IO latency, see docs/metrics.md) on this
-    /// address, e.g. 127.0.0.1:9100 [default: no metrics server].
-    #[arg(long, value_name = "ADDR:PORT")]
-    metrics_addr: Option<std::net::SocketAddr>,
+    /// Serve Prometheus `/metrics` (IO counters, per-stage latency: docs/metrics.md) on this
+    /// address, or `none` for no metrics server [default: --address, port --port + shards,
+    /// the port after the last shard's data port].
+    #[arg(long, value_name = "ADDR:PORT|none", value_parser = fastblock::metrics_arg::parse_metrics_addr)]
+    metrics_addr: Option<fastblock::metrics_arg::MetricsArg>,
     /// For tests only, never for data: a JSON file of disk faults to inject into this OSD's
     /// shards (I/O errors, delays, corrupted reads), read at start and every 100 ms while it
     /// runs (docs/testing.md). Refused (exit status 2) unless the environment holds
@@ -280,7 +282,11 @@ async fn main() {
                         .unwrap_or(u64::MAX),
                     deep_bytes_per_sec: args.scrub_deep_bytes_per_sec,
                 },
-                metrics_addr: args.metrics_addr,
+                metrics_addr: match args.metrics_addr {
+                    None => fastblock_osd::metrics::MetricsAddr::AfterDataPorts,
+                    Some(MetricsArg::Off) => fastblock_osd::metrics::MetricsAddr::Off,
+                    Some(MetricsArg::At(addr)) => fastblock_osd::metrics::MetricsAddr::At(addr),
+                },
                 host_space_reserve_bytes: args.host_space_reserve,
                 keyring: args.keyring,
                 fault_injection_file: args.fault_injection_file,

@@ -664,6 +664,8 @@ pub struct OsdProc {
     pub id: OsdId,
     pub data: PathBuf,
     pub port: u16,
+    /// Data-path shards (each has a port from `port` on).
+    pub shards: u32,
     pub host: String,
     pub proc: Option<Proc>,
     endpoints: Vec<String>,
@@ -762,12 +764,14 @@ impl OsdProc {
             String::from_utf8_lossy(&out.stderr)
         );
         let id = OsdId(stdout.trim().parse().expect("mkfs prints the new id"));
-        // One port per shard, consecutive.
-        let port = free_ports(u16::try_from(shards).expect("a few shards"));
+        // One port per shard, consecutive, and the next for `/metrics` (the OSD's default
+        // metrics port: `--port` + shards).
+        let port = free_ports(u16::try_from(shards + 1).expect("a few shards"));
         OsdProc {
             id,
             data,
             port,
+            shards,
             host: host.to_string(),
             proc: None,
             endpoints: mons.endpoints(),
@@ -846,6 +850,11 @@ impl OsdProc {
 
     pub fn log_tail(&self) -> String {
         self.proc.as_ref().map(|p| p.log_tail()).unwrap_or_default()
+    }
+
+    /// Where this OSD serves `/metrics` by default: the port after its shards' data ports.
+    pub fn metrics_addr(&self) -> String {
+        format!("127.0.0.1:{}", u32::from(self.port) + self.shards)
     }
 }
 

@@ -480,6 +480,11 @@ impl Runtime {
             &store.damage_counts(),
             &self.core.repair_counts(),
         ));
+        self.spec.stages.io_totals(&self.core.io_totals());
+        if tick {
+            // Once a tick: counting them walks every PG of the shard.
+            self.spec.stages.pg_counts(&self.core.pg_counts());
+        }
     }
 
     /// Carries out `eff`, then steps the WAL commits it asks for, carrying out each step's
