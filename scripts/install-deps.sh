@@ -25,6 +25,9 @@ declare -A PROVIDES=(
   # bench/run.sh: its report (python3, standard library only) and plots (gnuplot).
   [python3]=python3
   [gnuplot-nox]=gnuplot
+  # The status page test (crates/fastblock/tests/status_page.rs) renders the monitor's page in
+  # headless Chromium, driven over the DevTools protocol (no WebDriver, so no chromium-driver).
+  [chromium]=chromium
 )
 
 missing=()
