@@ -32,6 +32,9 @@ const PAGE_STATE_JS: &str = r##"(() => {
       code: li.dataset.code || "", text: li.textContent })),
     osds: [...document.querySelectorAll("#osds tbody tr")].map((tr) =>
       [...tr.cells].map((td) => td.textContent)),
+    pgs: [...document.querySelectorAll("#pg-states tbody tr")].map((tr) =>
+      [...tr.cells].map((td) => td.textContent)),
+    recovery: [...document.querySelectorAll("#recovery-checks > li")].map((li) => li.textContent),
     error: error.hidden ? "" : error.textContent,
   });
 })()"##;
@@ -42,6 +45,10 @@ struct PageState {
     checks: Vec<(String, String)>,
     /// Per row: `osd.N`, `up`/`down`, `in`/`out`, used, total, use.
     osds: Vec<Vec<String>>,
+    /// Per row: state, count.
+    pgs: Vec<Vec<String>>,
+    /// The PG checks the recovery section lists.
+    recovery: Vec<String>,
     error: String,
 }
 
@@ -52,6 +59,8 @@ fn page_state(browser: &mut Browser) -> PageState {
             health: "(page not loaded yet)".into(),
             checks: Vec::new(),
             osds: Vec::new(),
+            pgs: Vec::new(),
+            recovery: Vec::new(),
             error: String::new(),
         };
     };
@@ -62,6 +71,9 @@ fn page_state(browser: &mut Browser) -> PageState {
             .iter()
             .map(|s| s.as_str().expect("a string").to_string())
             .collect()
+    };
+    let rows = |v: &Value| -> Vec<Vec<String>> {
+        v.as_array().expect("rows").iter().map(strings).collect()
     };
     PageState {
         health: v["health"].as_str().unwrap_or_default().to_string(),
@@ -74,12 +86,9 @@ fn page_state(browser: &mut Browser) -> PageState {
                 (s("code"), s("text"))
             })
             .collect(),
-        osds: v["osds"]
-            .as_array()
-            .expect("rows")
-            .iter()
-            .map(strings)
-            .collect(),
+        osds: rows(&v["osds"]),
+        pgs: rows(&v["pgs"]),
+        recovery: strings(&v["recovery"]),
         error: v["error"].as_str().unwrap_or_default().to_string(),
     }
 }
@@ -159,6 +168,11 @@ async fn status_page_in_chromium_shows_an_osd_going_down() {
     let page = http_get(&format!("http://{api}/")).await.expect("GET /");
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     assert!(page.contains("<script src=\"/status.js\""), "{page}");
+    assert!(
+        page.to_ascii_lowercase()
+            .contains("content-security-policy: default-src 'none'; script-src 'self';"),
+        "{page}"
+    );
     let (code, body) = unsigned(&api, "GET", "/v1/status/public", "").await;
     assert_eq!(code, 200, "{body}");
     let view: Value = serde_json::from_str(&body).expect("the public view is JSON");
@@ -190,6 +204,8 @@ async fn status_page_in_chromium_shows_an_osd_going_down() {
     })
     .await;
     assert!(before.error.is_empty(), "{before:#?}");
+    assert_eq!(before.pgs, vec![vec!["active", "8"]], "{before:#?}");
+    assert!(before.recovery.is_empty(), "{before:#?}");
     assert!(
         before.checks.iter().all(|(code, _)| code.is_empty()),
         "{before:#?}"
@@ -216,5 +232,14 @@ async fn status_page_in_chromium_shows_an_osd_going_down() {
         assert_eq!(r[1], "up", "{after:#?}");
     }
     assert!(after.error.is_empty(), "{after:#?}");
+    // Every PG lost a replica, and the recovery section names the check that says so.
+    assert_eq!(after.pgs, vec![vec!["undersize", "8"]], "{after:#?}");
+    assert!(
+        after
+            .recovery
+            .iter()
+            .any(|c| c.starts_with("PG_DEGRADED: 8 pgs undersize")),
+        "{after:#?}"
+    );
     drop(browser);
 }
