@@ -29,6 +29,9 @@ declare -A PROVIDES=(
   # ships it in the Prometheus server's package (about 100 MB installed); the server is not
   # started by it in a container without systemd, and nothing here runs it.
   [prometheus]=promtool
+  # The status page test (crates/fastblock/tests/status_page.rs) renders the monitor's page in
+  # headless Chromium, driven over the DevTools protocol (no WebDriver, so no chromium-driver).
+  [chromium]=chromium
 )
 
 missing=()

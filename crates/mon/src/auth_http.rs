@@ -38,7 +38,7 @@ pub struct CallerKey(pub Option<Secret>);
 /// What a route asks of its caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need {
-    /// Open to anyone (health).
+    /// Open to anyone (health, the status page's view).
     Nothing,
     /// Any authenticated entity (reads).
     Any,
@@ -55,6 +55,8 @@ pub enum Need {
 pub fn need_of(method: &Method, route: &str) -> Need {
     match (method.as_str(), route) {
         (_, "/v1/health") => Need::Nothing,
+        // The status page's view: no secrets, nothing to act on (`crate::status_page`).
+        ("GET", "/v1/status/public") => Need::Nothing,
         ("POST", "/v1/osds/{id}/boot" | "/v1/osds/{id}/heartbeat") => Need::OsdSelf,
         ("POST", "/v1/pgs/{pgid}/leader" | "/v1/pgs/{pgid}/membership")
         | ("POST", "/v1/reclaim/{id}/pgs/{pgid}")
@@ -384,6 +386,9 @@ mod tests {
         let get = Method::GET;
         let post = Method::POST;
         assert_eq!(need_of(&get, "/v1/health"), Need::Nothing);
+        assert_eq!(need_of(&get, "/v1/status/public"), Need::Nothing);
+        assert_eq!(need_of(&get, "/v1/status"), Need::Any);
+        assert_eq!(need_of(&post, "/v1/status/public"), Need::Admin);
         assert_eq!(need_of(&get, "/v1/map"), Need::Any);
         assert_eq!(need_of(&get, "/v1/df"), Need::Any);
         assert_eq!(need_of(&Method::PUT, "/v1/space/full-ratio"), Need::Admin);

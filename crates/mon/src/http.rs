@@ -87,6 +87,10 @@ pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/v1/health", get(get_health))
         .route("/v1/status", get(get_status))
+        .route(
+            "/v1/status/public",
+            get(crate::status_page::get_public_status),
+        )
         .route("/v1/map", get(get_map))
         .route("/v1/osds", get(list_osds))
         .route("/v1/osds/apply-id", post(apply_id))
@@ -165,6 +169,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/metrics", get(get_metrics))
         .route("/v1/mon", get(get_mon))
+        // The page's files, from any monitor; its data call is forwarded like any other.
+        .merge(crate::status_page::asset_routes())
         .merge(api)
         .fallback(|| async {
             ApiErr(ApiError::new(
@@ -334,7 +340,7 @@ async fn get_health(State(app): App) -> ApiResult<HealthResponse> {
     Ok(Json(view))
 }
 
-async fn members(app: &AppState) -> Vec<MonMember> {
+pub(crate) async fn members(app: &AppState) -> Vec<MonMember> {
     let mut client = app.mon.client.clone();
     let opts = etcd_client::GetOptions::new().with_prefix();
     let Ok(Ok(resp)) = tokio::time::timeout(
@@ -353,36 +359,43 @@ async fn members(app: &AppState) -> Vec<MonMember> {
 
 async fn get_status(State(app): App) -> ApiResult<StatusResponse> {
     let mons = members(&app).await;
-    let now = app.mon.now_ms();
-    let me = app.mon.me.clone();
     let tasks = app.tasks.checks();
     let status = app
         .mon
-        .read(|s, ctx| {
-            let h = full_health(&app, (s, ctx), &tasks, &mons);
-            let (io, recovery) = ctx.stats.cluster(now);
-            let osds = s.map.osds.values().filter(|o| !o.pending_create);
-            StatusResponse {
-                epoch: s.map.epoch,
-                health: h.status.to_string(),
-                health_checks: h.checks,
-                leader: Some(me),
-                mons,
-                flags: s.map.flags,
-                osds_total: osds.clone().count() as u32,
-                osds_up: osds.clone().filter(|o| o.up).count() as u32,
-                osds_in: osds.filter(|o| o.is_in).count() as u32,
-                pools: s.map.pools.len() as u32,
-                pgs: s.map.pgmaps.values().map(|m| m.pgs.len() as u32).sum(),
-                images: s.images.len() as u32,
-                pg_states: pg_state_counts(s),
-                io,
-                recovery,
-                usage: ctx.stats.cluster_usage(&s.map),
-            }
-        })
+        .read(|s, ctx| status_view(&app, (s, ctx), &tasks, mons))
         .await?;
     Ok(Json(status))
+}
+
+/// What `GET /v1/status` answers, from the leader's state; the status page's public view is
+/// cut from it (`crate::status_page`), so both always agree.
+pub(crate) fn status_view(
+    app: &AppState,
+    (s, ctx): (&fastblock_mon_core::MonState, &LeaderCtx),
+    tasks: &[DaemonCheck],
+    mons: Vec<MonMember>,
+) -> StatusResponse {
+    let h = full_health(app, (s, ctx), tasks, &mons);
+    let (io, recovery) = ctx.stats.cluster(app.mon.now_ms());
+    let osds = s.map.osds.values().filter(|o| !o.pending_create);
+    StatusResponse {
+        epoch: s.map.epoch,
+        health: h.status.to_string(),
+        health_checks: h.checks,
+        leader: Some(app.mon.me.clone()),
+        mons,
+        flags: s.map.flags,
+        osds_total: osds.clone().count() as u32,
+        osds_up: osds.clone().filter(|o| o.up).count() as u32,
+        osds_in: osds.filter(|o| o.is_in).count() as u32,
+        pools: s.map.pools.len() as u32,
+        pgs: s.map.pgmaps.values().map(|m| m.pgs.len() as u32).sum(),
+        images: s.images.len() as u32,
+        pg_states: pg_state_counts(s),
+        io,
+        recovery,
+        usage: ctx.stats.cluster_usage(&s.map),
+    }
 }
 
 #[derive(Deserialize)]

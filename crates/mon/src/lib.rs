@@ -14,6 +14,8 @@
 //!   followers to the leader so any monitor answers.
 //! - [`stats`]: client IO and recovery rates from OSD heartbeats.
 //! - [`metrics`]: Prometheus `/metrics`.
+//! - [`status_page`]: the web status page (a static page embedded in the binary) and the
+//!   unsigned, read-only view it polls.
 //! - [`supervise`]: every background task is supervised: a failure is logged, counted in
 //!   health (`MON_TASK_FAILED`), and the task restarted with a back-off or the monitor
 //!   stopped.
@@ -32,5 +34,6 @@ pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod stats;
+pub mod status_page;
 pub mod store;
 pub mod supervise;

@@ -422,6 +422,19 @@ pub struct RecoveryStatus {
     pub bytes_per_sec: f64,
 }
 
+impl RecoveryStatus {
+    /// Seconds until the bytes left are copied at the current rate, rounded up: `None` when
+    /// nothing is left, or when no progress was measured (no rate, so no honest estimate).
+    pub fn eta_secs(&self) -> Option<u64> {
+        // Below a byte a second (or NaN) the quotient means nothing.
+        let measured = self.bytes_per_sec.is_finite() && self.bytes_per_sec >= 1.0;
+        if self.remaining_bytes == 0 || !measured {
+            return None;
+        }
+        Some((self.remaining_bytes as f64 / self.bytes_per_sec).ceil() as u64)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MonMember {
     pub name: String,
@@ -528,6 +541,42 @@ pub struct StatusResponse {
     /// Space: stored, used and the raw capacity (absent from monitors that predate it).
     #[serde(default)]
     pub usage: ClusterUsage,
+}
+
+/// `GET /v1/status/public`: what the monitor's status page shows, readable without a key
+/// (`docs/mon-api.md`, "Status page"). A subset of [`StatusResponse`] restricted to health and
+/// operational figures, plus each OSD's state and space; no names, addresses or keys.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PublicStatusResponse {
+    pub epoch: Epoch,
+    /// `HEALTH_OK`, `HEALTH_WARN` or `HEALTH_ERR`, and the checks as `GET /v1/health` has them.
+    pub health: String,
+    pub health_checks: Vec<HealthCheck>,
+    /// Every OSD of the map (none still being created), by id.
+    pub osds: Vec<PublicOsd>,
+    pub pools: u32,
+    pub pgs: u32,
+    pub images: u32,
+    /// PG count per state name (`active`, `undersize+remapped`, ...).
+    pub pg_states: BTreeMap<String, u32>,
+    pub io: IoRates,
+    pub recovery: RecoveryStatus,
+    /// [`RecoveryStatus::eta_secs`].
+    pub recovery_eta_secs: Option<u64>,
+    pub usage: ClusterUsage,
+}
+
+/// One OSD as the status page shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicOsd {
+    pub id: OsdId,
+    pub up: bool,
+    #[serde(rename = "in")]
+    pub is_in: bool,
+    /// Its data space from its last heartbeat; `None` while down or before its first report.
+    pub space: Option<OsdSpace>,
+    /// The map marks it full: writes to its PGs are refused (`OSD_FULL`).
+    pub full: bool,
 }
 
 /// Answer to `POST /v1/reclaim/{id}/pgs/{pg}`.
@@ -637,4 +686,36 @@ pub struct AuthDataKeyEntry {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AuthModeRequest {
     pub mode: crate::auth::AuthMode,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recovery(remaining_bytes: u64, bytes_per_sec: f64) -> RecoveryStatus {
+        RecoveryStatus {
+            recovering_pgs: 1,
+            remaining_bytes,
+            remaining_objects: 1,
+            bytes_per_sec,
+        }
+    }
+
+    #[test]
+    fn recovery_eta_is_remaining_over_rate_rounded_up() {
+        assert_eq!(recovery(10 << 20, f64::from(1 << 20)).eta_secs(), Some(10));
+        assert_eq!(
+            recovery(10 << 20, 3.0 * f64::from(1 << 20)).eta_secs(),
+            Some(4)
+        );
+    }
+
+    #[test]
+    fn recovery_eta_is_unknown_without_progress_or_work() {
+        assert_eq!(recovery(0, 1e6).eta_secs(), None);
+        assert_eq!(recovery(1 << 20, 0.0).eta_secs(), None);
+        assert_eq!(recovery(1 << 20, 0.5).eta_secs(), None);
+        assert_eq!(recovery(1 << 20, f64::NAN).eta_secs(), None);
+        assert_eq!(recovery(1 << 20, f64::INFINITY).eta_secs(), None);
+    }
 }

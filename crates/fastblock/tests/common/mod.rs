@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod data_file;
 pub mod faults;
 pub mod model;
