@@ -35,7 +35,9 @@ pub struct OsdConfig {
     /// reported at boot for the monitor to check against the other OSDs'.
     pub lease_timing: LeaseTiming,
     pub heartbeat_interval: Duration,
-    pub flush_interval: Duration,
+    /// How often applied data is flushed (`--flush-interval`); the shards follow each new
+    /// value sent (`fastblock-client config set osd.N flush_interval`).
+    pub flush_interval: tokio::sync::watch::Receiver<Duration>,
     /// How a WAL commit makes its write durable (`--wal-sync`).
     pub wal_sync: fastblock_store::disk::SyncMode,
     /// WAL group commits in flight per shard (`--wal-commits-in-flight`).
@@ -118,7 +120,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             data: config.data.clone(),
             pg_config: config.pg_config,
             tick: config.tick,
-            flush_interval: config.flush_interval,
+            flush_interval: config.flush_interval.clone(),
             wal_sync: config.wal_sync,
             wal_commits_in_flight_max: config.wal_commits_in_flight_max,
             log_retain_entries: config.log_retain_entries,

@@ -44,7 +44,8 @@ pub struct ShardSpec {
     pub data: PathBuf,
     pub pg_config: PgConfig,
     pub tick: Duration,
-    pub flush_interval: Duration,
+    /// How often applied data is flushed; a new value takes effect from the next flush on.
+    pub flush_interval: tokio::sync::watch::Receiver<Duration>,
     /// How a WAL commit makes its write durable.
     pub wal_sync: fastblock_store::disk::SyncMode,
     /// WAL group commits in flight at once (1: each waits for its fdatasync).
