@@ -38,6 +38,11 @@ fn shown(show: &str, key: &str) -> (String, String) {
     (fields[1].to_string(), source)
 }
 
+fn read_osd_log(osd: &OsdProc) -> String {
+    let path = &osd.proc.as_ref().expect("running").log;
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
 fn debug_lines(log: &str) -> usize {
     log.lines().filter(|l| l.contains(" DEBUG ")).count()
 }
@@ -77,6 +82,14 @@ async fn osd_log_level_changes_at_runtime() {
     })
     .await;
 
+    assert!(
+        read_osd_log(&osd).contains(&format!(
+            "settings read from the config file file={}",
+            file.display()
+        )),
+        "{}",
+        read_osd_log(&osd)
+    );
     let show = config(&run, &["show", &target]);
     let show = show.ok();
     assert_eq!(shown(show, "flush_interval"), ("2s".into(), "file".into()));
@@ -350,4 +363,46 @@ fn config_reference_matches_the_docs() {
              `{daemon} --print-config-reference`:\n{reference}"
         );
     }
+}
+
+/// The NBD server's log filter changes at runtime too, before it has reached any monitor: its
+/// admin socket is up while it retries an unreachable one, whose failed attempts it logs at
+/// debug level only once `log_level` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nbd_log_level_changes_at_runtime() {
+    let dir = TempDir::new("config-nbd");
+    let run = dir.path().join("run");
+    let log = dir.path().join("nbd.log");
+    let mut cmd = Command::new(bin("fastblock-nbd"));
+    // Nothing listens on the monitor port: the server keeps retrying it.
+    cmd.args(["serve", "--mon", &format!("127.0.0.1:{}", free_port())])
+        .args(["--bind", &format!("127.0.0.1:{}", free_port())])
+        .arg("--run-dir")
+        .arg(&run)
+        .env_remove("RUST_LOG")
+        .env("FASTBLOCK_NBD_THREADS", "2");
+    let _nbd = Proc::spawn("fastblock-nbd", cmd, log.clone());
+    let socket = run.join("nbd.asok");
+    wait_until(Duration::from_secs(10), "the NBD admin socket", || async {
+        socket.exists().then_some(())
+    })
+    .await;
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let show = config(&run, &["show", "nbd"]);
+    let show = show.ok();
+    assert_eq!(shown(show, "threads"), ("2".into(), "env".into()));
+    assert_eq!(shown(show, "run_dir").1, "flag", "{show}");
+    assert_eq!(shown(show, "tls"), ("off".into(), "default".into()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(debug_lines(&read_log()), 0, "{}", read_log());
+    config(&run, &["set", "nbd", "log_level", "debug"]).ok();
+    wait_until(
+        Duration::from_secs(10),
+        "debug lines in the NBD log",
+        || async { (debug_lines(&read_log()) > 0).then_some(()) },
+    )
+    .await;
+    let refused = config(&run, &["set", "nbd", "flush_interval", "1s"]);
+    assert_eq!(refused.code, 4, "{}", refused.stderr);
+    refused.fails_with("\"flush_interval\" is not a setting; the settable ones are: log_level");
 }

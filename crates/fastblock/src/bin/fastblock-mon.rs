@@ -137,6 +137,7 @@ async fn main() {
     let loaded = load_or_exit(&DAEMON, Args::command());
     let args = Args::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
     let log_level = LogLevel::init(&args.daemon.log_level);
+    loaded.log_file();
     let runtime = RuntimeConfig::new(loaded.settings)
         .settable("log_level", Box::new(move |v| log_level.set(v)));
     let entity = format!("mon.{}", args.name);

@@ -145,6 +145,7 @@ fn main() {
     let loaded = load_or_exit(&DAEMON, Args::command());
     let args = Args::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
     let log_level = LogLevel::init(&args.daemon.log_level);
+    loaded.log_file();
     let settings = loaded.settings;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))

@@ -187,6 +187,7 @@ async fn main() {
     let loaded = load_or_exit(&DAEMON, Args::command());
     let args = Args::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
     let log_level = LogLevel::init(&args.daemon.log_level);
+    loaded.log_file();
     // Fail-stop: a panic on any thread (a shard's invariant broke) ends the whole OSD, so it
     // never keeps running with a dead shard that the monitor still believes is up.
     let default_hook = std::panic::take_hook();

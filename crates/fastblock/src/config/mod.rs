@@ -115,6 +115,16 @@ pub struct Loaded {
     pub file: Option<PathBuf>,
 }
 
+impl Loaded {
+    /// Logs the config file the settings came from (once logging is set up), so that an
+    /// operator can tell which file a daemon read.
+    pub fn log_file(&self) {
+        if let Some(path) = &self.file {
+            tracing::info!(file = %path.display(), "settings read from the config file");
+        }
+    }
+}
+
 /// Arguments that are not settings: clap's own and the file's name itself.
 fn is_setting(arg: &clap::Arg) -> bool {
     let id = arg.get_id().as_str();
