@@ -55,7 +55,8 @@ async fn poke(port: u16) {
 }
 
 /// A log-level change through `config set` takes effect in the running OSD and is undone by
-/// setting it back; a new flush interval reaches the shard threads; a flag from the OSD's TOML file shows as `file`; keys that are no
+/// setting it back; a new flush interval and new recovery and deep-scrub rates reach the
+/// shards; a flag from the OSD's TOML file shows as `file`; keys that are no
 /// runtime setting and bad filters are refused with the list of settable keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn osd_log_level_changes_at_runtime() {
@@ -144,6 +145,33 @@ async fn osd_log_level_changes_at_runtime() {
     assert_eq!(zero.code, 4, "{}", zero.stderr);
     zero.fails_with("zero");
 
+    // The throttles: the shard core takes its share of each new rate (and logs it at info).
+    config(&run, &["set", &target, "recovery_max_bytes_per_sec", "32M"]).ok();
+    config(&run, &["set", &target, "scrub_deep_bytes_per_sec", "8M"]).ok();
+    let show = config(&run, &["show", &target]);
+    assert_eq!(
+        shown(show.ok(), "recovery_max_bytes_per_sec"),
+        ("32M".into(), "runtime".into())
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the shard to take the rates",
+        || async {
+            read_log()
+                .lines()
+                .any(|l| {
+                    l.contains("rates changed")
+                        && l.contains("recovery_bytes_per_sec=33554432")
+                        && l.contains("scrub_deep_bytes_per_sec=8388608")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let zero = config(&run, &["set", &target, "recovery_max_bytes_per_sec", "0"]);
+    assert_eq!(zero.code, 4, "{}", zero.stderr);
+    zero.fails_with("the rate must be positive");
+
     config(&run, &["set", &target, "log_level", "info"]).ok();
     let before = read_log().len();
     poke(osd.port).await;
@@ -155,11 +183,11 @@ async fn osd_log_level_changes_at_runtime() {
     let refused = config(&run, &["set", &target, "wal_sync", "two-step"]);
     assert_eq!(refused.code, 4, "{}", refused.stderr);
     refused.fails_with(
-        "cannot be changed at runtime; the settable ones are: flush_interval, log_level",
+        "cannot be changed at runtime; the settable ones are: flush_interval, log_level, recovery_max_bytes_per_sec, scrub_deep_bytes_per_sec",
     );
     let unknown = config(&run, &["set", &target, "flush_intervall", "5s"]);
     assert_eq!(unknown.code, 4, "{}", unknown.stderr);
-    unknown.fails_with("is not a setting; the settable ones are: flush_interval, log_level");
+    unknown.fails_with("is not a setting; the settable ones are: flush_interval, log_level, recovery_max_bytes_per_sec, scrub_deep_bytes_per_sec");
     let bad = config(&run, &["set", &target, "log_level", "fastblock_osd=loud"]);
     assert_eq!(bad.code, 4, "{}", bad.stderr);
     bad.fails_with("is not a log filter");

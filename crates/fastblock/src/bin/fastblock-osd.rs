@@ -169,6 +169,14 @@ struct Args {
     fault_injection_file: Option<PathBuf>,
 }
 
+/// A rate set at runtime: a size per second, positive (a zero rate would never finish).
+fn positive_rate(input: &str) -> Result<u64, String> {
+    match size(input)? {
+        0 => Err(format!("{input:?} is zero: the rate must be positive")),
+        rate => Ok(rate),
+    }
+}
+
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -265,6 +273,12 @@ async fn main() {
         }
         // Kept by the admin socket's setter for the life of the OSD; the shards follow it.
         let (flush_interval, flush_interval_rx) = tokio::sync::watch::channel(args.flush_interval);
+        let (rates, rates_rx) = tokio::sync::watch::channel(fastblock_osd::control::Rates {
+            recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
+            scrub_deep_bytes_per_sec: args.scrub_deep_bytes_per_sec,
+        });
+        let rates = Arc::new(rates);
+        let recovery_rates = rates.clone();
         // The OSD's id names its admin socket; a data file without one fails in `run` below.
         if let Ok(identity) = fastblock_osd::identity::Identity::load(&args.data) {
             let runtime = RuntimeConfig::new(loaded.settings)
@@ -274,6 +288,22 @@ async fn main() {
                     Box::new(move |v| {
                         let every = interval_arg(v)?;
                         flush_interval.send_replace(every);
+                        Ok(v.to_string())
+                    }),
+                )
+                .settable(
+                    "recovery_max_bytes_per_sec",
+                    Box::new(move |v| {
+                        let rate = positive_rate(v)?;
+                        recovery_rates.send_modify(|r| r.recovery_bytes_per_sec = rate);
+                        Ok(v.to_string())
+                    }),
+                )
+                .settable(
+                    "scrub_deep_bytes_per_sec",
+                    Box::new(move |v| {
+                        let rate = positive_rate(v)?;
+                        rates.send_modify(|r| r.scrub_deep_bytes_per_sec = rate);
                         Ok(v.to_string())
                     }),
                 );
@@ -297,7 +327,7 @@ async fn main() {
                 log_lag_max_entries: args.log_lag_max_entries,
                 pg_config,
                 recovery_max_active: args.recovery_max_active,
-                recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
+                rates: rates_rx,
                 scrub: fastblock_osd::ScrubSchedule {
                     interval_ms: u64::try_from(args.scrub_interval.as_millis()).unwrap_or(u64::MAX),
                     deep_interval_ms: u64::try_from(args.deep_scrub_interval.as_millis())

@@ -58,6 +58,9 @@ pub struct ShardSpec {
     pub seed: u64,
     /// Snapshot transfers this shard sends at a time, and their bandwidth.
     pub recovery: RecoveryLimits,
+    /// The OSD's rates as the operator changes them: the shard takes its share of each new
+    /// value (`crate::control::shard_share`).
+    pub rates: tokio::sync::watch::Receiver<crate::control::Rates>,
     /// When this shard's PG leaders scrub, and its deep read rate.
     pub scrub: fastblock_shard::ScrubSchedule,
     /// Where the shard records its per-stage latencies.

@@ -241,6 +241,8 @@ impl Runtime {
         let mut flusher = tokio::time::interval(*flush_interval.borrow_and_update());
         flusher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut flush_interval_open = true;
+        let mut rates = self.spec.rates.clone();
+        let mut rates_open = true;
         // Its first tick is at once: the core has a sample before the first request.
         let mut space = tokio::time::interval(HOST_SPACE_SAMPLE_INTERVAL);
         space.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -304,6 +306,17 @@ impl Runtime {
                     }
                     // No sender any more: the interval can no longer change; keep it.
                     Err(_) => flush_interval_open = false,
+                },
+                changed = rates.changed(), if rates_open => match changed {
+                    Ok(()) => {
+                        let osd = *rates.borrow_and_update();
+                        let share = |rate| crate::control::shard_share(rate, self.spec.count);
+                        batch.push(Input::Rates {
+                            recovery_bytes_per_sec: share(osd.recovery_bytes_per_sec),
+                            scrub_deep_bytes_per_sec: share(osd.scrub_deep_bytes_per_sec),
+                        });
+                    }
+                    Err(_) => rates_open = false,
                 },
                 _ = self.wake.notified() => {}
                 ready = readable(&completions) => {
