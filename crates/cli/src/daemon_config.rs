@@ -162,11 +162,9 @@ pub async fn run(
                 .unwrap_or(0);
             for s in &reply.settings {
                 let settable = if s.settable { " settable" } else { "" };
-                writeln!(
-                    out,
-                    "{:width$}  {}  ({}{settable})",
-                    s.key, s.value, s.source
-                )?;
+                // An unset flag (an optional one not given) reads `-`.
+                let value = if s.value.is_empty() { "-" } else { &s.value };
+                writeln!(out, "{:width$}  {value}  ({}{settable})", s.key, s.source)?;
             }
         }
     }

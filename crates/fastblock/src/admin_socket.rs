@@ -128,6 +128,13 @@ pub async fn serve(path: PathBuf, config: Arc<RuntimeConfig>) -> std::io::Result
                 format!("{} is the admin socket of a running daemon", path.display()),
             ));
         }
+        use std::os::unix::fs::FileTypeExt;
+        if !std::fs::symlink_metadata(&path)?.file_type().is_socket() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
         std::fs::remove_file(&path)?;
     }
     let listener = UnixListener::bind(&path)?;

@@ -252,6 +252,11 @@ async fn precedence_flag_env_file_default() {
     assert_eq!(shown(show, "auth_mode"), ("none".into(), "file".into()));
     assert_eq!(shown(show, "lease_ttl"), ("5s".into(), "default".into()));
     assert_eq!(shown(show, "log_level"), ("info".into(), "default".into()));
+    // In the order the flags are declared (`--help`'s), wherever their values came from.
+    let position = |key: &str| show.lines().position(|l| l.starts_with(&format!("{key} ")));
+    assert!(position("osd_down_after") < position("lease_ttl"), "{show}");
+    assert!(position("auth_mode") < position("keyring"), "{show}");
+    assert_eq!(shown(show, "keyring").0, "-", "unset reads -: {show}");
     let json = config(&run, &["show", "mon.a", "--json"]);
     let json: serde_json::Value = serde_json::from_str(json.ok()).unwrap();
     let run_dir = json

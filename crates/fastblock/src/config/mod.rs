@@ -199,6 +199,8 @@ fn with_env_vars(daemon: &Daemon, cmd: Command) -> Command {
 /// (`Err`), as is what clap refuses (returned as its own error so that it prints and exits
 /// as clap does: `--help` with status 0, usage errors with 2).
 pub fn load(daemon: &Daemon, cmd: Command, argv: Vec<OsString>) -> Result<Loaded, LoadError> {
+    // Before the file's values are applied, which moves their flags to the end of the list.
+    let keys = setting_keys(daemon, &cmd);
     let (cmd, file) = match config_path(daemon, &argv) {
         Some(path) => {
             let values = file::read(&path)?;
@@ -208,12 +210,12 @@ pub fn load(daemon: &Daemon, cmd: Command, argv: Vec<OsString>) -> Result<Loaded
         None => (cmd, None),
     };
     let cmd = with_env_vars(daemon, cmd);
-    let matches = cmd.clone().try_get_matches_from(argv)?;
+    let matches = cmd.try_get_matches_from(argv)?;
     let file_keys: Vec<&str> = file
         .as_ref()
         .map(|(_, values)| values.iter().map(|(k, _)| k.as_str()).collect())
         .unwrap_or_default();
-    let settings = settings_of(daemon, &cmd, &matches, &file_keys);
+    let settings = settings_of(daemon, keys, &matches, &file_keys);
     Ok(Loaded {
         matches,
         settings,
@@ -223,7 +225,7 @@ pub fn load(daemon: &Daemon, cmd: Command, argv: Vec<OsString>) -> Result<Loaded
 
 fn settings_of(
     daemon: &Daemon,
-    cmd: &Command,
+    keys: Vec<String>,
     matches: &ArgMatches,
     file_keys: &[&str],
 ) -> Vec<Setting> {
@@ -231,7 +233,7 @@ fn settings_of(
         .subcommand
         .and_then(|name| matches.subcommand_matches(name));
     let mut settings = Vec::new();
-    for key in setting_keys(daemon, cmd) {
+    for key in keys {
         // A subcommand's matches hold its own flags and the global ones; a subcommand other
         // than the daemon's has none of the daemon's own flags to show.
         let Some(m) = [sub_matches, Some(matches)]
