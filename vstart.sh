@@ -127,6 +127,9 @@ for p in "$MON_PORT" "$ETCD_PORT" "$((ETCD_PORT + 1))" "${osd_ports[@]}"; do
 done
 
 MON=127.0.0.1:$MON_PORT
+# The daemons' admin sockets (`fastblock-client config`, docs/operations.md "Configuration")
+# go beside their pid files rather than in /run/fastblock.
+export FASTBLOCK_RUN_DIR=$RUN
 setsid "$BIN/fastblock-mon" --name a --data-dir "$STATE/mon.a" --api-addr "$MON" \
   --etcd-client-addr "127.0.0.1:$ETCD_PORT" --etcd-peer-addr "127.0.0.1:$((ETCD_PORT + 1))" \
   --auth-mode sign --keyring "$STATE/keyring" \
@@ -193,6 +196,7 @@ done
 cat > "$STATE/env" <<ENV
 export FASTBLOCK_MON=$MON
 export FASTBLOCK_KEYRING=$STATE/keyring
+export FASTBLOCK_RUN_DIR=$RUN
 export PATH=$BIN:\$PATH
 ENV
 

@@ -23,6 +23,12 @@ pub enum Command {
     OsdLs {
         detail: bool,
     },
+    /// A daemon's settings through its admin socket on this host (`crate::daemon_config`).
+    Config {
+        run_dir: PathBuf,
+        target: String,
+        request: crate::daemon_config::AdminRequest,
+    },
     OsdOut(OsdId),
     OsdIn(OsdId),
     OsdApplyId(String),

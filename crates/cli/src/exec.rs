@@ -59,6 +59,16 @@ struct PoolRow<'a> {
 }
 
 pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
+    // Local to this host (its admin sockets): no monitor, no key needed.
+    if let Command::Config {
+        run_dir,
+        target,
+        request,
+    } = &inv.command
+    {
+        let json = inv.style == Style::Json;
+        return crate::daemon_config::run(run_dir, target, request, json, out).await;
+    }
     let mut client = MonClient::new(inv.monitors.clone()).with_deadline(inv.timeout);
     let hint = match crate::auth::credentials(inv)? {
         crate::auth::Credentials::Key(entity, key) => {
@@ -113,6 +123,7 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
         Command::Health { .. } | Command::Df | Command::OsdSetRatio { .. } => {
             crate::capacity::execute(inv, client, out).await?
         }
+        Command::Config { .. } => unreachable!("execute runs config commands before this"),
         Command::OsdLs { detail } => {
             let osds = client.osds().await?;
             match style {

@@ -30,6 +30,12 @@ pub enum Failure {
     NotFound(String),
     #[error("{0}")]
     Refused(String),
+    /// Bad arguments found after parsing (e.g. `config show` of a daemon name that is none).
+    #[error("{0}")]
+    Usage(String),
+    /// A daemon that does not answer (e.g. no admin socket for `config`).
+    #[error("{0}")]
+    Unreachable(String),
     /// Already printed (the reference syntax prints its failures on stdout in its own words):
     /// only its exit status remains to be given.
     #[error("{0}")]
@@ -66,6 +72,8 @@ pub fn status_of(error: &anyhow::Error) -> i32 {
             return match failure {
                 Failure::NotFound(_) => EXIT_NOT_FOUND,
                 Failure::Refused(_) => EXIT_REFUSED,
+                Failure::Usage(_) => EXIT_USAGE,
+                Failure::Unreachable(_) => EXIT_UNREACHABLE,
                 Failure::Reported(e) => mon_status(e),
             };
         }

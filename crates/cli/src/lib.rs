@@ -7,7 +7,7 @@
 //!   its output shapes ([`render::legacy`]).
 //!
 //! [`auth`] loads the key the CLI signs with (`--keyring`, `--name`) and runs the `auth`
-//! commands. [`capacity`] runs `health`, `df` and the full-ratio commands. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
+//! commands. [`capacity`] runs `health`, `df` and the full-ratio commands. [`daemon_config`] reads and sets a daemon's settings through its admin socket. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
 //! answers into text. [`pg`] runs `pg ls` and the scrub commands. [`snap`] runs the snapshot and clone commands; its rollback and flatten
 //! also move data through the block client library (`fastblock-client`), as [`image_io`] does
 //! for `image import`, `image export` and `image cp`. Every failure ends as one line on
@@ -16,6 +16,7 @@
 pub mod auth;
 pub mod capacity;
 pub mod command;
+pub mod daemon_config;
 pub mod exec;
 pub mod exit;
 pub mod image_io;

@@ -91,6 +91,10 @@ enum Top {
     /// Keys and capabilities (`docs/security.md`).
     #[command(subcommand)]
     Auth(AuthCmd),
+    /// A daemon's settings, read and changed at runtime through its admin socket on this host
+    /// (docs/operations.md, "Configuration").
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// Print the shell completion script for SHELL (e.g. `source <(fastblock-client
     /// completions bash)`).
     Completions {
@@ -102,6 +106,42 @@ enum Top {
         /// Directory to write the pages to (created if missing), e.g. /usr/local/share/man/man1.
         dir: PathBuf,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCmd {
+    /// Every setting of the daemon: its value, where it came from (default, file, env, flag,
+    /// runtime) and whether `config set` can change it.
+    Show {
+        #[command(flatten)]
+        daemon: ConfigDaemon,
+    },
+    /// One setting's value.
+    Get {
+        #[command(flatten)]
+        daemon: ConfigDaemon,
+        /// The setting: a long flag name with `_` for `-` (e.g. log_level).
+        key: String,
+    },
+    /// Change a setting of the running daemon (not its config file: a restart forgets it).
+    Set {
+        #[command(flatten)]
+        daemon: ConfigDaemon,
+        /// The setting, e.g. log_level (`config show` marks the settable ones).
+        key: String,
+        /// The new value, e.g. `debug` or `info,fastblock_osd=debug`.
+        value: String,
+    },
+}
+
+/// Which daemon `config` talks to, and where its admin socket is.
+#[derive(clap::Args, Debug)]
+struct ConfigDaemon {
+    /// osd.N, mon (the one monitor of this host), mon.NAME or nbd.
+    target: String,
+    /// The daemons' --run-dir, which holds their admin sockets `<target>.asok`.
+    #[arg(long, env = "FASTBLOCK_RUN_DIR", default_value = "/run/fastblock")]
+    run_dir: PathBuf,
 }
 
 #[derive(Subcommand, Debug)]
@@ -531,6 +571,20 @@ fn chunks_in_flight(s: &str) -> Result<usize, String> {
     }
 }
 
+fn config_command(cmd: ConfigCmd) -> Command {
+    use crate::daemon_config::AdminRequest;
+    let (daemon, request) = match cmd {
+        ConfigCmd::Show { daemon } => (daemon, AdminRequest::Show),
+        ConfigCmd::Get { daemon, key } => (daemon, AdminRequest::Get { key }),
+        ConfigCmd::Set { daemon, key, value } => (daemon, AdminRequest::Set { key, value }),
+    };
+    Command::Config {
+        run_dir: daemon.run_dir,
+        target: daemon.target,
+        request,
+    }
+}
+
 /// Parses modern arguments. Errors come with their exit status (0 for --help/--version).
 pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
     let args = std::iter::once("fastblock-client".to_string()).chain(argv.iter().cloned());
@@ -680,6 +734,7 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
         Top::Unset { flag } => Command::Flag { flag, set: false },
         Top::Map { watch } => Command::Map { watch },
         Top::Reclaim => Command::ReclaimLs,
+        Top::Config(cmd) => config_command(cmd),
         Top::Auth(AuthCmd::Add {
             entity,
             caps,

@@ -86,6 +86,7 @@ impl Setup {
             .arg(dir.path().join("nbd.sock"))
             .args(serve_args)
             .env("FASTBLOCK_KEYRING", mons.keyring())
+            .env("FASTBLOCK_RUN_DIR", dir.path().join("run"))
             .env("RUST_LOG", "info");
         let nbd = Proc::spawn("fastblock-nbd", cmd, dir.path().join("nbd.log"));
         wait_until(
@@ -694,6 +695,7 @@ async fn tls_and_allow_lists_with_qemu_and_libnbd() {
     cmd.arg("serve")
         .args(["--mon", &s.mons.endpoints().join(",")])
         .env("FASTBLOCK_KEYRING", s.mons.keyring())
+        .env("FASTBLOCK_RUN_DIR", s.dir.path().join("run-wide"))
         .args(["--bind", &format!("0.0.0.0:{}", free_port())])
         .args(["--metrics-addr", "none"]);
     let log = s.dir.path().join("wide.log");

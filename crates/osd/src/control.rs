@@ -21,6 +21,20 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
+/// The throttles of the whole OSD that can change while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rates {
+    /// `--recovery-max-bytes-per-sec`.
+    pub recovery_bytes_per_sec: u64,
+    /// `--scrub-deep-bytes-per-sec`.
+    pub scrub_deep_bytes_per_sec: u64,
+}
+
+/// One shard's share of an OSD-wide rate: an even split, at least 1 byte per second.
+pub fn shard_share(osd_bytes_per_sec: u64, shards: u32) -> u64 {
+    (osd_bytes_per_sec / u64::from(shards.max(1))).max(1)
+}
+
 #[derive(Clone, Debug)]
 pub struct OsdConfig {
     pub data: PathBuf,
@@ -35,7 +49,9 @@ pub struct OsdConfig {
     /// reported at boot for the monitor to check against the other OSDs'.
     pub lease_timing: LeaseTiming,
     pub heartbeat_interval: Duration,
-    pub flush_interval: Duration,
+    /// How often applied data is flushed (`--flush-interval`); the shards follow each new
+    /// value sent (`fastblock-client config set osd.N flush_interval`).
+    pub flush_interval: tokio::sync::watch::Receiver<Duration>,
     /// How a WAL commit makes its write durable (`--wal-sync`).
     pub wal_sync: fastblock_store::disk::SyncMode,
     /// WAL group commits in flight per shard (`--wal-commits-in-flight`).
@@ -45,9 +61,11 @@ pub struct OsdConfig {
     pub pg_config: PgConfig,
     /// Snapshot transfers sent at once by the whole OSD, and their bandwidth.
     pub recovery_max_active: usize,
-    pub recovery_bytes_per_sec: u64,
-    /// When the PG leaders scrub (`--scrub-interval`, `--deep-scrub-interval`) and the deep
-    /// read rate of the whole OSD (`--scrub-deep-bytes-per-sec`, split across its shards).
+    /// The recovery and deep-scrub read rates of the whole OSD (split across its shards): the
+    /// value at start, then each change the operator makes (`fastblock-client config set`).
+    pub rates: tokio::sync::watch::Receiver<Rates>,
+    /// When the PG leaders scrub (`--scrub-interval`, `--deep-scrub-interval`); the deep read
+    /// rate comes from `rates`, not from here.
     pub scrub: fastblock_shard::ScrubSchedule,
     /// Where Prometheus `/metrics` is served (`--metrics-addr`; by default the port after the
     /// last shard's data port, see [`crate::metrics::MetricsAddr`]).
@@ -108,6 +126,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     if let Some(file) = &mut fault_file {
         file.poll();
     }
+    let rates = *config.rates.borrow();
     let mut shards: Vec<ShardHandle> = Vec::new();
     for index in 0..identity.shards {
         let port = config
@@ -122,7 +141,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             data: config.data.clone(),
             pg_config: config.pg_config,
             tick: config.tick,
-            flush_interval: config.flush_interval,
+            flush_interval: config.flush_interval.clone(),
             wal_sync: config.wal_sync,
             wal_commits_in_flight_max: config.wal_commits_in_flight_max,
             log_retain_entries: config.log_retain_entries,
@@ -130,13 +149,13 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             seed: seed.wrapping_add(u64::from(index)),
             recovery: RecoveryLimits::osd(
                 (config.recovery_max_active / identity.shards as usize).max(1),
-                (config.recovery_bytes_per_sec / u64::from(identity.shards)).max(1),
+                shard_share(rates.recovery_bytes_per_sec, identity.shards),
             ),
             scrub: fastblock_shard::ScrubSchedule {
-                deep_bytes_per_sec: (config.scrub.deep_bytes_per_sec / u64::from(identity.shards))
-                    .max(1),
+                deep_bytes_per_sec: shard_share(rates.scrub_deep_bytes_per_sec, identity.shards),
                 ..config.scrub
             },
+            rates: config.rates.clone(),
             stages: metrics.osd.shard(index),
             host_space_reserve_bytes: config.host_space_reserve_bytes,
             keys: key_table.clone(),

@@ -361,6 +361,10 @@ impl<D: Disk + 'static> ShardCore<D> {
             }
             // A sample is state, not work: it never waits behind a commit.
             Input::HostSpace { free_bytes } => self.on_host_space(free_bytes),
+            Input::Rates {
+                recovery_bytes_per_sec,
+                scrub_deep_bytes_per_sec,
+            } => self.on_rates(recovery_bytes_per_sec, scrub_deep_bytes_per_sec),
             input if !blocked => self.handle_now(input, eff),
             // A deferred tick keeps its place among the inputs: handled after a leader's
             // message that came after it, it would count as a tick *after* that message,
@@ -399,7 +403,10 @@ impl<D: Disk + 'static> ShardCore<D> {
             Input::FlushDue => self.maybe_flush(eff),
             Input::FlushDone => self.poll_flush(eff),
             Input::Shutdown => self.shutdown(eff),
-            Input::WalCommit | Input::WalDurable | Input::HostSpace { .. } => {
+            Input::WalCommit
+            | Input::WalDurable
+            | Input::HostSpace { .. }
+            | Input::Rates { .. } => {
                 unreachable!("matched in handle")
             }
         }

@@ -81,6 +81,13 @@ pub enum Input {
     /// lets them in again. Without any sample the core refuses nothing for it. Taken at
     /// once, even while a WAL commit holds other inputs back.
     HostSpace { free_bytes: u64 },
+    /// New throttles set by the operator while the OSD runs (`fastblock-client config set`):
+    /// this shard's share of the recovery and deep-scrub read rates, bytes per second, each
+    /// positive. Taken at once, like `HostSpace`: a setting, not work.
+    Rates {
+        recovery_bytes_per_sec: u64,
+        scrub_deep_bytes_per_sec: u64,
+    },
 }
 
 /// A frame for a peer OSD.

@@ -171,6 +171,34 @@ impl Recovery {
 }
 
 impl<D: Disk + 'static> ShardCore<D> {
+    /// `Input::Rates`: the recovery token bucket refills at the new rate from its next refill
+    /// on (its burst cap follows the rate), and each deep-scrub read is paced by the new rate;
+    /// transfers and scrubs in flight go on.
+    pub(crate) fn on_rates(&mut self, recovery_bytes_per_sec: u64, scrub_deep_bytes_per_sec: u64) {
+        assert!(
+            recovery_bytes_per_sec > 0,
+            "osd {} shard {}: a zero recovery rate would never finish a transfer",
+            self.cfg.osd,
+            self.cfg.index
+        );
+        assert!(
+            scrub_deep_bytes_per_sec > 0,
+            "osd {} shard {}: a zero deep-scrub rate would never finish a scrub",
+            self.cfg.osd,
+            self.cfg.index
+        );
+        self.recovery.limits.bytes_per_sec = recovery_bytes_per_sec;
+        self.cfg.recovery.bytes_per_sec = recovery_bytes_per_sec;
+        self.cfg.scrub.deep_bytes_per_sec = scrub_deep_bytes_per_sec;
+        tracing::info!(
+            osd = %self.cfg.osd,
+            shard = self.cfg.index,
+            recovery_bytes_per_sec,
+            scrub_deep_bytes_per_sec,
+            "rates changed"
+        );
+    }
+
     /// Raft wants to send a snapshot: start streaming the PG's objects to its receiver.
     pub(crate) fn on_snapshot_request(&mut self, pg: PgId, msg: Message, eff: &mut Effects) {
         let to = OsdId(msg.to as u32);

@@ -1,6 +1,9 @@
 //! `fastblock-mon`: the monitor daemon. See `docs/mon-api.md` and `docs/etcd-keys.md`.
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
+use fastblock::admin_socket::{serve_or_warn, RuntimeConfig};
+use fastblock::config::{load_or_exit, Daemon, DaemonArgs};
+use fastblock::logging::LogLevel;
 use fastblock_mon::etcd_proc::EtcdMemberConfig;
 use fastblock_mon::server::{run, MonConfig};
 use fastblock_mon::service::AuthBootstrap;
@@ -16,6 +19,8 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(name = "fastblock-mon", version = fastblock_version::VERSION)]
 struct Args {
+    #[command(flatten)]
+    daemon: DaemonArgs,
     /// This monitor's name (also its etcd member name).
     #[arg(long, default_value = "a")]
     name: String,
@@ -122,16 +127,21 @@ fn lease_ttl_arg(input: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
+const DAEMON: Daemon = Daemon {
+    name: "mon",
+    subcommand: None,
+};
+
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let args = Args::parse();
+    let loaded = load_or_exit(&DAEMON, Args::command());
+    let args = Args::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
+    let log_level = LogLevel::init(&args.daemon.log_level);
+    loaded.log_file();
+    let runtime = RuntimeConfig::new(loaded.settings)
+        .settable("log_level", Box::new(move |v| log_level.set(v)));
+    let entity = format!("mon.{}", args.name);
+    serve_or_warn(&args.daemon.run_dir, &entity, std::sync::Arc::new(runtime)).await;
     // Whole seconds within etcd's range (lease_ttl_arg): the cast is exact.
     let lease_ttl_secs = args.lease_ttl.as_secs() as i64;
     let etcd_member = if args.etcd_endpoints.is_empty() {

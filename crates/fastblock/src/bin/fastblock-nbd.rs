@@ -3,8 +3,11 @@
 //! `docs/nbd.md`.
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use fastblock::metrics_arg::MetricsArg;
+use fastblock::admin_socket::{serve_or_warn, RuntimeConfig};
+use fastblock::config::{load_or_exit, Daemon, DaemonArgs, Setting};
+use fastblock::logging::LogLevel;
 use fastblock_client::{ClientConfig, Cluster};
 use fastblock_nbd::access::{parse_allow_rule, AllowList, AllowRule, TlsMode};
 use fastblock_nbd::cluster::ClusterExports;
@@ -26,6 +29,8 @@ use std::sync::Arc;
 struct Args {
     #[command(subcommand)]
     command: Cmd,
+    #[command(flatten)]
+    daemon: DaemonArgs,
     /// Keyring holding the client's key (default: $FASTBLOCK_KEYRING, else
     /// /etc/fastblock/keyring, if it exists; docs/security.md).
     #[arg(long, global = true)]
@@ -137,21 +142,25 @@ fn allow_rule(s: &str) -> Result<AllowRule, String> {
     parse_allow_rule(s).map_err(|e| e.why)
 }
 
+/// The daemon is `serve` (and the background process of `map`): its flags and the global ones
+/// are what the config file, the environment and the admin socket cover.
+const DAEMON: Daemon = Daemon {
+    name: "nbd",
+    subcommand: Some("serve"),
+};
+
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let args = Args::parse();
+    let loaded = load_or_exit(&DAEMON, Args::command());
+    let args = Args::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
+    let log_level = LogLevel::init(&args.daemon.log_level);
+    loaded.log_file();
+    let settings = loaded.settings;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))
         .enable_all()
         .build();
     let result = match runtime {
-        Ok(runtime) => runtime.block_on(run(args)),
+        Ok(runtime) => runtime.block_on(run(args, settings, log_level)),
         Err(e) => Err(anyhow::Error::new(e).context("starting the runtime")),
     };
     if let Err(e) = result {
@@ -160,7 +169,12 @@ fn main() {
     }
 }
 
-async fn run(args: Args) -> Result<()> {
+async fn run(args: Args, settings: Vec<Setting>, log_level: LogLevel) -> Result<()> {
+    if matches!(args.command, Cmd::Serve { .. }) {
+        let runtime =
+            RuntimeConfig::new(settings).settable("log_level", Box::new(move |v| log_level.set(v)));
+        serve_or_warn(&args.daemon.run_dir, "nbd", std::sync::Arc::new(runtime)).await;
+    }
     let who = Credentials {
         keyring: args.keyring,
         name: args.name,

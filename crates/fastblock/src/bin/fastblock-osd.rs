@@ -1,8 +1,11 @@
 //! `fastblock-osd`: the storage daemon. `--mkfs` formats a file or block device and registers a
 //! new OSD with the monitor; without it the OSD starts, boots and serves its PGs.
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use fastblock::metrics_arg::MetricsArg;
+use fastblock::admin_socket::{serve_or_warn, RuntimeConfig};
+use fastblock::config::{load_or_exit, Daemon, DaemonArgs};
+use fastblock::logging::LogLevel;
 use fastblock_osd::control::{run, OsdConfig};
 use fastblock_osd::mkfs::{mkfs, MkfsArgs};
 use fastblock_pg::PgConfig;
@@ -10,6 +13,7 @@ use fastblock_types::api::{ApiError, ErrorCode};
 use fastblock_types::lease::LeaseTiming;
 use fastblock_types::units::{interval_arg, parse_size};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 fn size(s: &str) -> Result<u64, String> {
@@ -21,6 +25,8 @@ fn size(s: &str) -> Result<u64, String> {
 #[derive(Parser, Debug)]
 #[command(name = "fastblock-osd", version = fastblock_version::VERSION)]
 struct Args {
+    #[command(flatten)]
+    daemon: DaemonArgs,
     /// Data file or block device.
     #[arg(long)]
     data: PathBuf,
@@ -165,6 +171,14 @@ struct Args {
     fault_injection_file: Option<PathBuf>,
 }
 
+/// A rate set at runtime: a size per second, positive (a zero rate would never finish).
+fn positive_rate(input: &str) -> Result<u64, String> {
+    match size(input)? {
+        0 => Err(format!("{input:?} is zero: the rate must be positive")),
+        rate => Ok(rate),
+    }
+}
+
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -173,15 +187,17 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
+const DAEMON: Daemon = Daemon {
+    name: "osd",
+    subcommand: None,
+};
+
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let loaded = load_or_exit(&DAEMON, Args::command());
+    let args = Args::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
+    let log_level = LogLevel::init(&args.daemon.log_level);
+    loaded.log_file();
     // Fail-stop: a panic on any thread (a shard's invariant broke) ends the whole OSD, so it
     // never keeps running with a dead shard that the monitor still believes is up.
     let default_hook = std::panic::take_hook();
@@ -190,7 +206,6 @@ async fn main() {
         eprintln!("error: aborting after a panic (fail-stop)");
         std::process::abort();
     }));
-    let args = Args::parse();
     // Before anything is read or written (mkfs included): a usage error.
     let acknowledgement = std::env::var_os(fastblock_osd::no_flush::ACKNOWLEDGEMENT_VAR);
     if let Err(e) = fastblock_osd::no_flush::check(args.wal_sync.into(), acknowledgement.as_deref())
@@ -258,6 +273,45 @@ async fn main() {
             );
             std::process::exit(2);
         }
+        // Kept by the admin socket's setter for the life of the OSD; the shards follow it.
+        let (flush_interval, flush_interval_rx) = tokio::sync::watch::channel(args.flush_interval);
+        let (rates, rates_rx) = tokio::sync::watch::channel(fastblock_osd::control::Rates {
+            recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
+            scrub_deep_bytes_per_sec: args.scrub_deep_bytes_per_sec,
+        });
+        let rates = Arc::new(rates);
+        let recovery_rates = rates.clone();
+        // The OSD's id names its admin socket; a data file without one fails in `run` below.
+        if let Ok(identity) = fastblock_osd::identity::Identity::load(&args.data) {
+            let runtime = RuntimeConfig::new(loaded.settings)
+                .settable("log_level", Box::new(move |v| log_level.set(v)))
+                .settable(
+                    "flush_interval",
+                    Box::new(move |v| {
+                        let every = interval_arg(v)?;
+                        flush_interval.send_replace(every);
+                        Ok(v.to_string())
+                    }),
+                )
+                .settable(
+                    "recovery_max_bytes_per_sec",
+                    Box::new(move |v| {
+                        let rate = positive_rate(v)?;
+                        recovery_rates.send_modify(|r| r.recovery_bytes_per_sec = rate);
+                        Ok(v.to_string())
+                    }),
+                )
+                .settable(
+                    "scrub_deep_bytes_per_sec",
+                    Box::new(move |v| {
+                        let rate = positive_rate(v)?;
+                        rates.send_modify(|r| r.scrub_deep_bytes_per_sec = rate);
+                        Ok(v.to_string())
+                    }),
+                );
+            let entity = format!("osd.{}", identity.id);
+            serve_or_warn(&args.daemon.run_dir, &entity, Arc::new(runtime)).await;
+        }
         run(
             OsdConfig {
                 data: args.data,
@@ -268,14 +322,14 @@ async fn main() {
                 tick: args.tick,
                 lease_timing,
                 heartbeat_interval: args.heartbeat_interval,
-                flush_interval: args.flush_interval,
+                flush_interval: flush_interval_rx,
                 wal_sync: args.wal_sync.into(),
                 wal_commits_in_flight_max: args.wal_commits_in_flight as usize,
                 log_retain_entries: args.log_retain_entries,
                 log_lag_max_entries: args.log_lag_max_entries,
                 pg_config,
                 recovery_max_active: args.recovery_max_active,
-                recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
+                rates: rates_rx,
                 scrub: fastblock_osd::ScrubSchedule {
                     interval_ms: u64::try_from(args.scrub_interval.as_millis()).unwrap_or(u64::MAX),
                     deep_interval_ms: u64::try_from(args.deep_scrub_interval.as_millis())

@@ -407,9 +407,15 @@ impl MonCluster {
             .arg(self.keyring())
             .arg("--snap-create-timeout-ms")
             .arg(self.options.snap_create_timeout_ms.to_string())
+            .env("FASTBLOCK_RUN_DIR", self.run_dir())
             .env("RUST_LOG", "info");
         let log = self.dir.path().join(format!("mon-{}.log", s.name));
         Proc::spawn(&format!("mon.{}", s.name), cmd, log)
+    }
+
+    /// The monitors' `--run-dir` (their admin sockets `mon.NAME.asok`).
+    pub fn run_dir(&self) -> PathBuf {
+        self.dir.path().join("run")
     }
 
     /// Restarts monitor `i` (after `kill` or `stop`).
@@ -794,6 +800,11 @@ impl OsdProc {
         all
     }
 
+    /// The OSD's `--run-dir` (its admin socket `osd.ID.asok`), beside its logs.
+    pub fn run_dir(&self) -> PathBuf {
+        self.log_dir.join("run")
+    }
+
     pub fn start(&mut self) {
         assert!(self.proc.is_none(), "osd {} already running", self.id);
         let mut cmd = Command::new(bin("fastblock-osd"));
@@ -803,6 +814,7 @@ impl OsdProc {
             .args(self.test_args())
             .args(&self.extra_args)
             .env("FASTBLOCK_MON", self.endpoints.join(","))
+            .env("FASTBLOCK_RUN_DIR", self.run_dir())
             .env("RUST_LOG", "info")
             // The measurement-only mode without flushes is acknowledged only by a test that
             // asks for it (`extra_env`), never by the environment the tests run in.

@@ -44,7 +44,8 @@ pub struct ShardSpec {
     pub data: PathBuf,
     pub pg_config: PgConfig,
     pub tick: Duration,
-    pub flush_interval: Duration,
+    /// How often applied data is flushed; a new value takes effect from the next flush on.
+    pub flush_interval: tokio::sync::watch::Receiver<Duration>,
     /// How a WAL commit makes its write durable.
     pub wal_sync: fastblock_store::disk::SyncMode,
     /// WAL group commits in flight at once (1: each waits for its fdatasync).
@@ -57,6 +58,9 @@ pub struct ShardSpec {
     pub seed: u64,
     /// Snapshot transfers this shard sends at a time, and their bandwidth.
     pub recovery: RecoveryLimits,
+    /// The OSD's rates as the operator changes them: the shard takes its share of each new
+    /// value (`crate::control::shard_share`).
+    pub rates: tokio::sync::watch::Receiver<crate::control::Rates>,
     /// When this shard's PG leaders scrub, and its deep read rate.
     pub scrub: fastblock_shard::ScrubSchedule,
     /// Where the shard records its per-stage latencies.

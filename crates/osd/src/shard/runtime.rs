@@ -237,8 +237,12 @@ impl Runtime {
         let accepted = self.accept_connections()?;
         let mut ticker = tokio::time::interval(self.spec.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut flusher = tokio::time::interval(self.spec.flush_interval);
+        let mut flush_interval = self.spec.flush_interval.clone();
+        let mut flusher = tokio::time::interval(*flush_interval.borrow_and_update());
         flusher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut flush_interval_open = true;
+        let mut rates = self.spec.rates.clone();
+        let mut rates_open = true;
         // Its first tick is at once: the core has a sample before the first request.
         let mut space = tokio::time::interval(HOST_SPACE_SAMPLE_INTERVAL);
         space.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -289,6 +293,30 @@ impl Runtime {
                         return Ok(());
                     }
                     None => { self.shutdown(); return Ok(()); }
+                },
+                changed = flush_interval.changed(), if flush_interval_open => match changed {
+                    Ok(()) => {
+                        // The next flush one new interval from now, not at once: a change is
+                        // a setting, not a request to flush.
+                        let every = *flush_interval.borrow_and_update();
+                        let first = tokio::time::Instant::now() + every;
+                        flusher = tokio::time::interval_at(first, every);
+                        flusher.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        tracing::debug!(shard = self.spec.index, ?every, "flush interval changed");
+                    }
+                    // No sender any more: the interval can no longer change; keep it.
+                    Err(_) => flush_interval_open = false,
+                },
+                changed = rates.changed(), if rates_open => match changed {
+                    Ok(()) => {
+                        let osd = *rates.borrow_and_update();
+                        let share = |rate| crate::control::shard_share(rate, self.spec.count);
+                        batch.push(Input::Rates {
+                            recovery_bytes_per_sec: share(osd.recovery_bytes_per_sec),
+                            scrub_deep_bytes_per_sec: share(osd.scrub_deep_bytes_per_sec),
+                        });
+                    }
+                    Err(_) => rates_open = false,
                 },
                 _ = self.wake.notified() => {}
                 ready = readable(&completions) => {
