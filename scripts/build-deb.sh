@@ -113,7 +113,7 @@ Description: distributed block store: monitor, OSD, admin CLI and NBD server
  group with its own Raft group on OSD daemons (fastblock-osd), and serves images
  over NBD (fastblock-nbd). fastblock-client administers the cluster.
  .
- systemd units: fastblock-mon@NAME, fastblock-osd@ID and fastblock-nbd@NAME,
+ systemd units: fastblock-mon@NAME, fastblock-osd@NAME and fastblock-nbd@NAME,
  configured in /etc/fastblock (see /usr/share/doc/fastblock/operations.md).
  fastblock-mon runs its own etcd member unless given --etcd-endpoints: it needs
  the etcd binary (etcd-server).

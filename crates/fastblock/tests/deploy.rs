@@ -19,7 +19,7 @@ const UNITS: [&str; 3] = [
 /// One instance of each unit, as an operator would enable it.
 const INSTANCES: [&str; 3] = [
     "fastblock-mon@a.service",
-    "fastblock-osd@1.service",
+    "fastblock-osd@disk1.service",
     "fastblock-nbd@default.service",
 ];
 const BINARIES: [&str; 4] = [
@@ -170,7 +170,7 @@ fn debian_package_holds_binaries_units_docs_and_postinst() {
         "operations.md",
         "security.md",
         "copyright",
-        "examples/osd-1.env",
+        "examples/osd-disk1.env",
     ] {
         wanted.push(format!("./usr/share/doc/fastblock/{d}"));
     }
