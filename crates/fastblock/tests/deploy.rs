@@ -1,4 +1,5 @@
-//! The deployment files: the systemd units in `deploy/systemd` pass `systemd-analyze verify`
+//! Deployment: an OSD that registers a loopback address with a monitor elsewhere warns (on
+//! real processes); the systemd units in `deploy/systemd` pass `systemd-analyze verify`
 //! (which also reports a unit broken on purpose), and `scripts/build-deb.sh` builds a Debian
 //! package of the test's own binaries whose contents and control fields `dpkg-deb` reads back.
 //! Both tools come from `scripts/install-deps.sh`. systemd does not run in the test (nor,
@@ -7,9 +8,10 @@
 
 mod common;
 
-use common::{bin, TempDir};
+use common::{bin, start_osds, MonCluster, MonOptions, TempDir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 const UNITS: [&str; 3] = [
     "fastblock-mon@.service",
@@ -210,4 +212,36 @@ fn debian_package_holds_binaries_units_docs_and_postinst() {
     );
     let packaged = std::fs::read(unpacked.join("usr/bin/fastblock-osd")).unwrap();
     assert!(packaged == std::fs::read(bin("fastblock-osd")).unwrap());
+}
+
+/// A non-loopback IPv4 address of this host: the source address the kernel picks for a
+/// route out (connecting a UDP socket sends nothing).
+fn host_address() -> String {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a UDP socket");
+    socket
+        .connect("192.0.2.1:9")
+        .expect("a route out of this host (for a non-loopback address)");
+    let ip = socket.local_addr().expect("the local address").ip();
+    assert!(!ip.is_loopback(), "{ip}");
+    ip.to_string()
+}
+
+/// Goal: the mistake of a multi-host setup without `--address` is pointed out. Method: a
+/// monitor whose API listens on this host's non-loopback address, and an OSD left on the
+/// default `--address 127.0.0.1`: it still boots (one host), and its log carries the warning
+/// (`crates/osd/src/reach.rs`). The OSDs of `osd_purge.rs`, with a monitor on loopback, do
+/// not warn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_osd_registering_loopback_with_a_remote_monitor_warns() {
+    let ip = host_address();
+    let mons = MonCluster::start_at(1, MonOptions::default(), &ip).await;
+    let dir = TempDir::new("reach");
+    let osds = start_osds(&mons, dir.path(), 1, "256M", 1, Duration::from_secs(30)).await;
+    let logs = osds[0].all_logs();
+    let warning = format!(
+        "this OSD registers the loopback address 127.0.0.1 (--address) with monitor {}",
+        mons.endpoints()[0]
+    );
+    assert!(logs.contains(&warning), "{logs}");
+    assert!(logs.contains("WARN"), "{logs}");
 }
