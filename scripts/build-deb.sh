@@ -25,7 +25,7 @@ out_dir=""
 compress=xz
 usage() {
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
+  exit "${1:-2}"
 }
 while (($#)); do
   case $1 in
@@ -35,10 +35,13 @@ while (($#)); do
     --out) out_dir=${2:?--out needs a directory}; shift ;;
     --compress)
       compress=${2:?--compress needs none, gzip or xz}
-      [[ $compress == none || $compress == gzip || $compress == xz ]] || usage
+      if [[ $compress != none && $compress != gzip && $compress != xz ]]; then
+        echo "build-deb: --compress takes none, gzip or xz, not $compress" >&2
+        exit 2
+      fi
       shift
       ;;
-    -h | --help) usage ;;
+    -h | --help) usage 0 ;;
     *) echo "build-deb: unknown argument $1" >&2; usage ;;
   esac
   shift
