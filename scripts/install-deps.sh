@@ -22,6 +22,10 @@ declare -A PROVIDES=(
   # veth pairs and a bridge (ip), and DROP rules inside a namespace (nft).
   [iproute2]=ip
   [nftables]=nft
+  # The deployment test (crates/fastblock/tests/deploy.rs): `systemd-analyze verify` of the
+  # units (systemd need not run) and scripts/build-deb.sh (dpkg-deb).
+  [systemd]=systemd-analyze
+  [dpkg]=dpkg-deb
   # bench/run.sh: its report (python3, standard library only) and plots (gnuplot).
   [python3]=python3
   [gnuplot-nox]=gnuplot

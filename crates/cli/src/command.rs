@@ -31,6 +31,8 @@ pub enum Command {
     },
     OsdOut(OsdId),
     OsdIn(OsdId),
+    /// Remove a down, out OSD no PG names, for good (`fastblock_mon_core::osd_purge`).
+    OsdPurge(OsdId),
     OsdApplyId(String),
     /// PG members per OSD (`getpgosds`).
     OsdPgs {

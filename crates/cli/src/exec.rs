@@ -200,6 +200,13 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
                 }
             }
         }
+        Command::OsdPurge(id) => {
+            let epoch = client.osd_purge(*id).await?;
+            match style {
+                Style::Json => json(out, &serde_json::json!({ "epoch": epoch }))?,
+                _ => writeln!(out, "purged osd {id} (epoch {epoch}); its id is retired")?,
+            }
+        }
         Command::OsdOut(id) | Command::OsdIn(id) => {
             let is_out = matches!(inv.command, Command::OsdOut(_));
             let result = if is_out {

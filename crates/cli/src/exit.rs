@@ -51,7 +51,7 @@ pub fn code_status(code: ErrorCode) -> i32 {
         InvalidArgument | PoolExists | ImageExists | UuidExists | UuidMismatch | OsdDown
         | NotEnoughDomains | NotEnoughOsds | ShrinkRefused | TooLarge | PoolDamaged
         | IncompatibleConfig | AuthRequired | AuthFailed | PermissionDenied | EntityExists
-        | SnapExists | SnapInUse | SnapNotReady => EXIT_REFUSED,
+        | SnapExists | SnapInUse | SnapNotReady | OsdInUse => EXIT_REFUSED,
         NoLeader | Unavailable | Conflict | ReclaimPending => EXIT_UNREACHABLE,
         _ => EXIT_FAILURE,
     }

@@ -215,6 +215,12 @@ enum OsdCmd {
         /// The OSD id.
         id: OsdId,
     },
+    /// Remove an OSD for good: it must be down and out, and no PG may name it any more (its
+    /// PGs moved off it). Its record and key go; its id is retired, never given again.
+    Purge {
+        /// The OSD id.
+        id: OsdId,
+    },
     /// Register a new OSD uuid and print its id.
     ApplyId {
         /// The OSD's uuid.
@@ -618,6 +624,7 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
         Top::Osd(OsdCmd::Ls { detail }) => Command::OsdLs { detail },
         Top::Osd(OsdCmd::Out { id }) => Command::OsdOut(id),
         Top::Osd(OsdCmd::In { id }) => Command::OsdIn(id),
+        Top::Osd(OsdCmd::Purge { id }) => Command::OsdPurge(id),
         Top::Osd(OsdCmd::ApplyId { uuid }) => Command::OsdApplyId(uuid),
         Top::Osd(OsdCmd::Pgs { pool }) => Command::OsdPgs {
             pool,

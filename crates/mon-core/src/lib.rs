@@ -10,6 +10,7 @@
 //! - [`auth_ops`]: the key table and auth mode: add, get-or-create, caps, rotate, remove,
 //!   mode; every change bumps `map.auth.epoch`.
 //! - [`osd_ops`]: apply-id, boot, down, up, out, in, flags.
+//! - [`osd_purge`]: removing a down, out OSD no PG names, for good (its id retired).
 //! - [`pool_ops`]: pool create/delete, repair and rebalance of PG targets.
 //! - [`image_ops`]: image create/remove/resize and the reclaim list.
 //! - [`snap_ops`]: image snapshots (create, confirm per PG, timeout, remove, protect), clones
@@ -44,6 +45,7 @@ pub mod image_ops;
 pub mod limits;
 pub mod liveness;
 pub mod osd_ops;
+pub mod osd_purge;
 pub mod pg_reports;
 pub mod pool_ops;
 pub mod report_checks;

@@ -57,6 +57,12 @@ impl Liveness {
         self.down_since_ms.remove(&osd);
     }
 
+    /// Drops what is known of a purged OSD.
+    pub fn forget(&mut self, osd: OsdId) {
+        self.last_heartbeat_ms.remove(&osd);
+        self.down_since_ms.remove(&osd);
+    }
+
     /// The decisions due at `now_ms`, in OSD order. Each event is returned once per condition:
     /// the caller applies it to the state, which changes what the next tick sees.
     pub fn tick(&mut self, state: &MonState, now_ms: u64) -> Vec<LivenessEvent> {

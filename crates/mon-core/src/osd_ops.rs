@@ -42,10 +42,10 @@ pub fn is_valid_uuid(s: &str) -> bool {
 
 impl MonState {
     fn osd_mut(&mut self, id: OsdId) -> OpResult<&mut OsdInfo> {
-        match self.map.osds.get_mut(&id) {
-            Some(osd) => Ok(osd),
-            None => err(ErrorCode::OsdNotFound, format!("osd {id} does not exist")),
+        if !self.map.osds.contains_key(&id) {
+            return Err(self.missing_osd_error(id));
         }
+        Ok(self.map.osds.get_mut(&id).expect("checked above"))
     }
 
     /// Registers a new OSD by its uuid and returns its id (never reused).

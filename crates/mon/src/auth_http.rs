@@ -107,10 +107,18 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
                 .as_ref()
                 .and_then(|e| s.auth.entities.get(e))
                 .map(|e| (e.key.clone(), e.caps.clone()));
-            (s.map.auth.mode, record)
+            // A purged OSD's key went with it: say so rather than "unknown entity", so that
+            // its daemon, restarted on its old data, stops with the reason.
+            let purged = match &claimed {
+                Some(EntityName::Osd(id)) if record.is_none() && s.is_purged(*id) => {
+                    Some(s.missing_osd_error(*id))
+                }
+                _ => None,
+            };
+            (s.map.auth.mode, record, purged)
         })
         .await;
-    let (mode, record) = match looked_up {
+    let (mode, record, purged) = match looked_up {
         Ok(v) => v,
         Err(e) => return ApiErr(e).into_response(),
     };
@@ -130,6 +138,10 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
         }
         Err(e) => return ApiErr(ApiError::new(ErrorCode::AuthFailed, e.to_string())).into_response(),
     };
+    if let Some(e) = purged {
+        tracing::info!(entity = %headers.entity, "refused call of a purged osd");
+        return ApiErr(e).into_response();
+    }
     // The exact bytes received: the signature covers their digest.
     let body = match axum::body::to_bytes(body, SIGNED_BODY_BYTES_MAX).await {
         Ok(b) => b,
@@ -401,6 +413,7 @@ mod tests {
         assert_eq!(need_of(&get, "/v1/auth/data-keys"), Need::OsdCap);
         assert_eq!(need_of(&post, "/v1/osds/{id}/boot"), Need::OsdSelf);
         assert_eq!(need_of(&post, "/v1/osds/{id}/heartbeat"), Need::OsdSelf);
+        assert_eq!(need_of(&post, "/v1/osds/{id}/purge"), Need::Admin);
         assert_eq!(need_of(&post, "/v1/pgs/{pgid}/leader"), Need::OsdCap);
         assert_eq!(need_of(&post, "/v1/pgs/{pgid}/scrub"), Need::Admin);
         assert_eq!(need_of(&post, "/v1/reclaim/{id}/pgs/{pgid}"), Need::OsdCap);

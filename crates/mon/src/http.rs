@@ -98,6 +98,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/osds/{id}/heartbeat", post(heartbeat))
         .route("/v1/osds/{id}/out", post(osd_out))
         .route("/v1/osds/{id}/in", post(osd_in))
+        .route("/v1/osds/{id}/purge", post(osd_purge))
         .route("/v1/pools", get(list_pools).post(create_pool))
         .route("/v1/pools/{name}", get(get_pool).delete(delete_pool))
         .route("/v1/pgs", get(list_pgs))
@@ -467,14 +468,8 @@ async fn heartbeat(
     let done = app
         .mon
         .apply(|s, side| {
-            let osd = match s.map.osds.get(&id) {
-                Some(osd) => osd,
-                None => {
-                    return Err(ApiError::new(
-                        ErrorCode::OsdNotFound,
-                        format!("osd {id} does not exist"),
-                    ))
-                }
+            let Some(osd) = s.map.osds.get(&id) else {
+                return Err(s.missing_osd_error(id));
             };
             if !osd.uuid.eq_ignore_ascii_case(&req.uuid) {
                 return Err(ApiError::new(
@@ -520,6 +515,25 @@ async fn osd_out(State(app): App, Path(id): Path<String>) -> ApiResult<EpochResp
 async fn osd_in(State(app): App, Path(id): Path<String>) -> ApiResult<EpochResponse> {
     let id = parse_osd(&id)?;
     app.mon.apply(|s, _| s.mark_in(id)).await?;
+    Ok(Json(EpochResponse {
+        epoch: app.mon.published_epoch(),
+    }))
+}
+
+/// Removes a down, out OSD that no PG names, for good (`fastblock_mon_core::osd_purge`), and
+/// forgets what this leader kept about it.
+async fn osd_purge(State(app): App, Path(id): Path<String>) -> ApiResult<EpochResponse> {
+    let id = parse_osd(&id)?;
+    app.mon
+        .apply(|s, side| {
+            s.purge_osd(id)?;
+            side.liveness.forget(id);
+            side.stats.forget(id);
+            side.scrubs.forget_osd(id);
+            Ok(())
+        })
+        .await?;
+    tracing::info!(osd = %id, "osd purged");
     Ok(Json(EpochResponse {
         epoch: app.mon.published_epoch(),
     }))

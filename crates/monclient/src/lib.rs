@@ -344,6 +344,12 @@ impl MonClient {
         Ok(r.epoch)
     }
 
+    /// Removes a down, out OSD that no PG names, for good (`osd purge`); its id is retired.
+    pub async fn osd_purge(&self, id: OsdId) -> Result<Epoch, MonError> {
+        let r: EpochResponse = self.post(&format!("/v1/osds/{id}/purge"), &()).await?;
+        Ok(r.epoch)
+    }
+
     pub async fn pools(&self) -> Result<Vec<PoolInfo>, MonError> {
         Ok(self.pool_list().await?.pools)
     }

@@ -8,7 +8,7 @@ use crate::identity::Identity;
 use crate::keys::SharedKeyTable;
 use crate::metrics::Metrics;
 use crate::shard::{self, ShardCommand, ShardEvent, ShardHandle, ShardSpec};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use fastblock_monclient::{MonClient, MonError};
 use fastblock_pg::PgConfig;
 use fastblock_shard::RecoveryLimits;
@@ -185,6 +185,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
         .to_string(),
         lease_timing: Some(config.lease_timing),
     };
+    warn_if_unreachable(&config.address, &config.monitors).await;
     let epoch = mon.boot(identity.id, &boot).await.map_err(|e| match e {
         // The monitor's own error, once (`MonError::Api` would print its message twice) and
         // findable in the chain: the binary exits 2 on `incompatible_config`.
@@ -428,6 +429,29 @@ async fn refresh_keys(
     }
 }
 
+/// How long resolving one monitor's name may take before the check goes without it.
+const MON_RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Logs a warning if this OSD registers a loopback address with a monitor that is not on
+/// loopback (`crate::reach`).
+async fn warn_if_unreachable(address: &str, monitors: &[String]) {
+    let mut resolved = Vec::new();
+    for endpoint in monitors {
+        let host_port = crate::reach::endpoint_host_port(endpoint);
+        let ips =
+            match tokio::time::timeout(MON_RESOLVE_TIMEOUT, tokio::net::lookup_host(host_port))
+                .await
+            {
+                Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
+                _ => Vec::new(),
+            };
+        resolved.push((endpoint.clone(), ips));
+    }
+    if let Some(warning) = crate::reach::loopback_registration_warning(address, &resolved) {
+        tracing::warn!("{warning}");
+    }
+}
+
 /// Heartbeats with the shards' IO counters; a monitor that no longer knows us stops the OSD.
 async fn heartbeat(
     mon: Arc<MonClient>,
@@ -470,7 +494,8 @@ async fn heartbeat(
                     Some(ErrorCode::UuidMismatch | ErrorCode::OsdNotFound)
                 ) =>
             {
-                bail!("the monitor refuses this OSD: {e}");
+                // The error stays in the chain: the binary exits 2 on it (not worth a restart).
+                return Err(anyhow::Error::new(e).context("the monitor refuses this OSD"));
             }
             Err(e) => tracing::warn!("heartbeat: {e}"),
         }

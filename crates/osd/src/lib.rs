@@ -12,6 +12,8 @@
 //! - [`shard`]: one data-path thread: the runtime around the shard core
 //!   ([`fastblock_shard::ShardCore`], which holds the store and the PG replicas and makes
 //!   every protocol and durability decision) with the shard's connections, timers and clock.
+//! - [`reach`]: the warning for an OSD that registers a loopback address with a monitor
+//!   elsewhere.
 //! - [`control`]: boot, heartbeats (with IO counters), following the map by long-poll,
 //!   reporting new PG leaders, fail-stop; it watches every task and shard thread, and stops
 //!   the OSD (exit status 1, naming what failed) when one fails or ends unasked.
@@ -35,6 +37,7 @@ pub mod keys;
 pub mod metrics;
 pub mod mkfs;
 pub mod no_flush;
+pub mod reach;
 pub mod region;
 pub mod shard;
 pub mod space;

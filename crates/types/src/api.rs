@@ -79,6 +79,9 @@ pub enum ErrorCode {
     /// did not confirm. A new `snap create` may be tried.
     SnapCreateTimedOut,
     SnapTrimNotFound,
+    /// `osd purge` of an OSD that is up, in, or still named by a PG (it may hold data no other
+    /// replica has). The message says which and what to do first.
+    OsdInUse,
     /// A code this build does not know (sent by a newer monitor).
     #[serde(other)]
     Unknown,
@@ -128,6 +131,7 @@ impl ErrorCode {
             | ErrorCode::SnapInUse
             | ErrorCode::SnapNotReady
             | ErrorCode::SnapCreateTimedOut
+            | ErrorCode::OsdInUse
             | ErrorCode::Conflict => 409,
             ErrorCode::NoLeader | ErrorCode::Unavailable => 503,
             ErrorCode::Internal | ErrorCode::Unknown => 500,

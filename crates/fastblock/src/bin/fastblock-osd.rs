@@ -351,14 +351,23 @@ async fn main() {
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
-        // Settings the monitor refused are refused again on every restart: exit as for a bad
-        // argument, so that a supervisor can tell this from a crash worth restarting.
+        // Settings the monitor refused, and an OSD it no longer knows (purged, or another
+        // cluster's), are refused again on every restart: exit as for a bad argument, so that
+        // a supervisor can tell this from a crash worth restarting (the systemd unit does not
+        // restart on 2: deploy/systemd/fastblock-osd@.service).
         let refused = e.chain().any(|cause| {
             let code = match cause.downcast_ref::<fastblock_monclient::MonError>() {
                 Some(mon) => mon.code(),
                 None => cause.downcast_ref::<ApiError>().map(|a| a.code),
             };
-            code == Some(ErrorCode::IncompatibleConfig)
+            matches!(
+                code,
+                Some(
+                    ErrorCode::IncompatibleConfig
+                        | ErrorCode::OsdNotFound
+                        | ErrorCode::UuidMismatch
+                )
+            )
         });
         std::process::exit(if refused { 2 } else { 1 });
     }
