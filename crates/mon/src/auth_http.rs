@@ -63,6 +63,8 @@ pub fn need_of(method: &Method, route: &str) -> Need {
         | ("GET", "/v1/auth/data-keys") => Need::OsdCap,
         // The key table lists who can do what: administrators only.
         ("GET", "/v1/auth") => Need::Admin,
+        // An op dump names the PGs and clients at work: administrators only.
+        ("GET", "/v1/osds/{id}/ops") => Need::Admin,
         ("GET", _) => Need::Any,
         _ => Need::Admin,
     }
