@@ -123,19 +123,22 @@ async fn slow_ops_show_the_osd_the_op_and_its_stage_then_clear() {
         &format!(r#"{{"rules": [{{"op": "sync", "kind": {{"delay_ms": {SYNC_DELAY_MS}}}}}]}}"#),
     );
 
-    // SLOW_OPS names the slow OSD, and only it.
-    let slow_ops = wait_until(WAIT, "SLOW_OPS in health", || async {
+    // SLOW_OPS names the slow OSD, its oldest op waiting for the WAL. (Other OSDs may show
+    // slow ops too: a PG whose leader is elsewhere can have the slow OSD as a member.)
+    let line = wait_until(WAIT, "SLOW_OPS naming the slow OSD", || async {
         let health = mons.cli(&["health", "--json"]).json();
-        check(&health, "SLOW_OPS").cloned()
+        let detail = check(&health, "SLOW_OPS")?["detail"].as_array()?.clone();
+        let prefix = format!("osd.{slow} has ");
+        detail
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|l| l.starts_with(&prefix))
+            .map(str::to_string)
     })
     .await;
-    let summary = slow_ops["summary"].as_str().expect("summary");
-    assert!(summary.contains(&format!("on osd.{slow}")), "{slow_ops}");
-    for other in ids.iter().filter(|id| **id != slow) {
-        assert!(!summary.contains(&format!("osd.{other}")), "{slow_ops}");
-    }
+    assert!(line.contains("in wal_commit"), "{line}");
     let detail = mons.cli(&["health", "--detail"]).ok().to_string();
-    assert!(detail.contains(&format!("osd.{slow} has ")), "{detail}");
+    assert!(detail.contains("SLOW_OPS: "), "{detail}");
 
     // An op in flight for over a second, waiting for the slow WAL.
     let id = slow.to_string();

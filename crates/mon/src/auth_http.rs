@@ -395,6 +395,7 @@ mod tests {
         );
         assert_eq!(need_of(&get, "/v1/pools/{name}"), Need::Any);
         assert_eq!(need_of(&get, "/v1/auth"), Need::Admin);
+        assert_eq!(need_of(&get, "/v1/osds/{id}/ops"), Need::Admin);
         assert_eq!(need_of(&get, "/v1/auth/data-keys"), Need::OsdCap);
         assert_eq!(need_of(&post, "/v1/osds/{id}/boot"), Need::OsdSelf);
         assert_eq!(need_of(&post, "/v1/osds/{id}/heartbeat"), Need::OsdSelf);

@@ -41,7 +41,8 @@ use fastblock_wire::Request;
 pub const HISTORY_WINDOW_US: u64 = 600 * 1_000_000;
 /// Advances of a PG's durable log index whose time is kept: a write asks for the time its
 /// entry became durable when it completes, a few advances later at most unless its PG is
-/// stuck (then its `wal_commit` time is unknown and counts in the stage before it).
+/// stuck (then when it became durable is unknown, and its `replication` time counts in
+/// `wal_commit`).
 const PERSIST_TIMES_KEPT: usize = 64;
 
 const LOG_STAGES: [&str; 4] = ["queue", "wal_commit", "replication", "apply"];
