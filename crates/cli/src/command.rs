@@ -41,6 +41,11 @@ pub enum Command {
     },
     /// The configuration an OSD reported at boot (`showconfig`).
     OsdConfig(OsdId),
+    /// An OSD's ops in flight, or (`historic`) its slowest recent ones (`crate::ops`).
+    OsdOps {
+        id: OsdId,
+        historic: bool,
+    },
     PoolCreate {
         name: String,
         pg_count: u32,

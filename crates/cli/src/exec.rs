@@ -120,6 +120,7 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
                 Style::Legacy => write!(out, "{}", render::status(&s, false))?,
             }
         }
+        Command::OsdOps { .. } => crate::ops::execute(inv, client, out).await?,
         Command::Health { .. } | Command::Df | Command::OsdSetRatio { .. } => {
             crate::capacity::execute(inv, client, out).await?
         }

@@ -231,6 +231,18 @@ enum OsdCmd {
         /// The OSD id.
         id: OsdId,
     },
+    /// The OSD's ops in flight, oldest first, with the stage each is in (as of the OSD's
+    /// last heartbeat; docs/operations.md, "Slow ops").
+    Ops {
+        /// The OSD id.
+        id: OsdId,
+    },
+    /// The OSD's slowest ops of the last 10 minutes, with the time each spent in every
+    /// stage.
+    HistoricOps {
+        /// The OSD id.
+        id: OsdId,
+    },
     /// PG members and preferred leaders per OSD.
     Pgs {
         /// Only the PGs of this pool.
@@ -631,6 +643,11 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
             pool_id: None,
         },
         Top::Osd(OsdCmd::Config { id }) => Command::OsdConfig(id),
+        Top::Osd(OsdCmd::Ops { id }) => Command::OsdOps {
+            id,
+            historic: false,
+        },
+        Top::Osd(OsdCmd::HistoricOps { id }) => Command::OsdOps { id, historic: true },
         Top::Pool(PoolCmd::Create {
             name,
             pg_count,

@@ -9,7 +9,7 @@
 
 use crate::capacity::{classify, used_ppm, SpaceLevel};
 use crate::state::MonState;
-use fastblock_types::api::{BackfillTooFull, HealthCheck, OsdSpace, Severity};
+use fastblock_types::api::{BackfillTooFull, HealthCheck, OsdOps, OsdSpace, Severity};
 use fastblock_types::map::ClusterMap;
 use fastblock_types::pg_state::PgState;
 use fastblock_types::units::format_size;
@@ -286,6 +286,56 @@ impl Health {
         self.push(check("PG_INCONSISTENT", Severity::Err, summary, all));
     }
 
+    /// Adds `SLOW_OPS` for the OSDs whose last op tracker report (`slow`: the fresh reports
+    /// of up OSDs) counts ops in flight past the complaint time: one detail line per OSD with
+    /// its oldest op's age and stage. WARN, as Ceph's: the IO is late, not lost.
+    pub fn add_slow_ops(&mut self, slow: &BTreeMap<OsdId, OsdOps>) {
+        let slow: Vec<(&OsdId, &OsdOps)> = slow.iter().filter(|(_, o)| o.slow > 0).collect();
+        if slow.is_empty() {
+            return;
+        }
+        let secs = |us: u64| format!("{:.1}s", us as f64 / 1e6);
+        let total: u64 = slow.iter().map(|(_, o)| o.slow).sum();
+        let oldest = slow
+            .iter()
+            .filter_map(|(osd, o)| Some((*osd, o.oldest.first()?)))
+            .max_by_key(|(_, op)| op.duration_us);
+        let names: Vec<String> = slow.iter().map(|(osd, _)| format!("osd.{osd}")).collect();
+        let mut summary = format!(
+            "{} on {}",
+            plural(total as usize, "slow op"),
+            names.join(",")
+        );
+        if let Some((osd, op)) = oldest {
+            summary.push_str(&format!(
+                ", oldest blocked for {} in {} on osd.{osd}",
+                secs(op.duration_us),
+                op.stage
+            ));
+        }
+        let lines = slow
+            .iter()
+            .map(|(osd, o)| {
+                let mut line = format!(
+                    "osd.{osd} has {} in flight for {}s or longer",
+                    plural(o.slow as usize, "op"),
+                    o.complaint_time_ms as f64 / 1000.0
+                );
+                if let Some(op) = o.oldest.first() {
+                    line.push_str(&format!(
+                        ", the oldest for {} in {} ({} on pg {})",
+                        secs(op.duration_us),
+                        op.stage,
+                        op.kind,
+                        op.pg
+                    ));
+                }
+                line
+            })
+            .collect();
+        self.push(check("SLOW_OPS", Severity::Warn, summary, lines));
+    }
+
     /// Adds `OSD_FULL` for the OSDs the map marks full (those whose PGs refuse writes, ERR)
     /// and `OSD_NEARFULL` for the others whose last report (`spaces`) is past the nearfull
     /// ratio (WARN). `spaces` are the last reports of the OSDs that are up.
@@ -509,6 +559,49 @@ mod tests {
             [format!("osd.{} is 96.0% full (full ratio 95.0%)", osds[2])]
         );
         assert_eq!(h.checks[1].summary, "1 nearfull osd");
+    }
+
+    #[test]
+    fn slow_ops_name_each_osd_and_the_oldest_op_with_its_stage() {
+        use fastblock_types::api::TrackedOp;
+        let op = |us, stage: &str| TrackedOp {
+            shard: 0,
+            pg: PgId::new(PoolId(1), 3),
+            kind: "write".into(),
+            request_id: 9,
+            duration_us: us,
+            stage: stage.into(),
+            stages: Vec::new(),
+        };
+        let report = |slow, oldest| OsdOps {
+            complaint_time_ms: 1_000,
+            in_flight: 5,
+            slow,
+            oldest,
+            slowest: Vec::new(),
+        };
+        let mut h = health(&MonState::default(), &[]);
+        // An OSD without slow ops raises nothing.
+        h.add_slow_ops(&[(OsdId(0), report(0, vec![op(10, "queue")]))].into());
+        assert_eq!((h.status, h.checks.len()), ("HEALTH_OK", 0));
+        let slow: BTreeMap<OsdId, OsdOps> = [
+            (OsdId(1), report(2, vec![op(3_500_000, "wal_commit")])),
+            (OsdId(2), report(1, vec![op(1_200_000, "replication")])),
+        ]
+        .into();
+        h.add_slow_ops(&slow);
+        assert_eq!(h.status, "HEALTH_WARN");
+        assert_eq!(
+            h.checks[0].to_string(),
+            "SLOW_OPS: 3 slow ops on osd.1,osd.2, oldest blocked for 3.5s in wal_commit on osd.1"
+        );
+        assert_eq!(
+            h.checks[0].detail,
+            [
+                "osd.1 has 2 ops in flight for 1s or longer, the oldest for 3.5s in wal_commit (write on pg 1.3)",
+                "osd.2 has 1 op in flight for 1s or longer, the oldest for 1.2s in replication (write on pg 1.3)",
+            ]
+        );
     }
 
     #[test]

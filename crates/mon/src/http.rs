@@ -96,6 +96,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/osds/apply-id", post(apply_id))
         .route("/v1/osds/{id}/boot", post(boot))
         .route("/v1/osds/{id}/heartbeat", post(heartbeat))
+        .route("/v1/osds/{id}/ops", get(osd_ops))
         .route("/v1/osds/{id}/out", post(osd_out))
         .route("/v1/osds/{id}/in", post(osd_in))
         .route("/v1/osds/{id}/purge", post(osd_purge))
@@ -321,6 +322,7 @@ fn full_health(
     h.add_backfill_too_full(&ctx.stats.backfill_too_full(now_ms));
     h.add_pg_inconsistent(&ctx.scrubs.inconsistent(s));
     h.add_osd_space(&s.map, &ctx.stats.spaces(&s.map));
+    h.add_slow_ops(&ctx.stats.ops.slow(&s.map, now_ms));
     h
 }
 
@@ -486,6 +488,7 @@ async fn heartbeat(
             side.liveness.heartbeat(id, side.now_ms);
             side.stats
                 .record(id, side.now_ms, &req.pgs, &req.backfill_toofull, req.space);
+            side.stats.ops.record(id, side.now_ms, req.ops.clone());
             if !osd.up {
                 s.mark_up(id)?;
             }
@@ -797,6 +800,30 @@ async fn resize_image(
             .apply(|s, _| s.resize_image(&pool, &name, &req))
             .await?,
     ))
+}
+
+/// The op tracker of one OSD, as of its last heartbeat (`docs/operations.md`, "Slow ops").
+async fn osd_ops(State(app): App, Path(id): Path<String>) -> ApiResult<OsdOpsResponse> {
+    let id = parse_osd(&id)?;
+    let now_ms = app.mon.now_ms();
+    let found = app
+        .mon
+        .read(|s, ctx| {
+            if !s.map.osds.contains_key(&id) {
+                return Err(ApiError::new(
+                    ErrorCode::OsdNotFound,
+                    format!("osd {id} does not exist"),
+                ));
+            }
+            ctx.stats.ops.of(id, now_ms).ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::OsdDown,
+                    format!("osd.{id} has sent no op report (is it up?)"),
+                )
+            })
+        })
+        .await??;
+    Ok(Json(found))
 }
 
 async fn get_df(State(app): App) -> ApiResult<DfResponse> {

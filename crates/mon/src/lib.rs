@@ -13,6 +13,7 @@
 //! - [`http`]: the HTTP + JSON API (`docs/mon-api.md`); [`forward`] relays calls from
 //!   followers to the leader so any monitor answers.
 //! - [`stats`]: client IO and recovery rates from OSD heartbeats.
+//! - [`op_reports`]: the OSDs' op tracker reports (`SLOW_OPS`, `GET /v1/osds/{id}/ops`).
 //! - [`metrics`]: Prometheus `/metrics`.
 //! - [`status_page`]: the web status page (a static page embedded in the binary) and the
 //!   unsigned, read-only view it polls.
@@ -31,6 +32,7 @@ pub mod forward;
 pub mod http;
 pub mod keys;
 pub mod metrics;
+pub mod op_reports;
 pub mod server;
 pub mod service;
 pub mod stats;

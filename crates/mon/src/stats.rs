@@ -52,6 +52,8 @@ pub struct IoStats {
     /// Kept across leader changes and OSD restarts: a PG's data does not go away when its
     /// leader does, and its next leader reports within a heartbeat.
     pgs: BTreeMap<PgId, PgHeld>,
+    /// The OSDs' op tracker reports (slow ops).
+    pub ops: crate::op_reports::OpReports,
 }
 
 fn rate(now: u64, before: u64, dt_ms: u64) -> f64 {
@@ -188,6 +190,7 @@ impl IoStats {
 
     pub fn forget(&mut self, osd: OsdId) {
         self.osds.remove(&osd);
+        self.ops.forget(osd);
     }
 
     pub fn cluster(&self, now_ms: u64) -> (IoRates, RecoveryStatus) {

@@ -313,6 +313,11 @@ impl MonClient {
         decode(&self.endpoints.join(","), &bytes)
     }
 
+    /// An OSD's op tracker, as of its last heartbeat (`GET /v1/osds/{id}/ops`, admin only).
+    pub async fn osd_ops(&self, id: OsdId) -> Result<OsdOpsResponse, MonError> {
+        self.get(&format!("/v1/osds/{id}/ops")).await
+    }
+
     pub async fn osds(&self) -> Result<Vec<OsdInfo>, MonError> {
         self.get("/v1/osds").await
     }

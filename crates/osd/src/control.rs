@@ -49,6 +49,8 @@ pub struct OsdConfig {
     /// reported at boot for the monitor to check against the other OSDs'.
     pub lease_timing: LeaseTiming,
     pub heartbeat_interval: Duration,
+    /// An op in flight this long is slow and raises `SLOW_OPS` (`--op-complaint-time`).
+    pub op_complaint_time: Duration,
     /// How often applied data is flushed (`--flush-interval`); the shards follow each new
     /// value sent (`fastblock-client config set osd.N flush_interval`).
     pub flush_interval: tokio::sync::watch::Receiver<Duration>,
@@ -208,6 +210,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
         identity.clone(),
         shards.iter().map(|s| s.commands.clone()).collect(),
         config.heartbeat_interval,
+        crate::op_reports::OpReports::new(shards.len(), config.op_complaint_time),
         map_stop,
     ));
     let mut faults_task = fault_file.map(|file| tokio::spawn(file.run()));
@@ -458,11 +461,14 @@ async fn heartbeat(
     identity: Identity,
     shards: Vec<mpsc::UnboundedSender<ShardCommand>>,
     interval: Duration,
+    mut op_reports: crate::op_reports::OpReports,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let mut ticker = tokio::time::interval(interval);
     while !*stop.borrow() {
         ticker.tick().await;
+        // Asked first, taken after the stats: a shard that is not stuck has answered by then.
+        op_reports.ask(&shards);
         let mut pgs = Vec::new();
         let mut backfill_toofull = Vec::new();
         let mut space = OsdSpace::default();
@@ -485,6 +491,7 @@ async fn heartbeat(
             backfill_toofull,
             // A partial sum would show the OSD smaller than it is: only a whole one goes.
             space: (shards_answered == shards.len()).then_some(space),
+            ops: op_reports.collect(),
         };
         match mon.heartbeat(identity.id, &req).await {
             Ok(_) => {}

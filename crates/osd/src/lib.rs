@@ -22,6 +22,8 @@
 //!   warnings.
 //! - [`faults`]: test-only disk fault injection (`--fault-injection-file`): its opt-in, the
 //!   file's format, and the task that installs the file's rules into the shards' disks.
+//! - [`op_reports`]: the shards' op tracker reports (slow ops), gathered for the heartbeat
+//!   without waiting for a shard stuck in a slow disk call.
 //! - [`stages`]: per-stage latency histograms of the IO path (the core times the stages, the
 //!   runtime records them); [`metrics`]: `/metrics`.
 //!
@@ -37,6 +39,7 @@ pub mod keys;
 pub mod metrics;
 pub mod mkfs;
 pub mod no_flush;
+pub mod op_reports;
 pub mod reach;
 pub mod region;
 pub mod shard;

@@ -711,6 +711,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             },
             arrived,
             started: self.now,
+            log_index: 0,
         });
         eff.stage(Stage::Queue, arrived, self.now);
         let hosted = self.pgs.get_mut(&pg).expect("admitted");
@@ -782,6 +783,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             kind,
             arrived,
             started: self.now,
+            log_index: 0,
         });
         eff.stage(Stage::Queue, arrived, self.now);
         let now_ms = self.now.as_millis();

@@ -113,6 +113,9 @@ pub(crate) struct PendingOp {
     /// When the request was read, and when it was proposed (or its read index asked).
     pub arrived: Micros,
     pub started: Micros,
+    /// The log index its entry gets, if it goes through the log (set by `new_op`: the
+    /// leader appends a proposal right after its last entry).
+    pub log_index: u64,
 }
 
 /// The WAL commit cycle: at most one round staged and waiting for `WalCommit`, then up to
@@ -196,6 +199,10 @@ pub struct ShardCore<D: Disk + 'static> {
     /// Each replica's commit index when a round last saw it (must never decrease).
     commit_indexes: BTreeMap<PgId, u64>,
     clock: MetricsClock,
+    /// The op tracker's record of when each PG's log became durable here, and the slowest
+    /// completed ops (`crate::optrack`).
+    pub(crate) persist_times: BTreeMap<PgId, crate::optrack::PersistTimes>,
+    pub(crate) history: crate::optrack::History,
 }
 
 impl<D: Disk + 'static> ShardCore<D> {
@@ -237,6 +244,8 @@ impl<D: Disk + 'static> ShardCore<D> {
             persisted_numbers: BTreeMap::new(),
             commit_indexes: BTreeMap::new(),
             clock,
+            persist_times: BTreeMap::new(),
+            history: Default::default(),
         }
     }
 
@@ -271,6 +280,20 @@ impl<D: Disk + 'static> ShardCore<D> {
             "a step ends with its reads answered"
         );
         eff
+    }
+
+    /// The client requests waiting in the core to be taken (a WAL commit holds inputs back):
+    /// (request id, request, when it was read).
+    pub(crate) fn deferred_requests(&self) -> impl Iterator<Item = (u64, &Request, Micros)> {
+        self.deferred.inputs.iter().filter_map(|input| match input {
+            Input::Request {
+                request_id,
+                req,
+                arrived,
+                ..
+            } => Some((*request_id, req, *arrived)),
+            _ => None,
+        })
     }
 
     /// Whether a WAL commit is due or in flight.
@@ -763,8 +786,17 @@ impl<D: Disk + 'static> ShardCore<D> {
                 "pg {pg}: persisted ready number {number} after {before}"
             );
             let commit_before = h.replica.commit_index();
+            let persisted_before = h.replica.raw_node().raft.raft_log.persisted;
             h.replica
                 .on_persisted(number, self.outs.entry(pg).or_default());
+            let persisted = h.replica.raw_node().raft.raft_log.persisted;
+            if persisted > persisted_before {
+                let now = (self.clock)();
+                self.persist_times
+                    .entry(pg)
+                    .or_default()
+                    .advanced(persisted, now);
+            }
             assert!(
                 h.replica.commit_index() >= commit_before,
                 "pg {pg}: commit index went back"
@@ -952,6 +984,13 @@ impl<D: Disk + 'static> ShardCore<D> {
             *n = n.saturating_sub(1);
         }
         let applied = matches!(outcome, OpOutcome::Applied);
+        // A read whose barrier passed is recorded when it is read (`reads`).
+        if !matches!(outcome, OpOutcome::ReadReady) {
+            let done = self.metrics_now();
+            let committed = applied.then_some(self.apply_started);
+            let view = self.op_view(&pending, committed, done);
+            self.history.record(view);
+        }
         match pending.kind {
             OpKind::Reclaim { id } => return self.reclaim_finished(pending.pg, id, applied, eff),
             OpKind::SnapMark { image, snap } => {
@@ -1229,10 +1268,15 @@ impl<D: Disk + 'static> ShardCore<D> {
 
     pub(crate) fn persisted_numbers_forget(&mut self, pg: PgId) {
         self.persisted_numbers.remove(&pg);
+        self.persist_times.remove(&pg);
         self.commit_indexes.remove(&pg);
     }
 
-    pub(crate) fn new_op(&mut self, pending: PendingOp) -> OpId {
+    pub(crate) fn new_op(&mut self, mut pending: PendingOp) -> OpId {
+        pending.log_index = self
+            .pgs
+            .get(&pending.pg)
+            .map_or(0, |h| h.replica.raw_node().raft.raft_log.last_index() + 1);
         let id = self.next_op;
         self.next_op += 1;
         *self.conn_inflight.entry(pending.conn).or_default() += 1;

@@ -29,6 +29,7 @@
 //! - [`flush`]: flush and compaction.
 //! - [`wal_fit`]: cutting log writes into WAL batches; the uncommitted-write budgets.
 //! - [`wal_space`]: keeping the WAL ring moving when a PG cannot release its log.
+//! - [`optrack`]: the op tracker: ops in flight and the slowest recent ones, by stage.
 //! - [`inspect`]: read-only views for the simulator's checks.
 //! - [`totals`]: client IO and recovery bytes since the shard started, and the PGs it leads
 //!   (the OSD's `/metrics` counters).
@@ -42,6 +43,7 @@ pub mod flush;
 pub mod hosting;
 pub mod inspect;
 pub mod io;
+pub mod optrack;
 pub mod reads;
 pub mod reclaim;
 pub mod recovery;

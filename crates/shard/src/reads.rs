@@ -92,6 +92,19 @@ impl<D: Disk + 'static> ShardCore<D> {
             eff.stage(Stage::ReadIndex, r.started, r.ready);
             eff.stages.push((Stage::Read, end.since(start)));
             eff.stage(Stage::OpRead, r.arrived, end);
+            self.history.record(crate::optrack::OpView {
+                pg: r.pg,
+                kind: "read",
+                request_id: r.request_id,
+                path: crate::optrack::OpPath::Read,
+                marks: [
+                    Some(r.arrived),
+                    Some(r.started),
+                    Some(r.ready),
+                    None,
+                    Some(end),
+                ],
+            });
             let reply = match result {
                 Ok(data) => {
                     if let Some(h) = self.pgs.get_mut(&r.pg) {

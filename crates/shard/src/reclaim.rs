@@ -113,6 +113,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                             kind: OpKind::Reclaim { id: entry.id },
                             arrived: now,
                             started: now,
+                            log_index: 0,
                         });
                         self.reclaims.states.insert(key, ReclaimState::Proposed);
                         tracing::info!(%pg, reclaim = entry.id, image = %entry.image,

@@ -179,6 +179,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             kind,
             arrived: now,
             started: now,
+            log_index: 0,
         });
         let hosted = self
             .pgs

@@ -267,6 +267,10 @@ pub struct HeartbeatRequest {
     /// The OSD's data space, over its shards (absent from OSDs that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space: Option<OsdSpace>,
+    /// The OSD's op tracker: its slow ops and its slowest recent ones (absent from OSDs that
+    /// predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<OsdOps>,
 }
 
 /// The data space of one OSD (every shard's data region): what the monitor sums into the
@@ -690,6 +694,84 @@ pub struct AuthDataKeyEntry {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AuthModeRequest {
     pub mode: crate::auth::AuthMode,
+}
+
+/// The most ops an [`OsdOps`] lists of each kind (oldest in flight, slowest completed): the
+/// report rides in every heartbeat, so it stays bounded.
+pub const TRACKED_OPS_LISTED_MAX: usize = 20;
+
+/// What an OSD's op tracker shows (`docs/operations.md`, "Slow ops"): counts of the ops in
+/// flight, the oldest of them, and the slowest ops completed in the last 10 minutes, each
+/// with the time it spent in every stage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdOps {
+    /// An op in flight this long is slow (`--op-complaint-time`).
+    pub complaint_time_ms: u64,
+    /// Ops in flight when the report was taken.
+    pub in_flight: u64,
+    /// Of those, the ones in flight for `complaint_time_ms` or longer.
+    pub slow: u64,
+    /// The oldest ops in flight, oldest first (at most [`TRACKED_OPS_LISTED_MAX`]).
+    #[serde(default)]
+    pub oldest: Vec<TrackedOp>,
+    /// The slowest ops completed in the last 10 minutes, slowest first (at most
+    /// [`TRACKED_OPS_LISTED_MAX`]).
+    #[serde(default)]
+    pub slowest: Vec<TrackedOp>,
+}
+
+impl OsdOps {
+    /// Adds another shard's report: counts summed, lists merged and bounded again.
+    pub fn merge(&mut self, other: OsdOps) {
+        self.complaint_time_ms = self.complaint_time_ms.max(other.complaint_time_ms);
+        self.in_flight += other.in_flight;
+        self.slow += other.slow;
+        self.oldest.extend(other.oldest);
+        self.oldest
+            .sort_by_key(|o| std::cmp::Reverse(o.duration_us));
+        self.oldest.truncate(TRACKED_OPS_LISTED_MAX);
+        self.slowest.extend(other.slowest);
+        self.slowest
+            .sort_by_key(|o| std::cmp::Reverse(o.duration_us));
+        self.slowest.truncate(TRACKED_OPS_LISTED_MAX);
+    }
+}
+
+/// One op an OSD tracks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrackedOp {
+    /// The shard that holds it.
+    pub shard: u32,
+    pub pg: PgId,
+    /// `write` (writes, discards, zeroing, copy-ups, rollbacks), `read`, `allocation`,
+    /// `snap_read`, `clone_read`, or an op the OSD proposed itself: `reclaim`, `snap_mark`,
+    /// `snap_trim`, `repair`.
+    pub kind: String,
+    /// The client's request id on its connection (0 for the OSD's own ops).
+    pub request_id: u64,
+    /// In flight: microseconds since its request was read. Completed: from then to its reply.
+    pub duration_us: u64,
+    /// In flight: the stage it is in. Completed: the stage it spent longest in.
+    pub stage: String,
+    /// The stages it went through, in order, with the microseconds spent in each; for an op in
+    /// flight the last is the one it is in, so far.
+    pub stages: Vec<OpStage>,
+}
+
+/// Time spent in one stage of an op.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpStage {
+    pub stage: String,
+    pub us: u64,
+}
+
+/// `GET /v1/osds/{id}/ops`: the op tracker of one OSD, as of its last heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdOpsResponse {
+    pub osd: OsdId,
+    /// Milliseconds since the monitor received the report (the ages in it are as of then).
+    pub report_age_ms: u64,
+    pub ops: OsdOps,
 }
 
 #[cfg(test)]

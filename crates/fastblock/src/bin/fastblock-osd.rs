@@ -99,6 +99,10 @@ struct Args {
     /// Monitor heartbeat interval.
     #[arg(long, default_value = "1s", value_parser = interval_arg)]
     heartbeat_interval: Duration,
+    /// An op in flight this long is slow: the OSD reports it and the monitor raises
+    /// `SLOW_OPS` (as Ceph's `osd_op_complaint_time`; docs/operations.md, "Slow ops").
+    #[arg(long, default_value = "30s", value_parser = interval_arg)]
+    op_complaint_time: Duration,
     /// How often applied data is flushed and logs compacted (sooner when the log has
     /// advanced by an eighth of the WAL). Each flush syncs the metadata file, which slows
     /// the WAL's fdatasyncs on the same disk for a few milliseconds: less often is a lower
@@ -322,6 +326,7 @@ async fn main() {
                 tick: args.tick,
                 lease_timing,
                 heartbeat_interval: args.heartbeat_interval,
+                op_complaint_time: args.op_complaint_time,
                 flush_interval: flush_interval_rx,
                 wal_sync: args.wal_sync.into(),
                 wal_commits_in_flight_max: args.wal_commits_in_flight as usize,

@@ -91,6 +91,11 @@ pub struct ShardStats {
 pub enum ShardCommand {
     Map(Arc<ClusterMap>),
     Stats(oneshot::Sender<ShardStats>),
+    /// The op tracker's report, with ops in flight this long (µs) counted slow.
+    Ops {
+        complaint_us: u64,
+        reply: oneshot::Sender<fastblock_types::api::OsdOps>,
+    },
     Shutdown(oneshot::Sender<()>),
 }
 

@@ -287,6 +287,9 @@ impl Runtime {
                             space: self.core.space(),
                         });
                     }
+                    Some(ShardCommand::Ops { complaint_us, reply }) => {
+                        let _ = reply.send(self.core.ops_report(complaint_us));
+                    }
                     Some(ShardCommand::Shutdown(done)) => {
                         self.shutdown();
                         let _ = done.send(());

@@ -1,0 +1,198 @@
+//! The op tracker and `SLOW_OPS` on real processes (issue 20, "Op tracker";
+//! `docs/operations.md`, "Slow ops"): real etcd, monitor and three OSDs with a 1 s complaint
+//! time, one of them made slow by delaying every WAL sync of its disk through the test-only
+//! `--fault-injection-file` (`docs/testing.md`), while clients write to every object.
+//!
+//! Checked: `health` raises `SLOW_OPS` naming the slow OSD; `osd ops` shows an op in flight
+//! there for over a second in `wal_commit`; `osd historic-ops` shows a completed write whose
+//! slowest stage is `wal_commit`; the op dump is refused to an unsigned caller; and once the
+//! delay is removed the check clears, with every write acknowledged.
+//!
+//! The fault injection's delay sleeps the shard's thread (`docs/testing.md`), so the shard
+//! answers nothing while it sleeps. The OSDs run with two WAL commits in flight: then the
+//! shard returns to its loop after submitting the delayed commit and answers the report
+//! request while that commit's writes wait, as it would while a real slow disk holds one.
+//! Election timeouts (100 ticks of 50 ms) outlast the delay, so the slow OSD keeps leading.
+
+mod common;
+
+use common::faults::{with_fault_file, write_fault_file};
+use common::{stamped_block, wait_osds_up, wait_until, MonCluster, MonOptions, OsdProc, TempDir};
+use common::{wait_all_active, BLOCK};
+use fastblock_client::Cluster;
+use fastblock_types::OsdId;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+const OBJECTS: u64 = 16;
+const WAIT: Duration = Duration::from_secs(60);
+/// Every WAL sync of the slow OSD sleeps this long: twice the complaint time.
+const SYNC_DELAY_MS: u64 = 2_000;
+const OSD_ARGS: &[&str] = &[
+    "--op-complaint-time",
+    "1s",
+    "--election-ticks",
+    "100",
+    "--wal-commits-in-flight",
+    "2",
+];
+
+fn check<'a>(health: &'a Value, code: &str) -> Option<&'a Value> {
+    health["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["code"] == code)
+}
+
+fn stage_us(op: &Value, stage: &str) -> u64 {
+    op["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .find(|s| s["stage"] == stage)
+        .and_then(|s| s["us"].as_u64())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_ops_show_the_osd_the_op_and_its_stage_then_clear() {
+    let mons = MonCluster::start(1, MonOptions::default()).await;
+    let dir = TempDir::new("slow-ops");
+    let mut osds: Vec<OsdProc> = Vec::new();
+    let mut fault_files: BTreeMap<OsdId, std::path::PathBuf> = BTreeMap::new();
+    for i in 0..3 {
+        let mut osd = OsdProc::create_with(&mons, dir.path(), &format!("h{i}"), "256M", OSD_ARGS);
+        let file = dir.path().join(format!("faults-{i}.json"));
+        with_fault_file(&mut osd, &file);
+        fault_files.insert(osd.id, file);
+        osds.push(osd);
+    }
+    let client = mons.client();
+    let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
+    wait_osds_up(&client, &ids, WAIT).await;
+    common::pool_with_image(&client, ("fb", 8, 3), ("img", OBJECTS * MIB, MIB)).await;
+    wait_all_active(&client, WAIT).await;
+
+    // The slow OSD: the one that leads the most PGs, so that writes wait for its WAL.
+    let map = client.map().await.unwrap().map.expect("a map");
+    let mut led: BTreeMap<OsdId, usize> = BTreeMap::new();
+    for pgs in map.pgmaps.values() {
+        for pg in pgs.pgs.values() {
+            if let Some(l) = pg.leader {
+                *led.entry(l).or_default() += 1;
+            }
+        }
+    }
+    let (&slow, _) = led
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .expect("PGs have leaders");
+    let health = mons.cli(&["health", "--json"]).json();
+    assert!(check(&health, "SLOW_OPS").is_none(), "{health}");
+
+    // Writers on every object, each one write at a time, until told to stop.
+    let cluster = Cluster::connect(mons.client_config()).await.unwrap();
+    let image = Arc::new(cluster.open_image("fb", "img").await.unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    let mut writers = Vec::new();
+    for object in 0..OBJECTS {
+        let (image, stop, written) = (image.clone(), stop.clone(), written.clone());
+        writers.push(tokio::spawn(async move {
+            let mut generation = 0;
+            while !stop.load(Ordering::Relaxed) {
+                generation += 1;
+                let offset = object * MIB;
+                image
+                    .write(offset, stamped_block(offset, generation))
+                    .await
+                    .unwrap_or_else(|e| panic!("write to object {object}: {e}"));
+                written.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            generation
+        }));
+    }
+    write_fault_file(
+        &fault_files[&slow],
+        &format!(r#"{{"rules": [{{"op": "sync", "kind": {{"delay_ms": {SYNC_DELAY_MS}}}}}]}}"#),
+    );
+
+    // SLOW_OPS names the slow OSD, its oldest op waiting for the WAL. (Other OSDs may show
+    // slow ops too: a PG whose leader is elsewhere can have the slow OSD as a member.)
+    let line = wait_until(WAIT, "SLOW_OPS naming the slow OSD", || async {
+        let health = mons.cli(&["health", "--json"]).json();
+        let detail = check(&health, "SLOW_OPS")?["detail"].as_array()?.clone();
+        let prefix = format!("osd.{slow} has ");
+        detail
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|l| l.starts_with(&prefix))
+            .map(str::to_string)
+    })
+    .await;
+    assert!(line.contains("in wal_commit"), "{line}");
+    let detail = mons.cli(&["health", "--detail"]).ok().to_string();
+    assert!(detail.contains("SLOW_OPS: "), "{detail}");
+
+    // An op in flight for over a second, waiting for the slow WAL.
+    let id = slow.to_string();
+    let stuck = wait_until(WAIT, "an op in flight in wal_commit", || async {
+        let ops = mons.cli(&["osd", "ops", &id, "--json"]).json();
+        ops["ops"].as_array().expect("ops").iter().find_map(|op| {
+            (op["stage"] == "wal_commit" && op["duration_us"].as_u64() >= Some(1_000_000))
+                .then(|| op.clone())
+        })
+    })
+    .await;
+    assert!(stage_us(&stuck, "wal_commit") >= 1_000_000, "{stuck}");
+    let text = mons.cli(&["osd", "ops", &id]).ok().to_string();
+    assert!(text.contains("wal_commit"), "{text}");
+
+    // A completed write whose slowest stage was its WAL commit.
+    let slowest = wait_until(WAIT, "a historic op over a second", || async {
+        let ops = mons.cli(&["osd", "historic-ops", &id, "--json"]).json();
+        let first = ops["ops"].as_array().expect("ops").first().cloned()?;
+        (first["duration_us"].as_u64()? >= 1_000_000).then_some(first)
+    })
+    .await;
+    assert_eq!(slowest["kind"], "write", "{slowest}");
+    assert_eq!(slowest["stage"], "wal_commit", "{slowest}");
+    let wal_us = stage_us(&slowest, "wal_commit");
+    assert!(wal_us >= SYNC_DELAY_MS * 1000 * 3 / 4, "{slowest}");
+    for other in ["queue", "replication", "apply"] {
+        assert!(stage_us(&slowest, other) < wal_us, "{slowest}");
+    }
+
+    // The dump is for administrators: an unsigned caller is refused (auth mode `sign`).
+    let url = format!("http://{}/v1/osds/{slow}/ops", mons.specs[0].api);
+    let unsigned = common::http_get(&url).await.expect("GET");
+    assert!(unsigned.starts_with("HTTP/1.1 401"), "{unsigned}");
+    assert!(!unsigned.contains("wal_commit"), "{unsigned}");
+
+    // The delay removed, the slow ops complete and the check clears.
+    write_fault_file(&fault_files[&slow], "");
+    wait_until(WAIT, "SLOW_OPS cleared", || async {
+        let health = mons.cli(&["health", "--json"]).json();
+        check(&health, "SLOW_OPS").is_none().then_some(())
+    })
+    .await;
+    let before = written.load(Ordering::Relaxed);
+    wait_until(WAIT, "writes going on", || async {
+        (written.load(Ordering::Relaxed) > before + OBJECTS).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for (object, w) in writers.into_iter().enumerate() {
+        let generation = w.await.expect("writer");
+        let offset = object as u64 * MIB;
+        let data = image.read(offset, BLOCK).await.expect("read");
+        assert!(data == stamped_block(offset, generation), "object {object}");
+    }
+    drop(osds);
+}
