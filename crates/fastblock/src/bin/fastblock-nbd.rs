@@ -4,10 +4,10 @@
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use fastblock::metrics_arg::MetricsArg;
 use fastblock::admin_socket::{serve_or_warn, RuntimeConfig};
 use fastblock::config::{load_or_exit, Daemon, DaemonArgs, Setting};
 use fastblock::logging::LogLevel;
+use fastblock::metrics_arg::MetricsArg;
 use fastblock_client::{ClientConfig, Cluster};
 use fastblock_nbd::access::{parse_allow_rule, AllowList, AllowRule, TlsMode};
 use fastblock_nbd::cluster::ClusterExports;

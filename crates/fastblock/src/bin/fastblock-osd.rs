@@ -2,10 +2,10 @@
 //! new OSD with the monitor; without it the OSD starts, boots and serves its PGs.
 
 use clap::{CommandFactory, FromArgMatches, Parser};
-use fastblock::metrics_arg::MetricsArg;
 use fastblock::admin_socket::{serve_or_warn, RuntimeConfig};
 use fastblock::config::{load_or_exit, Daemon, DaemonArgs};
 use fastblock::logging::LogLevel;
+use fastblock::metrics_arg::MetricsArg;
 use fastblock_osd::control::{run, OsdConfig};
 use fastblock_osd::mkfs::{mkfs, MkfsArgs};
 use fastblock_pg::PgConfig;
