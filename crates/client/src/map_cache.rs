@@ -82,19 +82,13 @@ impl MapCache {
     }
 
     /// Resolves, with the reason, once an installed map says a request in flight to `osd`
-    /// for `pg` should be sent again (`route::leader_moved`); `recorded` is the leader the map
-    /// recorded when it was sent. Never resolves otherwise: the caller races it against the
-    /// reply and the attempt's timeout.
-    pub(crate) async fn leader_moved(
-        &self,
-        pg: PgId,
-        osd: OsdId,
-        recorded: Option<OsdId>,
-    ) -> String {
+    /// for `pg`, sent under map `sent`, should be sent again (`route::leader_moved`). Never
+    /// resolves otherwise: the caller races it against the reply and the attempt's timeout.
+    pub(crate) async fn leader_moved(&self, sent: &ClusterMap, pg: PgId, osd: OsdId) -> String {
         // Subscribe before looking, so a map installed in between is not missed.
         let mut installed = self.installed.subscribe();
         loop {
-            if let Some(why) = route::leader_moved(&self.map(), pg, osd, recorded) {
+            if let Some(why) = route::leader_moved(sent, &self.map(), pg, osd) {
                 return why;
             }
             if installed.changed().await.is_err() {

@@ -109,9 +109,8 @@ impl Cluster {
                 return Step::RetryLater(format!("{target}: {why}"));
             }
         };
-        let map = self.cache.map();
-        let (epoch, recorded) = (map.epoch, map.pg(pg).and_then(|info| info.leader));
-        drop(map);
+        let sent = self.cache.map();
+        let epoch = sent.epoch;
         // A leader cut off from the network answers nothing: without the race below the
         // request would wait out its whole attempt timeout even after the map shows the PG's
         // new leader. Abandoning the call is as safe as its timing out (the request may still
@@ -125,7 +124,7 @@ impl Cluster {
                     return Step::RetryLater(format!("{target}: {e}"));
                 }
             },
-            why = self.cache.leader_moved(pg, target.osd, recorded) => {
+            why = self.cache.leader_moved(&sent, pg, target.osd) => {
                 self.cache.forget_leader(pg, target.osd);
                 return Step::RetryNow(format!("{target}: no reply yet and {why}"));
             }

@@ -80,30 +80,32 @@ pub fn leader_candidates(map: &ClusterMap, pg: PgId) -> Vec<OsdId> {
     candidates
 }
 
-/// Why a request in flight to `osd` for `pg` should be abandoned for a new attempt, given a
-/// newer `map`: `osd` is down in it (an OSD it does not know yet is not), or it records an up leader other than `osd` and other
-/// than `recorded` (what the map recorded when the request was sent; a stale record the
-/// client already overrode by a `GetLeader` answer or hint must not abort a good call).
+/// Why a request in flight to `osd` for `pg` should be abandoned for a new attempt, given
+/// the map it was sent under (`sent`) and a newer one (`now`): `osd` was up in `sent` and is
+/// down in `now`, or `now` records an up leader other than `osd` and other than the one
+/// `sent` recorded. Only changes since the send count: an OSD already down in the map (a
+/// leader cut off from the monitor alone still leads) or a stale record the client already
+/// overrode by a `GetLeader` answer or hint must not abort a call that can succeed.
 /// `None`: keep waiting.
 pub(crate) fn leader_moved(
-    map: &ClusterMap,
+    sent: &ClusterMap,
+    now: &ClusterMap,
     pg: PgId,
     osd: OsdId,
-    recorded: Option<OsdId>,
 ) -> Option<String> {
-    let is_up = |osd: OsdId| map.osds.get(&osd).is_some_and(|o| o.up);
-    // An OSD the map does not know yet (followed from a hint) is not down.
-    if map.osds.get(&osd).is_some_and(|o| !o.up) {
+    let up = |map: &ClusterMap, osd: OsdId| map.osds.get(&osd).map(|o| o.up);
+    if up(sent, osd) == Some(true) && up(now, osd) == Some(false) {
         return Some(format!(
             "the map of epoch {} shows osd.{osd} down",
-            map.epoch
+            now.epoch
         ));
     }
-    let now = map.pg(pg)?.leader?;
-    (now != osd && Some(now) != recorded && is_up(now)).then(|| {
+    let recorded = sent.pg(pg).and_then(|info| info.leader);
+    let leader = now.pg(pg)?.leader?;
+    (leader != osd && Some(leader) != recorded && up(now, leader) == Some(true)).then(|| {
         format!(
-            "the map of epoch {} records osd.{now} as PG {pg}'s leader",
-            map.epoch
+            "the map of epoch {} records osd.{leader} as PG {pg}'s leader",
+            now.epoch
         )
     })
 }
@@ -133,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_call_is_abandoned_when_its_osd_goes_down_or_the_recorded_leader_moves() {
-        let mut map = MapBuilder::new(1)
+        let sent = MapBuilder::new(1)
             .osd(1, 7001)
             .osd(2, 7002)
             .osd(3, 7003)
@@ -141,9 +143,9 @@ mod tests {
             .build();
         let pg = PgId::new(POOL, 0);
         let (one, two, three) = (OsdId(1), OsdId(2), OsdId(3));
-        assert_eq!(leader_moved(&map, pg, one, Some(one)), None);
+        assert_eq!(leader_moved(&sent, &sent, pg, one), None);
         // The map still records 1 while the client learned 2 from a hint: keep waiting on 2.
-        assert_eq!(leader_moved(&map, pg, two, Some(one)), None);
+        assert_eq!(leader_moved(&sent, &sent, pg, two), None);
         let record = |map: &mut ClusterMap, osd| {
             map.pgmaps
                 .get_mut(&POOL)
@@ -153,22 +155,27 @@ mod tests {
                 .unwrap()
                 .leader = Some(osd);
         };
-        record(&mut map, three);
-        assert!(leader_moved(&map, pg, one, Some(one))
+        let mut now = sent.clone();
+        record(&mut now, three);
+        assert!(leader_moved(&sent, &now, pg, one)
             .unwrap()
             .contains("records osd.3"));
-        assert_eq!(leader_moved(&map, pg, three, Some(one)), None);
-        map.osds.get_mut(&three).unwrap().up = false;
+        assert_eq!(leader_moved(&sent, &now, pg, three), None);
+        now.osds.get_mut(&three).unwrap().up = false;
         assert_eq!(
-            leader_moved(&map, pg, one, Some(one)),
+            leader_moved(&sent, &now, pg, one),
             None,
             "a leader recorded on a down OSD is no reason to give up"
         );
-        assert!(leader_moved(&map, pg, three, Some(three))
+        assert!(leader_moved(&sent, &now, pg, three)
             .unwrap()
             .contains("osd.3 down"));
-        assert_eq!(leader_moved(&map, PgId::new(POOL, 9), two, None), None);
-        assert_eq!(leader_moved(&map, pg, OsdId(9), Some(three)), None);
+        // Down already when the request was sent (a leader cut off from the monitor alone,
+        // reached through a hint): only a change since the send aborts the call.
+        assert_eq!(leader_moved(&now, &now, pg, three), None);
+        assert_eq!(leader_moved(&sent, &now, PgId::new(POOL, 9), two), None);
+        // An OSD the maps do not know yet (followed from a hint) is not down.
+        assert_eq!(leader_moved(&sent, &now, pg, OsdId(9)), None);
     }
 
     #[test]
