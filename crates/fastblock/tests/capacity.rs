@@ -184,9 +184,11 @@ async fn full_osds_refuse_writes_until_space_is_freed() {
         refused.is_none(),
         "refused below the full ratio: {refused:?}"
     );
-    let h = wait_until(WAIT, "OSD_NEARFULL", || async {
+    // Each OSD reports its space in its own heartbeat: wait for all three to be marked.
+    let h = wait_until(WAIT, "OSD_NEARFULL naming the three OSDs", || async {
         let h = health(&mons);
-        has_check(&h, "OSD_NEARFULL").then_some(h)
+        let nearfull = h.checks.iter().find(|c| c.code == "OSD_NEARFULL")?;
+        (nearfull.detail.len() == 3).then_some(h)
     })
     .await;
     assert_eq!(h.status, "HEALTH_WARN", "{h:?}");

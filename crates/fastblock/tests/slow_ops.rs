@@ -8,11 +8,14 @@
 //! slowest stage is `wal_commit`; the op dump is refused to an unsigned caller; and once the
 //! delay is removed the check clears, with every write acknowledged.
 //!
-//! The fault injection's delay sleeps the shard's thread (`docs/testing.md`), so the shard
-//! answers nothing while it sleeps. The OSDs run with two WAL commits in flight: then the
-//! shard returns to its loop after submitting the delayed commit and answers the report
-//! request while that commit's writes wait, as it would while a real slow disk holds one.
-//! Election timeouts (100 ticks of 50 ms) outlast the delay, so the slow OSD keeps leading.
+//! The fault injection holds each WAL commit's completion back by the delay while the
+//! shard's thread goes on serving (`docs/testing.md`), as a slow device does. So that the
+//! stage that held a write is the WAL commit alone, nothing else waits: the writers write
+//! only to PGs the slow OSD leads, fewer of them than the WAL commits it may keep in flight
+//! (so no write waits for a commit slot in `queue`), and the periodic flush, whose data sync
+//! holds the shard's thread (and would show as `replication` of the ops it delays), is set
+//! far beyond the test. Election timeouts (100 ticks of 50 ms) outlast the delay, so the
+//! slow OSD keeps leading.
 
 mod common;
 
@@ -29,6 +32,8 @@ use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 const OBJECTS: u64 = 16;
+/// Writers at most, each with one write in flight: fewer than `--wal-commits-in-flight`.
+const WRITERS_MAX: usize = 4;
 const WAIT: Duration = Duration::from_secs(60);
 /// Every WAL sync of the slow OSD sleeps this long: twice the complaint time.
 const SYNC_DELAY_MS: u64 = 2_000;
@@ -38,7 +43,9 @@ const OSD_ARGS: &[&str] = &[
     "--election-ticks",
     "100",
     "--wal-commits-in-flight",
-    "2",
+    "8",
+    "--flush-interval",
+    "1h",
 ];
 
 fn check<'a>(health: &'a Value, code: &str) -> Option<&'a Value> {
@@ -95,13 +102,22 @@ async fn slow_ops_show_the_osd_the_op_and_its_stage_then_clear() {
     let health = mons.cli(&["health", "--json"]).json();
     assert!(check(&health, "SLOW_OPS").is_none(), "{health}");
 
-    // Writers on every object, each one write at a time, until told to stop.
+    // Writers on objects of PGs the slow OSD leads, each one write at a time, until told to
+    // stop.
     let cluster = Cluster::connect(mons.client_config()).await.unwrap();
     let image = Arc::new(cluster.open_image("fb", "img").await.unwrap());
+    let objects: Vec<u64> = (0..OBJECTS)
+        .filter(|&o| {
+            let pg = image.object_pg(o);
+            map.pg(pg).and_then(|p| p.leader) == Some(slow)
+        })
+        .take(WRITERS_MAX)
+        .collect();
+    assert!(!objects.is_empty(), "no object in a PG osd.{slow} leads");
     let stop = Arc::new(AtomicBool::new(false));
     let written = Arc::new(AtomicU64::new(0));
     let mut writers = Vec::new();
-    for object in 0..OBJECTS {
+    for &object in &objects {
         let (image, stop, written) = (image.clone(), stop.clone(), written.clone());
         writers.push(tokio::spawn(async move {
             let mut generation = 0;
@@ -184,13 +200,13 @@ async fn slow_ops_show_the_osd_the_op_and_its_stage_then_clear() {
     .await;
     let before = written.load(Ordering::Relaxed);
     wait_until(WAIT, "writes going on", || async {
-        (written.load(Ordering::Relaxed) > before + OBJECTS).then_some(())
+        (written.load(Ordering::Relaxed) > before + objects.len() as u64).then_some(())
     })
     .await;
     stop.store(true, Ordering::Relaxed);
-    for (object, w) in writers.into_iter().enumerate() {
+    for (object, w) in objects.iter().zip(writers) {
         let generation = w.await.expect("writer");
-        let offset = object as u64 * MIB;
+        let offset = object * MIB;
         let data = image.read(offset, BLOCK).await.expect("read");
         assert!(data == stamped_block(offset, generation), "object {object}");
     }

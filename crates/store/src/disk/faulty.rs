@@ -16,7 +16,11 @@
 //! - `Eio` / `Enospc`: the call fails with that OS error before anything reaches the wrapped
 //!   disk; later accesses of the call are not tried (they never happen).
 //! - `DelayMs(n)`: the call sleeps before it goes to the wrapped disk. The ops of a batch run
-//!   at once on a device, so a call waits for its longest delay, not for their sum.
+//!   at once on a device, so a call waits for its longest delay, not for their sum. A
+//!   `submit_durable` is not slept: it goes to the wrapped disk at once, and its completion
+//!   is held back from `reap_durable` (and `wait_completion`) until `n` ms after the
+//!   submission, as a slow device holds a commit while its caller's thread goes on serving.
+//!   Completions are still reported in submission order, so a held one holds later ones.
 //! - `Corrupt` (reads only): the read is done, then every byte of the buffer that falls inside
 //!   the rule's range is flipped (XOR 0xFF); the device itself is left as it was.
 //!
@@ -32,11 +36,12 @@
 
 use super::{AlignedBuf, BackgroundRun, Disk, OwnedWrite, ReadOp, Reaped, Submitted, WriteOp};
 use fastblock_types::rng::SplitMix64;
+use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The longest delay one rule may ask for: a test that wants a disk that never answers stops
 /// the process instead.
@@ -430,6 +435,11 @@ pub struct FaultyDisk<D: Disk> {
     inner: D,
     plan: FaultPlan,
     origin_bytes: u64,
+    /// The durable submissions in flight or not yet reported, oldest first: when each may be
+    /// reported (None: as soon as the wrapped disk completed it).
+    reports: VecDeque<Option<Instant>>,
+    /// How many of the oldest of `reports` the wrapped disk has completed.
+    completed: usize,
 }
 
 impl<D: Disk> FaultyDisk<D> {
@@ -438,6 +448,8 @@ impl<D: Disk> FaultyDisk<D> {
             inner,
             plan,
             origin_bytes: 0,
+            reports: VecDeque::new(),
+            completed: 0,
         }
     }
 
@@ -465,18 +477,47 @@ impl<D: Disk> FaultyDisk<D> {
         self.inner
     }
 
-    /// Decides and runs the faults of a call of writes (and its sync when `sync` is given:
-    /// the ranges it makes durable). `Ok`: the call goes on to the wrapped disk.
+    /// Decides the faults of a call of writes (and its sync when `sync` is given: the ranges
+    /// it makes durable).
+    fn decide_writes(
+        &self,
+        writes: impl Iterator<Item = (u64, usize)>,
+        sync: Option<Vec<Range<u64>>>,
+    ) -> Decision {
+        let mut accesses: Vec<Access> = writes.map(|(o, l)| Access::write(o, l)).collect();
+        if let Some(covers) = sync {
+            accesses.push(Access::sync(covers));
+        }
+        self.plan.decide(self.origin_bytes, &accesses)
+    }
+
+    /// Decides and runs the faults of a call of writes. `Ok`: the call goes on to the wrapped
+    /// disk.
     fn before_writes(
         &self,
         writes: impl Iterator<Item = (u64, usize)>,
         sync: Option<Vec<Range<u64>>>,
     ) -> io::Result<()> {
-        let mut accesses: Vec<Access> = writes.map(|(o, l)| Access::write(o, l)).collect();
-        if let Some(covers) = sync {
-            accesses.push(Access::sync(covers));
+        self.decide_writes(writes, sync).before()
+    }
+
+    /// How many of the completed submissions may be reported now, oldest first; with `wait`,
+    /// all of them, after sleeping until the last one's hold ends.
+    fn releasable(&self, wait: bool) -> usize {
+        let mut count = 0;
+        while count < self.completed {
+            if let Some(at) = self.reports[count] {
+                let now = Instant::now();
+                if at > now {
+                    if !wait {
+                        break;
+                    }
+                    std::thread::sleep(at - now);
+                }
+            }
+            count += 1;
         }
-        self.plan.decide(self.origin_bytes, &accesses).before()
+        count
     }
 
     fn corrupt_reads(&self, reads: &mut [ReadOp<'_>], corrupt: &[(usize, Range<u64>)]) {
@@ -501,11 +542,41 @@ fn ranges(writes: &[WriteOp<'_>]) -> Vec<Range<u64>> {
 
 impl FaultyDisk<super::UringDisk> {
     /// [`super::UringDisk::wait_completion`], never faulted: it only waits.
+    ///
+    /// A completion the wrapped disk reported already but a delay holds back counts as ready
+    /// once its hold ends: the wait ends then at the latest.
     pub fn wait_completion(
         &mut self,
         timeout: Duration,
     ) -> io::Result<Option<super::CompletionWait>> {
-        self.inner.wait_completion(timeout)
+        if self.completed == 0 {
+            return self.inner.wait_completion(timeout);
+        }
+        let now = Instant::now();
+        let at = match self.reports[0] {
+            Some(at) if at > now => at,
+            _ => {
+                return Ok(Some(super::CompletionWait {
+                    ready: true,
+                    signalled: false,
+                }))
+            }
+        };
+        let slice = timeout.min(at - now);
+        let waited = match self.inner.wait_completion(slice)? {
+            Some(w) => w,
+            None => {
+                std::thread::sleep(slice);
+                super::CompletionWait {
+                    ready: false,
+                    signalled: false,
+                }
+            }
+        };
+        Ok(Some(super::CompletionWait {
+            ready: waited.ready || Instant::now() >= at,
+            signalled: waited.signalled,
+        }))
     }
 }
 
@@ -564,20 +635,53 @@ impl<D: Disk> Disk for FaultyDisk<D> {
     }
 
     fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {
-        if self.plan.is_empty() {
-            return self.inner.submit_durable(writes);
+        let mut delay_ms = 0;
+        if !self.plan.is_empty() {
+            let covers: Vec<Range<u64>> = writes
+                .iter()
+                .map(|w| w.offset_bytes..w.offset_bytes.saturating_add(w.buf.len() as u64))
+                .collect();
+            let each = writes.iter().map(|w| (w.offset_bytes, w.buf.len()));
+            let decision = self.decide_writes(each, Some(covers));
+            delay_ms = decision.delay_ms;
+            // The error alone: the delay holds the completion instead (see the module doc).
+            Decision {
+                delay_ms: 0,
+                ..decision
+            }
+            .before()?;
         }
-        let covers: Vec<Range<u64>> = writes
-            .iter()
-            .map(|w| w.offset_bytes..w.offset_bytes.saturating_add(w.buf.len() as u64))
-            .collect();
-        let each = writes.iter().map(|w| (w.offset_bytes, w.buf.len()));
-        self.before_writes(each, Some(covers))?;
-        self.inner.submit_durable(writes)
+        let submitted = self.inner.submit_durable(writes)?;
+        match submitted {
+            Submitted::InFlight => {
+                let hold = (delay_ms > 0).then(|| Instant::now() + Duration::from_millis(delay_ms));
+                self.reports.push_back(hold);
+            }
+            // Synchronous: the call itself is the wait.
+            Submitted::Durable(_) => {
+                if delay_ms > 0 {
+                    std::thread::sleep(Duration::from_millis(delay_ms));
+                }
+            }
+        }
+        Ok(submitted)
     }
 
     fn reap_durable(&mut self, wait: bool) -> io::Result<Reaped> {
-        self.inner.reap_durable(wait)
+        let mut reaped = self.inner.reap_durable(wait)?;
+        self.completed += reaped.count;
+        assert!(
+            self.completed <= self.reports.len(),
+            "{} completions of {} submissions",
+            self.completed,
+            self.reports.len()
+        );
+        let count = self.releasable(wait);
+        self.reports.drain(..count);
+        self.completed -= count;
+        // The buffers go back at once: the wrapped disk is done with them.
+        reaped.count = count;
+        Ok(reaped)
     }
 
     fn wait_background(&mut self) -> io::Result<()> {
@@ -1026,5 +1130,95 @@ mod tests {
         let far = FaultRule::new(FaultOp::Write, FaultKind::Eio).with_range(u64::MAX - 1..u64::MAX);
         plan.set_rules(1, vec![far]).unwrap();
         d.write(32 * 1024, &filled(1, SECTOR), false).unwrap();
+    }
+
+    /// A disk whose durable submissions are written at once but reported only by the next
+    /// `reap_durable`, as a ring reports its completions.
+    struct InFlightDisk {
+        sim: SimDisk,
+        pending: usize,
+    }
+
+    impl Disk for InFlightDisk {
+        fn size_bytes(&self) -> u64 {
+            self.sim.size_bytes()
+        }
+        fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {
+            self.sim.read_many(reads)
+        }
+        fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> io::Result<()> {
+            self.sim.write_many(writes, sync)
+        }
+        fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+            self.sim.discard(offset_bytes, len_bytes)
+        }
+        fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {
+            let ops: Vec<WriteOp<'_>> = writes
+                .iter()
+                .map(|w| WriteOp {
+                    offset_bytes: w.offset_bytes,
+                    buf: &w.buf,
+                })
+                .collect();
+            self.sim.write_many(&ops, true)?;
+            self.pending += 1;
+            Ok(Submitted::InFlight)
+        }
+        fn reap_durable(&mut self, _wait: bool) -> io::Result<Reaped> {
+            let count = std::mem::take(&mut self.pending);
+            Ok(Reaped {
+                count,
+                bufs: Vec::new(),
+            })
+        }
+    }
+
+    fn submit(d: &mut FaultyDisk<InFlightDisk>, offset_bytes: u64) {
+        let submitted = d
+            .submit_durable(vec![OwnedWrite {
+                offset_bytes,
+                buf: filled(3, SECTOR),
+            }])
+            .unwrap();
+        assert!(matches!(submitted, Submitted::InFlight));
+    }
+
+    #[test]
+    fn a_delayed_commit_is_held_back_in_order_without_holding_the_caller() {
+        let plan = FaultPlan::new();
+        let inner = InFlightDisk {
+            sim: SimDisk::new(DISK_BYTES),
+            pending: 0,
+        };
+        let mut d = FaultyDisk::new(inner, plan.clone());
+        let delay = Duration::from_millis(300);
+        let rule = FaultRule::new(FaultOp::Sync, FaultKind::DelayMs(300)).with_fires_max(1);
+        plan.set_rules(1, vec![rule.clone()]).unwrap();
+
+        // The first submission is delayed, the second is not but is reported after it.
+        let t = Instant::now();
+        submit(&mut d, 0);
+        submit(&mut d, 512);
+        assert!(t.elapsed() < delay / 2, "the submission slept");
+        assert_eq!(d.reap_durable(false).unwrap().count, 0);
+        std::thread::sleep(delay / 3);
+        assert_eq!(d.reap_durable(false).unwrap().count, 0);
+        while t.elapsed() < delay {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(d.reap_durable(false).unwrap().count, 2);
+        assert_eq!(plan.fired().delay, 1);
+
+        // Waiting for every commit waits out the hold.
+        plan.set_rules(2, vec![rule]).unwrap();
+        let t = Instant::now();
+        submit(&mut d, 1024);
+        assert_eq!(d.reap_durable(true).unwrap().count, 1);
+        assert!(t.elapsed() >= delay, "reported after {:?}", t.elapsed());
+
+        // Without rules, completions are reported as they come.
+        plan.set_rules(3, Vec::new()).unwrap();
+        submit(&mut d, 1536);
+        assert_eq!(d.reap_durable(false).unwrap().count, 1);
     }
 }
