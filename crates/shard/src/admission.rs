@@ -928,8 +928,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                 let status = match (&e, e.bad_block()) {
                     (fastblock_store::Error::NoSuchImageSnap { .. }, _) => Status::NoSuchSnap,
                     (e, Some(_)) => self.bad_block_status(e),
-                    (e, None) if e.is_fatal() => Status::IoError,
-                    _ => Status::InvalidArgument,
+                    (e, None) => crate::repair::read_error_status(e),
                 };
                 let reply =
                     Reply::error(status, None, format!("pg {}: snapshot read: {e}", addr.pg));
@@ -977,11 +976,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                     .collect(),
             ),
             Err(e) => {
-                let status = if e.is_fatal() {
-                    Status::IoError
-                } else {
-                    Status::InvalidArgument
-                };
+                let status = crate::repair::read_error_status(&e);
                 let reply = Reply::error(status, None, format!("pg {}: allocation: {e}", addr.pg));
                 if e.is_fatal() {
                     let f = crate::error::ShardFailure::store(
@@ -1007,9 +1002,25 @@ impl<D: Disk + 'static> ShardCore<D> {
             );
         };
         let applied_index = hosted.replica.applied().0;
-        let objects = match self.store.borrow_mut().list_objects(pg) {
+        let listed = self.store.borrow_mut().list_objects(pg);
+        let objects = match listed {
             Ok(o) => o,
-            Err(e) => return Reply::error(Status::IoError, None, format!("listing pg {pg}: {e}")),
+            Err(e) => {
+                let reply = Reply::error(
+                    crate::repair::read_error_status(&e),
+                    None,
+                    format!("listing pg {pg}: {e}"),
+                );
+                if e.is_fatal() {
+                    let f = crate::error::ShardFailure::store(
+                        crate::error::Operation::Read,
+                        Some(pg),
+                        e,
+                    );
+                    self.fail(f, eff);
+                }
+                return reply;
+            }
         };
         let mut digests = Vec::with_capacity(objects.len());
         for object in objects {

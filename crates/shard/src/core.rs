@@ -1160,8 +1160,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             Err(e) => {
                 let status = match e.bad_block() {
                     Some(_) => self.bad_block_status(&e),
-                    None if e.is_fatal() => Status::IoError,
-                    None => Status::InvalidArgument,
+                    None => crate::repair::read_error_status(&e),
                 };
                 let reply = Reply::error(status, None, format!("pg {}: read: {e}", addr.pg));
                 if e.is_fatal() {

@@ -130,6 +130,18 @@ fn block_offset(block: u32) -> u64 {
     u64::from(block) * BLOCK_SIZE_BYTES
 }
 
+/// The status of a read the store failed with `e`, an error not about one bad block: a
+/// fatal one stops the shard right after (the caller fails it), so the client is sent to the
+/// PG's other replicas with the retryable `NotReady`, as every request to a failed shard is;
+/// any other is the request's own fault.
+pub(crate) fn read_error_status(e: &fastblock_store::Error) -> fastblock_wire::Status {
+    if e.is_fatal() {
+        fastblock_wire::Status::NotReady
+    } else {
+        fastblock_wire::Status::InvalidArgument
+    }
+}
+
 impl<D: Disk + 'static> ShardCore<D> {
     pub fn repair_counts(&self) -> RepairCounts {
         self.repairs.counts
@@ -691,5 +703,27 @@ impl<D: Disk + 'static> ShardCore<D> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_error_status;
+    use fastblock_wire::Status;
+
+    /// Goal: a read that finds the store engine stopped (an earlier I/O error, or one of its
+    /// own) sends its client to the other replicas instead of handing it an I/O error.
+    #[test]
+    fn a_read_of_a_stopped_store_is_retried_elsewhere() {
+        let stopped = fastblock_store::Error::PreviousIo;
+        assert!(stopped.is_fatal());
+        assert_eq!(read_error_status(&stopped), Status::NotReady);
+        assert!(read_error_status(&stopped).is_retryable());
+        let io = fastblock_store::Error::Io {
+            op: "read",
+            offset_bytes: 0,
+            source: std::io::Error::from_raw_os_error(5),
+        };
+        assert_eq!(read_error_status(&io), Status::NotReady);
     }
 }
