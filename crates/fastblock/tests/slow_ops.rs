@@ -5,8 +5,10 @@
 //!
 //! Checked: `health` raises `SLOW_OPS` naming the slow OSD; `osd ops` shows an op in flight
 //! there for over a second in `wal_commit`; `osd historic-ops` shows a completed write whose
-//! slowest stage is `wal_commit`; the op dump is refused to an unsigned caller; and once the
-//! delay is removed the check clears, with every write acknowledged.
+//! slowest stage is `wal_commit`; the op dump is refused to an unsigned caller; the complaint
+//! time set at runtime (`config set osd.N op_complaint_time`) takes the slow OSD out of the
+//! check and back; and once the delay is removed the check clears, with every write
+//! acknowledged.
 //!
 //! The fault injection holds each WAL commit's completion back by the delay while the
 //! shard's thread goes on serving (`docs/testing.md`), as a slow device does. So that the
@@ -47,6 +49,20 @@ const OSD_ARGS: &[&str] = &[
     "--flush-interval",
     "1h",
 ];
+
+/// `fastblock-client config set ENTITY KEY VALUE` through the daemon's admin socket.
+fn config_set(
+    run_dir: &std::path::Path,
+    entity: &str,
+    key: &str,
+    value: &str,
+) -> std::process::Output {
+    std::process::Command::new(common::bin("fastblock-client"))
+        .args(["config", "set", entity, key, value, "--run-dir"])
+        .arg(run_dir)
+        .output()
+        .expect("running fastblock-client config set")
+}
 
 fn check<'a>(health: &'a Value, code: &str) -> Option<&'a Value> {
     health["checks"]
@@ -190,6 +206,34 @@ async fn slow_ops_show_the_osd_the_op_and_its_stage_then_clear() {
     let unsigned = common::http_get(&url).await.expect("GET");
     assert!(unsigned.starts_with("HTTP/1.1 401"), "{unsigned}");
     assert!(!unsigned.contains("wal_commit"), "{unsigned}");
+
+    // The complaint time is settable at runtime: an hour, and the slow OSD's ops are no
+    // longer slow while its disk still is; back to a second, and they are again.
+    let slow_osd = osds.iter().find(|o| o.id == slow).expect("the slow OSD");
+    let entity = format!("osd.{slow}");
+    let names_slow = |health: &Value| {
+        check(health, "SLOW_OPS").is_some_and(|c| {
+            c["detail"]
+                .as_array()
+                .expect("detail")
+                .iter()
+                .filter_map(Value::as_str)
+                .any(|l| l.starts_with(&format!("{entity} has ")))
+        })
+    };
+    for (value, slow_named) in [("1h", false), ("1s", true)] {
+        let set = config_set(&slow_osd.run_dir(), &entity, "op_complaint_time", value);
+        assert!(set.status.success(), "config set: {set:?}");
+        wait_until(
+            WAIT,
+            &format!("SLOW_OPS after a complaint time of {value}"),
+            || async {
+                let health = mons.cli(&["health", "--json"]).json();
+                (names_slow(&health) == slow_named).then_some(())
+            },
+        )
+        .await;
+    }
 
     // The delay removed, the slow ops complete and the check clears.
     write_fault_file(&fault_files[&slow], "");

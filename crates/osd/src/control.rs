@@ -49,8 +49,10 @@ pub struct OsdConfig {
     /// reported at boot for the monitor to check against the other OSDs'.
     pub lease_timing: LeaseTiming,
     pub heartbeat_interval: Duration,
-    /// An op in flight this long is slow and raises `SLOW_OPS` (`--op-complaint-time`).
-    pub op_complaint_time: Duration,
+    /// An op in flight this long is slow and raises `SLOW_OPS` (`--op-complaint-time`); the
+    /// next op report follows each new value sent (`fastblock-client config set osd.N
+    /// op_complaint_time`).
+    pub op_complaint_time: tokio::sync::watch::Receiver<Duration>,
     /// How often applied data is flushed (`--flush-interval`); the shards follow each new
     /// value sent (`fastblock-client config set osd.N flush_interval`).
     pub flush_interval: tokio::sync::watch::Receiver<Duration>,
@@ -210,7 +212,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
         identity.clone(),
         shards.iter().map(|s| s.commands.clone()).collect(),
         config.heartbeat_interval,
-        crate::op_reports::OpReports::new(shards.len(), config.op_complaint_time),
+        crate::op_reports::OpReports::new(shards.len(), config.op_complaint_time.clone()),
         map_stop,
     ));
     let mut faults_task = fault_file.map(|file| tokio::spawn(file.run()));

@@ -10,33 +10,40 @@
 use crate::shard::ShardCommand;
 use fastblock_types::api::OsdOps;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 pub struct OpReports {
-    complaint_us: u64,
+    /// The complaint time, settable at runtime: each request to the shards takes its value
+    /// then.
+    complaint_time: watch::Receiver<Duration>,
     /// Per shard: the request not yet answered, and the last answer.
     pending: Vec<Option<oneshot::Receiver<OsdOps>>>,
     last: Vec<Option<OsdOps>>,
 }
 
 impl OpReports {
-    pub fn new(shards: usize, complaint_time: Duration) -> OpReports {
+    pub fn new(shards: usize, complaint_time: watch::Receiver<Duration>) -> OpReports {
         OpReports {
-            complaint_us: u64::try_from(complaint_time.as_micros()).unwrap_or(u64::MAX),
+            complaint_time,
             pending: (0..shards).map(|_| None).collect(),
             last: vec![None; shards],
         }
     }
 
+    fn complaint_us(&self) -> u64 {
+        u64::try_from(self.complaint_time.borrow().as_micros()).unwrap_or(u64::MAX)
+    }
+
     /// Asks every shard that has no request outstanding for a report.
     pub fn ask(&mut self, shards: &[mpsc::UnboundedSender<ShardCommand>]) {
+        let complaint_us = self.complaint_us();
         for (shard, pending) in shards.iter().zip(self.pending.iter_mut()) {
             if pending.is_some() {
                 continue;
             }
             let (reply, rx) = oneshot::channel();
             let cmd = ShardCommand::Ops {
-                complaint_us: self.complaint_us,
+                complaint_us,
                 reply,
             };
             if shard.send(cmd).is_ok() {
@@ -59,11 +66,12 @@ impl OpReports {
                 Err(oneshot::error::TryRecvError::Closed) => *pending = None,
             }
         }
+        let complaint_time_ms = self.complaint_us() / 1000;
         let mut merged: Option<OsdOps> = None;
         for report in self.last.iter().flatten() {
             merged
                 .get_or_insert_with(|| OsdOps {
-                    complaint_time_ms: self.complaint_us / 1000,
+                    complaint_time_ms,
                     ..OsdOps::default()
                 })
                 .merge(report.clone());

@@ -100,7 +100,8 @@ struct Args {
     #[arg(long, default_value = "1s", value_parser = interval_arg)]
     heartbeat_interval: Duration,
     /// An op in flight this long is slow: the OSD reports it and the monitor raises
-    /// `SLOW_OPS` (as Ceph's `osd_op_complaint_time`; docs/operations.md, "Slow ops").
+    /// `SLOW_OPS` (as Ceph's `osd_op_complaint_time`; docs/operations.md, "Slow ops");
+    /// settable at runtime with `fastblock-client config set`.
     #[arg(long, default_value = "30s", value_parser = interval_arg)]
     op_complaint_time: Duration,
     /// How often applied data is flushed and logs compacted (sooner when the log has
@@ -279,6 +280,8 @@ async fn main() {
         }
         // Kept by the admin socket's setter for the life of the OSD; the shards follow it.
         let (flush_interval, flush_interval_rx) = tokio::sync::watch::channel(args.flush_interval);
+        let (op_complaint_time, op_complaint_time_rx) =
+            tokio::sync::watch::channel(args.op_complaint_time);
         let (rates, rates_rx) = tokio::sync::watch::channel(fastblock_osd::control::Rates {
             recovery_bytes_per_sec: args.recovery_max_bytes_per_sec,
             scrub_deep_bytes_per_sec: args.scrub_deep_bytes_per_sec,
@@ -294,6 +297,14 @@ async fn main() {
                     Box::new(move |v| {
                         let every = interval_arg(v)?;
                         flush_interval.send_replace(every);
+                        Ok(v.to_string())
+                    }),
+                )
+                .settable(
+                    "op_complaint_time",
+                    Box::new(move |v| {
+                        let after = interval_arg(v)?;
+                        op_complaint_time.send_replace(after);
                         Ok(v.to_string())
                     }),
                 )
@@ -326,7 +337,7 @@ async fn main() {
                 tick: args.tick,
                 lease_timing,
                 heartbeat_interval: args.heartbeat_interval,
-                op_complaint_time: args.op_complaint_time,
+                op_complaint_time: op_complaint_time_rx,
                 flush_interval: flush_interval_rx,
                 wal_sync: args.wal_sync.into(),
                 wal_commits_in_flight_max: args.wal_commits_in_flight as usize,
