@@ -203,6 +203,31 @@ fn completions_and_man_pages_are_generated() {
     let create = std::fs::read_to_string(dir.join("fastblock-client-pool-create.1"))
         .expect("a page per subcommand");
     assert!(create.contains("pg\\-count"), "{create}");
+
+    // Each daemon writes its own, from its own model, without starting.
+    for (daemon, flag) in [
+        ("fastblock-mon", "etcd\\-endpoints"),
+        ("fastblock-osd", "wal\\-commits\\-in\\-flight"),
+        ("fastblock-nbd", "export"),
+    ] {
+        let out = run(daemon, &["--write-man-pages", "daemon-pages"], &cwd);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{daemon}: {}",
+            text(&out.stderr)
+        );
+        let path = cwd.path().join("daemon-pages").join(format!("{daemon}.1"));
+        let page = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{daemon}: {e}"));
+        assert!(
+            page.contains(&format!(".TH {} 1", daemon.to_uppercase())),
+            "{page}"
+        );
+        assert!(page.contains(flag), "{daemon} page lacks {flag}:\n{page}");
+        assert!(text(&out.stdout).contains(&format!("{daemon}.1")));
+        let missing = run(daemon, &["--write-man-pages"], &cwd);
+        assert_eq!(missing.status.code(), Some(2), "{daemon}");
+    }
 }
 
 /// Goal: scripts can tell a missing object, a refusal and an unreachable cluster apart by the

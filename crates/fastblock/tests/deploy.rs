@@ -168,6 +168,16 @@ fn debian_package_holds_binaries_units_docs_and_postinst() {
     for u in UNITS {
         wanted.push(format!("./lib/systemd/system/{u}"));
     }
+    for page in [
+        "fastblock-client.1.gz",
+        "fastblock-client-pool-create.1.gz",
+        "fastblock-mon.1.gz",
+        "fastblock-osd.1.gz",
+        "fastblock-nbd.1.gz",
+    ] {
+        wanted.push(format!("./usr/share/man/man1/{page}"));
+    }
+    wanted.push("./usr/share/bash-completion/completions/fastblock-client".to_string());
     for d in [
         "operations.md",
         "security.md",

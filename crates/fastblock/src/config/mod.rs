@@ -53,6 +53,11 @@ fn log_filter_arg(input: &str) -> Result<String, String> {
 /// required flags need not be given).
 pub const PRINT_REFERENCE_FLAG: &str = "--print-config-reference";
 
+/// The flag that writes the daemon's man page (section 1) into the directory after it instead
+/// of starting, handled like [`PRINT_REFERENCE_FLAG`] (`fastblock-client man DIR` writes the
+/// client's).
+pub const WRITE_MAN_PAGES_FLAG: &str = "--write-man-pages";
+
 /// One daemon: its short name and, for a binary with subcommands, the one that runs the daemon.
 #[derive(Clone, Copy, Debug)]
 pub struct Daemon {
@@ -278,6 +283,27 @@ pub fn load_or_exit(daemon: &Daemon, cmd: Command) -> Loaded {
     if argv.iter().skip(1).any(|a| a == PRINT_REFERENCE_FLAG) {
         print!("{}", reference::render(daemon, &with_env_vars(daemon, cmd)));
         std::process::exit(0);
+    }
+    if let Some(at) = argv.iter().position(|a| a == WRITE_MAN_PAGES_FLAG) {
+        let Some(dir) = argv.get(at + 1) else {
+            eprintln!("error: {WRITE_MAN_PAGES_FLAG} needs a directory");
+            std::process::exit(2);
+        };
+        match fastblock_cli::manual::man_pages(with_env_vars(daemon, cmd), Path::new(dir)) {
+            Ok(written) => {
+                for path in written {
+                    println!("{}", path.display());
+                }
+                std::process::exit(0);
+            }
+            Err(e) => {
+                eprintln!(
+                    "error: writing man pages into {}: {e}",
+                    Path::new(dir).display()
+                );
+                std::process::exit(1);
+            }
+        }
     }
     match load(daemon, cmd, argv) {
         Ok(loaded) => loaded,
