@@ -10,8 +10,12 @@
 //!   of its followers stop hearing each other (nftables DROP both ways), everything else flows:
 //!   the follower falls behind, the PG keeps serving with the other majority, and converges
 //!   after healing.
+//! - `a_leader_cut_off_the_monitor_alone_keeps_its_pgs_serving`: the OSD leading most PGs
+//!   stops hearing the monitor (nftables DROP of the monitor's address in its namespace; the
+//!   monitor listens on an address of its own): the monitor marks it down while it still
+//!   reaches its peers and the client, and its PGs keep serving.
 //!
-//! Checked in both: no stale read (a read never returns a value older than the last write
+//! Checked in all: no stale read (a read never returns a value older than the last write
 //! acknowledged before it started; a write that failed may or may not have happened), IO
 //! made progress during the partition on the PGs it touched, no IO failed, every replica of
 //! every PG identical at the end, and every block reads back as the model allows.
@@ -424,6 +428,58 @@ async fn isolating_the_busiest_leader_moves_its_pgs_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_its_peers_but_not_the_client_serves_no_stale_read() {
     cut_off_the_busiest_leader("leader-peers", LeaderCut::FromPeers, 29).await;
+}
+
+/// Cuts the OSD leading most PGs off from the monitor alone for [`PARTITION`] during IO. The
+/// monitor must mark it down (the test fails if the cut did nothing); its PGs must keep
+/// serving writes and reads with no failed IO and no stale read, whether it goes on leading
+/// them for its peers or they elect others; after the heal it is up again and every replica
+/// converges.
+async fn cut_a_leader_from_the_monitor(case: &str, seed: u64) {
+    let fx = fixture().await;
+    let (victim, led) = busiest_leader(&fx.leaders().await);
+    let blocks = fx.blocks();
+    let io = Io::start(fx.image.clone(), blocks.clone(), seed);
+    io.wait_writes(100, "writes before the partition").await;
+
+    fx.net.cut_from_monitor(victim);
+    let cut = Instant::now();
+    wait_until(REACT, "the monitor marks the cut-off OSD down", || async {
+        let osds = fx.client.osds().await.ok()?;
+        osds.iter().any(|o| o.id == victim && !o.up).then_some(())
+    })
+    .await;
+    let down = cut.elapsed();
+    io.wait_writes(100, "writes with the OSD marked down").await;
+    tokio::time::sleep(PARTITION.saturating_sub(cut.elapsed())).await;
+    let map = fx.map().await;
+    let still_led = led
+        .iter()
+        .filter(|pg| map.pg(**pg).and_then(|i| i.leader) == Some(victim))
+        .count();
+    fx.net.heal_from_monitor(victim);
+    let healed = Instant::now();
+    eprintln!(
+        "{case}: osd {victim} led {} of {PG_COUNT} PGs; marked down after {down:?}; at the \
+         heal the map named it the leader of {still_led} of them",
+        led.len()
+    );
+
+    common::wait_osds_up(&fx.client, &[victim], REACT).await;
+    tokio::time::sleep(AFTER_HEAL).await;
+    io.wait_writes(1, "writes after the heal").await;
+    let (ops, model) = io.finish().await;
+    let took = fx.converge(&model, &blocks).await;
+    eprintln!("{case}: replicas identical {took:?} after the IO stopped");
+    report(case, &ops, &model.lock().unwrap(), (cut, healed), &led);
+}
+
+/// The OSD leading most PGs loses the monitor but nothing else: marked down, it may still
+/// lead for its peers, and the client must keep reaching its PGs (`docs/data-path.md`: a
+/// call to an OSD already down when it was sent is not abandoned for that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_the_monitor_alone_keeps_its_pgs_serving() {
+    cut_a_leader_from_the_monitor("leader-monitor", 37).await;
 }
 
 /// How a scenario cuts one leader and one of its followers apart.

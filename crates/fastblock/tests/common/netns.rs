@@ -149,6 +149,10 @@ impl Net {
         let bridge_cidr = format!("{}/24", net.bridge_ip());
         let bridge = net.bridge();
         must("ip", &["addr", "add", &bridge_cidr, "dev", &bridge]);
+        // Added second, so the root namespace's connections (the client's) leave from the
+        // bridge address: a namespace can then drop the monitor's packets alone.
+        let monitor_cidr = format!("{}/24", net.monitor_ip());
+        must("ip", &["addr", "add", &monitor_cidr, "dev", &bridge]);
         must("ip", &["link", "set", &bridge, "up"]);
         for i in 0..namespaces {
             net.add_namespace(i);
@@ -192,10 +196,15 @@ impl Net {
         must("ip", &["netns", "exec", &ns, "nft", &script]);
     }
 
-    /// The bridge's address: where the monitor listens, and the root namespace's address on
-    /// the test's network.
+    /// The bridge's address: the root namespace's address on the test's network, the source
+    /// of the client's connections.
     pub fn bridge_ip(&self) -> Ipv4Addr {
         self.subnet_ip(1)
+    }
+
+    /// A second address of the bridge, for the monitors alone.
+    pub fn monitor_ip(&self) -> Ipv4Addr {
+        self.subnet_ip(2)
     }
 
     /// The address of namespace `i`.
@@ -245,9 +254,27 @@ impl Net {
         self.dropped_set(from, to, "delete");
     }
 
+    /// Namespace `i` drops every packet from the monitors' address: its connections to them
+    /// never complete, while the client (from the bridge address) and the other namespaces
+    /// still reach it.
+    pub fn cut_from_monitor(&self, i: usize) {
+        assert!(i < self.namespaces);
+        self.dropped_set_ip(self.monitor_ip(), i, "add");
+    }
+
+    /// Undoes [`Net::cut_from_monitor`].
+    pub fn heal_from_monitor(&self, i: usize) {
+        assert!(i < self.namespaces);
+        self.dropped_set_ip(self.monitor_ip(), i, "delete");
+    }
+
     fn dropped_set(&self, from: usize, to: usize, verb: &str) {
         assert!(from < self.namespaces && to < self.namespaces && from != to);
-        let element = format!("{{ {} }}", self.ip(from));
+        self.dropped_set_ip(self.ip(from), to, verb);
+    }
+
+    fn dropped_set_ip(&self, from: Ipv4Addr, to: usize, verb: &str) {
+        let element = format!("{{ {from} }}");
         let ns = self.namespace(to);
         must(
             "ip",
@@ -398,7 +425,7 @@ pub struct NetCluster {
 }
 
 impl NetCluster {
-    /// A monitor on the bridge address and `count` OSDs of `size` (one shard, hosts `h0`,
+    /// A monitor on the monitors' address of the bridge and `count` OSDs of `size` (one shard, hosts `h0`,
     /// `h1`, ...), OSD `i` in namespace `i`; waits until all are up and in.
     pub async fn start(count: usize, options: MonOptions, size: &str) -> NetCluster {
         NetCluster::start_with(count, 1, options, size, |_, _| {}).await
@@ -415,7 +442,7 @@ impl NetCluster {
         configure: impl Fn(usize, &mut OsdProc),
     ) -> NetCluster {
         let net = Net::create(count);
-        let mons = MonCluster::start_at(mons, options, &net.bridge_ip().to_string()).await;
+        let mons = MonCluster::start_at(mons, options, &net.monitor_ip().to_string()).await;
         let dir = TempDir::new("netns");
         let osds: Vec<OsdProc> = (0..count)
             .map(|i| {
@@ -461,6 +488,16 @@ impl NetCluster {
     /// Undoes [`NetCluster::isolate`].
     pub fn heal(&self, id: OsdId) {
         self.net.heal(self.slot(id));
+    }
+
+    /// Cuts OSD `id` off from the monitors only (see [`Net::cut_from_monitor`]).
+    pub fn cut_from_monitor(&self, id: OsdId) {
+        self.net.cut_from_monitor(self.slot(id));
+    }
+
+    /// Undoes [`NetCluster::cut_from_monitor`].
+    pub fn heal_from_monitor(&self, id: OsdId) {
+        self.net.heal_from_monitor(self.slot(id));
     }
 
     /// OSDs `a` and `b` stop hearing each other; both still reach the monitor, the client and
