@@ -11,6 +11,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+/// The OSD's runtime-settable keys, as it lists them (docs/operations.md, "Configuration").
+const OSD_SETTABLE: &str = "flush_interval, log_level, op_complaint_time, recovery_max_bytes_per_sec, scrub_deep_bytes_per_sec";
+
 /// `fastblock-client config ARGS --run-dir RUN_DIR`.
 fn config(run_dir: &Path, args: &[&str]) -> CliOutput {
     let out = Command::new(bin("fastblock-client"))
@@ -182,12 +185,17 @@ async fn osd_log_level_changes_at_runtime() {
     // Not settable at runtime, not a setting, not a filter: refused (status 4), nothing changed.
     let refused = config(&run, &["set", &target, "wal_sync", "two-step"]);
     assert_eq!(refused.code, 4, "{}", refused.stderr);
-    refused.fails_with(
-        "cannot be changed at runtime; the settable ones are: flush_interval, log_level, recovery_max_bytes_per_sec, scrub_deep_bytes_per_sec",
-    );
+    refused.fails_with(&format!(
+        "cannot be changed at runtime; the settable ones are: {OSD_SETTABLE}"
+    ));
     let unknown = config(&run, &["set", &target, "flush_intervall", "5s"]);
     assert_eq!(unknown.code, 4, "{}", unknown.stderr);
-    unknown.fails_with("is not a setting; the settable ones are: flush_interval, log_level, recovery_max_bytes_per_sec, scrub_deep_bytes_per_sec");
+    unknown.fails_with(&format!(
+        "is not a setting; the settable ones are: {OSD_SETTABLE}"
+    ));
+    let zero = config(&run, &["set", &target, "op_complaint_time", "0s"]);
+    assert_eq!(zero.code, 4, "{}", zero.stderr);
+    zero.fails_with("is zero");
     let bad = config(&run, &["set", &target, "log_level", "fastblock_osd=loud"]);
     assert_eq!(bad.code, 4, "{}", bad.stderr);
     bad.fails_with("is not a log filter");
@@ -357,6 +365,15 @@ fn bad_config_files_are_refused() {
     );
     assert_eq!(out.code, 2, "{}", out.stderr);
     out.fails_with(&format!("config file {}", missing.display()));
+    // A device is no config file: refused at once, never read (`/dev/zero` would never end).
+    let out = CliOutput::from(
+        Command::new(bin("fastblock-osd"))
+            .args(["--config", "/dev/zero"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    out.fails_with("config file /dev/zero: not a regular file");
     // A flag the file gives need not be on the command line (`--data` is required otherwise):
     // the OSD gets past parsing and fails on the data file itself.
     let file = dir.path().join("data.toml");

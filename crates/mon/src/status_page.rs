@@ -8,8 +8,10 @@
 //! ([`crate::http::status_view`]) down to health and operational figures: the health checks
 //! (already public in `GET /v1/health`), counts and PG states and IO rates (already public in
 //! `/metrics`), recovery progress and space totals (figures of the same kind), and per OSD its
-//! id, up/in, full flag and data space. It carries no key, entity, capability, address, port,
-//! host, pool or image name, and nothing in it lets a caller act on the cluster: every write
+//! id, up/in, full flag and data space. It carries no key, entity, capability, address or
+//! port, and no host, pool or image name beyond what the health checks' text already says in
+//! `GET /v1/health` (the host of a down OSD, monitor and pool names, a failed task's error);
+//! nothing in it lets a caller act on the cluster: every write
 //! stays signed. `docs/mon-api.md`, "Status page", lists the fields and this reasoning.
 //!
 //! Why the assets are served by every monitor (not forwarded): they are constant; the data

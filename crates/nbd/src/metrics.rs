@@ -96,6 +96,9 @@ pub struct NbdMetrics {
     bytes: Family<OpLabels, Counter>,
     latency: Family<OpLabels, Histogram>,
     client: [Counter; 4],
+    /// Held while the client's counts are copied into `client`: two scrapes at once would
+    /// otherwise both add the same difference.
+    client_sync: std::sync::Mutex<()>,
 }
 
 impl Default for NbdMetrics {
@@ -113,6 +116,7 @@ impl NbdMetrics {
             errors: Family::default(),
             bytes: Family::default(),
             // 50 µs to 6.5 s: from a cached read on loopback to a request stuck in retries.
+            client_sync: std::sync::Mutex::new(()),
             latency: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 18))
             }),
@@ -143,6 +147,10 @@ impl NbdMetrics {
     /// The text exposition; `client`: the cluster client's counters now, if there is one.
     pub fn render(&self, client: Option<fastblock_client::ClientStats>) -> String {
         if let Some(stats) = client {
+            let _copying = self
+                .client_sync
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             // The client counts since it connected, as these counters do.
             for (counter, now) in self.client.iter().zip(client_counts(&stats)) {
                 let delta = now.saturating_sub(counter.get());

@@ -20,6 +20,8 @@ pub enum FileError {
     },
     #[error("config file {}: larger than {CONFIG_FILE_BYTES_MAX} bytes", path.display())]
     TooLarge { path: PathBuf },
+    #[error("config file {}: not a regular file", path.display())]
+    NotAFile { path: PathBuf },
     #[error("config file {}: not valid TOML: {message}", path.display())]
     Syntax { path: PathBuf, message: String },
     #[error("config file {}: unknown key {key:?} (the keys are: {known})", path.display())]
@@ -45,13 +47,27 @@ pub fn read(path: &Path) -> Result<FileValues, FileError> {
         path: path.to_path_buf(),
         source,
     };
-    let len = std::fs::metadata(path).map_err(read_error)?.len();
-    if len > CONFIG_FILE_BYTES_MAX {
+    // A regular file only: a device or FIFO (`/dev/zero`, `/dev/stdin`) would never end or
+    // block the start; its reported length says nothing either.
+    let meta = std::fs::metadata(path).map_err(read_error)?;
+    if !meta.is_file() {
+        return Err(FileError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    // Read at most one byte past the limit: the file may grow after `metadata`.
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| {
+            use std::io::Read;
+            f.take(CONFIG_FILE_BYTES_MAX + 1).read_to_string(&mut text)
+        })
+        .map_err(read_error)?;
+    if meta.len() > CONFIG_FILE_BYTES_MAX || text.len() as u64 > CONFIG_FILE_BYTES_MAX {
         return Err(FileError::TooLarge {
             path: path.to_path_buf(),
         });
     }
-    let text = std::fs::read_to_string(path).map_err(read_error)?;
     let doc = toml_edit::Document::parse(text).map_err(|e| FileError::Syntax {
         path: path.to_path_buf(),
         message: e.to_string().trim_end().replace('\n', " "),
