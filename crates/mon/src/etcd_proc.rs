@@ -4,9 +4,12 @@
 //! that it dies with the monitor even when the monitor is SIGKILLed; on a clean shutdown the
 //! monitor stops it with SIGTERM and waits. If etcd exits on its own, the supervisor restarts it
 //! with a backoff (and health counts it, `MON_TASK_FAILED: etcd member ...`): the monitor keeps
-//! answering (with `unavailable`) meanwhile. If etcd cannot be started at all, the monitor
-//! exits (`crate::supervise`, policy `ExitDaemon`).
+//! answering (with `unavailable`) meanwhile. If etcd cannot be started at all, if another
+//! process holds one of the member's addresses (`crate::etcd_identity`), or if the member
+//! keeps exiting, the monitor exits (`crate::supervise`, policy `ExitDaemon`).
 
+use crate::etcd_identity::address_held;
+use crate::supervise::Misconfiguration;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -42,9 +45,14 @@ impl EtcdMemberConfig {
         format!("http://{}", self.client_addr)
     }
 
+    /// The peer URL the member advertises (and is listed with in etcd's member list).
+    pub fn peer_url(&self) -> String {
+        format!("http://{}", self.peer_addr)
+    }
+
     fn command(&self) -> Command {
         let mut cmd = Command::new(&self.binary);
-        let peer_url = format!("http://{}", self.peer_addr);
+        let peer_url = self.peer_url();
         // A member that already has data rejoins its cluster; "new" only bootstraps.
         let state = if self.data_dir.join("member").exists() {
             "existing"
@@ -120,16 +128,29 @@ impl EtcdMemberConfig {
     }
 }
 
+/// A member run that lasted this long was not a crash loop: the count of quick exits starts
+/// over.
+pub const MEMBER_STABLE_AFTER: Duration = Duration::from_secs(60);
+/// After this many exits in a row, each within [`MEMBER_STABLE_AFTER`] of its start, the
+/// supervisor gives up (the monitor exits, status 1): a member that cannot stay up is for the
+/// operator to look at (its log is `<data dir>/etcd.log`), not something to retry unseen.
+pub const MEMBER_QUICK_EXITS_MAX: u32 = 10;
+
 /// Starts the member and supervises it until `shutdown` turns true, then stops it. Every exit
-/// of the member is told to `on_exit` (for health) before it is restarted. An error (etcd
-/// cannot be started at all) is for the caller to act on: the monitor cannot work without it.
+/// of the member is told to `on_exit` (for health) before it is restarted. An error is for the
+/// caller to act on, the monitor cannot work without its member: etcd cannot be started at
+/// all, another process holds one of the member's addresses (a
+/// [`crate::supervise::Misconfiguration`]), or the member keeps exiting
+/// ([`MEMBER_QUICK_EXITS_MAX`]).
 pub async fn supervise(
     config: EtcdMemberConfig,
     mut shutdown: watch::Receiver<bool>,
     on_exit: impl Fn(&str) + Send,
 ) -> anyhow::Result<()> {
     let mut child = config.spawn()?;
+    let mut started = tokio::time::Instant::now();
     let mut restarts: u32 = 0;
+    let mut quick_exits: u32 = 0;
     loop {
         tokio::select! {
             status = child.wait() => {
@@ -137,12 +158,38 @@ pub async fn supervise(
                 if *shutdown.borrow() {
                     return Ok(());
                 }
+                // The member is gone, so whoever listens on its addresses now is not ours:
+                // restarting it would only fail to bind again, while the monitor's client
+                // talks to the other etcd.
+                let exit = status.to_string();
+                if let Some(held) = address_held(&config, &exit).await {
+                    on_exit(&held.to_string());
+                    return Err(Misconfiguration::new(held).into());
+                }
+                quick_exits = if started.elapsed() < MEMBER_STABLE_AFTER {
+                    quick_exits + 1
+                } else {
+                    1
+                };
+                let log = config.data_dir.with_extension("log");
+                if quick_exits >= MEMBER_QUICK_EXITS_MAX {
+                    on_exit(&format!("exited ({status}), giving up"));
+                    bail!(
+                        "the etcd member exited {quick_exits} times in a row, each within \
+                         {MEMBER_STABLE_AFTER:?} of its start (last: {status}); see its log {}",
+                        log.display()
+                    );
+                }
                 restarts += 1;
                 let backoff = Duration::from_millis(200 * u64::from(restarts.min(25)));
-                tracing::error!(%status, restarts, ?backoff, "etcd exited; restarting");
+                tracing::error!(
+                    %status, restarts, quick_exits, ?backoff, log = %log.display(),
+                    "etcd member exited; restarting"
+                );
                 on_exit(&format!("exited ({status}), restarted"));
                 tokio::time::sleep(backoff).await;
                 child = config.spawn()?;
+                started = tokio::time::Instant::now();
             }
             _ = shutdown.changed() => {
                 if *shutdown.borrow() {
@@ -166,32 +213,6 @@ async fn stop(child: &mut Child) {
         Err(_) => {
             tracing::warn!("etcd did not stop within 5 s; killing it");
             let _ = child.kill().await;
-        }
-    }
-}
-
-/// Waits until etcd answers at `endpoint`, up to `timeout`.
-pub async fn wait_ready(endpoint: &str, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let attempt = async {
-            let mut client = etcd_client::Client::connect(
-                [endpoint],
-                Some(etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(1))),
-            )
-            .await?;
-            client.get("/fastblock/readiness-probe", None).await?;
-            Ok::<_, etcd_client::Error>(())
-        };
-        match tokio::time::timeout(Duration::from_secs(2), attempt).await {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) if tokio::time::Instant::now() >= deadline => {
-                bail!("etcd at {endpoint} not ready after {timeout:?}: {e}")
-            }
-            Err(_) if tokio::time::Instant::now() >= deadline => {
-                bail!("etcd at {endpoint} not ready after {timeout:?}")
-            }
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Module map:
 //! - [`etcd_proc`]: starts and supervises the monitor's own etcd member (the default) and
-//!   stops it on exit.
+//!   stops it on exit; [`etcd_identity`] checks that the etcd at its addresses is really it.
 //! - [`keys`]: the etcd keyspace, one JSON value per key (`docs/etcd-keys.md`).
 //! - [`store`]: loading the state and committing changes in revision-guarded transactions.
 //! - [`election`]: leader election on an etcd lease; the won key's revision fences commits.
@@ -27,6 +27,7 @@
 
 pub mod auth_http;
 pub mod election;
+pub mod etcd_identity;
 pub mod etcd_proc;
 pub mod forward;
 pub mod http;

@@ -3,13 +3,14 @@
 //! cannot be retried.
 
 use crate::election::{Election, Role};
+use crate::etcd_identity;
 use crate::etcd_proc::{self, EtcdMemberConfig};
 use crate::forward::Forwarder;
 use crate::http::{router, AppState};
 use crate::keys::Keyspace;
 use crate::metrics::Metrics;
 use crate::service::Monitor;
-use crate::supervise::{Policy, Supervisor};
+use crate::supervise::{Misconfiguration, Policy, Supervisor};
 use anyhow::Context;
 use fastblock_mon_core::liveness::LivenessConfig;
 use fastblock_types::api::MonMember;
@@ -55,7 +56,7 @@ async fn connect(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
 }
 
 /// Runs the monitor until SIGTERM or SIGINT (Ok), or until a task whose failure cannot be
-/// retried failed (Err: the binary exits non-zero). Which task is restarted and which ends the
+/// retried failed (Err: the binary exits non-zero, 2 if `supervise::is_misconfiguration`). Which task is restarted and which ends the
 /// monitor is `docs/design/monitor.md`, "Supervision".
 pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -100,11 +101,43 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         me: me.clone(),
         lease_ttl_secs: config.lease_ttl_secs,
     });
+    // An external etcd is the operator's choice; the own member's client URL is checked to
+    // be answered by the own member (crate::etcd_identity) before the first etcd write.
+    let (own_member_tx, own_member_rx) = watch::channel(config.etcd_member.is_none());
+    if let Some(member) = config.etcd_member.clone() {
+        let (client, rx) = (client.clone(), shutdown_rx.clone());
+        let own_member_tx = Arc::new(own_member_tx);
+        handles.push(
+            tasks.spawn("etcd member check", Policy::ExitDaemon, move || {
+                let (client, member, mut rx) = (client.clone(), member.clone(), rx.clone());
+                let own_member_tx = own_member_tx.clone();
+                async move {
+                    etcd_identity::wait_own_member(client, &member)
+                        .await
+                        .map_err(Misconfiguration::new)?;
+                    own_member_tx.send_replace(true);
+                    let _ = rx.wait_for(|stop| *stop).await;
+                    Ok(())
+                }
+            }),
+        );
+    }
     let election_task = {
         let rx = shutdown_rx.clone();
         tasks.spawn("election", Policy::Restart, move || {
-            let (election, role, rx) = (election.clone(), role_tx.clone(), rx.clone());
+            let (election, role, mut rx) = (election.clone(), role_tx.clone(), rx.clone());
+            let mut own_member = own_member_rx.clone();
             async move {
+                // No campaign (and so no etcd write: only a leader writes) before the etcd
+                // at the member's client URL is known to be this monitor's own.
+                tokio::select! {
+                    known = own_member.wait_for(|ok| *ok) => {
+                        if known.is_err() {
+                            return Ok(()); // the check ended: the monitor is stopping
+                        }
+                    }
+                    _ = rx.wait_for(|stop| *stop) => return Ok(()),
+                }
                 election.run(&role, rx).await;
                 Ok(())
             }

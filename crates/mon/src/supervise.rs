@@ -57,6 +57,31 @@ pub enum Policy {
 pub struct TaskFailure {
     pub task: &'static str,
     pub reason: String,
+    /// The task failed with a [`Misconfiguration`].
+    pub misconfigured: bool,
+}
+
+/// An error no restart can fix, of this host's or this monitor's configuration (another etcd
+/// on the own member's address): the monitor exits with status 2, which its systemd unit does
+/// not restart (`RestartPreventExitStatus=2`), instead of failing the same way every 5 s.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct Misconfiguration(Box<dyn std::error::Error + Send + Sync>);
+
+impl Misconfiguration {
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Misconfiguration(Box::new(e))
+    }
+}
+
+/// Whether the monitor ends for a [`Misconfiguration`] (exit status 2): `e` is one, holds one,
+/// or is the [`TaskFailure`] of a task that failed with one.
+pub fn is_misconfiguration(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.is::<Misconfiguration>()
+            || c.downcast_ref::<TaskFailure>()
+                .is_some_and(|f| f.misconfigured)
+    })
 }
 
 #[derive(Clone, Debug)]
@@ -110,6 +135,7 @@ impl Supervisor {
                 if *shutdown.borrow() {
                     return;
                 }
+                let misconfigured = matches!(&outcome, Ok(Err(e)) if is_misconfiguration(e));
                 let reason = match outcome {
                     Ok(Ok(())) => "returned while the monitor was not stopping".to_string(),
                     Ok(Err(e)) => format!("{e:#}"),
@@ -121,7 +147,11 @@ impl Supervisor {
                 let failures = sup.record(name, &reason);
                 if policy == Policy::ExitDaemon {
                     tracing::error!(task = name, "{reason}; stopping the monitor");
-                    let _ = sup.fatal.send(TaskFailure { task: name, reason });
+                    let _ = sup.fatal.send(TaskFailure {
+                        task: name,
+                        reason,
+                        misconfigured,
+                    });
                     return;
                 }
                 if started.elapsed() >= BACKOFF_RESET_AFTER {
@@ -271,12 +301,44 @@ mod tests {
             failure,
             TaskFailure {
                 task: "server",
-                reason: "listener closed".into()
+                reason: "listener closed".into(),
+                misconfigured: false,
             }
         );
         tokio::time::sleep(BACKOFF_MIN * 3).await;
         assert_eq!(runs.load(Ordering::SeqCst), 1, "not restarted");
         assert!(sup.checks()[0].text.contains("server failed 1 time, last"));
+    }
+
+    /// A task that fails with a misconfiguration (even under context) ends the monitor marked
+    /// so, and the monitor's error says so too (exit status 2); any other failure does not.
+    #[tokio::test]
+    async fn a_misconfiguration_is_told_apart() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("another etcd holds 127.0.0.1:2379")]
+        struct Held;
+        let (_stop_tx, stop) = watch::channel(false);
+        let (sup, mut fatal) = Supervisor::new(stop);
+        sup.spawn("etcd member supervisor", Policy::ExitDaemon, || async {
+            Err(anyhow::Error::from(Misconfiguration::new(Held)).context("supervising"))
+        });
+        let failure = tokio::time::timeout(Duration::from_secs(5), fatal.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(failure.misconfigured, "{failure:?}");
+        assert_eq!(
+            failure.reason,
+            "supervising: another etcd holds 127.0.0.1:2379"
+        );
+        assert!(is_misconfiguration(&anyhow::Error::from(failure)));
+        assert!(!is_misconfiguration(&anyhow::anyhow!("listener closed")));
+        let plain = TaskFailure {
+            task: "API server",
+            reason: "listener closed".into(),
+            misconfigured: false,
+        };
+        assert!(!is_misconfiguration(&anyhow::Error::from(plain)));
     }
 
     /// A task that returns while the monitor is not stopping has failed too.

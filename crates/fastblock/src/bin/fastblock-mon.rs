@@ -7,6 +7,7 @@ use fastblock::logging::LogLevel;
 use fastblock_mon::etcd_proc::EtcdMemberConfig;
 use fastblock_mon::server::{run, MonConfig};
 use fastblock_mon::service::AuthBootstrap;
+use fastblock_mon::supervise::is_misconfiguration;
 use fastblock_mon_core::liveness::LivenessConfig;
 use fastblock_types::api::{SNAP_CREATE_TIMEOUT_MS_DEFAULT, SNAP_CREATE_TIMEOUT_MS_MAX};
 use fastblock_types::auth::AuthMode;
@@ -186,6 +187,7 @@ async fn main() {
     };
     if let Err(e) = run(config).await {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        // Status 2: its systemd unit does not restart it, a restart would fail the same way.
+        std::process::exit(if is_misconfiguration(&e) { 2 } else { 1 });
     }
 }
