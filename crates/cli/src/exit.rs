@@ -11,8 +11,10 @@
 //! | 5 | unreachable: no monitor answered, or the cluster cannot serve the call now (no leader, unavailable); trying later may succeed |
 //!
 //! The status comes from the first error in the chain that says which it is: a monitor's
-//! error code ([`MonError`]), or a [`Failure`] raised by the CLI itself.
+//! error code ([`MonError`]), the block client's error ([`ClientError`]), a [`Failure`]
+//! raised by the CLI itself, or the cause a [`Worded`] message keeps.
 
+use fastblock_client::ClientError;
 use fastblock_monclient::MonError;
 use fastblock_types::api::ErrorCode;
 
@@ -40,6 +42,22 @@ pub enum Failure {
     /// only its exit status remains to be given.
     #[error("{0}")]
     Reported(MonError),
+}
+
+/// A message that says its cause in its own words and order (the cause inside a sentence,
+/// a hint after it), where `context` would print the cause after a colon. It keeps the cause
+/// for its exit status only: as a source, the cause would be printed twice.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Worded {
+    pub message: String,
+    pub cause: anyhow::Error,
+}
+
+impl Worded {
+    pub fn error(message: String, cause: anyhow::Error) -> anyhow::Error {
+        Worded { message, cause }.into()
+    }
 }
 
 /// The exit status of a monitor's error code.
@@ -80,8 +98,31 @@ pub fn status_of(error: &anyhow::Error) -> i32 {
         if let Some(e) = cause.downcast_ref::<MonError>() {
             return mon_status(e);
         }
+        if let Some(e) = cause.downcast_ref::<ClientError>() {
+            if let Some(status) = client_status(e) {
+                return status;
+            }
+        }
+        if let Some(worded) = cause.downcast_ref::<Worded>() {
+            return status_of(&worded.cause);
+        }
     }
     EXIT_FAILURE
+}
+
+/// The status of a block client's error, when it is one of the kinds a status names; the
+/// rest (an IO error, a data-path timeout) are failures (1).
+fn client_status(e: &ClientError) -> Option<i32> {
+    match e {
+        ClientError::PoolNotFound(_)
+        | ClientError::ImageNotFound { .. }
+        | ClientError::SnapNotFound { .. } => Some(EXIT_NOT_FOUND),
+        // The MonError is inside, not a source (its message is in this one's).
+        ClientError::Monitor(m) => Some(mon_status(m)),
+        // No key, a wrong key, or caps that do not allow the pool: refused.
+        ClientError::Auth { .. } => Some(EXIT_REFUSED),
+        _ => None,
+    }
 }
 
 /// Whether the error was already printed (then only its status is given).
@@ -118,6 +159,56 @@ mod tests {
         let local: anyhow::Error = Failure::NotFound("pg 1.9 does not exist".into()).into();
         assert_eq!(status_of(&local), EXIT_NOT_FOUND);
         assert_eq!(status_of(&anyhow::anyhow!("disk on fire")), EXIT_FAILURE);
+    }
+
+    /// The block client's errors (what `image import|export|cp` and `snap rollback` meet)
+    /// have the statuses of the same failures reported by the monitor, wrapped or not.
+    #[test]
+    fn client_errors_have_the_statuses_of_their_kind() {
+        let client = |e: ClientError| -> anyhow::Error { e.into() };
+        let missing = client(ClientError::ImageNotFound {
+            pool: "fb".into(),
+            name: "vm".into(),
+        });
+        assert_eq!(
+            status_of(&missing.context("opening the source")),
+            EXIT_NOT_FOUND
+        );
+        assert_eq!(
+            status_of(&client(ClientError::PoolNotFound("fb".into()))),
+            EXIT_NOT_FOUND
+        );
+        let no_snap = client(ClientError::SnapNotFound {
+            pool: "fb".into(),
+            name: "vm".into(),
+            snap: "s1".into(),
+        });
+        assert_eq!(status_of(&no_snap), EXIT_NOT_FOUND);
+        let unreachable = client(ClientError::Monitor(MonError::Unreachable {
+            endpoints: "127.0.0.1:1".into(),
+            deadline: Duration::from_secs(1),
+            last: "refused".into(),
+        }));
+        assert_eq!(status_of(&unreachable), EXIT_UNREACHABLE);
+        let refused = client(ClientError::Monitor(MonError::Api(ApiError::new(
+            ErrorCode::PermissionDenied,
+            "no",
+        ))));
+        assert_eq!(status_of(&refused), EXIT_REFUSED);
+        assert_eq!(
+            status_of(&client(ClientError::Protocol("short".into()))),
+            EXIT_FAILURE
+        );
+    }
+
+    /// A worded message has its cause's status, and prints only itself.
+    #[test]
+    fn a_worded_message_keeps_its_cause_status() {
+        let e = Worded::error("lost it; try again".into(), api(ErrorCode::NoLeader));
+        assert_eq!(status_of(&e), EXIT_UNREACHABLE);
+        assert_eq!(format!("{e:#}"), "lost it; try again");
+        let plain = Worded::error("disk on fire".into(), anyhow::anyhow!("EIO"));
+        assert_eq!(status_of(&plain), EXIT_FAILURE);
     }
 
     #[test]

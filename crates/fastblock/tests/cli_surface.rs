@@ -274,6 +274,32 @@ async fn client_exit_statuses_say_what_failed() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // The data path too: `image export` and `cp` reach the monitor through the block client,
+    // whose error carries the monitor's inside it.
+    let cwd = TempDir::new("cli-export-unreachable");
+    let target = cwd.path().join("out.raw");
+    for args in [
+        vec!["image", "export", "fb/vm", target.to_str().unwrap()],
+        vec!["image", "cp", "fb/vm", "fb/copy"],
+    ] {
+        let dead = Command::new(binary("fastblock-client"))
+            .args(["--mon", "127.0.0.1:1", "--timeout", "1s"])
+            .args(&args)
+            .env("FASTBLOCK_KEYRING", mons.keyring())
+            .output()
+            .expect("running fastblock-client");
+        let stderr = text(&dead.stderr);
+        assert_eq!(dead.status.code(), Some(5), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("no monitor reachable"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    assert!(
+        !target.exists(),
+        "an export that reached no monitor left a file"
+    );
     // The reference syntax too.
     let dead = Command::new(binary("fastblock-client"))
         .args(["-op=listpools", "-endpoint=127.0.0.1:1", "-timeout=1s"])

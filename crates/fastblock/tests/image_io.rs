@@ -196,6 +196,17 @@ async fn allocated_bytes(image: &Image) -> u64 {
     ranges.iter().map(|r| r.1).sum()
 }
 
+/// Fails with exit status `code` (`docs/cli.md`, "Exit status") and one line on stderr
+/// holding `needle`.
+#[track_caller]
+fn fails(out: &CliOutput, code: i32, needle: &str) {
+    out.fails_with(needle);
+    assert_eq!(out.code, code, "{}", out.stderr);
+}
+
+const NOT_FOUND: i32 = 3;
+const REFUSED: i32 = 4;
+
 /// The JSON summary of a copy, checked for its sizes.
 #[track_caller]
 fn summary(out: &CliOutput, verb: &str, bytes: u64, data_bytes: u64) -> serde_json::Value {
@@ -397,25 +408,33 @@ async fn cp_of_a_snapshot_and_the_refusals() {
     );
 
     // An existing target is refused, untouched; --overwrite replaces it with the head.
-    s.cli(&["image", "cp", "fb/src", "fb/copy"])
-        .await
-        .fails_with("image fb/copy already exists: pass --overwrite");
+    fails(
+        &s.cli(&["image", "cp", "fb/src", "fb/copy"]).await,
+        REFUSED,
+        "image fb/copy already exists: pass --overwrite",
+    );
     assert_same_bytes(&read_all(&copy).await, &first, "fb/copy after a refused cp");
     s.cli(&["image", "cp", "fb/src", "fb/copy", "--overwrite"])
         .await
         .ok();
     let copy = cluster.open_image("fb", "copy").await.unwrap();
     assert_same_bytes(&read_all(&copy).await, &head, "fb/copy overwritten");
-    s.cli(&["image", "cp", "fb/src@s1", "fb/src", "--overwrite"])
-        .await
-        .fails_with("cannot be copied onto its own image");
+    fails(
+        &s.cli(&["image", "cp", "fb/src@s1", "fb/src", "--overwrite"])
+            .await,
+        2,
+        "cannot be copied onto its own image",
+    );
 
     // Import onto an existing image: refused, the image unchanged.
     let other = s.path("other.raw");
     std::fs::write(&other, stamped(0, 7, MIB)).unwrap();
-    s.cli(&["image", "import", other.to_str().unwrap(), "fb/src"])
-        .await
-        .fails_with("image fb/src already exists: pass --overwrite");
+    fails(
+        &s.cli(&["image", "import", other.to_str().unwrap(), "fb/src"])
+            .await,
+        REFUSED,
+        "image fb/src already exists: pass --overwrite",
+    );
     let src = cluster.open_image("fb", "src").await.unwrap();
     assert_same_bytes(
         &read_all(&src).await,
@@ -427,27 +446,43 @@ async fn cp_of_a_snapshot_and_the_refusals() {
     s.cli(&["image", "import", "/nonexistent/disk.raw", "fb/new"])
         .await
         .fails_with("cannot open /nonexistent/disk.raw");
-    s.cli(&["image", "info", "fb/new"])
-        .await
-        .fails_with("does not exist");
+    fails(
+        &s.cli(&["image", "info", "fb/new"]).await,
+        NOT_FOUND,
+        "does not exist",
+    );
     let nowhere = s.path("nowhere.raw");
-    s.cli(&["image", "export", "fb/missing", nowhere.to_str().unwrap()])
-        .await
-        .fails_with("image fb/missing does not exist");
+    let nowhere_arg = nowhere.to_str().unwrap();
+    fails(
+        &s.cli(&["image", "export", "fb/missing", nowhere_arg]).await,
+        NOT_FOUND,
+        "image fb/missing does not exist",
+    );
     assert!(!nowhere.exists(), "a failed export left a file");
-    s.cli(&[
-        "image",
-        "export",
-        "fb/src@nosuch",
-        nowhere.to_str().unwrap(),
-    ])
-    .await
-    .fails_with("no snapshot");
+    fails(
+        &s.cli(&["image", "export", "nopool/src", nowhere_arg]).await,
+        NOT_FOUND,
+        "pool \"nopool\" does not exist",
+    );
+    fails(
+        &s.cli(&["image", "export", "fb/src@nosuch", nowhere_arg])
+            .await,
+        NOT_FOUND,
+        "no snapshot",
+    );
     assert!(!nowhere.exists(), "a failed export left a file");
+    fails(
+        &s.cli(&["image", "cp", "fb/missing", "fb/new"]).await,
+        NOT_FOUND,
+        "image fb/missing does not exist",
+    );
     // An existing file is not replaced unless asked.
-    s.cli(&["image", "export", "fb/src", other.to_str().unwrap()])
-        .await
-        .fails_with("exists: pass --overwrite");
+    fails(
+        &s.cli(&["image", "export", "fb/src", other.to_str().unwrap()])
+            .await,
+        REFUSED,
+        "exists: pass --overwrite",
+    );
     assert_eq!(std::fs::read(&other).unwrap(), stamped(0, 7, MIB).to_vec());
     // A pipe needs --size.
     s.cli_io(
@@ -477,9 +512,72 @@ async fn cp_of_a_snapshot_and_the_refusals() {
         .await
         .json();
     assert_eq!(snaps[0]["name"], "import-incomplete", "{snaps}");
-    s.cli(&["image", "rm", "fb/short"])
+    fails(
+        &s.cli(&["image", "rm", "fb/short"]).await,
+        REFUSED,
+        "import-incomplete",
+    );
+    // A partial image is not read as if it were complete: export and cp (of it, or of a
+    // snapshot of it) are refused, naming the marker and both ways out; nothing is written.
+    s.cli(&["image", "snap", "create", "fb/short@keep"])
         .await
-        .fails_with("import-incomplete");
+        .ok();
+    for source in ["fb/short", "fb/short@keep"] {
+        let out = s.cli(&["image", "export", source, nowhere_arg]).await;
+        fails(
+            &out,
+            REFUSED,
+            "fb/short is incomplete: an import into it was interrupted",
+        );
+        assert!(
+            out.stderr
+                .contains("`image snap rm fb/short@import-incomplete`")
+                && out.stderr.contains("--overwrite"),
+            "{}",
+            out.stderr
+        );
+        assert!(!nowhere.exists(), "a refused export left a file");
+        fails(
+            &s.cli(&["image", "cp", source, "fb/partial"]).await,
+            REFUSED,
+            "(its snapshot import-incomplete marks it)",
+        );
+        fails(
+            &s.cli(&["image", "info", "fb/partial"]).await,
+            NOT_FOUND,
+            "does not exist",
+        );
+    }
+    // --overwrite of an image with a snapshot besides its marker is refused before anything
+    // is removed: the partial image keeps its marker.
+    let out = s
+        .cli_io(
+            &[
+                "image",
+                "import",
+                "-",
+                "fb/short",
+                "--size",
+                "8M",
+                "--overwrite",
+            ],
+            Input::Pipe(stamped(0, 8, 8 * MIB).to_vec()),
+            None,
+        )
+        .await;
+    fails(&out, REFUSED, "it has snapshot(s) keep");
+    let snaps = s
+        .cli(&["--json", "image", "snap", "ls", "fb/short"])
+        .await
+        .json();
+    let names: Vec<&str> = snaps
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["import-incomplete", "keep"], "{snaps}");
+    s.cli(&["image", "snap", "rm", "fb/short@keep"]).await.ok();
     // A longer pipe is refused too; then the whole input with --overwrite completes it.
     s.cli_io(
         &[

@@ -228,6 +228,12 @@ async fn scrub_and_repair_requests_through_the_cli() {
     let missing = s.cli(&["pg", "scrub", "1.8"]).await;
     missing.fails_with("pg 1.8 does not exist: pool \"fb3\" has 8 PGs, 1.0 to 1.7");
     assert_eq!(missing.code, 3, "not found");
+    // As `docs/cli.md` ("Scrubs") shows it.
+    assert!(
+        missing.stderr.starts_with("error: pg 1.8 does not exist"),
+        "{}",
+        missing.stderr
+    );
     let no_pool = s.cli(&["--json", "pg", "repair", "9.0"]).await;
     no_pool.fails_with("pg 9.0 does not exist: no pool has id 9");
     assert_eq!(no_pool.code, 3, "not found");

@@ -9,6 +9,7 @@ use super::plan::{self, Summary, CHUNK_BYTES_MAX};
 use super::target::{self, CP_MARKER, IMPORT_MARKER};
 use super::{progress_bar, summary};
 use crate::command::{CopyArgs, ExportArgs, ImageOrSnap, ImageSpec, ImportArgs, Invocation};
+use crate::exit::{Failure, Worded};
 use anyhow::{anyhow, Context, Result};
 use fastblock_client::zeros::zero_runs;
 use fastblock_client::{Bytes, Cluster, Image};
@@ -206,15 +207,17 @@ pub async fn export(
     started: Instant,
 ) -> Result<Summary> {
     let cluster = crate::snap::connect(inv, client).await?;
-    // The source first: a missing image leaves no file behind.
+    // The source first: a missing or incomplete image leaves no file behind.
     let image = open_source(&cluster, &args.source).await?;
+    target::check_complete(client, &args.source.image).await?;
     let output = Output::open(&args.target, args.overwrite)?;
     let name = output.name().to_string();
     let size = image.size_bytes();
     let bar = progress_bar(format!("exporting {} to {name}", args.source), size);
     let moved = export_into(&image, output, size, args.chunks_in_flight_max, &bar).await;
     bar.finish_and_clear();
-    let data_bytes = moved.map_err(|e| anyhow!("{e:#}; {name} holds a partial copy"))?;
+    let data_bytes =
+        moved.map_err(|e| Worded::error(format!("{e:#}; {name} holds a partial copy"), e))?;
     Ok(summary(
         "exported",
         args.source.to_string(),
@@ -290,13 +293,15 @@ pub async fn cp(
 ) -> Result<Summary> {
     let spec = &args.target;
     if args.source.image == *spec {
-        return Err(anyhow!(
+        return Err(Failure::Usage(format!(
             "{} cannot be copied onto its own image {spec}",
             args.source
-        ));
+        ))
+        .into());
     }
     let cluster = crate::snap::connect(inv, client).await?;
     let source = open_source(&cluster, &args.source).await?;
+    target::check_complete(client, &args.source.image).await?;
     let size = source.size_bytes();
     let object_size = args
         .object_size_bytes

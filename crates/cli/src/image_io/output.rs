@@ -49,7 +49,10 @@ impl Output {
         let name = path.display().to_string();
         match std::fs::metadata(path) {
             Ok(meta) if meta.file_type().is_file() && !overwrite => {
-                Err(anyhow!("{name} exists: pass --overwrite to replace it"))
+                Err(crate::exit::Failure::Refused(format!(
+                    "{name} exists: pass --overwrite to replace it"
+                ))
+                .into())
             }
             Ok(meta) if meta.file_type().is_file() => {
                 let file = OpenOptions::new()
