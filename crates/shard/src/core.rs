@@ -356,6 +356,15 @@ impl<D: Disk + 'static> ShardCore<D> {
             .collect()
     }
 
+    /// What this shard's data region can still take before writes are refused for its
+    /// reserve (nothing in flight counted): free plus what flushes give back, less the
+    /// reserve (see [`crate::space`]). The OSD reports it for `df`'s `MAX AVAIL`.
+    pub fn writable_bytes(&self) -> u64 {
+        let store = self.store.borrow();
+        (store.free_data_bytes() + store.pending_free_bytes())
+            .saturating_sub(self.cfg.data_reserve_bytes)
+    }
+
     /// The data space of this shard's store: (total bytes, free bytes).
     pub fn space(&self) -> (u64, u64) {
         let store = self.store.borrow();
