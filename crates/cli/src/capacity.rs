@@ -121,7 +121,10 @@ pub fn df_text(d: &DfResponse) -> String {
                 format_size(p.used_bytes),
                 percent(
                     p.used_bytes,
-                    p.used_bytes + p.max_avail_bytes * u64::from(p.size),
+                    // A monitor's figure can be huge (an empty pool over large OSDs):
+                    // never an overflow panic.
+                    p.used_bytes
+                        .saturating_add(p.max_avail_bytes.saturating_mul(u64::from(p.size))),
                 ),
                 format_size(p.max_avail_bytes),
             ]
@@ -210,6 +213,10 @@ mod tests {
             text.ends_with("nearfull ratio 0.85, full ratio 0.95\n"),
             "{text}"
         );
+        // Figures past what u64 can multiply print, not panic.
+        let mut huge = d.clone();
+        huge.pools[0].max_avail_bytes = u64::MAX / 2;
+        assert!(df_text(&huge).contains("rbd"));
         assert_eq!(parse_ratio("0.9"), Ok(Ratio(0.9)));
         assert!(parse_ratio("ninety").is_err());
     }

@@ -6,7 +6,7 @@
 //! - **which OSDs are full** ([`MonState::record_osd_space`]): an OSD whose used share reaches
 //!   the full ratio is put in the map's `space.full_osds`, and taken out by the first report
 //!   below it. The map carries the set to the OSDs; the shard core's admission refuses writes
-//!   to every PG with a full member (`fastblock_shard`, `full.rs`). Deciding it here, from the
+//!   to every PG with a full member (`fastblock_shard`, `space.rs`). Deciding it here, from the
 //!   reports of all OSDs, means a PG leader refuses a write that a full *follower* would have
 //!   to store, which the follower alone could not do without stalling the PG's log.
 //! - **the ratios** ([`MonState::set_nearfull_ratio`], [`MonState::set_full_ratio`]):
@@ -141,9 +141,13 @@ impl MonState {
 /// the full ratio, if the new data spreads over its PGs evenly (as objects hash over them).
 ///
 /// An OSD that is a member of `r` of the pool's `n` PGs receives `r / n` of every byte written
-/// to the pool (each PG keeps one copy on each member). It reaches the full ratio after
-/// `headroom` more bytes, `headroom = total × full_ratio − used` (0 when past it), so the pool
-/// can take `headroom × n / r` more; the pool's figure is the smallest over its OSDs. The
+/// to the pool (each PG keeps one copy on each member). It stops taking writes after
+/// `headroom` more bytes, the smaller of `total × full_ratio − used` (the monitor marks it
+/// full) and `writable` (a shard reaches its own data reserve, see
+/// [`OsdSpace::writable_bytes`]; `free` from OSDs that do not report it), 0 when past either;
+/// so the pool can take `headroom × n / r` more; the pool's figure is the smallest over its
+/// OSDs. Both halves assume new data spreads evenly (over the PGs, and over each OSD's
+/// shards): PGs hash unevenly onto shards, so a shard can refuse writes somewhat earlier. The
 /// members counted are the PGs' targets (`newosdlist` while remapping, else `osdlist`): where
 /// the data ends up. OSDs without a report in `spaces` (down, or not reported since the
 /// monitor started leading) are left out; a pool none of whose OSDs reported has 0. Other
@@ -176,7 +180,8 @@ pub fn pool_max_avail_bytes(
             let s = spaces.get(osd)?;
             let limit = u128::from(s.total_bytes) * full_ppm / u128::from(RATIO_PPM_ONE);
             let used = u128::from(s.total_bytes.saturating_sub(s.free_bytes));
-            let headroom = limit.saturating_sub(used);
+            let writable = u128::from(s.writable_bytes.unwrap_or(s.free_bytes));
+            let headroom = limit.saturating_sub(used).min(writable);
             Some(headroom * pg_count / r)
         })
         .min()
@@ -268,6 +273,15 @@ mod tests {
         OsdSpace {
             total_bytes,
             free_bytes,
+            writable_bytes: None,
+        }
+    }
+
+    /// A report from an OSD whose shards can take `writable_bytes` more before their reserve.
+    fn space_writable(total_bytes: u64, free_bytes: u64, writable_bytes: u64) -> OsdSpace {
+        OsdSpace {
+            writable_bytes: Some(writable_bytes),
+            ..space(total_bytes, free_bytes)
         }
     }
 
@@ -357,24 +371,31 @@ mod tests {
             .iter()
             .map(|o| (*o, space(100 * GIB, 100 * GIB)))
             .collect();
-        let pgmap = &s.map.pgmaps[&pool];
-        let r_max = osds
-            .iter()
-            .map(|o| {
-                pgmap
-                    .pgs
-                    .values()
-                    .filter(|pg| pg.osdlist.contains(o))
-                    .count() as u64
-            })
-            .max()
-            .unwrap();
-        assert_eq!(
-            pool_max_avail_bytes(&s.map, pool, &spaces),
-            95 * GIB * 64 / r_max
-        );
+        // Each OSD holds about half (64 PGs × 3 copies over 6 OSDs), the fullest a little
+        // more: a bit under twice 95 GiB, never more.
         let avail = pool_max_avail_bytes(&s.map, pool, &spaces);
         assert!(avail > 180 * GIB && avail <= 190 * GIB, "{avail}");
+    }
+
+    #[test]
+    fn max_avail_stops_at_the_shards_reserve_before_the_full_ratio() {
+        // Three OSDs, three replicas: each holds a whole copy.
+        let s = state(3, 8, 3);
+        let pool = s.map.pool_by_name("p").unwrap().id;
+        let osds: Vec<OsdId> = s.map.osds.keys().copied().collect();
+        let mut spaces: BTreeMap<OsdId, OsdSpace> = osds
+            .iter()
+            .map(|o| (*o, space_writable(100 * GIB, 100 * GIB, 100 * GIB)))
+            .collect();
+        // Room to the reserve beyond the full ratio: the ratio decides.
+        assert_eq!(pool_max_avail_bytes(&s.map, pool, &spaces), 95 * GIB);
+        // A small OSD whose reserve (or a fuller shard) leaves 1 GiB writable while the full
+        // ratio would leave 4.5 GiB: its shards refuse writes first.
+        spaces.insert(osds[2], space_writable(10 * GIB, 10 * GIB, GIB));
+        assert_eq!(pool_max_avail_bytes(&s.map, pool, &spaces), GIB);
+        // Nothing writable: nothing promised, though below the full ratio.
+        spaces.insert(osds[2], space_writable(10 * GIB, 10 * GIB, 0));
+        assert_eq!(pool_max_avail_bytes(&s.map, pool, &spaces), 0);
     }
 
     #[test]

@@ -341,21 +341,24 @@ impl Health {
     /// ratio (WARN). `spaces` are the last reports of the OSDs that are up.
     pub fn add_osd_space(&mut self, map: &ClusterMap, spaces: &BTreeMap<OsdId, OsdSpace>) {
         let settings = &map.space;
-        let used = |osd: &OsdId| {
-            spaces
-                .get(osd)
-                .and_then(|s| used_ppm(*s))
-                .map_or("?".to_string(), percent)
-        };
         let full: Vec<String> = settings
             .full_osds
             .iter()
             .map(|osd| {
-                format!(
-                    "osd.{osd} is {} full (full ratio {})",
-                    used(osd),
-                    percent(settings.full_ratio_ppm)
-                )
+                let ratio = percent(settings.full_ratio_ppm);
+                match spaces.get(osd).and_then(|s| used_ppm(*s)) {
+                    Some(ppm) => format!("osd.{osd} is {} full (full ratio {ratio})", percent(ppm)),
+                    // Marked by an earlier report: a down OSD (its PGs still hold it, under
+                    // noout say) or one not heard since this monitor began leading.
+                    None => {
+                        let why = if map.osds.get(osd).is_some_and(|o| o.up) {
+                            "no report since"
+                        } else {
+                            "down since"
+                        };
+                        format!("osd.{osd} was past the full ratio ({ratio}) at its last report ({why})")
+                    }
+                }
             })
             .collect();
         if !full.is_empty() {
@@ -370,12 +373,13 @@ impl Health {
             .filter(|(osd, s)| {
                 classify(**s, settings) != SpaceLevel::Ok && !settings.full_osds.contains(osd)
             })
-            .map(|(osd, _)| {
-                format!(
+            .filter_map(|(osd, s)| {
+                let ppm = used_ppm(*s)?;
+                Some(format!(
                     "osd.{osd} is {} full (nearfull ratio {})",
-                    used(osd),
+                    percent(ppm),
                     percent(settings.nearfull_ratio_ppm)
-                )
+                ))
             })
             .collect();
         if !nearfull.is_empty() {
@@ -529,6 +533,7 @@ mod tests {
         let space = |free_bytes| OsdSpace {
             total_bytes: 1000,
             free_bytes,
+            writable_bytes: None,
         };
         let spaces: BTreeMap<OsdId, OsdSpace> = [
             (osds[0], space(500)),
@@ -559,6 +564,22 @@ mod tests {
             [format!("osd.{} is 96.0% full (full ratio 95.0%)", osds[2])]
         );
         assert_eq!(h.checks[1].summary, "1 nearfull osd");
+        // Down, it stays marked (its PGs still hold it): named without a report.
+        let before = s.clone();
+        s.mark_down(osds[2]).unwrap();
+        s.finish(&before);
+        let up_spaces: BTreeMap<OsdId, OsdSpace> =
+            spaces.into_iter().filter(|(o, _)| *o != osds[2]).collect();
+        let mut h = health(&s, &[]);
+        h.add_osd_space(&s.map, &up_spaces);
+        let full = h.checks.iter().find(|c| c.code == "OSD_FULL").unwrap();
+        assert_eq!(
+            full.detail,
+            [format!(
+                "osd.{} was past the full ratio (95.0%) at its last report (down since)",
+                osds[2]
+            )]
+        );
     }
 
     #[test]

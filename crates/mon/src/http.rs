@@ -854,7 +854,7 @@ async fn set_full_ratio(State(app): App, body: Bytes) -> ApiResult<SpaceSettings
     let set = app
         .mon
         .apply(|s, side| {
-            s.set_full_ratio(req.ratio, &side.stats.spaces(&s.map))?;
+            s.set_full_ratio(req.ratio, &side.stats.last_spaces())?;
             Ok(s.map.space.clone())
         })
         .await?;

@@ -350,6 +350,7 @@ mod tests {
         let full = OsdSpace {
             total_bytes: 100,
             free_bytes: 1,
+            writable_bytes: None,
         };
         state.record_osd_space(id, full);
         assert!(state.finish(&before), "a new full OSD is a new epoch");

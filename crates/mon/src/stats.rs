@@ -170,7 +170,17 @@ impl IoStats {
         u
     }
 
-    /// The last space report of each OSD that is up (`df`, `OSD_NEARFULL`, a new full ratio).
+    /// The last space report of every OSD that sent one since this monitor began leading,
+    /// down ones included: a new full ratio classifies them all again, so that raising it
+    /// lets writes in to the PGs of a full OSD that is down (kept in under `noout`, say).
+    pub fn last_spaces(&self) -> BTreeMap<OsdId, OsdSpace> {
+        self.osds
+            .iter()
+            .filter_map(|(id, series)| Some((*id, series.space?)))
+            .collect()
+    }
+
+    /// The last space report of each OSD that is up (`df`, `OSD_NEARFULL`).
     pub fn spaces(&self, map: &ClusterMap) -> BTreeMap<OsdId, OsdSpace> {
         self.osds
             .iter()
@@ -296,6 +306,7 @@ mod tests {
             Some(OsdSpace {
                 total_bytes: total,
                 free_bytes: free,
+                writable_bytes: None,
             })
         };
         // One OSD leads two PGs of p, another one PG of p and one of q; PG p.3 and q.1 are silent.
@@ -333,5 +344,44 @@ mod tests {
         assert_eq!(s.cluster_usage(&mon.map).raw_total_bytes, 2000);
         s.forget_pool(p);
         assert_eq!(s.pool_usage(&mon.map)[0].pgs_unreported, 4);
+    }
+
+    /// Goal: raising the full ratio lets writes in to a full OSD that is down (its PGs keep it
+    /// as a member under `noout`), not only to those that are up. Method: two OSDs report,
+    /// one full; it goes down; the full ratio is raised with the reports the HTTP handler
+    /// passes (`last_spaces`).
+    #[test]
+    fn a_new_full_ratio_classifies_down_osds_by_their_last_report() {
+        let mut mon = state();
+        let osds: Vec<OsdId> = mon.map.osds.keys().copied().collect();
+        let mut s = IoStats::default();
+        let space = |free_bytes| {
+            Some(OsdSpace {
+                total_bytes: 1000,
+                free_bytes,
+                writable_bytes: None,
+            })
+        };
+        s.record(osds[0], 1000, &[], &[], space(500));
+        s.record(osds[1], 1000, &[], &[], space(30));
+        mon.record_osd_space(osds[1], space(30).unwrap());
+        assert!(mon.map.space.full_osds.contains(&osds[1]));
+        let before = mon.clone();
+        mon.set_flag(fastblock_mon_core::osd_ops::Flag::NoOut, true);
+        mon.mark_down(osds[1]).unwrap();
+        mon.finish(&before);
+        assert!(
+            mon.map.space.full_osds.contains(&osds[1]),
+            "down, still full"
+        );
+        assert!(
+            !s.spaces(&mon.map).contains_key(&osds[1]),
+            "df: up ones only"
+        );
+        mon.set_full_ratio(0.99, &s.last_spaces()).unwrap();
+        assert!(
+            mon.map.space.full_osds.is_empty(),
+            "97% used is below the raised ratio"
+        );
     }
 }

@@ -215,6 +215,7 @@ mod tests {
         let space = OsdSpace {
             total_bytes: 100,
             free_bytes: 40,
+            writable_bytes: None,
         };
         let spaces = [(OsdId(1), space), (OsdId(3), space)].into();
         let view = public_view(status(), &map, &spaces);

@@ -474,6 +474,7 @@ async fn heartbeat(
         let mut pgs = Vec::new();
         let mut backfill_toofull = Vec::new();
         let mut space = OsdSpace::default();
+        let mut writable_min = u64::MAX;
         let mut shards_answered = 0;
         for s in &shards {
             let (tx, rx) = oneshot::channel();
@@ -483,10 +484,16 @@ async fn heartbeat(
                     backfill_toofull.append(&mut stats.backfill_toofull);
                     space.total_bytes += stats.space.0;
                     space.free_bytes += stats.space.1;
+                    writable_min = writable_min.min(stats.writable_bytes);
                     shards_answered += 1;
                 }
             }
         }
+        // New data spreads over the shards as PGs hash onto them: the first shard to reach
+        // its reserve stops writes to its PGs, so the OSD takes about its shard count times
+        // that shard's room (`OsdSpace::writable_bytes`).
+        space.writable_bytes = Some(writable_min.saturating_mul(shards_answered as u64))
+            .filter(|_| shards_answered > 0);
         let req = HeartbeatRequest {
             uuid: identity.uuid.clone(),
             pgs,

@@ -586,6 +586,32 @@ impl<D: Disk + 'static> ShardCore<D> {
         true
     }
 
+    /// The most data-region space `m` takes when applied, from admission until it is
+    /// answered (see [`crate::space`]): every block a write or copy-up piece touches (each is
+    /// written anew), the whole object for a rollback (it may copy every block back from the
+    /// snapshot), the partial end blocks of a discard or write-zeroes; nothing for the rest.
+    fn mutation_space_bytes(&self, m: &Mutation) -> u64 {
+        use fastblock_store::objects::{write_allocates_bytes, zero_allocates_bytes};
+        let (offset, length) = (u64::from(m.offset), u64::from(m.length));
+        match &m.op {
+            ClientOp::Write { .. } | ClientOp::CopyUp { .. } => {
+                write_allocates_bytes(offset, length)
+            }
+            ClientOp::Discard { .. } | ClientOp::WriteZeroes { .. } => {
+                zero_allocates_bytes(offset, length)
+            }
+            ClientOp::Rollback { object, .. } => self
+                .map
+                .images
+                .as_ref()
+                .and_then(|t| t.images.get(&object.image))
+                .map_or(fastblock_store::objects::OBJECT_SIZE_MAX_BYTES, |e| {
+                    e.object_size_bytes
+                }),
+            _ => 0,
+        }
+    }
+
     fn propose(
         &mut self,
         conn: ConnId,
@@ -646,21 +672,6 @@ impl<D: Disk + 'static> ShardCore<D> {
             self.refuse(conn, request_id, Status::NoSpace, msg, eff);
             return;
         }
-        // A rollback copies up to a whole object from the snapshot: it needs that room.
-        if let ClientOp::Rollback { object, .. } = &m.op {
-            let object_bytes = self
-                .map
-                .images
-                .as_ref()
-                .and_then(|t| t.images.get(&object.image))
-                .map_or(fastblock_store::objects::OBJECT_SIZE_MAX_BYTES, |e| {
-                    e.object_size_bytes
-                });
-            if let Some(msg) = self.space_refusal(object_bytes) {
-                self.refuse(conn, request_id, Status::NoSpace, msg, eff);
-                return;
-            }
-        }
         if is_write && !crate::wal_fit::mutation_fits(u64::from(length), batch_bytes_max) {
             let msg = format!(
                 "a mutation of {length} bytes does not fit one WAL batch of {batch_bytes_max}"
@@ -668,10 +679,17 @@ impl<D: Disk + 'static> ShardCore<D> {
             self.refuse(conn, request_id, Status::InvalidArgument, msg, eff);
             return;
         }
-        if let Some(msg) = is_write
-            .then(|| self.space_refusal(u64::from(length)))
-            .flatten()
-        {
+        // The space applying it may take: counted in flight from here until it is answered,
+        // so that a burst admitted against the same free count still fits (see `space`).
+        let space_bytes = self.mutation_space_bytes(&m);
+        let space_refusal = match m.op {
+            ClientOp::Discard { .. } | ClientOp::WriteZeroes { .. } => {
+                self.zeroing_refusal(space_bytes)
+            }
+            _ if needs_room => self.space_refusal(space_bytes),
+            _ => None,
+        };
+        if let Some(msg) = space_refusal {
             self.refuse(conn, request_id, Status::NoSpace, msg, eff);
             return;
         }
@@ -700,6 +718,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             return;
         }
         self.pending_mutation_bytes += log_bytes;
+        self.pending_space_bytes += space_bytes;
         *self.pg_pending_bytes.entry(pg).or_default() += log_bytes;
         let id = self.new_op(PendingOp {
             conn,
@@ -708,6 +727,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             kind: OpKind::Mutation {
                 bytes: u64::from(length),
                 log_bytes,
+                space_bytes,
             },
             arrived,
             started: self.now,

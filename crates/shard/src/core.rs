@@ -67,6 +67,9 @@ pub(crate) enum OpKind {
         /// Data it carries in its log entry (a write's bytes; a discard carries a range
         /// only), counted in `pending_mutation_bytes` until it is answered.
         log_bytes: u64,
+        /// Data-region space it may take when applied (see [`crate::space`]), counted in
+        /// `pending_space_bytes` until it is answered.
+        space_bytes: u64,
     },
     Read {
         addr: ObjectAddr,
@@ -166,6 +169,9 @@ pub struct ShardCore<D: Disk + 'static> {
     pub(crate) pending_mutation_bytes: u64,
     /// The same per PG: bounded by `wal_fit::pg_uncommitted_bytes_max`.
     pub(crate) pg_pending_bytes: BTreeMap<PgId, u64>,
+    /// Data-region space the mutations in `ops` may take when applied (writes, copy-ups,
+    /// rollbacks, the partial blocks of discards): see [`crate::space`].
+    pub(crate) pending_space_bytes: u64,
     /// The last sample of the host file system's free bytes (`Input::HostSpace`; None before
     /// the first): see [`crate::space`].
     pub(crate) host_free_bytes: Option<u64>,
@@ -223,6 +229,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             ops: BTreeMap::new(),
             pending_mutation_bytes: 0,
             pg_pending_bytes: BTreeMap::new(),
+            pending_space_bytes: 0,
             host_free_bytes: None,
             failed: None,
             applied_since_flush: false,
@@ -347,6 +354,15 @@ impl<D: Disk + 'static> ShardCore<D> {
                 }
             })
             .collect()
+    }
+
+    /// What this shard's data region can still take before writes are refused for its
+    /// reserve (nothing in flight counted): free plus what flushes give back, less the
+    /// reserve (see [`crate::space`]). The OSD reports it for `df`'s `MAX AVAIL`.
+    pub fn writable_bytes(&self) -> u64 {
+        let store = self.store.borrow();
+        (store.free_data_bytes() + store.pending_free_bytes())
+            .saturating_sub(self.cfg.data_reserve_bytes)
     }
 
     /// The data space of this shard's store: (total bytes, free bytes).
@@ -972,8 +988,14 @@ impl<D: Disk + 'static> ShardCore<D> {
         let Some(pending) = self.ops.remove(&op.0) else {
             return;
         };
-        if let OpKind::Mutation { log_bytes, .. } = pending.kind {
+        if let OpKind::Mutation {
+            log_bytes,
+            space_bytes,
+            ..
+        } = pending.kind
+        {
             self.pending_mutation_bytes -= log_bytes;
+            self.pending_space_bytes -= space_bytes;
             let pg_bytes = self.pg_pending_bytes.entry(pending.pg).or_default();
             *pg_bytes -= log_bytes;
             if *pg_bytes == 0 {

@@ -610,7 +610,7 @@ impl<D: Disk + 'static> ShardCore<D> {
 
     /// Reserves room for the transfer `c` starts (its seq 0), replacing what this PG held
     /// for an earlier one; `Err(free bytes)` if the data area cannot hold it: what is free
-    /// now and after the next flush, less the write reserve, the writes in flight and what
+    /// now and after the next flush, less the write reserve, the mutations in flight and what
     /// other transfers hold.
     /// A member that holds an older copy of the PG needs room only for what changed
     /// (unchanged blocks are shared, see the store's `snapshot` module), so the bytes of
@@ -625,7 +625,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         };
         let available = (free + pending)
             .saturating_sub(self.cfg.data_reserve_bytes)
-            .saturating_sub(self.pending_mutation_bytes)
+            .saturating_sub(self.pending_space_bytes)
             .saturating_sub(self.recovery.reserved_bytes());
         let needed = c.total_bytes.saturating_sub(held);
         if needed > available {

@@ -282,6 +282,24 @@ impl<D: Disk> Store<D> {
         r
     }
 
+    /// [`Store::guard`] for an operation that allocates data blocks: if the data region is
+    /// full while blocks wait to be freed (unmapped by overwrites, discards and deletes since
+    /// the last flush), flushes to give them back and runs `f` once more. The shard admits
+    /// writes against free plus pending-free space (`fastblock_shard::space`), so every
+    /// entry point that allocates goes through here, or an admitted operation would fail
+    /// `NoSpace` while the room it was admitted against waits for a flush. `f` either
+    /// changes nothing when it fails `NoSpace` (an allocation comes before any change) or is
+    /// safe to run again (a discard's second partial block, after its first was rewritten).
+    fn guard_allocating<T>(&mut self, mut f: impl FnMut(&mut Self) -> Result<T>) -> Result<T> {
+        self.guard(|s| match f(s) {
+            Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {
+                s.flush_inner()?;
+                f(s)
+            }
+            r => r,
+        })
+    }
+
     pub fn superblock(&self) -> &Superblock {
         &self.sb
     }
@@ -337,18 +355,9 @@ impl<D: Disk> Store<D> {
         offset_bytes: u64,
         data: &[u8],
     ) -> Result<()> {
-        self.guard(|s| {
-            let stage = |s: &mut Self| {
-                s.objects
-                    .snapshot_write(&mut s.disk, pg, transfer, object, offset_bytes, data)
-            };
-            match stage(s) {
-                Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {
-                    s.flush_inner()?;
-                    stage(s)
-                }
-                r => r,
-            }
+        self.guard_allocating(|s| {
+            s.objects
+                .snapshot_write(&mut s.disk, pg, transfer, object, offset_bytes, data)
         })
     }
 
@@ -363,18 +372,9 @@ impl<D: Disk> Store<D> {
         offset_bytes: u64,
         chunk: &crate::objects::transfer::ChunkVersions,
     ) -> Result<()> {
-        self.guard(|s| {
-            let stage = |s: &mut Self| {
-                s.objects
-                    .snapshot_stage(&mut s.disk, pg, transfer, object, offset_bytes, chunk)
-            };
-            match stage(s) {
-                Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {
-                    s.flush_inner()?;
-                    stage(s)
-                }
-                r => r,
-            }
+        self.guard_allocating(|s| {
+            s.objects
+                .snapshot_stage(&mut s.disk, pg, transfer, object, offset_bytes, chunk)
         })
     }
 
@@ -578,18 +578,13 @@ impl<D: Disk> Store<D> {
         offset_bytes: u64,
         data: &[u8],
     ) -> Result<()> {
-        self.guard(
-            |s| match s.objects.write(&mut s.disk, pg, object, offset_bytes, data) {
-                Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {
-                    s.flush_inner()?;
-                    s.objects.write(&mut s.disk, pg, object, offset_bytes, data)
-                }
-                r => r,
-            },
-        )
+        self.guard_allocating(|s| s.objects.write(&mut s.disk, pg, object, offset_bytes, data))
     }
 
-    /// Discard / write-zeroes: the range reads as zeros, whole blocks are given back.
+    /// Discard / write-zeroes: the range reads as zeros, whole blocks are given back. A range
+    /// with unaligned ends rewrites its partial end blocks into new blocks (at most
+    /// [`zero_allocates_bytes`](crate::objects::zero_allocates_bytes)), flushing first like a
+    /// write if the data region is full but blocks wait to be freed.
     pub fn zero_object(
         &mut self,
         pg: PgId,
@@ -597,7 +592,7 @@ impl<D: Disk> Store<D> {
         offset_bytes: u64,
         len_bytes: u64,
     ) -> Result<()> {
-        self.guard(|s| {
+        self.guard_allocating(|s| {
             s.objects
                 .zero(&mut s.disk, pg, object, offset_bytes, len_bytes)
         })
@@ -611,7 +606,8 @@ impl<D: Disk> Store<D> {
     }
 
     /// One piece of a copy-up: written unless the object is marked copied already (then
-    /// nothing happens); returns whether it wrote.
+    /// nothing happens); returns whether it wrote. Flushes first like a write if the data
+    /// region is full but blocks wait to be freed.
     pub fn copy_up(
         &mut self,
         pg: PgId,
@@ -620,7 +616,7 @@ impl<D: Disk> Store<D> {
         data: &[u8],
         runs: &[(u64, fastblock_types::clone_data::CopyUpTarget)],
     ) -> Result<bool> {
-        self.guard(|s| {
+        self.guard_allocating(|s| {
             s.objects
                 .copy_up(&mut s.disk, pg, object, offset_bytes, data, runs)
         })
@@ -648,8 +644,9 @@ impl<D: Disk> Store<D> {
     }
 
     /// Makes the head of `object` equal to snapshot `snap`; returns the blocks copied.
+    /// Flushes first like a write if the data region is full but blocks wait to be freed.
     pub fn image_snap_rollback(&mut self, pg: PgId, object: ObjectId, snap: u64) -> Result<u64> {
-        self.guard(|s| s.objects.image_snap_rollback(&mut s.disk, pg, object, snap))
+        self.guard_allocating(|s| s.objects.image_snap_rollback(&mut s.disk, pg, object, snap))
     }
 
     /// Reads `object` as snapshot `snap` saw it.
@@ -756,18 +753,9 @@ impl<D: Disk> Store<D> {
         offset_bytes: u64,
         chunk: &crate::ChunkVersions,
     ) -> Result<u64> {
-        self.guard(|s| {
-            match s
-                .objects
+        self.guard_allocating(|s| {
+            s.objects
                 .repair_blocks(&mut s.disk, pg, object, offset_bytes, chunk)
-            {
-                Err(Error::NoSpace { .. }) if s.objects.pending_free_blocks() > 0 => {
-                    s.flush_inner()?;
-                    s.objects
-                        .repair_blocks(&mut s.disk, pg, object, offset_bytes, chunk)
-                }
-                r => r,
-            }
         })
     }
 

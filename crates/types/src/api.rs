@@ -279,6 +279,12 @@ pub struct HeartbeatRequest {
 pub struct OsdSpace {
     pub total_bytes: u64,
     pub free_bytes: u64,
+    /// What the OSD can still take before one of its shards refuses writes for its own data
+    /// reserve: its shard count times the smallest (free − reserve) over its shards, blocks
+    /// waiting for a flush counted free (new data spreads over the shards as PGs hash onto
+    /// them). Absent from OSDs that predate it: the monitor then takes `free_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable_bytes: Option<u64>,
 }
 
 /// What the PGs of a pool hold, from their leaders' last reports (`pool ls`, `status`).

@@ -86,6 +86,9 @@ pub struct ShardStats {
     pub backfill_toofull: Vec<BackfillTooFull>,
     /// The shard's data space: (total bytes, free bytes).
     pub space: (u64, u64),
+    /// What it can still take before it refuses writes for its reserve
+    /// (`ShardCore::writable_bytes`).
+    pub writable_bytes: u64,
 }
 
 pub enum ShardCommand {

@@ -285,6 +285,7 @@ impl Runtime {
                             pgs: self.core.stats(),
                             backfill_toofull: self.core.backfill_too_full(),
                             space: self.core.space(),
+                            writable_bytes: self.core.writable_bytes(),
                         });
                     }
                     Some(ShardCommand::Ops { complaint_us, reply }) => {

@@ -256,3 +256,176 @@ fn a_member_past_the_full_ratio_stops_writes_to_its_pgs_until_the_map_clears_it(
     let resumed = c.request(1, write(pg(0), 1, 4096, &[6u8; 4096], 3));
     assert_eq!(answer(&mut c, resumed), Some(Reply::Ok));
 }
+
+/// The one-OSD map with the harness image (64 MiB, 64 KiB objects) and, if `state` says so,
+/// its snapshot 1.
+fn image_map(
+    epoch: u64,
+    state: Option<fastblock_types::map::SnapState>,
+) -> std::sync::Arc<fastblock_types::map::ClusterMap> {
+    use fastblock_types::map::{ImageExtent, ImageTable, SnapInfo};
+    let mut m = (*harness::map(epoch, &[1], &[(0, &[1], &[])])).clone();
+    let extent = ImageExtent {
+        size_bytes: 64 << 20,
+        object_size_bytes: 64 << 10,
+        parent_overlap_bytes: None,
+    };
+    m.images = Some(ImageTable {
+        next_id: harness::IMAGE.0 + 1,
+        images: [(harness::IMAGE, extent)].into_iter().collect(),
+    });
+    if let Some(state) = state {
+        let snap = SnapInfo {
+            id: fastblock_types::SnapId(1),
+            pool: pg(0).pool,
+            image: harness::IMAGE,
+            image_name: "img".into(),
+            name: "s1".into(),
+            state,
+            size_bytes: 64 << 20,
+            object_size_bytes: 64 << 10,
+            created_epoch: Epoch(epoch),
+            protected: false,
+            done_pgs: Default::default(),
+            started_at_ms: 0,
+            parent_overlap_bytes: None,
+        };
+        m.snaps.insert(harness::IMAGE, vec![snap]);
+    }
+    std::sync::Arc::new(m)
+}
+
+/// Goal: rollbacks admitted together (as `rollback_objects` sends 16 objects at once) never
+/// overrun the data region: each is admitted against the whole object it may copy back and
+/// the space the others in flight may take, so applying one cannot fail `NoSpace`, which
+/// would stop the shard on every replica. Method: eight 64 KiB objects written, snapshotted
+/// and discarded (their blocks stay, kept for the snapshot); the region filled until less
+/// than three objects are left above a small reserve, nothing waiting to be freed; then
+/// eight rollbacks in one batch.
+#[test]
+fn rollbacks_admitted_together_never_overrun_the_data_region() {
+    use fastblock_types::map::SnapState;
+    const OBJECT_BYTES: u64 = 64 << 10;
+    // A small reserve (4 KiB), so that what the burst overruns is the region itself.
+    let mut c = single_with(|cfg| cfg.data_reserve_bytes = 4 << 10);
+    c.map(image_map(2, None));
+    for object in 0..8u64 {
+        for half in 0..2u32 {
+            let data = [fill_byte(object); 32 << 10];
+            let w = c.request(1, write(pg(0), object, half * CHUNK_BYTES, &data, 2));
+            assert_eq!(c.reply(w), Some(&Reply::Ok));
+        }
+    }
+    c.map(image_map(3, Some(SnapState::Creating)));
+    c.tick();
+    c.map(image_map(4, Some(SnapState::Created)));
+    for object in 0..8u64 {
+        let d = c.request(
+            1,
+            Request::Discard {
+                addr: addr(pg(0), object),
+                offset: 0,
+                length: OBJECT_BYTES as u32,
+                epoch: Epoch(4),
+            },
+        );
+        assert_eq!(c.reply(d), Some(&Reply::Ok));
+    }
+    let reserve = c.core(1).config().data_reserve_bytes;
+    let keep = reserve + 2 * OBJECT_BYTES + u64::from(CHUNK_BYTES);
+    let mut n = 0u64;
+    while c.core(1).store().free_data_bytes() >= keep + u64::from(CHUNK_BYTES) {
+        let (object, offset) = (100 + n / 2, (n % 2) as u32 * CHUNK_BYTES);
+        let w = c.request(1, write(pg(0), object, offset, &[0xEE; 32 << 10], 4));
+        assert_eq!(c.reply(w), Some(&Reply::Ok), "chunk {n}");
+        n += 1;
+    }
+    c.settle();
+    assert_eq!(
+        c.core(1).store().pending_free_bytes(),
+        0,
+        "nothing a flush could give back"
+    );
+    let free = c.core(1).store().free_data_bytes();
+    assert!(free < reserve + 3 * OBJECT_BYTES, "{free}");
+    let burst: Vec<Request> = (0..8u64)
+        .map(|object| Request::Rollback {
+            addr: addr(pg(0), object),
+            epoch: Epoch(4),
+            snap: 1,
+        })
+        .collect();
+    let ids = c.request_batch(1, burst);
+    no_failure(&c);
+    let ok: Vec<u64> = (0..8u64)
+        .filter(|o| c.reply(ids[*o as usize]) == Some(&Reply::Ok))
+        .collect();
+    let full = ids
+        .iter()
+        .filter(|id| status(c.reply(**id)) == Some(Status::NoSpace))
+        .count();
+    assert_eq!(
+        ok.len() + full,
+        8,
+        "every rollback is answered Ok or NoSpace"
+    );
+    assert!(
+        !ok.is_empty() && full >= 1,
+        "{ok:?} rolled back, {full} refused"
+    );
+    for object in ok {
+        assert_eq!(
+            read_back(&mut c, object, 0, 4096),
+            Reply::Data(vec![fill_byte(object); 4096].into()),
+            "object {object} rolled back"
+        );
+    }
+}
+
+/// Goal: discards with unaligned ends, which rewrite their partial end blocks into new blocks,
+/// are counted in flight like writes: a burst of them over unwritten ranges (nothing to give
+/// back) never overruns the data region; those that cannot fit are refused `NoSpace` instead
+/// of failing their apply. Method: a small reserve (4 KiB); fill until fewer than eight
+/// blocks are free above it; send eight discards of 4 KiB + 2 bytes (two partial blocks
+/// each) to objects never written, in one batch.
+#[test]
+fn unaligned_discards_admitted_together_never_overrun_the_data_region() {
+    let mut c = single_with(|cfg| cfg.data_reserve_bytes = 4 << 10);
+    fill(&mut c, (4 << 10) + 3 * 8192);
+    c.settle();
+    assert_eq!(c.core(1).store().pending_free_bytes(), 0);
+    let free = c.core(1).store().free_data_bytes();
+    assert!(free < (4 << 10) + 8 * 8192, "{free}");
+    let burst: Vec<Request> = (0..8u64)
+        .map(|object| Request::Discard {
+            addr: addr(pg(0), 3000 + object),
+            offset: 1,
+            length: 4096 + 2,
+            epoch: Epoch(1),
+        })
+        .collect();
+    let ids = c.request_batch(1, burst);
+    no_failure(&c);
+    let ok: Vec<u64> = (0..8u64)
+        .filter(|o| c.reply(ids[*o as usize]) == Some(&Reply::Ok))
+        .collect();
+    let full = ids
+        .iter()
+        .filter(|id| status(c.reply(**id)) == Some(Status::NoSpace))
+        .count();
+    assert_eq!(
+        ok.len() + full,
+        8,
+        "every discard is answered Ok or NoSpace"
+    );
+    assert!(
+        !ok.is_empty() && full >= 1,
+        "{ok:?} applied, {full} refused"
+    );
+    for object in ok {
+        assert_eq!(
+            read_back(&mut c, 3000 + object, 0, 8192),
+            Reply::Data(vec![0u8; 8192].into())
+        );
+    }
+}

@@ -54,6 +54,34 @@ use std::sync::Arc;
 pub const OBJECT_SIZE_MAX_BYTES: u64 = 64 << 20;
 const BS: u64 = BLOCK_SIZE_BYTES;
 
+/// The most data space a write (or a copy-up piece) of `len_bytes` at `offset_bytes` takes
+/// when applied: every 4 KiB block it touches is written anew (copy-on-write), partial ones
+/// included. The shard counts this in flight from admission until the write is answered.
+pub fn write_allocates_bytes(offset_bytes: u64, len_bytes: u64) -> u64 {
+    if len_bytes == 0 {
+        return 0;
+    }
+    let end = offset_bytes.saturating_add(len_bytes);
+    (end.div_ceil(BS) - offset_bytes / BS) * BS
+}
+
+/// The most data space a discard or write-zeroes of `len_bytes` at `offset_bytes` takes when
+/// applied ([`Objects::zero`]): whole blocks are unmapped, but a partially covered block at
+/// either end is rewritten with zeros into a new block, so up to two blocks.
+pub fn zero_allocates_bytes(offset_bytes: u64, len_bytes: u64) -> u64 {
+    if len_bytes == 0 {
+        return 0;
+    }
+    let end = offset_bytes.saturating_add(len_bytes);
+    let (full_lo, full_hi) = (offset_bytes.div_ceil(BS), end / BS);
+    if full_lo >= full_hi {
+        return write_allocates_bytes(offset_bytes, len_bytes);
+    }
+    let head = u64::from(offset_bytes < full_lo * BS);
+    let tail = u64::from(end > full_hi * BS);
+    (head + tail) * BS
+}
+
 type BlockKey = (u64, u64, u64, u32);
 /// (physical block | birth << 40, crc32c): see `image_snaps.rs` for the birth.
 type BlockVal = (u64, u32);
