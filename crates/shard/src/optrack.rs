@@ -32,7 +32,9 @@
 use crate::core::{OpKind, PendingOp, ShardCore};
 use crate::io::Micros;
 use fastblock_store::Disk;
-use fastblock_types::api::{OpStage, OsdOps, TrackedOp, TRACKED_OPS_LISTED_MAX};
+use fastblock_types::api::{
+    OpStage, OsdOps, TrackedOp, TRACKED_OPS_LISTED_MAX, TRACKED_OP_STAGES_MAX,
+};
 use fastblock_types::PgId;
 use fastblock_wire::Request;
 
@@ -47,6 +49,9 @@ const PERSIST_TIMES_KEPT: usize = 64;
 
 const LOG_STAGES: [&str; 4] = ["queue", "wal_commit", "replication", "apply"];
 const READ_STAGES: [&str; 3] = ["queue", "read_index", "read"];
+// A report's receiver cuts every op's stages to this many.
+const _: () = assert!(LOG_STAGES.len() <= TRACKED_OP_STAGES_MAX);
+const _: () = assert!(READ_STAGES.len() <= TRACKED_OP_STAGES_MAX);
 
 /// Whether an op goes through the log or is a read: that names its stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
