@@ -80,9 +80,10 @@ fn failing_on_a_committed_entry_answers_every_op_it_holds() {
     let mut msg = Message::default();
     msg.set_msg_type(MessageType::MsgPropose);
     msg.from = 1;
-    let mut bad = Entry::default();
-    bad.context = Bytes::from_static(b"not an op header");
-    msg.mut_entries().push(bad);
+    msg.mut_entries().push(Entry {
+        context: Bytes::from_static(b"not an op header"),
+        ..Entry::default()
+    });
     r.node.raft.step(msg).expect("leader takes the proposal");
     let bad_index = r.node.raft.raft_log.last_index();
     r.proposals
