@@ -322,7 +322,8 @@ fn full_health(
     h.add_backfill_too_full(&ctx.stats.backfill_too_full(now_ms));
     h.add_pg_inconsistent(&ctx.scrubs.inconsistent(s));
     h.add_osd_space(&s.map, &ctx.stats.spaces(&s.map));
-    h.add_slow_ops(&ctx.stats.ops.slow(&s.map, now_ms));
+    let fresh_ms = ctx.liveness.config().osd_down_after_ms;
+    h.add_slow_ops(&ctx.stats.ops.slow(&s.map, now_ms, fresh_ms));
     h
 }
 

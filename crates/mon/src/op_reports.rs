@@ -7,10 +7,6 @@ use fastblock_types::map::ClusterMap;
 use fastblock_types::OsdId;
 use std::collections::BTreeMap;
 
-/// A report older than this no longer raises `SLOW_OPS` (the OSD stopped heartbeating; its
-/// being down is `OSD_DOWN`'s to say).
-pub const REPORT_FRESH_MS: u64 = 5_000;
-
 #[derive(Clone, Debug, Default)]
 pub struct OpReports {
     /// Per OSD: when its last report arrived (monitor ms) and the report.
@@ -18,11 +14,12 @@ pub struct OpReports {
 }
 
 impl OpReports {
-    /// The report of a heartbeat; a heartbeat without one forgets the last.
+    /// The report of a heartbeat, cut to the bounds an OSD keeps; a heartbeat without one
+    /// forgets the last.
     pub fn record(&mut self, osd: OsdId, now_ms: u64, ops: Option<OsdOps>) {
         match ops {
             Some(ops) => {
-                self.osds.insert(osd, (now_ms, ops));
+                self.osds.insert(osd, (now_ms, ops.bounded()));
             }
             None => {
                 self.osds.remove(&osd);
@@ -44,16 +41,25 @@ impl OpReports {
         })
     }
 
-    /// The fresh reports of the OSDs that are up and have slow ops (`SLOW_OPS`).
-    pub fn slow(&self, map: &ClusterMap, now_ms: u64) -> BTreeMap<OsdId, OsdOps> {
+    /// The reports with slow ops of the OSDs that are up, received within `fresh_ms`
+    /// (`SLOW_OPS`). The caller passes the monitor's `--osd-down-after`: an OSD that
+    /// heartbeats at all does so more often than that (or it is marked down), however long
+    /// its heartbeat interval, so its report does not flap out between two heartbeats; a
+    /// report older than that is of an OSD whose being down is `OSD_DOWN`'s to say, even
+    /// before the monitor's liveness check marks it down.
+    pub fn slow(&self, map: &ClusterMap, now_ms: u64, fresh_ms: u64) -> BTreeMap<OsdId, OsdOps> {
         self.osds
             .iter()
             .filter(|(id, (at, ops))| {
                 ops.slow > 0
-                    && now_ms.saturating_sub(*at) <= REPORT_FRESH_MS
+                    && now_ms.saturating_sub(*at) <= fresh_ms
                     && map.osds.get(id).is_some_and(|o| o.up)
             })
             .map(|(id, (_, ops))| (*id, ops.clone()))
             .collect()
     }
 }
+
+#[cfg(test)]
+#[path = "op_reports_tests.rs"]
+mod tests;

@@ -946,10 +946,28 @@ impl<S: Storage> PgReplica<S> {
             index,
             reason: reason.clone(),
         });
-        for (_, _, op) in self.proposals.drain(..) {
-            out.replies
-                .push((op, OpOutcome::Failed(PgError::Failed(reason.clone()))));
+        // Nothing is processed after this: every op still waiting is answered now, or it
+        // would wait forever (and the driver would track it forever). Outcomes of entries
+        // before `index` stay: their applies are already handed out, and `on_applied`
+        // still releases them. The failing entry's own outcome and later proposals never
+        // would be, nor reads waiting for a read index (none is asked for any more); reads
+        // holding one fail too rather than be served by a replica that stopped.
+        let failed = || OpOutcome::Failed(PgError::Failed(reason.clone()));
+        let mut doomed: Vec<OpId> = Vec::new();
+        while let Some(&(i, op, _)) = self.completed.back() {
+            if i < index.0 {
+                break;
+            }
+            self.completed.pop_back();
+            doomed.push(op);
         }
+        doomed.reverse();
+        doomed.extend(self.proposals.drain(..).map(|(_, _, op)| op));
+        doomed.extend(self.reads_deferred.drain(..));
+        doomed.extend(self.reads_waiting.drain(..).map(|(op, _, _)| op));
+        doomed.extend(self.reads_indexed.drain(..).map(|(_, op)| op));
+        out.replies
+            .extend(doomed.into_iter().map(|op| (op, failed())));
     }
 
     fn observe(&mut self, out: &mut Output) {
@@ -998,3 +1016,7 @@ impl<S: Storage> PgReplica<S> {
         self.observed = now;
     }
 }
+
+#[cfg(test)]
+#[path = "replica_fail_tests.rs"]
+mod fail_tests;

@@ -1006,8 +1006,12 @@ impl<D: Disk + 'static> ShardCore<D> {
             *n = n.saturating_sub(1);
         }
         let applied = matches!(outcome, OpOutcome::Applied);
-        // A read whose barrier passed is recorded when it is read (`reads`).
-        if !matches!(outcome, OpOutcome::ReadReady) {
+        // A read whose barrier passed is recorded when it is answered: a data read by
+        // `reads`, the other reads below, once read.
+        let barrier_passed = matches!(outcome, OpOutcome::ReadReady);
+        let ready = (barrier_passed && !matches!(pending.kind, OpKind::Read { .. }))
+            .then(|| self.metrics_now());
+        if !barrier_passed {
             let done = self.metrics_now();
             let committed = applied.then_some(self.apply_started);
             let view = self.op_view(&pending, committed, done);
@@ -1123,6 +1127,9 @@ impl<D: Disk + 'static> ShardCore<D> {
                 format!("unexpected outcome {other:?}"),
             ),
         };
+        if let Some(ready) = ready {
+            self.record_read_answered(&pending, ready);
+        }
         eff.replies.push((pending.conn, pending.request_id, reply));
     }
 

@@ -19,10 +19,13 @@
 //! waits in the core for a WAL commit slot before it is taken is in `queue`.
 //!
 //! Cost on the IO path: an op in flight is the core's pending op (one more word, its log
-//! index); each time a PG's log becomes durable further, the index and time go into a fixed
-//! ring of that PG; a completed op is compared with the
-//! fastest of the kept ones and, only if it is slower (or the kept ones aged out), replaces
-//! it in a list of at most [`TRACKED_OPS_LISTED_MAX`]. Listing the ops in flight walks them
+//! index); each time a PG's log becomes durable further, the clock is read and the index and
+//! time go into a fixed ring of that PG; each completed op reads the clock once more (its
+//! end; a read other than a data read twice, when its barrier passed and when answered), an
+//! op through the log looks up when its entry became durable (a binary search of its PG's
+//! ring of `PERSIST_TIMES_KEPT`), and the op is compared with the fastest of the kept ones
+//! and, only if it is slower (or the kept ones aged out), replaces it in a list of at most
+//! [`TRACKED_OPS_LISTED_MAX`] (a scan of that list). Listing the ops in flight walks them
 //! all, but only when a report is asked for (once per heartbeat).
 //!
 //! When a write is durable here: when its PG's Raft log is persisted up to the write's index
@@ -32,7 +35,9 @@
 use crate::core::{OpKind, PendingOp, ShardCore};
 use crate::io::Micros;
 use fastblock_store::Disk;
-use fastblock_types::api::{OpStage, OsdOps, TrackedOp, TRACKED_OPS_LISTED_MAX};
+use fastblock_types::api::{
+    OpStage, OsdOps, TrackedOp, TRACKED_OPS_LISTED_MAX, TRACKED_OP_STAGES_MAX,
+};
 use fastblock_types::PgId;
 use fastblock_wire::Request;
 
@@ -47,6 +52,9 @@ const PERSIST_TIMES_KEPT: usize = 64;
 
 const LOG_STAGES: [&str; 4] = ["queue", "wal_commit", "replication", "apply"];
 const READ_STAGES: [&str; 3] = ["queue", "read_index", "read"];
+// A report's receiver cuts every op's stages to this many.
+const _: () = assert!(LOG_STAGES.len() <= TRACKED_OP_STAGES_MAX);
+const _: () = assert!(READ_STAGES.len() <= TRACKED_OP_STAGES_MAX);
 
 /// Whether an op goes through the log or is a read: that names its stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,20 +125,35 @@ impl PersistTimes {
         self.next += 1;
     }
 
-    /// When the log first became durable up to `index`: None if it is not yet, or if that
-    /// was before the oldest advance kept.
-    pub fn durable_at(&self, index: u64) -> Option<Micros> {
+    /// When the log first became durable up to `index` at `not_before` or later (the
+    /// op's proposal: an advance before it was of entries Raft replaced since, which
+    /// `advanced` cannot tell when the log grew back past its old end): None if it is not
+    /// yet, or if that was before the oldest advance kept.
+    ///
+    /// The kept indexes increase and their times never go back (`advanced` starts over
+    /// otherwise), so the advances that answer are the last ones kept: a binary search.
+    pub fn durable_at(&self, index: u64, not_before: Micros) -> Option<Micros> {
         let kept = self.next.min(PERSIST_TIMES_KEPT);
         let oldest = self.next - kept;
-        for k in oldest..self.next {
+        let answers = |k: usize| {
             let (i, at) = self.ring[k % PERSIST_TIMES_KEPT];
-            if i >= index {
-                // The advance before the oldest kept one may have covered it already.
-                let known = k > oldest || self.next <= PERSIST_TIMES_KEPT;
-                return known.then_some(at);
+            i >= index && at >= not_before
+        };
+        let (mut lo, mut hi) = (oldest, self.next);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if answers(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
             }
         }
-        None
+        if lo == self.next {
+            return None;
+        }
+        // The advance before the oldest kept one may have answered already.
+        let known = lo > oldest || self.next <= PERSIST_TIMES_KEPT;
+        known.then_some(self.ring[lo % PERSIST_TIMES_KEPT].1)
     }
 }
 
@@ -287,7 +310,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             OpPath::Log => self
                 .persist_times
                 .get(&op.pg)
-                .and_then(|t| t.durable_at(op.log_index)),
+                .and_then(|t| t.durable_at(op.log_index, op.started)),
             OpPath::Read => None,
         };
         OpView {
@@ -303,6 +326,14 @@ impl<D: Disk + 'static> ShardCore<D> {
                 Some(end),
             ],
         }
+    }
+
+    /// A read other than a data read (those are recorded by `reads`), answered now; its
+    /// barrier passed at `ready`.
+    pub(crate) fn record_read_answered(&mut self, op: &PendingOp, ready: Micros) {
+        let mut view = self.op_view(op, None, self.metrics_now());
+        view.marks[2] = Some(ready);
+        self.history.record(view);
     }
 
     /// The op tracker's report (`docs/operations.md`, "Slow ops"): the ops in flight (those
@@ -439,22 +470,79 @@ mod tests {
     #[test]
     fn persist_times_answer_when_an_index_first_became_durable() {
         let mut t = PersistTimes::default();
-        assert_eq!(t.durable_at(1), None);
+        assert_eq!(t.durable_at(1, Micros(0)), None);
         t.advanced(3, Micros(10));
         t.advanced(7, Micros(20));
-        assert_eq!(t.durable_at(1), Some(Micros(10)));
-        assert_eq!(t.durable_at(3), Some(Micros(10)));
-        assert_eq!(t.durable_at(4), Some(Micros(20)));
-        assert_eq!(t.durable_at(8), None, "not durable yet");
+        assert_eq!(t.durable_at(1, Micros(0)), Some(Micros(10)));
+        assert_eq!(t.durable_at(3, Micros(0)), Some(Micros(10)));
+        assert_eq!(t.durable_at(4, Micros(0)), Some(Micros(20)));
+        assert_eq!(t.durable_at(8, Micros(0)), None, "not durable yet");
         for i in 0..PERSIST_TIMES_KEPT as u64 {
             t.advanced(8 + i, Micros(100 + i));
         }
         // Index 4 became durable at 20, which the ring no longer holds: unknown, not wrong.
-        assert_eq!(t.durable_at(4), None);
-        assert_eq!(t.durable_at(9), Some(Micros(101)));
+        assert_eq!(t.durable_at(4, Micros(0)), None);
+        assert_eq!(t.durable_at(9, Micros(0)), Some(Micros(101)));
         // A truncated log forgets the times of the entries it lost.
         t.advanced(5, Micros(500));
-        assert_eq!(t.durable_at(9), None);
-        assert_eq!(t.durable_at(5), Some(Micros(500)));
+        assert_eq!(t.durable_at(9, Micros(0)), None);
+        assert_eq!(t.durable_at(5, Micros(0)), Some(Micros(500)));
+    }
+
+    #[test]
+    fn a_durable_time_before_the_op_was_proposed_is_not_its_own() {
+        let mut t = PersistTimes::default();
+        // Entries up to 10 durable at 100; Raft replaces 6.. with a new leader's entries and
+        // the log grows back past 10 before the next advance is recorded: at 500, up to 12.
+        t.advanced(10, Micros(100));
+        t.advanced(12, Micros(500));
+        // An op proposed at 200 with index 8 became durable at 500, not at 100.
+        assert_eq!(t.durable_at(8, Micros(200)), Some(Micros(500)));
+        assert_eq!(t.durable_at(8, Micros(0)), Some(Micros(100)));
+        assert_eq!(t.durable_at(8, Micros(501)), None, "not durable since");
+        // Spans of such an op then never run backwards.
+        let op = write(
+            1,
+            [
+                at(150),
+                at(200),
+                t.durable_at(8, Micros(200)),
+                at(600),
+                at(650),
+            ],
+        );
+        let us: Vec<u64> = op.tracked(0, true).stages.iter().map(|s| s.us).collect();
+        assert_eq!(us, [50, 300, 100, 50]);
+    }
+
+    #[test]
+    fn durable_at_searches_a_full_ring() {
+        let mut t = PersistTimes::default();
+        for i in 0..(3 * PERSIST_TIMES_KEPT as u64) {
+            t.advanced(10 * (i + 1), Micros(1_000 + i));
+        }
+        let first_kept = 2 * PERSIST_TIMES_KEPT as u64;
+        for i in first_kept + 1..3 * PERSIST_TIMES_KEPT as u64 {
+            // Index 10 * i + 5 became durable with advance i + 1 (up to 10 * (i + 1)).
+            assert_eq!(
+                t.durable_at(10 * i + 5, Micros(0)),
+                Some(Micros(1_000 + i)),
+                "index {}",
+                10 * i + 5
+            );
+            assert_eq!(
+                t.durable_at(10 * (i + 1), Micros(0)),
+                Some(Micros(1_000 + i))
+            );
+        }
+        assert_eq!(
+            t.durable_at(10 * first_kept + 5, Micros(0)),
+            None,
+            "covered by an advance no longer kept"
+        );
+        assert_eq!(
+            t.durable_at(30 * PERSIST_TIMES_KEPT as u64 + 1, Micros(0)),
+            None
+        );
     }
 }

@@ -706,6 +706,9 @@ pub struct AuthModeRequest {
 /// report rides in every heartbeat, so it stays bounded.
 pub const TRACKED_OPS_LISTED_MAX: usize = 20;
 
+/// The most stages a [`TrackedOp`] lists: an op through the log has four, a read three.
+pub const TRACKED_OP_STAGES_MAX: usize = 4;
+
 /// What an OSD's op tracker shows (`docs/operations.md`, "Slow ops"): counts of the ops in
 /// flight, the oldest of them, and the slowest ops completed in the last 10 minutes, each
 /// with the time it spent in every stage.
@@ -740,6 +743,17 @@ impl OsdOps {
         self.slowest
             .sort_by_key(|o| std::cmp::Reverse(o.duration_us));
         self.slowest.truncate(TRACKED_OPS_LISTED_MAX);
+    }
+
+    /// Cuts the lists to the bounds an OSD keeps: a receiver stores a report from the network
+    /// only this large.
+    pub fn bounded(mut self) -> OsdOps {
+        self.oldest.truncate(TRACKED_OPS_LISTED_MAX);
+        self.slowest.truncate(TRACKED_OPS_LISTED_MAX);
+        for op in self.oldest.iter_mut().chain(self.slowest.iter_mut()) {
+            op.stages.truncate(TRACKED_OP_STAGES_MAX);
+        }
+        self
     }
 }
 

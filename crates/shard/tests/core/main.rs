@@ -1343,3 +1343,53 @@ fn snapshot_reads_of_a_clone_go_to_the_parent_until_a_copy_up_placed_for_every_v
     let r = c.request(1, snap_read(0, 4096, 6));
     assert_eq!(status(c.reply(r)), Some(Status::NoSuchSnap));
 }
+
+// ---- op tracker ----
+
+/// Goal: every kind of read the client sends reaches the op tracker's historic ops once
+/// answered, not only data reads: allocation queries, snapshot reads and clone reads too,
+/// whatever they answer (here: no such snapshot, an object not copied up).
+#[test]
+fn every_kind_of_read_answered_reaches_the_historic_ops() {
+    let mut c = single();
+    let w = c.request(1, write(pg(0), 0, 0, &[1u8; 4096], 1));
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    let epoch = fastblock_types::Epoch(1);
+    let reqs = vec![
+        read(pg(0), 0, 0, 4096, 1),
+        Request::Allocation {
+            addr: harness::addr(pg(0), 0),
+            offset: 0,
+            length: 4096,
+            epoch,
+        },
+        snap_read(0, 4096, 1),
+        Request::CloneRead {
+            addr: harness::addr(pg(0), 0),
+            offset: 0,
+            length: 4096,
+            epoch,
+        },
+    ];
+    let ids = c.request_batch(1, reqs);
+    c.settle();
+    for _ in 0..5 {
+        if ids.iter().all(|&r| c.reply(r).is_some()) {
+            break;
+        }
+        c.tick();
+    }
+    assert!(ids.iter().all(|&r| c.reply(r).is_some()), "all answered");
+    let report = c.core(1).ops_report(u64::MAX);
+    assert_eq!(report.in_flight, 0);
+    let mut kinds: Vec<&str> = report.slowest.iter().map(|o| o.kind.as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        ["allocation", "clone_read", "read", "snap_read", "write"]
+    );
+    for op in report.slowest.iter().filter(|o| o.kind != "write") {
+        let names: Vec<&str> = op.stages.iter().map(|s| s.stage.as_str()).collect();
+        assert_eq!(names, ["queue", "read_index", "read"], "{}", op.kind);
+    }
+}
