@@ -110,6 +110,7 @@ impl EtcdMemberConfig {
         std::fs::create_dir_all(&self.data_dir)
             .with_context(|| format!("creating etcd data dir {}", self.data_dir.display()))?;
         let log_path = self.data_dir.with_extension("log");
+        rotate_log(&log_path, ETCD_LOG_ROTATE_BYTES);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -214,5 +215,55 @@ async fn stop(child: &mut Child) {
             tracing::warn!("etcd did not stop within 5 s; killing it");
             let _ = child.kill().await;
         }
+    }
+}
+
+/// The member's log (etcd writes it at `warn`, so it grows slowly) is kept below about this
+/// size: at each start of the member a log past it becomes `<log>.1`, replacing the previous
+/// one, so a monitor that runs for years never fills its disk with etcd's log.
+pub const ETCD_LOG_ROTATE_BYTES: u64 = 64 << 20;
+
+/// Moves `path` to `path.1` if it holds `limit_bytes` or more; a failure only warns (the
+/// member still starts, appending to the old log).
+fn rotate_log(path: &std::path::Path, limit_bytes: u64) {
+    let big = std::fs::metadata(path).is_ok_and(|m| m.len() >= limit_bytes);
+    if !big {
+        return;
+    }
+    let mut old = path.as_os_str().to_owned();
+    old.push(".1");
+    if let Err(e) = std::fs::rename(path, &old) {
+        tracing::warn!(log = %path.display(), error = %e, "could not rotate the etcd member's log");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rotate_log;
+
+    #[test]
+    fn a_log_past_its_limit_becomes_the_previous_one() {
+        let dir = std::env::temp_dir().join(format!("etcd-log-rotate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("etcd.log");
+        let old = dir.join("etcd.log.1");
+        std::fs::write(&old, b"older").unwrap();
+        std::fs::write(&log, b"small").unwrap();
+        rotate_log(&log, 6);
+        assert_eq!(
+            std::fs::read(&log).unwrap(),
+            b"small",
+            "below the limit: kept"
+        );
+        std::fs::write(&log, b"larger").unwrap();
+        rotate_log(&log, 6);
+        assert!(!log.exists(), "rotated away");
+        assert_eq!(
+            std::fs::read(&old).unwrap(),
+            b"larger",
+            "the previous one replaced"
+        );
+        rotate_log(&log, 6);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
