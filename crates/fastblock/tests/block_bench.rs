@@ -294,4 +294,29 @@ async fn the_reference_flow_runs_as_written() {
         "{stderr}"
     );
     assert!(stdout.is_empty(), "no IO ran: {stdout}");
+
+    // An existing image, no image_size, smaller than one IO: no IO runs.
+    mons.cli(&["image", "create", "fb/tiny", "--size", "64K"])
+        .ok();
+    let (code, stdout, stderr) = bench(&[
+        "--mon",
+        &endpoint,
+        "--pool",
+        "fb",
+        "--image",
+        "tiny",
+        "--io-size",
+        "1M",
+        "--io-count",
+        "4",
+        "--io-type",
+        "write",
+    ]);
+    // The run's report is that error alone: no phase ran.
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "error: the IO range has 65536 bytes, less than one IO of 1048576",
+        "{stderr}"
+    );
 }
