@@ -23,7 +23,8 @@ pub enum Command {
     OsdLs {
         detail: bool,
     },
-    /// A daemon's settings through its admin socket on this host (`crate::daemon_config`).
+    /// A daemon's settings through its admin socket on this host, or an OSD's through the
+    /// monitor when its socket is not here (`crate::daemon_config`).
     Config {
         run_dir: PathBuf,
         target: String,

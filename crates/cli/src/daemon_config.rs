@@ -1,11 +1,12 @@
 //! `fastblock-client config show|get|set TARGET [KEY [VALUE]]`: a daemon's settings, read and
 //! changed through its admin socket, `<run-dir>/<entity>.asok` (docs/operations.md,
-//! "Configuration").
+//! "Configuration"); an OSD whose socket is not on this host is reached through the monitor
+//! instead ([`run_relayed`]), which hands the call to the OSD in its heartbeats.
 //!
-//! Why a Unix socket on the daemon's host rather than a call relayed by the monitor: a daemon's
-//! log filter and tunables are its own process state, the socket reaches the NBD server (which
-//! holds no key table and could not check a signed call) as well as OSDs and monitors, and it
-//! works while the monitors are down, which is when an operator most wants debug logs. Who may
+//! Why the admin socket first: a daemon's log filter and tunables are its own process state,
+//! the socket reaches the NBD server (which holds no key table and could not check a signed
+//! call) and monitors as well as OSDs, and it works while the monitors are down, which is when
+//! an operator most wants debug logs. The relay is for OSDs on other hosts, with an admin key. Who may
 //! use it is decided by the kernel: the socket is created mode 0600 and the daemon also checks
 //! the caller's uid (its own or root), as Ceph's admin socket does; docs/security.md.
 //!
@@ -14,7 +15,8 @@
 
 use crate::exit::Failure;
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use fastblock_monclient::MonClient;
+use fastblock_types::OsdId;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,31 +27,7 @@ pub const ADMIN_LINE_BYTES_MAX: u64 = 1 << 20;
 /// How long the client waits for the daemon's answer.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum AdminRequest {
-    Show,
-    Get { key: String },
-    Set { key: String, value: String },
-}
-
-/// One setting: its effective value, where it came from (`default`, `file`, `env`, `flag`,
-/// `runtime`) and whether `config set` may change it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SettingView {
-    pub key: String,
-    pub value: String,
-    pub source: String,
-    pub settable: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AdminReply {
-    /// `show`: every setting; `get` and `set`: the one named (after the change).
-    pub settings: Vec<SettingView>,
-    /// Why the request was refused (nothing changed).
-    pub error: Option<String>,
-}
+pub use fastblock_types::daemon_config::{AdminReply, AdminRequest, SettingView};
 
 /// Which daemon: `osd.N`, `mon.NAME`, `mon` (the only monitor with a socket in the run
 /// directory) or `nbd`.
@@ -128,7 +106,24 @@ pub async fn call(socket: &Path, request: &AdminRequest) -> Result<AdminReply> {
         })?
 }
 
-/// Runs `config show|get|set` and prints the answer: `KEY VALUE (SOURCE)` lines, or JSON.
+/// The OSD to reach through the monitor: `target` is `osd.N` and this host has no admin socket
+/// of it in `run_dir` (the OSD runs elsewhere). None: use the local socket.
+pub fn relayed_osd(run_dir: &Path, target: &str) -> Result<Option<OsdId>> {
+    let socket = socket_for(run_dir, target)?;
+    let Some(id) = target.strip_prefix("osd.") else {
+        return Ok(None);
+    };
+    if socket.symlink_metadata().is_ok() {
+        return Ok(None);
+    }
+    let id = id
+        .parse()
+        .expect("socket_for accepts osd.N only with a number");
+    Ok(Some(OsdId(id)))
+}
+
+/// Runs `config show|get|set` on a daemon of this host, through its admin socket, and prints
+/// the answer.
 pub async fn run(
     run_dir: &Path,
     target: &str,
@@ -138,6 +133,30 @@ pub async fn run(
 ) -> Result<()> {
     let socket = socket_for(run_dir, target)?;
     let reply = call(&socket, request).await?;
+    print(target, request, reply, json, out)
+}
+
+/// Runs `config show|get|set` on OSD `id` through the monitor, which relays it in the OSD's
+/// heartbeats, and prints the answer.
+pub async fn run_relayed(
+    client: &MonClient,
+    id: OsdId,
+    request: &AdminRequest,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let reply = client.osd_config(id, request).await?;
+    print(&format!("osd.{id}"), request, reply, json, out)
+}
+
+/// Prints a daemon's answer: `KEY VALUE (SOURCE)` lines, the value alone for `get`, or JSON.
+fn print(
+    target: &str,
+    request: &AdminRequest,
+    reply: AdminReply,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
     if let Some(why) = reply.error {
         return Err(anyhow::Error::new(Failure::Refused(format!(
             "{target}: {why}"

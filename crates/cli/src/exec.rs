@@ -59,15 +59,18 @@ struct PoolRow<'a> {
 }
 
 pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
-    // Local to this host (its admin sockets): no monitor, no key needed.
+    // Local to this host (its admin sockets): no monitor, no key needed. An OSD without a
+    // socket here is reached through the monitor (`run` below).
     if let Command::Config {
         run_dir,
         target,
         request,
     } = &inv.command
     {
-        let json = inv.style == Style::Json;
-        return crate::daemon_config::run(run_dir, target, request, json, out).await;
+        if crate::daemon_config::relayed_osd(run_dir, target)?.is_none() {
+            let json = inv.style == Style::Json;
+            return crate::daemon_config::run(run_dir, target, request, json, out).await;
+        }
     }
     let mut client = MonClient::new(inv.monitors.clone()).with_deadline(inv.timeout);
     let hint = match crate::auth::credentials(inv)? {
@@ -124,7 +127,16 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
         Command::Health { .. } | Command::Df | Command::OsdSetRatio { .. } => {
             crate::capacity::execute(inv, client, out).await?
         }
-        Command::Config { .. } => unreachable!("execute runs config commands before this"),
+        Command::Config {
+            run_dir,
+            target,
+            request,
+        } => {
+            let id = crate::daemon_config::relayed_osd(run_dir, target)?
+                .expect("execute runs config commands on this host's sockets before this");
+            let json = style == Style::Json;
+            crate::daemon_config::run_relayed(client, id, request, json, out).await?
+        }
         Command::OsdLs { detail } => {
             let osds = client.osds().await?;
             match style {

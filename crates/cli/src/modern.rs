@@ -91,8 +91,8 @@ enum Top {
     /// Keys and capabilities (`docs/security.md`).
     #[command(subcommand)]
     Auth(AuthCmd),
-    /// A daemon's settings, read and changed at runtime through its admin socket on this host
-    /// (docs/operations.md, "Configuration").
+    /// A daemon's settings, read and changed at runtime through its admin socket on this host,
+    /// or for an OSD without one here through the monitor (docs/operations.md, "Configuration").
     #[command(subcommand)]
     Config(ConfigCmd),
     /// Print the shell completion script for SHELL (e.g. `source <(fastblock-client
@@ -137,7 +137,9 @@ enum ConfigCmd {
 /// Which daemon `config` talks to, and where its admin socket is.
 #[derive(clap::Args, Debug)]
 struct ConfigDaemon {
-    /// osd.N, mon (the one monitor of this host), mon.NAME or nbd.
+    /// osd.N, mon (the one monitor of this host), mon.NAME or nbd. An OSD whose socket is not
+    /// in --run-dir is reached through the monitor (--mon, with an admin key); mon and nbd only
+    /// through their sockets.
     target: String,
     /// The daemons' --run-dir, which holds their admin sockets `<target>.asok`.
     #[arg(long, env = "FASTBLOCK_RUN_DIR", default_value = "/run/fastblock")]

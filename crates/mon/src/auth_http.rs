@@ -67,6 +67,9 @@ pub fn need_of(method: &Method, route: &str) -> Need {
         ("GET", "/v1/auth") => Need::Admin,
         // An op dump names the PGs and clients at work: administrators only.
         ("GET", "/v1/osds/{id}/ops") => Need::Admin,
+        // It changes a daemon's settings (the default below; named so that no rule above
+        // catches it by mistake).
+        ("POST", "/v1/osds/{id}/config") => Need::Admin,
         ("GET", _) => Need::Any,
         _ => Need::Admin,
     }
@@ -413,6 +416,7 @@ mod tests {
         assert_eq!(need_of(&get, "/v1/pools/{name}"), Need::Any);
         assert_eq!(need_of(&get, "/v1/auth"), Need::Admin);
         assert_eq!(need_of(&get, "/v1/osds/{id}/ops"), Need::Admin);
+        assert_eq!(need_of(&post, "/v1/osds/{id}/config"), Need::Admin);
         assert_eq!(need_of(&get, "/v1/auth/data-keys"), Need::OsdCap);
         assert_eq!(need_of(&post, "/v1/osds/{id}/boot"), Need::OsdSelf);
         assert_eq!(need_of(&post, "/v1/osds/{id}/heartbeat"), Need::OsdSelf);

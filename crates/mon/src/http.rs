@@ -48,6 +48,8 @@ pub struct AppState {
     /// The monitors' names from `--initial-cluster`, for `MON_DOWN`; `None` with an external
     /// etcd, where the monitor cannot know how many monitors there should be.
     pub expected_mons: Option<Vec<String>>,
+    /// Config calls to OSDs waiting for their heartbeats (`crate::osd_config`).
+    pub config_relay: Arc<crate::osd_config::ConfigRelay>,
 }
 
 type App = State<Arc<AppState>>;
@@ -97,6 +99,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/osds/{id}/boot", post(boot))
         .route("/v1/osds/{id}/heartbeat", post(heartbeat))
         .route("/v1/osds/{id}/ops", get(osd_ops))
+        .route("/v1/osds/{id}/config", post(osd_config))
         .route("/v1/osds/{id}/out", post(osd_out))
         .route("/v1/osds/{id}/in", post(osd_in))
         .route("/v1/osds/{id}/purge", post(osd_purge))
@@ -465,7 +468,7 @@ async fn heartbeat(
     State(app): App,
     Path(id): Path<String>,
     body: Bytes,
-) -> ApiResult<EpochResponse> {
+) -> ApiResult<HeartbeatResponse> {
     let id = parse_osd(&id)?;
     let req: HeartbeatRequest = parse(&body)?;
     let done = app
@@ -502,10 +505,61 @@ async fn heartbeat(
     for r in done {
         tracing::info!(pg = %r.pg, id = r.id, deep = r.deep, osd = %id, "scrub request done");
     }
+    // Only once the heartbeat is accepted (the uuid checked): its replies are this OSD's.
+    let config_calls = app.config_relay.exchange(id, req.config_replies);
     // `apply` bumped the epoch if the OSD came back up; report the published one.
-    Ok(Json(EpochResponse {
+    Ok(Json(HeartbeatResponse {
         epoch: app.mon.published_epoch(),
+        config_calls,
     }))
+}
+
+/// How long a config call waits for the OSD's reply: it goes out in the OSD's next heartbeat
+/// answer and its reply comes in the heartbeat after, two heartbeat intervals (1 s by
+/// default). Shorter than a client's request timeout, so the caller hears why.
+const OSD_CONFIG_WAIT_MS: u64 = 5_000;
+
+/// `config show|get|set` on an OSD, relayed in its heartbeats (`crate::osd_config`).
+async fn osd_config(
+    State(app): App,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<fastblock_types::daemon_config::AdminReply> {
+    let id = parse_osd(&id)?;
+    let request: fastblock_types::daemon_config::AdminRequest = parse(&body)?;
+    app.mon
+        .read(|s, _| match s.map.osds.get(&id) {
+            None => Err(s.missing_osd_error(id)),
+            Some(osd) if !osd.up => Err(ApiError::new(
+                ErrorCode::OsdDown,
+                format!("osd.{id} is down: it takes config calls in its heartbeats"),
+            )),
+            Some(_) => Ok(()),
+        })
+        .await??;
+    let mut call = app.config_relay.submit(id, request).map_err(|_| {
+        ApiErr(ApiError::new(
+            ErrorCode::Busy,
+            format!(
+                "osd.{id} has {} config calls pending already; retry once they are answered",
+                crate::osd_config::CALLS_PENDING_PER_OSD_MAX
+            ),
+        ))
+    })?;
+    let timed_out = || {
+        ApiErr(ApiError::new(
+            ErrorCode::OsdTimedOut,
+            format!(
+                "osd.{id} did not answer within {OSD_CONFIG_WAIT_MS} ms (it may have applied \
+                 the call or not: check with config get)"
+            ),
+        ))
+    };
+    match tokio::time::timeout(Duration::from_millis(OSD_CONFIG_WAIT_MS), &mut call.reply).await {
+        Ok(Ok(reply)) => Ok(Json(reply)),
+        // The sender is dropped only with the call; counted as no answer.
+        Ok(Err(_)) | Err(_) => Err(timed_out()),
+    }
 }
 
 async fn osd_out(State(app): App, Path(id): Path<String>) -> ApiResult<EpochResponse> {

@@ -34,6 +34,7 @@ pub mod http;
 pub mod keys;
 pub mod metrics;
 pub mod op_reports;
+pub mod osd_config;
 pub mod server;
 pub mod service;
 pub mod stats;

@@ -164,6 +164,7 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         forwarder: Forwarder::default(),
         tasks: tasks.clone(),
         replays: Default::default(),
+        config_relay: Default::default(),
         expected_mons: config
             .etcd_member
             .as_ref()

@@ -334,9 +334,23 @@ impl MonClient {
         Ok(r.epoch)
     }
 
-    pub async fn heartbeat(&self, id: OsdId, req: &HeartbeatRequest) -> Result<Epoch, MonError> {
-        let r: EpochResponse = self.post(&format!("/v1/osds/{id}/heartbeat"), req).await?;
-        Ok(r.epoch)
+    /// The epoch, and the config calls relayed to this OSD (answered in its next heartbeat).
+    pub async fn heartbeat(
+        &self,
+        id: OsdId,
+        req: &HeartbeatRequest,
+    ) -> Result<HeartbeatResponse, MonError> {
+        self.post(&format!("/v1/osds/{id}/heartbeat"), req).await
+    }
+
+    /// `config show|get|set` on an OSD, relayed by the monitor in its heartbeats
+    /// (`POST /v1/osds/{id}/config`, admin only).
+    pub async fn osd_config(
+        &self,
+        id: OsdId,
+        request: &fastblock_types::daemon_config::AdminRequest,
+    ) -> Result<fastblock_types::daemon_config::AdminReply, MonError> {
+        self.post(&format!("/v1/osds/{id}/config"), request).await
     }
 
     pub async fn osd_out(&self, id: OsdId) -> Result<Epoch, MonError> {

@@ -84,6 +84,9 @@ pub struct OsdConfig {
     /// inject, polled while the OSD runs. The binary refuses it without
     /// `FASTBLOCK_TEST_FAULTS=1`.
     pub fault_injection_file: Option<PathBuf>,
+    /// Answers the config calls the monitor relays in heartbeat answers (the daemon's admin
+    /// socket handler, [`crate::config_calls`]); None: they are refused.
+    pub config_handler: Option<crate::config_calls::ConfigHandler>,
 }
 
 fn bind(address: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -213,6 +216,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
         shards.iter().map(|s| s.commands.clone()).collect(),
         config.heartbeat_interval,
         crate::op_reports::OpReports::new(shards.len(), config.op_complaint_time.clone()),
+        config.config_handler.clone(),
         map_stop,
     ));
     let mut faults_task = fault_file.map(|file| tokio::spawn(file.run()));
@@ -464,9 +468,12 @@ async fn heartbeat(
     shards: Vec<mpsc::UnboundedSender<ShardCommand>>,
     interval: Duration,
     mut op_reports: crate::op_reports::OpReports,
+    config_handler: Option<crate::config_calls::ConfigHandler>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let mut ticker = tokio::time::interval(interval);
+    // Replies to the config calls of the last answer; kept until a heartbeat carries them.
+    let mut config_replies = Vec::new();
     while !*stop.borrow() {
         ticker.tick().await;
         // Asked first, taken after the stats: a shard that is not stuck has answered by then.
@@ -501,9 +508,13 @@ async fn heartbeat(
             // A partial sum would show the OSD smaller than it is: only a whole one goes.
             space: (shards_answered == shards.len()).then_some(space),
             ops: op_reports.collect(),
+            config_replies: std::mem::take(&mut config_replies),
         };
         match mon.heartbeat(identity.id, &req).await {
-            Ok(_) => {}
+            Ok(answer) => {
+                config_replies =
+                    crate::config_calls::answer(config_handler.as_ref(), answer.config_calls);
+            }
             Err(e)
                 if matches!(
                     e.code(),
@@ -513,7 +524,12 @@ async fn heartbeat(
                 // The error stays in the chain: the binary exits 2 on it (not worth a restart).
                 return Err(anyhow::Error::new(e).context("the monitor refuses this OSD"));
             }
-            Err(e) => tracing::warn!("heartbeat: {e}"),
+            Err(e) => {
+                tracing::warn!("heartbeat: {e}");
+                // The monitor may not have taken them: send them again (the calls they answer
+                // are bounded per OSD by the monitor, and no new ones come meanwhile).
+                config_replies = req.config_replies;
+            }
         }
     }
     Ok(())

@@ -32,6 +32,7 @@
 //! `route::pg_shard`) and its flusher (the metadata commit of each flush), plus the control
 //! runtime. Shards share nothing; the control task talks to them over channels.
 
+pub mod config_calls;
 pub mod control;
 pub mod faults;
 pub mod identity;

@@ -82,6 +82,12 @@ pub enum ErrorCode {
     /// `osd purge` of an OSD that is up, in, or still named by a PG (it may hold data no other
     /// replica has). The message says which and what to do first.
     OsdInUse,
+    /// A config call relayed to an OSD (`POST /v1/osds/{id}/config`) got no answer within the
+    /// monitor's wait: the OSD may or may not have applied it (`config get` tells).
+    OsdTimedOut,
+    /// Too many calls of this kind wait already (config calls to one OSD): retry once they
+    /// are answered.
+    Busy,
     /// A code this build does not know (sent by a newer monitor).
     #[serde(other)]
     Unknown,
@@ -132,7 +138,9 @@ impl ErrorCode {
             | ErrorCode::SnapNotReady
             | ErrorCode::SnapCreateTimedOut
             | ErrorCode::OsdInUse
+            | ErrorCode::Busy
             | ErrorCode::Conflict => 409,
+            ErrorCode::OsdTimedOut => 504,
             ErrorCode::NoLeader | ErrorCode::Unavailable => 503,
             ErrorCode::Internal | ErrorCode::Unknown => 500,
         }
@@ -271,6 +279,34 @@ pub struct HeartbeatRequest {
     /// predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ops: Option<OsdOps>,
+    /// The OSD's answers to the config calls the last heartbeat answers carried (absent when
+    /// none; monitors that predate the relay ignore it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_replies: Vec<OsdConfigReply>,
+}
+
+/// Answer to a heartbeat: the epoch (the OSD fetches a newer map when it moved), and the config
+/// calls an administrator made to this OSD through the monitor (`POST /v1/osds/{id}/config`),
+/// which the OSD answers in its next heartbeat. OSDs that predate the relay read `epoch` only.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    pub epoch: Epoch,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_calls: Vec<OsdConfigCall>,
+}
+
+/// One config call relayed to an OSD; `id` pairs it with its [`OsdConfigReply`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdConfigCall {
+    pub id: u64,
+    pub request: crate::daemon_config::AdminRequest,
+}
+
+/// An OSD's answer to the [`OsdConfigCall`] of the same `id`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsdConfigReply {
+    pub id: u64,
+    pub reply: crate::daemon_config::AdminReply,
 }
 
 /// The data space of one OSD (every shard's data region): what the monitor sums into the

@@ -15,6 +15,8 @@
 //! - [`panics`]: the text of a caught panic's payload.
 //! - [`lease`]: an OSD's lease timing and the rule by which two OSDs' timings may share PGs.
 //! - [`auth`]: the cluster's authentication mode and key-table epoch as the map carries them.
+//! - [`daemon_config`]: a daemon's runtime settings as `config show|get|set` reads and changes
+//!   them (admin socket and monitor relay).
 //! - [`clone_data`]: where a clone's copy-up puts the parent's data (head, a snapshot, nowhere).
 //!
 //! This crate must not depend on anything that does I/O, reads a clock or draws randomness:
@@ -23,6 +25,7 @@
 pub mod api;
 pub mod auth;
 pub mod clone_data;
+pub mod daemon_config;
 pub mod ids;
 pub mod lease;
 pub mod map;

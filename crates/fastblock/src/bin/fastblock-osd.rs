@@ -289,6 +289,7 @@ async fn main() {
         let rates = Arc::new(rates);
         let recovery_rates = rates.clone();
         // The OSD's id names its admin socket; a data file without one fails in `run` below.
+        let mut config_handler = None;
         if let Ok(identity) = fastblock_osd::identity::Identity::load(&args.data) {
             let runtime = RuntimeConfig::new(loaded.settings)
                 .settable("log_level", Box::new(move |v| log_level.set(v)))
@@ -325,7 +326,12 @@ async fn main() {
                     }),
                 );
             let entity = format!("osd.{}", identity.id);
-            serve_or_warn(&args.daemon.run_dir, &entity, Arc::new(runtime)).await;
+            let runtime = Arc::new(runtime);
+            serve_or_warn(&args.daemon.run_dir, &entity, runtime.clone()).await;
+            // Calls relayed by the monitor get the admin socket's answers: one implementation.
+            config_handler = Some(fastblock_osd::config_calls::ConfigHandler::new(
+                move |req| runtime.handle(req),
+            ));
         }
         run(
             OsdConfig {
@@ -360,6 +366,7 @@ async fn main() {
                 host_space_reserve_bytes: args.host_space_reserve,
                 keyring: args.keyring,
                 fault_injection_file: args.fault_injection_file,
+                config_handler,
             },
             fastblock_osd::keys::new_shared(),
         )
