@@ -28,10 +28,24 @@ struct Pending {
     waiting: HashMap<u64, oneshot::Sender<AdminReply>>,
 }
 
-#[derive(Default)]
 pub struct ConfigRelay {
     next_id: AtomicU64,
     osds: Mutex<BTreeMap<OsdId, Pending>>,
+}
+
+impl Default for ConfigRelay {
+    /// Ids start from the clock in microseconds, not 0: an OSD may answer a call of the
+    /// previous leader to the next one, which must not take it for one of its own.
+    fn default() -> Self {
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        ConfigRelay {
+            next_id: AtomicU64::new(start),
+            osds: Mutex::new(BTreeMap::new()),
+        }
+    }
 }
 
 /// Full: the OSD already has [`CALLS_PENDING_PER_OSD_MAX`] calls pending.
