@@ -34,13 +34,16 @@ pub struct ConfigRelay {
 }
 
 impl Default for ConfigRelay {
-    /// Ids start from the clock in microseconds, not 0: an OSD may answer a call of the
-    /// previous leader to the next one, which must not take it for one of its own.
+    /// Ids start at a random point, not 0: an OSD may answer a call of the previous leader
+    /// to the next one, which must not take it for one of its own (two monitors' ranges of a
+    /// few calls each meet with a chance of about 2^-60).
     fn default() -> Self {
-        let start = std::time::SystemTime::now()
+        let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
+        let seed = nanos ^ (u64::from(std::process::id()) << 32);
+        let start = fastblock_types::rng::SplitMix64::new(seed).next_u64();
         ConfigRelay {
             next_id: AtomicU64::new(start),
             osds: Mutex::new(BTreeMap::new()),
