@@ -146,6 +146,22 @@ impl Cluster {
         self.mon.as_deref()
     }
 
+    /// Whether an OSD's refusal of this client's handshake (`status`) is the OSD lagging: an
+    /// OSD learns a key from its key table, which follows the map a moment after the monitor
+    /// adds the key, so a client using a key just added may meet an OSD that does not know it
+    /// yet. The monitor is asked (a signed call, with the same key): while it accepts the key,
+    /// the refusal is retried like any retryable error; once it does not (the key was removed,
+    /// or is wrong) or cannot be asked, the refusal is final.
+    pub(crate) async fn refusal_is_lag(&self, status: Option<fastblock_wire::Status>) -> bool {
+        if status != Some(fastblock_wire::Status::AuthFailed) {
+            return false;
+        }
+        match &self.mon {
+            Some(mon) => mon.map().await.is_ok(),
+            None => false,
+        }
+    }
+
     /// The newest map this client has.
     pub fn map(&self) -> Arc<ClusterMap> {
         self.cache.map()

@@ -69,11 +69,17 @@ impl Cluster {
             let (conn, fresh) = match self.pool.get(&target.address, target.port, mode).await {
                 Ok(conn) => conn,
                 Err(ConnectError::Refused { status, message }) => {
+                    if self.refusal_is_lag(status).await {
+                        return Err(NoLeader::Retry(format!(
+                            "{target}: {message}; the monitor accepts this client's key: the \
+                             OSD's key table is behind"
+                        )));
+                    }
                     return Err(NoLeader::Final(ClientError::Auth {
                         target: target.to_string(),
                         status,
                         message,
-                    }))
+                    }));
                 }
                 Err(why) => {
                     notes.push(format!("{target}: {why}"));

@@ -98,11 +98,17 @@ impl Cluster {
                 conn
             }
             Err(crate::conn::ConnectError::Refused { status, message }) => {
+                if self.refusal_is_lag(status).await {
+                    return Step::RetryLater(format!(
+                        "{target}: {message}; the monitor accepts this client's key: the OSD's \
+                         key table is behind"
+                    ));
+                }
                 return Step::Fail(ClientError::Auth {
                     target: target.to_string(),
                     status,
                     message,
-                })
+                });
             }
             Err(why) => {
                 self.cache.forget_leader(pg, target.osd);
