@@ -14,6 +14,8 @@
 //!   stops hearing the monitor (nftables DROP of the monitor's address in its namespace; the
 //!   monitor listens on an address of its own): the monitor marks it down while it still
 //!   reaches its peers and the client, and its PGs keep serving.
+//! - `a_key_added_while_a_leader_is_cut_off_the_monitor_is_served_once_it_is_back`: a client
+//!   key the cut-off OSD cannot know yet is retried, not refused, and served after the heal.
 //!
 //! Checked in all: no stale read (a read never returns a value older than the last write
 //! acknowledged before it started; a write that failed may or may not have happened), IO
@@ -480,6 +482,57 @@ async fn cut_a_leader_from_the_monitor(case: &str, seed: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_the_monitor_alone_keeps_its_pgs_serving() {
     cut_a_leader_from_the_monitor("leader-monitor", 37).await;
+}
+
+/// A client key added while the OSD leading most PGs is cut off from the monitor: that OSD
+/// cannot have the key, and refuses the client's handshake. The monitor still accepts the
+/// key, so the client takes the refusal for the OSD lagging and retries (docs/wire-protocol.md,
+/// 10.1) rather than fail the write; once the OSD reaches the monitor again it fetches the key
+/// and the write completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_added_while_a_leader_is_cut_off_the_monitor_is_served_once_it_is_back() {
+    let fx = fixture().await;
+    let (victim, led) = busiest_leader(&fx.leaders().await);
+    fx.net.cut_from_monitor(victim);
+    let key = fx
+        .client
+        .auth_add("client.late", "pool=fb")
+        .await
+        .expect("auth add");
+    let mut config = fx.net.mons.client_config();
+    config.credentials = Some((key.entity.clone(), key.key.clone()));
+    config.op_deadline = REACT;
+    let cluster = Cluster::connect(config)
+        .await
+        .expect("the monitor accepts the new key");
+    let image = Arc::new(cluster.open_image("fb", "img").await.unwrap());
+    let block = fx
+        .blocks()
+        .into_iter()
+        .find(|b| led.contains(&block_pg(&image, *b)))
+        .expect("a block in a PG the cut-off OSD leads");
+    let data = stamped_block(block * BLOCK, 1);
+    let write = {
+        let (image, data) = (image.clone(), data.clone());
+        tokio::spawn(async move { image.write(block * BLOCK, data).await })
+    };
+    tokio::time::sleep(PARTITION / 2).await;
+    assert!(
+        !write.is_finished(),
+        "the write ended while osd {victim} could not know the key: {:?}",
+        write.await
+    );
+    fx.net.heal_from_monitor(victim);
+    let healed = Instant::now();
+    write
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the write after the heal: {e}"));
+    eprintln!(
+        "late-key: the write completed {:?} after osd {victim} reached the monitor again",
+        healed.elapsed()
+    );
+    assert_eq!(image.read(block * BLOCK, BLOCK).await.unwrap(), data);
 }
 
 /// How a scenario cuts one leader and one of its followers apart.
