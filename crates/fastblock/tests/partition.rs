@@ -338,6 +338,27 @@ fn report(case: &str, ops: &[Op], model: &Model, partition: (Instant, Instant), 
 /// How long IO goes on after the heal, while the cut-off OSD rejoins.
 const AFTER_HEAL: Duration = Duration::from_secs(3);
 
+/// The end of a scenario that cut `victim` off: it is up again, IO goes on for
+/// [`AFTER_HEAL`] while it rejoins, then every replica converges and the checks of
+/// [`report`] run over the IO of the whole run.
+async fn after_heal(
+    fx: &Fx,
+    io: Io,
+    victim: OsdId,
+    blocks: &[u64],
+    case: &str,
+    partition: (Instant, Instant),
+    pgs: &[PgId],
+) {
+    common::wait_osds_up(&fx.client, &[victim], REACT).await;
+    tokio::time::sleep(AFTER_HEAL).await;
+    io.wait_writes(1, "writes after the heal").await;
+    let (ops, model) = io.finish().await;
+    let took = fx.converge(&model, blocks).await;
+    eprintln!("{case}: replicas identical {took:?} after the IO stopped");
+    report(case, &ops, &model.lock().unwrap(), partition, pgs);
+}
+
 /// How a scenario cuts the leader of most PGs off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LeaderCut {
@@ -409,13 +430,7 @@ async fn cut_off_the_busiest_leader(case: &str, how: LeaderCut, seed: u64) {
         led.len()
     );
 
-    common::wait_osds_up(&fx.client, &[victim], REACT).await;
-    tokio::time::sleep(AFTER_HEAL).await;
-    io.wait_writes(1, "writes after the heal").await;
-    let (ops, model) = io.finish().await;
-    let took = fx.converge(&model, &blocks).await;
-    eprintln!("{case}: replicas identical {took:?} after the IO stopped");
-    report(case, &ops, &model.lock().unwrap(), (cut, healed), &led);
+    after_heal(&fx, io, victim, &blocks, case, (cut, healed), &led).await;
 }
 
 /// The OSD leading most PGs loses the network (monitor, client and peers alike).
@@ -467,13 +482,7 @@ async fn cut_a_leader_from_the_monitor(case: &str, seed: u64) {
         led.len()
     );
 
-    common::wait_osds_up(&fx.client, &[victim], REACT).await;
-    tokio::time::sleep(AFTER_HEAL).await;
-    io.wait_writes(1, "writes after the heal").await;
-    let (ops, model) = io.finish().await;
-    let took = fx.converge(&model, &blocks).await;
-    eprintln!("{case}: replicas identical {took:?} after the IO stopped");
-    report(case, &ops, &model.lock().unwrap(), (cut, healed), &led);
+    after_heal(&fx, io, victim, &blocks, case, (cut, healed), &led).await;
 }
 
 /// The OSD leading most PGs loses the monitor but nothing else: marked down, it may still
