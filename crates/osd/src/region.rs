@@ -90,6 +90,11 @@ impl<D: Disk> Disk for RegionDisk<D> {
         self.size_bytes
     }
 
+    /// The whole device's sync: it covers this region's writes too.
+    fn data_sync(&self) -> Option<Box<dyn fastblock_store::disk::DataSync>> {
+        self.inner.data_sync()
+    }
+
     fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {
         for r in reads.iter_mut() {
             self.check(r.offset_bytes, r.buf.len());

@@ -29,7 +29,9 @@
 //! the `Arc<Mutex<_>>` (there are no threads).
 
 use crate::model::{decode_block, Found, BLOCK_BYTES};
-use fastblock_store::disk::{write_durable_now, OwnedWrite, ReadOp, Reaped, Submitted, WriteOp};
+use fastblock_store::disk::{
+    write_durable_now, DataSync, OwnedWrite, ReadOp, Reaped, Submitted, WriteOp,
+};
 use fastblock_store::{Disk, SimDisk, SimFile};
 use fastblock_types::rng::SplitMix64;
 use fastblock_types::OsdId;
@@ -257,9 +259,35 @@ impl NodeDisk {
     }
 }
 
+/// A node's [`DataSync`] (the flush's data sync, run when the simulator releases the flush):
+/// a crash point like any sync, and like any sync it covers the owed WAL commits.
+struct NodeSync {
+    inner: Box<dyn DataSync>,
+    faults: SharedFaults,
+}
+
+impl DataSync for NodeSync {
+    fn sync(&mut self) -> io::Result<()> {
+        let mut f = lock(&self.faults);
+        if f.fuse_blows("data sync") {
+            return Err(crash_point());
+        }
+        f.durable_unreported += std::mem::take(&mut f.owed);
+        drop(f);
+        self.inner.sync()
+    }
+}
+
 impl Disk for NodeDisk {
     fn size_bytes(&self) -> u64 {
         self.inner.size_bytes()
+    }
+
+    fn data_sync(&self) -> Option<Box<dyn DataSync>> {
+        Some(Box::new(NodeSync {
+            inner: self.inner.data_sync()?,
+            faults: self.faults.clone(),
+        }))
     }
 
     fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {

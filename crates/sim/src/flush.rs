@@ -31,7 +31,7 @@ impl FlushGate {
     /// Runs the held commit now, if there is one; the store takes the result back at its next
     /// `flush_poll`. Returns whether a commit ran.
     pub fn release(&mut self) -> bool {
-        let Some(commit) = self.held.take() else {
+        let Some(mut commit) = self.held.take() else {
             return false;
         };
         assert!(self.done.is_none(), "two flush commits handed over at once");

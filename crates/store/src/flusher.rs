@@ -55,7 +55,7 @@ impl Flusher {
         let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
-                while let Ok(commit) = rx.recv() {
+                while let Ok(mut commit) = rx.recv() {
                     let start = Instant::now();
                     let result = commit.run();
                     if tx.send((commit, result, start.elapsed())).is_err() {

@@ -919,7 +919,7 @@ impl<D: Disk> Store<D> {
             // waits for those): flushed state never runs ahead of the log (see flush_inner).
             s.wal.commit(&mut s.disk, &[])?;
             let lsn = s.wal.durable_lsn();
-            let commit = s.objects.flush_prepare(&mut s.disk, lsn)?;
+            let mut commit = s.objects.flush_prepare(&mut s.disk, lsn)?;
             match s.flusher.as_mut() {
                 Some(f) => f.submit(commit),
                 None => {

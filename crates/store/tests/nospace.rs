@@ -117,49 +117,6 @@ fn real_file_full_then_freed() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// A flush runner that holds the commit it is handed until the test lets it run.
-#[derive(Default)]
-struct HeldRunner {
-    held: Option<fastblock_store::MetaCommit>,
-    release: bool,
-}
-
-impl HeldRunner {
-    fn finish(&mut self) -> Option<fastblock_store::Finished> {
-        let commit = self.held.take()?;
-        let result = commit.run();
-        Some(fastblock_store::Finished {
-            commit: Some(commit),
-            result,
-            commit_time: std::time::Duration::ZERO,
-            since_start: std::time::Duration::ZERO,
-        })
-    }
-}
-
-/// The store's handle on a [`HeldRunner`] the test keeps too.
-struct Held(std::rc::Rc<std::cell::RefCell<HeldRunner>>);
-
-impl fastblock_store::FlushRunner for Held {
-    fn submit(&mut self, commit: fastblock_store::MetaCommit) {
-        self.0.borrow_mut().held = Some(commit);
-    }
-    fn busy(&self) -> bool {
-        self.0.borrow().held.is_some()
-    }
-    fn try_finished(&mut self) -> Option<fastblock_store::Finished> {
-        let mut r = self.0.borrow_mut();
-        if r.release {
-            r.finish()
-        } else {
-            None
-        }
-    }
-    fn wait(&mut self) -> Option<fastblock_store::Finished> {
-        self.0.borrow_mut().finish()
-    }
-}
-
 /// Goal: space that flushes give back never disappears from the count while a flush's
 /// metadata commit runs (the blocks it frees are neither pending nor free until it
 /// finishes): the shard admits writes against free plus pending, and a dip would refuse a

@@ -34,7 +34,9 @@
 //! ([`FaultyDisk::with_origin`], 0 by default): a rule for a window of a larger device (one
 //! shard's region) is written relative to the window.
 
-use super::{AlignedBuf, BackgroundRun, Disk, OwnedWrite, ReadOp, Reaped, Submitted, WriteOp};
+use super::{
+    AlignedBuf, BackgroundRun, DataSync, Disk, OwnedWrite, ReadOp, Reaped, Submitted, WriteOp,
+};
 use fastblock_types::rng::SplitMix64;
 use std::collections::VecDeque;
 use std::io;
@@ -580,9 +582,37 @@ impl FaultyDisk<super::UringDisk> {
     }
 }
 
+/// A [`FaultyDisk`]'s [`DataSync`]: the plan's sync rules apply to it as to a bare
+/// [`Disk::sync`], on the thread that calls it (a delay holds the flusher, not the shard).
+struct FaultySync {
+    inner: Box<dyn DataSync>,
+    plan: FaultPlan,
+    origin_bytes: u64,
+}
+
+impl DataSync for FaultySync {
+    fn sync(&mut self) -> io::Result<()> {
+        if !self.plan.is_empty() {
+            self.plan
+                .decide(self.origin_bytes, &[Access::sync(Vec::new())])
+                .before()?;
+        }
+        self.inner.sync()
+    }
+}
+
 impl<D: Disk> Disk for FaultyDisk<D> {
     fn size_bytes(&self) -> u64 {
         self.inner.size_bytes()
+    }
+
+    fn data_sync(&self) -> Option<Box<dyn DataSync>> {
+        let inner = self.inner.data_sync()?;
+        Some(Box::new(FaultySync {
+            inner,
+            plan: self.plan.clone(),
+            origin_bytes: self.origin_bytes,
+        }))
     }
 
     fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {

@@ -74,6 +74,15 @@ pub struct Reaped {
     pub bufs: Vec<AlignedBuf>,
 }
 
+/// Makes a disk's completed writes durable from another thread: the flush's data sync runs
+/// on the flusher thread, beside its metadata commit, instead of holding the thread that owns
+/// the disk (see [`Disk::data_sync`]).
+pub trait DataSync: Send {
+    /// Makes every write of the disk that completed before this call durable, as
+    /// [`Disk::sync`] would (background writes still in flight are not covered).
+    fn sync(&mut self) -> io::Result<()>;
+}
+
 /// A fixed-size block device or preallocated file.
 ///
 /// Durability contract (what `Ok` means if the machine crashes right after):
@@ -154,6 +163,13 @@ pub trait Disk {
     /// Waits for every background write; returns the first error among them.
     fn wait_background(&mut self) -> io::Result<()> {
         Ok(())
+    }
+
+    /// A handle that syncs this disk from another thread, if the disk has one; `None` makes
+    /// the owner sync on its own thread. Writes must have completed (`write_many` returned,
+    /// `wait_background` done) before the handle's sync can cover them.
+    fn data_sync(&self) -> Option<Box<dyn DataSync>> {
+        None
     }
 
     /// Makes every earlier successful write durable (fdatasync).

@@ -7,7 +7,7 @@
 //! with the same crash model, used as redb's `StorageBackend` so that the metadata database
 //! crashes consistently with the data it describes.
 
-use super::{assert_io_aligned, Disk, ReadOp, WriteOp};
+use super::{assert_io_aligned, DataSync, Disk, ReadOp, WriteOp};
 use fastblock_types::units::SECTOR_SIZE_BYTES;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -170,9 +170,26 @@ impl SimDisk {
     }
 }
 
+/// [`SimDisk`]'s [`DataSync`]: syncs the shared image when the simulator runs the flush
+/// that carries it (a crash before then keeps the writes unsynced).
+struct SimSync(Arc<Mutex<SimImage>>);
+
+impl DataSync for SimSync {
+    fn sync(&mut self) -> io::Result<()> {
+        let mut img = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        img.tick_io("sync")?;
+        img.sync_all();
+        Ok(())
+    }
+}
+
 impl Disk for SimDisk {
     fn size_bytes(&self) -> u64 {
         self.size_bytes
+    }
+
+    fn data_sync(&self) -> Option<Box<dyn DataSync>> {
+        Some(Box::new(SimSync(self.image.clone())))
     }
 
     fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {

@@ -4,8 +4,8 @@
 
 use super::inflight::{CommitSync, InFlight, WRITES_PER_COMMIT_MAX};
 use super::{
-    assert_io_aligned, write_durable_now, AlignedBuf, BackgroundRun, Disk, OwnedWrite, ReadOp,
-    Reaped, Submitted, WriteOp,
+    assert_io_aligned, write_durable_now, AlignedBuf, BackgroundRun, DataSync, Disk, OwnedWrite,
+    ReadOp, Reaped, Submitted, WriteOp,
 };
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::BTreeMap;
@@ -14,6 +14,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How `write_many(.., sync: true)` makes a batch durable. Which is fastest depends on the
@@ -81,6 +83,8 @@ pub struct UringDisk {
     unsynced: bool,
     /// fdatasyncs issued (tests check which calls sync).
     fdatasyncs: u64,
+    /// fdatasyncs issued through [`Disk::data_sync`] handles, on other threads.
+    handle_fdatasyncs: Arc<AtomicU64>,
     /// Writes issued with RWF_DSYNC (tests check which modes flush).
     dsync_writes: u64,
     /// An eventfd is registered with the ring (see [`UringDisk::register_eventfd`]).
@@ -182,7 +186,7 @@ impl UringDisk {
     /// its final size (see [`UringDisk::create_file`]).
     /// fdatasyncs issued so far (io_uring or syscall).
     pub fn fdatasync_count(&self) -> u64 {
-        self.fdatasyncs + self.commits.fsyncs
+        self.fdatasyncs + self.commits.fsyncs + self.handle_fdatasyncs.load(Ordering::Relaxed)
     }
 
     /// Writes issued with RWF_DSYNC so far (io_uring only; the fallback has no such flag).
@@ -336,6 +340,7 @@ impl UringDisk {
             background: Background::default(),
             unsynced: false,
             fdatasyncs: 0,
+            handle_fdatasyncs: Arc::new(AtomicU64::new(0)),
             dsync_writes: 0,
             eventfd_registered: false,
         })
@@ -653,9 +658,38 @@ impl UringDisk {
     }
 }
 
+/// [`UringDisk`]'s [`DataSync`]: fdatasync(2) on a duplicate of its descriptor, from the
+/// calling thread (the flusher's). Skipped, like every device flush, in
+/// [`SyncMode::NoFlushBenchmarkOnly`].
+struct FileSync {
+    file: File,
+    flushes: bool,
+    count: Arc<AtomicU64>,
+}
+
+impl DataSync for FileSync {
+    fn sync(&mut self) -> io::Result<()> {
+        if self.flushes {
+            self.file.sync_data()?;
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
 impl Disk for UringDisk {
     fn size_bytes(&self) -> u64 {
         self.size_bytes
+    }
+
+    fn data_sync(&self) -> Option<Box<dyn DataSync>> {
+        // Without a duplicate descriptor the owner syncs on its own thread, as before.
+        let file = self.file.try_clone().ok()?;
+        Some(Box::new(FileSync {
+            file,
+            flushes: self.flushes(),
+            count: self.handle_fdatasyncs.clone(),
+        }))
     }
 
     fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> io::Result<()> {

@@ -8,23 +8,27 @@
 //! [`Objects::flush_prepare`] copies the changes into a [`MetaCommit`], [`MetaCommit::run`]
 //! runs anywhere (the store's flusher thread), and [`Objects::flush_finish`] takes it back.
 //!
-//! While the commit runs, the owning thread keeps applying. Its dirty maps are left as they
-//! are (they still overlay the flushed map for every read, whatever state redb is in), so no
-//! read ever sees a half-committed map. `flush_finish` then drops from the dirty maps exactly
-//! the entries whose value is still the one committed: an entry changed again meanwhile stays
-//! dirty for the next flush. Blocks freed before the prepare are released at the finish, when
-//! the map that no longer references them is durable; blocks freed later wait for the next
-//! flush.
+//! While the commit runs, the owning thread keeps applying. The prepare takes the dirty maps
+//! whole, without copying them; the block-map changes stay visible to every read as the
+//! committing layer of their [`Overlay`](super::overlay::Overlay), under the changes applied
+//! since, whatever state redb is in, so no read ever sees a half-committed map.
+//! `flush_finish` drops that layer: an entry changed again meanwhile is in the newer layer
+//! for the next flush. The other dirty maps are written only by flushes, never read, so the
+//! prepare simply takes them. Blocks freed before the prepare are released at the finish,
+//! when the map that no longer references them is durable; blocks freed later wait for the
+//! next flush.
 //!
 //! The block cache (`block_cache.rs`) holds flushed entries, and only this commit changes the
 //! flushed map, so `flush_finish` gives every block-map key the commit wrote its committed
 //! value there. While the commit runs, the cache may hold a key's old value, but the key is
-//! dirty until the finish, and lookups ask the dirty map first.
+//! in the committing layer until the finish, and lookups ask both layers first.
 
 use super::image_snaps::SnapBlockKey;
 use super::meta;
 use super::{BlockKey, BlockVal, ObjKey, Objects};
+use crate::disk::{DataSync, Disk};
 use crate::error::Result;
+use crate::wal::writer::io_err;
 use fastblock_types::PgId;
 use redb::Database;
 use std::collections::BTreeMap;
@@ -34,14 +38,18 @@ use std::sync::Arc;
 /// owning thread, run on any.
 pub struct MetaCommit {
     db: Arc<Database>,
-    blocks: BTreeMap<BlockKey, Option<BlockVal>>,
+    /// Shared with the committing layer of the owner's overlay until the finish.
+    blocks: Arc<BTreeMap<BlockKey, Option<BlockVal>>>,
     objects: BTreeMap<ObjKey, Option<u64>>,
     applied: BTreeMap<u64, Option<u64>>,
     snapshots: BTreeMap<u64, Option<Vec<u8>>>,
-    snap_blocks: BTreeMap<SnapBlockKey, Option<BlockVal>>,
+    snap_blocks: Arc<BTreeMap<SnapBlockKey, Option<BlockVal>>>,
     image_snaps: BTreeMap<(u64, u64), Option<Vec<u8>>>,
     copied: BTreeMap<ObjKey, Option<()>>,
     wal_durable_lsn: u64,
+    /// Makes the data blocks the commit references durable, before the commit (`None`: the
+    /// prepare synced them already).
+    data_sync: Option<Box<dyn DataSync>>,
     /// Blocks the committed map no longer references: free once it is durable.
     free: Vec<u64>,
     /// The applied indexes the commit makes durable (`flushed_applied_index` afterwards).
@@ -49,13 +57,17 @@ pub struct MetaCommit {
 }
 
 impl MetaCommit {
-    /// Writes the changes in one redb transaction and commits it (durably). Touches nothing
-    /// but the database, so it may run while the owner keeps applying.
-    pub fn run(&self) -> Result<()> {
+    /// Syncs the data the commit references (if the prepare left that to it), then writes
+    /// the changes in one redb transaction and commits it (durably). Touches nothing but the
+    /// database and the device's sync, so it may run while the owner keeps applying.
+    pub fn run(&mut self) -> Result<()> {
+        if let Some(sync) = self.data_sync.as_mut() {
+            sync.sync().map_err(|e| io_err("data sync", 0, e))?;
+        }
         let tx = self.db.begin_write()?;
         {
             let mut blocks = tx.open_table(meta::BLOCKS)?;
-            for (k, v) in &self.blocks {
+            for (k, v) in self.blocks.iter() {
                 match v {
                     Some(v) => blocks.insert(k, v)?,
                     None => blocks.remove(k)?,
@@ -83,7 +95,7 @@ impl MetaCommit {
                 };
             }
             let mut kept = tx.open_table(meta::SNAP_BLOCKS)?;
-            for (k, v) in &self.snap_blocks {
+            for (k, v) in self.snap_blocks.iter() {
                 match v {
                     Some(v) => kept.insert(k, v)?,
                     None => kept.remove(k)?,
@@ -119,81 +131,74 @@ impl MetaCommit {
     }
 }
 
-/// Removes from `dirty` the entries whose value is still the committed one.
-fn settle<K: Ord, V: PartialEq>(dirty: &mut BTreeMap<K, V>, committed: BTreeMap<K, V>) {
-    for (k, v) in committed {
-        if dirty.get(&k) == Some(&v) {
-            dirty.remove(&k);
-        }
-    }
-}
-
 impl Objects {
-    /// Step 1 of a flush, on the owning thread: writes the staged data and syncs it (the
-    /// commit must not reference blocks that are not durable), then copies the changes into
-    /// a [`MetaCommit`]. At most one may be outstanding.
+    /// Step 1 of a flush, on the owning thread: writes the staged data (the commit must not
+    /// reference blocks that are not durable), then takes the changes into a [`MetaCommit`].
+    /// The data's sync is the commit's first step when the disk can sync from another thread
+    /// ([`Disk::data_sync`]): the owner then waits only for its writes to complete, not for
+    /// the device's flush. Otherwise it syncs here. At most one may be outstanding.
     pub fn flush_prepare(
         &mut self,
-        disk: &mut dyn crate::disk::Disk,
+        disk: &mut dyn Disk,
         wal_durable_lsn: u64,
     ) -> Result<MetaCommit> {
         assert!(
             !self.commit_outstanding,
             "a metadata commit is already outstanding"
         );
-        self.submit_staged(disk, true)?;
+        let data_sync = disk.data_sync();
+        if data_sync.is_some() {
+            self.submit_staged(disk, false)?;
+            // The handle's sync covers completed writes only.
+            disk.wait_background()
+                .map_err(|e| io_err("data write", 0, e))?;
+        } else {
+            self.submit_staged(disk, true)?;
+        }
         self.commit_outstanding = true;
         self.committing_free_blocks = self.pending_free.len() as u64;
         Ok(MetaCommit {
             db: self.db.clone(),
-            blocks: self.dirty_blocks.clone(),
-            objects: self.dirty_objects.clone(),
-            applied: self.dirty_applied.clone(),
-            snapshots: self.dirty_snapshots.clone(),
-            snap_blocks: self.dirty_snap_blocks.clone(),
-            image_snaps: self.dirty_image_snaps.clone(),
-            copied: self.dirty_copied.clone(),
+            blocks: self.dirty_blocks.begin_commit(),
+            objects: std::mem::take(&mut self.dirty_objects),
+            applied: std::mem::take(&mut self.dirty_applied),
+            snapshots: std::mem::take(&mut self.dirty_snapshots),
+            snap_blocks: self.dirty_snap_blocks.begin_commit(),
+            image_snaps: std::mem::take(&mut self.dirty_image_snaps),
+            copied: std::mem::take(&mut self.dirty_copied),
             wal_durable_lsn,
+            data_sync,
             free: std::mem::take(&mut self.pending_free),
             applied_index: self.applied.clone(),
         })
     }
 
     /// Step 3, after [`MetaCommit::run`] succeeded: the committed block-map entries become
-    /// the block cache's values, the committed entries leave the dirty maps, the blocks the
-    /// old map referenced are freed, and the flushed applied indexes advance.
+    /// the block cache's values, the committing layers go (what they held is the flushed
+    /// map now), the blocks the old map referenced are freed, and the flushed applied
+    /// indexes advance.
     pub fn flush_finish(&mut self, commit: MetaCommit) {
         assert!(self.commit_outstanding, "no metadata commit outstanding");
         self.commit_outstanding = false;
         self.committing_free_blocks = 0;
-        // The cached read view predates the commit; reads must see the new map once the
-        // entries it holds leave the dirty maps.
+        // The cached read view predates the commit; reads must see the new map once its
+        // committing layer goes.
         self.blocks_view = None;
         self.snap_blocks_view = None;
         let MetaCommit {
             blocks,
-            objects,
-            applied,
-            snapshots,
-            snap_blocks,
-            image_snaps,
-            copied,
             free,
             applied_index,
             ..
         } = commit;
         // The cache holds flushed values, and these are now flushed (an entry changed again
-        // since the prepare stays dirty below and hides its cached value until the next).
-        for (k, v) in &blocks {
+        // since the prepare is in the newer layer, which hides its cached value until the
+        // next flush).
+        for (k, v) in blocks.iter() {
             self.block_cache.update(k, *v);
         }
-        settle(&mut self.dirty_blocks, blocks);
-        settle(&mut self.dirty_objects, objects);
-        settle(&mut self.dirty_applied, applied);
-        settle(&mut self.dirty_snapshots, snapshots);
-        settle(&mut self.dirty_snap_blocks, snap_blocks);
-        settle(&mut self.dirty_image_snaps, image_snaps);
-        settle(&mut self.dirty_copied, copied);
+        self.dirty_blocks.end_commit();
+        self.dirty_snap_blocks.end_commit();
         for b in free {
             self.alloc.free(b);
         }

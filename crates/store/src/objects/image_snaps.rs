@@ -238,9 +238,7 @@ impl Objects {
                 map.insert(k.value(), Some(v.value()));
             }
         }
-        for (k, v) in self.dirty_snap_blocks.range(lo..=hi) {
-            map.insert(*k, *v);
-        }
+        self.dirty_snap_blocks.overlay_range(lo..=hi, &mut map);
         Ok(map
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k, v)))

@@ -23,6 +23,7 @@ mod commit;
 mod damage;
 mod image_snaps;
 pub mod meta;
+mod overlay;
 mod scrub;
 mod snapshot;
 pub mod transfer;
@@ -46,6 +47,7 @@ use block_cache::BlockCache;
 use fastblock_types::units::BLOCK_SIZE_BYTES;
 use fastblock_types::{ImageId, PgId};
 use image_snaps::{pack, phys_of, SnapBlockKey};
+use overlay::Overlay;
 use redb::{Database, ReadableTable, ReadableTableMetadata};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -149,7 +151,8 @@ pub struct Objects {
     db: Arc<Database>,
     alloc: Allocator,
     data_offset_bytes: u64,
-    dirty_blocks: BTreeMap<BlockKey, Option<BlockVal>>,
+    /// Block-map changes not flushed yet (see `overlay.rs`).
+    dirty_blocks: Overlay<BlockKey, Option<BlockVal>>,
     dirty_objects: BTreeMap<ObjKey, Option<u64>>,
     /// Every object and its highest written byte (flushed table + dirty changes), kept in
     /// memory: one small entry per object (256 Ki objects for 1 TiB of 4 MiB objects), so
@@ -184,7 +187,7 @@ pub struct Objects {
     /// Snapshot states to write (Some, encoded) or delete (None) at the next flush.
     dirty_image_snaps: BTreeMap<(u64, u64), Option<Vec<u8>>>,
     /// Changes to the blocks kept for snapshots, not flushed yet.
-    dirty_snap_blocks: BTreeMap<SnapBlockKey, Option<BlockVal>>,
+    dirty_snap_blocks: Overlay<SnapBlockKey, Option<BlockVal>>,
     /// Objects of clones copied up from their parent (`clones.rs`), and changes to flush.
     copied: std::collections::BTreeSet<ObjKey>,
     dirty_copied: BTreeMap<ObjKey, Option<()>>,
@@ -271,7 +274,7 @@ impl Objects {
             db: Arc::new(db),
             alloc,
             data_offset_bytes: sb.data_offset_bytes,
-            dirty_blocks: BTreeMap::new(),
+            dirty_blocks: Overlay::new(),
             dirty_objects: BTreeMap::new(),
             objects,
             block_cache: BlockCache::new(block_cache_entries_max),
@@ -293,7 +296,7 @@ impl Objects {
             commit_outstanding: false,
             image_snaps,
             dirty_image_snaps: BTreeMap::new(),
-            dirty_snap_blocks: BTreeMap::new(),
+            dirty_snap_blocks: Overlay::new(),
             copied,
             dirty_copied: BTreeMap::new(),
             usage,
@@ -339,9 +342,9 @@ impl Objects {
     /// The current value of each key: the dirty map's, else the flushed map's (from the
     /// block cache, else from redb, which then fills the cache).
     ///
-    /// A key missing from the dirty map is not in a metadata commit still running (its
-    /// entries stay dirty until `flush_finish`), so the flushed value read here is the same
-    /// whether the view predates that commit or not.
+    /// A key missing from both layers of the dirty map is not in a metadata commit still
+    /// running (its layer stays until `flush_finish`), so the flushed value read here is the
+    /// same whether the view predates that commit or not.
     fn lookup_many(&mut self, keys: &[BlockKey]) -> Result<Vec<Option<BlockVal>>> {
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
@@ -697,9 +700,7 @@ impl Objects {
                 map.insert(k.value(), Some(v.value()));
             }
         }
-        for (k, v) in self.dirty_blocks.range(lo..=hi) {
-            map.insert(*k, *v);
-        }
+        self.dirty_blocks.overlay_range(lo..=hi, &mut map);
         Ok(map
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k, v)))
@@ -873,7 +874,7 @@ impl Objects {
     /// the blocks the old map referenced. The same three steps as a background flush
     /// (`commit.rs`), run inline.
     pub fn flush(&mut self, disk: &mut dyn Disk, wal_durable_lsn: u64) -> Result<()> {
-        let commit = self.flush_prepare(disk, wal_durable_lsn)?;
+        let mut commit = self.flush_prepare(disk, wal_durable_lsn)?;
         commit.run()?;
         self.flush_finish(commit);
         Ok(())

@@ -190,8 +190,8 @@ impl Objects {
                 kept.insert(k.value(), Some(v.value()));
             }
         }
-        head.extend(self.dirty_blocks.iter().map(|(k, v)| (*k, *v)));
-        kept.extend(self.dirty_snap_blocks.iter().map(|(k, v)| (*k, *v)));
+        self.dirty_blocks.overlay_all(&mut head);
+        self.dirty_snap_blocks.overlay_all(&mut kept);
         let mut scanned = Usage::default();
         for k in head.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| k) {
             scanned.add_head(k, 1);

@@ -82,3 +82,47 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .map(|i| (seed.wrapping_mul(2654435761).wrapping_add(i as u64 * 7) >> 3) as u8)
         .collect()
 }
+
+/// A flush runner that holds the commit it is handed until the test lets it run.
+#[derive(Default)]
+pub struct HeldRunner {
+    pub held: Option<fastblock_store::MetaCommit>,
+    /// The store's next poll runs the held commit.
+    pub release: bool,
+}
+
+impl HeldRunner {
+    pub fn finish(&mut self) -> Option<fastblock_store::Finished> {
+        let mut commit = self.held.take()?;
+        let result = commit.run();
+        Some(fastblock_store::Finished {
+            commit: Some(commit),
+            result,
+            commit_time: std::time::Duration::ZERO,
+            since_start: std::time::Duration::ZERO,
+        })
+    }
+}
+
+/// The store's handle on a [`HeldRunner`] the test keeps too.
+pub struct Held(pub std::rc::Rc<std::cell::RefCell<HeldRunner>>);
+
+impl fastblock_store::FlushRunner for Held {
+    fn submit(&mut self, commit: fastblock_store::MetaCommit) {
+        self.0.borrow_mut().held = Some(commit);
+    }
+    fn busy(&self) -> bool {
+        self.0.borrow().held.is_some()
+    }
+    fn try_finished(&mut self) -> Option<fastblock_store::Finished> {
+        let mut r = self.0.borrow_mut();
+        if r.release {
+            r.finish()
+        } else {
+            None
+        }
+    }
+    fn wait(&mut self) -> Option<fastblock_store::Finished> {
+        self.0.borrow_mut().finish()
+    }
+}
