@@ -198,6 +198,9 @@ pub struct ShardCore<D: Disk + 'static> {
     /// When the flush being committed began, and the WAL segment written then.
     pub(crate) flush_started: Option<Micros>,
     pub(crate) flush_wal_seq: u64,
+    /// A flush is due and waits for the WAL to go idle, since this time (see
+    /// `ShardCore::maybe_flush`).
+    pub(crate) flush_wanted_since: Option<Micros>,
     /// The time of the step being run.
     pub(crate) now: Micros,
     /// Highest ready number handed to each replica's `on_persisted` (must increase).
@@ -246,6 +249,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             ready_reads: Default::default(),
             apply_started: Micros(0),
             flush_started: None,
+            flush_wanted_since: None,
             flush_wal_seq: 0,
             now: Micros(0),
             persisted_numbers: BTreeMap::new(),
@@ -311,6 +315,14 @@ impl<D: Disk + 'static> ShardCore<D> {
     /// WAL commits written and not yet durable.
     pub fn commits_in_flight(&self) -> usize {
         self.commits.in_flight.len()
+    }
+
+    /// Whether no WAL commit is in flight or due and no log record waits for one: starting a
+    /// flush now waits for no device flush of the WAL.
+    pub(crate) fn wal_idle(&self) -> bool {
+        self.commits.in_flight.is_empty()
+            && self.commits.due.is_none()
+            && self.store.borrow().wal().pending_bytes() == 0
     }
 
     /// Whether new inputs would only wait in the core until a WAL commit completes: as many
@@ -499,6 +511,9 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
         // Recovery goes after client work, within its rate limit.
         self.pump_recovery(eff);
+        if self.flush_wanted_since.is_some() {
+            self.maybe_flush(eff);
+        }
         self.flush_if_wal_advanced(eff);
         self.relieve_wal_pressure(eff);
         // A flush or a synchronous commit of this step may have made held reports durable.
@@ -1276,8 +1291,15 @@ impl<D: Disk + 'static> ShardCore<D> {
     /// With reports held and nothing on its way to the disk, asks for a commit of what is
     /// staged, so that an idle PG's report does not wait for the next write or flush.
     fn commit_for_reports(&mut self, eff: &mut Effects) {
-        if self.held_reports.is_empty()
-            || self.failed.is_some()
+        if !self.held_reports.is_empty() {
+            self.commit_staged(eff);
+        }
+    }
+
+    /// With records staged and nothing on its way to the disk, asks for a commit of them (a
+    /// round of its own, which completes nothing but the records).
+    pub(crate) fn commit_staged(&mut self, eff: &mut Effects) {
+        if self.failed.is_some()
             || self.commits.due.is_some()
             || !self.commits.in_flight.is_empty()
             || self.store.borrow().wal().pending_bytes() == 0

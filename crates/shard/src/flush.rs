@@ -13,16 +13,40 @@ use crate::stage::Stage;
 use fastblock_store::Disk;
 use fastblock_types::PgId;
 
+/// The longest a due flush waits for the WAL to go idle (see [`ShardCore::maybe_flush`]):
+/// short against the flush interval (1 s), long against a WAL commit (about 0.1-1 ms).
+pub const FLUSH_WAL_IDLE_WAIT_MAX_US: u64 = 50_000;
+
 impl<D: Disk + 'static> ShardCore<D> {
     /// `FlushDue`: starts a flush if anything was applied since the last one, or if blocks
     /// wait to be freed (only a flush gives them back: a replica that applies nothing while
     /// its snapshot transfers are aborted would otherwise never get their staging back). A
     /// flush still running makes this one a no-op (the next timer tries again).
+    ///
+    /// A flush makes the WAL durable before anything else (flushed state never runs ahead of
+    /// the log), on the shard's thread: with a commit in flight or due, that is a wait for a
+    /// device flush, which every request of the shard shares. So a due flush first waits for
+    /// a moment when the WAL is idle (at low queue depth, right after a commit completes;
+    /// `settle` tries again after every step; records staged with nothing in flight are
+    /// committed for it), for at most [`FLUSH_WAL_IDLE_WAIT_MAX_US`]: a shard whose WAL is
+    /// never idle flushes anyway.
     pub(crate) fn maybe_flush(&mut self, eff: &mut Effects) {
         let frees_waiting = self.store.borrow().pending_free_bytes() > 0;
         if !(self.applied_since_flush || frees_waiting) || self.failed.is_some() {
+            self.flush_wanted_since = None;
             return;
         }
+        if !self.wal_idle() {
+            let since = *self.flush_wanted_since.get_or_insert(self.now);
+            if self.now.since(since) < FLUSH_WAL_IDLE_WAIT_MAX_US {
+                // Records staged with nothing in flight (hard states that need no sync of
+                // their own) go out in a commit of their own rather than in the flush's, on
+                // this thread.
+                self.commit_staged(eff);
+                return;
+            }
+        }
+        self.flush_wanted_since = None;
         // What starting a flush holds the shard's thread for (the rest runs on the flush
         // runner): the commits in flight, the staged data written, and the data's sync.
         let start = self.metrics_now();

@@ -5,6 +5,7 @@ mod harness;
 mod repair;
 mod space;
 
+use fastblock_shard::flush::FLUSH_WAL_IDLE_WAIT_MAX_US;
 use fastblock_shard::{Effects, Input, Micros, Report, ShardConfig, Stage};
 use fastblock_types::OsdId;
 use fastblock_wire::{Reply, Request, SnapVerdict, Status};
@@ -483,9 +484,9 @@ fn a_flush_lets_the_log_be_compacted_behind_it() {
         assert_eq!(c.reply(id), Some(&Reply::Ok));
     }
     let (first_before, last) = c.core(1).store().log_bounds(pg(0));
-    // No flush runner: the store commits inline and the core compacts at once.
-    let eff = c.step(1, Input::FlushDue);
-    assert!(eff.flush_started);
+    // No flush runner: the store commits inline and the core compacts at once (once the
+    // last apply's hard state is committed: the flush waits for an idle WAL).
+    c.step(1, Input::FlushDue);
     let (first_after, _) = c.core(1).store().log_bounds(pg(0));
     let flushed = c.core(1).store().flushed_applied_index(pg(0));
     assert!(flushed >= last - 1, "flushed {flushed}, last {last}");
@@ -494,6 +495,76 @@ fn a_flush_lets_the_log_be_compacted_behind_it() {
     assert_eq!(first_after, flushed - 4 + 1);
     // Nothing applied since: the next timer does nothing.
     assert!(!c.step(1, Input::FlushDue).flush_started);
+}
+
+/// A core with two WAL commits allowed in flight, so that inputs keep coming while one is.
+fn two_in_flight() -> Cluster {
+    let mut c = Cluster::with(&[1], |id| ShardConfig {
+        wal_commits_in_flight_max: 2,
+        ..harness::config(id)
+    });
+    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    c
+}
+
+/// Goal: a flush never holds the shard's thread for a WAL commit in flight (starting one
+/// makes the WAL durable first): a due flush waits until the commit completed, and starts
+/// right after, in the same step.
+#[test]
+fn a_due_flush_waits_for_the_wal_commit_in_flight() {
+    let mut c = two_in_flight();
+    let done = c.request(1, write(pg(0), 1, 0, &[1u8; 4096], 1));
+    assert_eq!(c.reply(done), Some(&Reply::Ok));
+    c.auto_commit = false;
+    let pending = c.request(1, write(pg(0), 2, 0, &[2u8; 4096], 1));
+    c.step(1, Input::WalCommit);
+    assert_eq!(c.core(1).commits_in_flight(), 1);
+    let flushed = c.core(1).store().flushed_applied_index(pg(0));
+    let eff = c.step_raw(1, Input::FlushDue);
+    assert!(
+        !eff.flush_started,
+        "no flush while a WAL commit is in flight"
+    );
+    assert_eq!(c.core(1).store().flushed_applied_index(pg(0)), flushed);
+    // The commit completes; the flush starts once nothing more is due (one member: the
+    // apply's hard state is one more commit).
+    let mut started = c.step(1, Input::WalDurable).flush_started;
+    for _ in 0..4 {
+        if started || !c.core(1).commit_pending() {
+            break;
+        }
+        if c.core(1).commits_in_flight() == 0 {
+            started |= c.step(1, Input::WalCommit).flush_started;
+        }
+        started |= c.step(1, Input::WalDurable).flush_started;
+    }
+    assert!(started, "the waiting flush starts once the WAL is idle");
+    assert_eq!(c.reply(pending), Some(&Reply::Ok));
+    assert!(c.core(1).store().flushed_applied_index(pg(0)) > flushed);
+}
+
+/// Goal: a shard whose WAL is never idle still flushes, once the wait is up.
+#[test]
+fn a_due_flush_waits_for_an_idle_wal_no_longer_than_its_bound() {
+    let mut c = two_in_flight();
+    let done = c.request(1, write(pg(0), 1, 0, &[1u8; 4096], 1));
+    assert_eq!(c.reply(done), Some(&Reply::Ok));
+    c.auto_commit = false;
+    c.request(1, write(pg(0), 2, 0, &[2u8; 4096], 1));
+    c.step(1, Input::WalCommit);
+    assert!(!c.step_raw(1, Input::FlushDue).flush_started);
+    c.now = Micros(c.now.0 + FLUSH_WAL_IDLE_WAIT_MAX_US / 2);
+    assert!(
+        !c.step_raw(1, Input::FlushDue).flush_started,
+        "still within the wait"
+    );
+    c.now = Micros(c.now.0 + FLUSH_WAL_IDLE_WAIT_MAX_US / 2);
+    assert_eq!(c.core(1).commits_in_flight(), 1, "the WAL is still busy");
+    assert!(
+        c.step_raw(1, Input::FlushDue).flush_started,
+        "the wait is up: the flush starts with the commit in flight"
+    );
 }
 
 // ---- hosting ----
