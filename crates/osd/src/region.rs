@@ -149,6 +149,10 @@ impl<D: Disk> Disk for RegionDisk<D> {
         self.inner.wait_background()
     }
 
+    fn background_done(&mut self) -> io::Result<bool> {
+        self.inner.background_done()
+    }
+
     fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {
         let shifted = writes
             .into_iter()

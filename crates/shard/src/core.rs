@@ -514,6 +514,11 @@ impl<D: Disk + 'static> ShardCore<D> {
         if self.flush_wanted_since.is_some() {
             self.maybe_flush(eff);
         }
+        // A flush begun while its data was still being written goes to the flusher once the
+        // disk finished the writes (any step after that, at worst the next tick).
+        if self.store.borrow().flush_awaits_writes() {
+            self.poll_flush(eff);
+        }
         self.flush_if_wal_advanced(eff);
         self.relieve_wal_pressure(eff);
         // A flush or a synchronous commit of this step may have made held reports durable.

@@ -47,8 +47,10 @@ impl<D: Disk + 'static> ShardCore<D> {
             }
         }
         self.flush_wanted_since = None;
-        // What starting a flush holds the shard's thread for (the rest runs on the flush
-        // runner): the commits in flight, the staged data written, and the data's sync.
+        // What starting a flush holds the shard's thread for (the data's sync and the
+        // metadata commit run on the flush runner, once the staged data handed to the disk
+        // here is written): the WAL records staged, and whatever a slow disk takes to
+        // accept the stage's write.
         let start = self.metrics_now();
         let begun = self.store.borrow_mut().flush_begin();
         if matches!(begun, Ok(true)) {

@@ -4,7 +4,9 @@
 use crate::disk::{AlignedBuf, Disk, UringDisk, UringOptions};
 use crate::error::{Error, ObjectId, Result};
 use crate::flusher::{Finished, FlushRunner, Flusher};
-use crate::objects::{meta, BlockCacheStats, ImageSnaps, ImageUsage, ObjectRead, Objects};
+use crate::objects::{
+    meta, BlockCacheStats, ImageSnaps, ImageUsage, MetaCommit, ObjectRead, Objects,
+};
 use crate::superblock::{Superblock, SUPERBLOCK_SIZE_BYTES};
 use crate::wal::writer::io_err;
 use crate::wal::{PgLog, Wal, WalOptions};
@@ -93,6 +95,10 @@ pub struct Store<D: Disk> {
     flusher: Option<Box<dyn FlushRunner>>,
     /// A flush finished but not yet reported by [`Store::flush_poll`].
     flush_done: Option<FlushDone>,
+    /// A prepared metadata commit whose data is still being written in the background: it
+    /// goes to the flusher once the disk completed those writes ([`Store::flush_poll`]), so
+    /// that starting a flush never waits for a data write.
+    flush_awaiting_writes: Option<MetaCommit>,
 }
 
 /// A flush begun with [`Store::flush_begin`] is durable: `flushed_applied_index` has
@@ -169,6 +175,7 @@ impl<D: Disk> Store<D> {
             data_with_commit: options.data_with_commit,
             flusher: None,
             flush_done: None,
+            flush_awaiting_writes: None,
         })
     }
 
@@ -219,6 +226,7 @@ impl<D: Disk> Store<D> {
             data_with_commit: options.data_with_commit,
             flusher: None,
             flush_done: None,
+            flush_awaiting_writes: None,
         };
         store.finish_snapshot_installs()?;
         store.finish_pg_removals()?;
@@ -901,13 +909,23 @@ impl<D: Disk> Store<D> {
         self.flusher = Some(runner);
     }
 
-    /// Whether a flush's metadata commit is running on the flusher thread.
-    pub fn flush_in_flight(&self) -> bool {
-        self.flusher.as_ref().is_some_and(|f| f.busy())
+    /// Whether a begun flush waits for its data writes before its commit can go to the
+    /// flusher: the owner should call [`Store::flush_poll`] again soon (after its next wake-up).
+    pub fn flush_awaits_writes(&self) -> bool {
+        self.flush_awaiting_writes.is_some()
     }
 
-    /// Starts a flush: commits pending WAL records, writes and syncs the applied data, and
-    /// hands the metadata commit to the flusher thread (or, without one, runs it inline).
+    /// Whether a flush's metadata commit is running on the flusher thread, or waits for its
+    /// data writes to be handed there.
+    pub fn flush_in_flight(&self) -> bool {
+        self.flush_awaiting_writes.is_some() || self.flusher.as_ref().is_some_and(|f| f.busy())
+    }
+
+    /// Starts a flush: commits pending WAL records, writes the applied data, and hands the
+    /// data's sync and the metadata commit to the flusher thread (or, without one, runs them
+    /// inline). With a disk that writes in the background, the hand-over waits for those
+    /// writes to complete: [`Store::flush_poll`] makes it, and
+    /// [`Store::flush_awaits_writes`] says whether it is still to be made.
     /// Returns `false`, doing nothing, while the previous one is still running.
     /// [`Store::flush_poll`] reports it once it is durable.
     pub fn flush_begin(&mut self) -> Result<bool> {
@@ -921,8 +939,14 @@ impl<D: Disk> Store<D> {
             let lsn = s.wal.durable_lsn();
             let mut commit = s.objects.flush_prepare(&mut s.disk, lsn)?;
             match s.flusher.as_mut() {
-                Some(f) => f.submit(commit),
+                Some(_) => {
+                    s.flush_awaiting_writes = Some(commit);
+                    s.hand_over_when_written(false)?;
+                }
                 None => {
+                    s.disk
+                        .wait_background()
+                        .map_err(|e| io_err("data write", 0, e))?;
                     commit.run()?;
                     let block_entries = commit.block_entries();
                     s.objects.flush_finish(commit);
@@ -943,6 +967,7 @@ impl<D: Disk> Store<D> {
             if let Some(done) = s.flush_done.take() {
                 return Ok(Some(done));
             }
+            s.hand_over_when_written(false)?;
             match s.flusher.as_mut().and_then(|f| f.try_finished()) {
                 Some(finished) => s.finish_background(finished).map(Some),
                 None => Ok(None),
@@ -963,9 +988,32 @@ impl<D: Disk> Store<D> {
         })
     }
 
+    /// Hands the commit awaiting its data writes to the flusher once the disk completed
+    /// every background write (with `wait`, after waiting for them).
+    fn hand_over_when_written(&mut self, wait: bool) -> Result<()> {
+        if self.flush_awaiting_writes.is_none() {
+            return Ok(());
+        }
+        let written = if wait {
+            self.disk.wait_background().map(|()| true)
+        } else {
+            self.disk.background_done()
+        }
+        .map_err(|e| io_err("data write", 0, e))?;
+        if written {
+            let commit = self.flush_awaiting_writes.take().expect("checked above");
+            self.flusher
+                .as_mut()
+                .expect("a commit awaits its writes only with a flush runner")
+                .submit(commit);
+        }
+        Ok(())
+    }
+
     /// Waits for a running background commit and finishes it (reported by the next
     /// [`Store::flush_poll`]).
     fn flush_wait(&mut self) -> Result<()> {
+        self.hand_over_when_written(true)?;
         if let Some(finished) = self.flusher.as_mut().and_then(|f| f.wait()) {
             let done = self.finish_background(finished)?;
             self.flush_done = Some(done);

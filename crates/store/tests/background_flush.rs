@@ -170,3 +170,130 @@ fn the_data_sync_runs_with_the_commit_and_covers_its_blocks() {
         check(&mut s, &model, &format!("after a crash (seed {seed})"));
     }
 }
+
+/// A simulated disk whose background writes stay in flight until the test completes them
+/// (`done`), as the io_uring disk's do until the device answers.
+struct SlowBackground {
+    inner: fastblock_store::SimDisk,
+    in_flight: Arc<std::sync::Mutex<Vec<(fastblock_store::disk::AlignedBuf, Vec<BackgroundRun>)>>>,
+}
+
+use fastblock_store::disk::{BackgroundRun, DataSync, ReadOp, WriteOp};
+
+impl SlowBackground {
+    /// The device finishes every background write (unsynced, as a write completes).
+    fn complete(&self) -> std::io::Result<()> {
+        let mut inner = self.inner.clone();
+        for (buf, runs) in self.in_flight.lock().unwrap().drain(..) {
+            for r in runs {
+                fastblock_store::Disk::write(
+                    &mut inner,
+                    r.disk_offset_bytes,
+                    &buf[r.buf_offset..r.buf_offset + r.len],
+                    false,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fastblock_store::Disk for SlowBackground {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_many(&mut self, reads: &mut [ReadOp<'_>]) -> std::io::Result<()> {
+        self.complete()?;
+        self.inner.read_many(reads)
+    }
+    fn write_many(&mut self, writes: &[WriteOp<'_>], sync: bool) -> std::io::Result<()> {
+        if sync {
+            self.complete()?;
+        }
+        self.inner.write_many(writes, sync)
+    }
+    fn write_background(
+        &mut self,
+        buf: fastblock_store::disk::AlignedBuf,
+        runs: &[BackgroundRun],
+    ) -> std::io::Result<()> {
+        self.in_flight.lock().unwrap().push((buf, runs.to_vec()));
+        Ok(())
+    }
+    fn wait_background(&mut self) -> std::io::Result<()> {
+        self.complete()
+    }
+    fn background_done(&mut self) -> std::io::Result<bool> {
+        Ok(self.in_flight.lock().unwrap().is_empty())
+    }
+    fn data_sync(&self) -> Option<Box<dyn DataSync>> {
+        self.inner.data_sync()
+    }
+    fn discard(&mut self, offset_bytes: u64, len_bytes: u64) -> std::io::Result<()> {
+        self.inner.discard(offset_bytes, len_bytes)
+    }
+}
+
+/// Goal: starting a flush never waits for a data write, and its commit (which syncs the data
+/// first) goes to the flusher only once every background write completed, since a sync
+/// covers completed writes only. Method: a disk that holds background writes until told; a
+/// flush begun with the last staged data still in flight stays with the store, is handed
+/// over at the first poll after the writes completed, and its data survives a crash.
+#[test]
+fn a_flush_goes_to_the_flusher_once_its_data_writes_completed() {
+    let disk = fastblock_store::SimDisk::new(DEVICE_BYTES);
+    let meta = fastblock_store::SimFile::new();
+    let slow = SlowBackground {
+        inner: disk.clone(),
+        in_flight: Arc::default(),
+    };
+    let in_flight = slow.in_flight.clone();
+    let mut opts = options();
+    opts.background_data_writes = true;
+    let mut s = Store::mkfs(slow, meta.clone(), &small_mkfs(), opts).unwrap();
+    let runner = std::rc::Rc::new(std::cell::RefCell::new(HeldRunner::default()));
+    s.set_flush_runner(Box::new(Held(runner.clone())));
+    let mut cs = ConfState::default();
+    cs.voters = vec![1];
+    s.set_conf_state(pg(0), &cs).unwrap();
+    s.append_entries(pg(0), &[entry(1, 1, 10)]).unwrap();
+    s.commit().unwrap();
+    let mut model: Model = BTreeMap::new();
+    for o in 0..OBJECTS {
+        for b in 0..BLOCKS_PER_OBJECT {
+            let data = pattern(o * 10 + b + 7, BS);
+            s.write_object(pg(0), obj(o), b * BS as u64, &data).unwrap();
+            model.insert((o, b), data);
+        }
+    }
+    s.set_applied(pg(0), 1).unwrap();
+    assert!(s.flush_begin().unwrap());
+    assert!(
+        !in_flight.lock().unwrap().is_empty(),
+        "the last staged data went out as a background write"
+    );
+    assert!(s.flush_awaits_writes());
+    assert!(
+        runner.borrow().held.is_none(),
+        "not handed over before its writes completed"
+    );
+    assert!(s.flush_in_flight(), "no second flush meanwhile");
+    assert!(!s.flush_begin().unwrap());
+    assert!(s.flush_poll().unwrap().is_none());
+    assert!(runner.borrow().held.is_none());
+    // The device completes the writes: the next poll hands the commit over.
+    fastblock_store::Disk::wait_background(s.disk_mut()).unwrap();
+    assert!(
+        s.flush_poll().unwrap().is_none(),
+        "handed over, held by the runner"
+    );
+    assert!(!s.flush_awaits_writes());
+    assert!(runner.borrow().held.is_some());
+    runner.borrow_mut().release = true;
+    assert!(s.flush_poll().unwrap().is_some());
+    drop(s);
+    crash(&disk, &meta, 7);
+    let mut s = reopen(&disk, &meta).unwrap();
+    assert_eq!(s.flushed_applied_index(pg(0)), 1);
+    check(&mut s, &model, "after a crash");
+}

@@ -718,6 +718,10 @@ impl<D: Disk> Disk for FaultyDisk<D> {
         self.inner.wait_background()
     }
 
+    fn background_done(&mut self) -> io::Result<bool> {
+        self.inner.background_done()
+    }
+
     fn sync(&mut self) -> io::Result<()> {
         if self.plan.is_empty() {
             return self.inner.sync();

@@ -165,6 +165,13 @@ pub trait Disk {
         Ok(())
     }
 
+    /// Whether every background write has completed, without waiting (completions that
+    /// arrived are collected); returns the first error among them. Default: background writes
+    /// are synchronous, so none is ever in flight.
+    fn background_done(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
+
     /// A handle that syncs this disk from another thread, if the disk has one; `None` makes
     /// the owner sync on its own thread. Writes must have completed (`write_many` returned,
     /// `wait_background` done) before the handle's sync can cover them.

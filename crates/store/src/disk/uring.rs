@@ -901,6 +901,16 @@ impl Disk for UringDisk {
         }
     }
 
+    fn background_done(&mut self) -> io::Result<bool> {
+        if let Some(ring) = self.ring.as_mut() {
+            Self::route_async(ring, &mut self.background, &mut self.commits)?;
+        }
+        if let Some(e) = self.background.error.take() {
+            return Err(e);
+        }
+        Ok(self.background.ops.is_empty())
+    }
+
     fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {
         let asynchronous = self.ring.is_some()
             && self.options.sync_mode != SyncMode::FdatasyncSyscall

@@ -135,8 +135,10 @@ impl Objects {
     /// Step 1 of a flush, on the owning thread: writes the staged data (the commit must not
     /// reference blocks that are not durable), then takes the changes into a [`MetaCommit`].
     /// The data's sync is the commit's first step when the disk can sync from another thread
-    /// ([`Disk::data_sync`]): the owner then waits only for its writes to complete, not for
-    /// the device's flush. Otherwise it syncs here. At most one may be outstanding.
+    /// ([`Disk::data_sync`]); the staged data then goes out as a background write, and the
+    /// commit may run only once every background write completed (the caller checks
+    /// [`Disk::background_done`], or waits). Otherwise it is written and synced here. At most
+    /// one may be outstanding.
     pub fn flush_prepare(
         &mut self,
         disk: &mut dyn Disk,
@@ -147,13 +149,16 @@ impl Objects {
             "a metadata commit is already outstanding"
         );
         let data_sync = disk.data_sync();
-        if data_sync.is_some() {
-            self.submit_staged(disk, false)?;
-            // The handle's sync covers completed writes only.
-            disk.wait_background()
-                .map_err(|e| io_err("data write", 0, e))?;
-        } else {
-            self.submit_staged(disk, true)?;
+        match data_sync {
+            // The handle's sync covers completed writes only: the caller waits for the
+            // background writes (`Disk::background_done`) before the commit runs.
+            Some(_) if self.background_writes => {
+                if !self.stage.runs.is_empty() {
+                    self.stage_out(disk)?;
+                }
+            }
+            Some(_) => self.submit_staged(disk, false)?,
+            None => self.submit_staged(disk, true)?,
         }
         self.commit_outstanding = true;
         self.committing_free_blocks = self.pending_free.len() as u64;

@@ -875,6 +875,8 @@ impl Objects {
     /// (`commit.rs`), run inline.
     pub fn flush(&mut self, disk: &mut dyn Disk, wal_durable_lsn: u64) -> Result<()> {
         let mut commit = self.flush_prepare(disk, wal_durable_lsn)?;
+        disk.wait_background()
+            .map_err(|e| io_err("data write", 0, e))?;
         commit.run()?;
         self.flush_finish(commit);
         Ok(())
