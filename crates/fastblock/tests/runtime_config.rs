@@ -14,18 +14,6 @@ use std::time::Duration;
 /// The OSD's runtime-settable keys, as it lists them (docs/operations.md, "Configuration").
 const OSD_SETTABLE: &str = "flush_interval, log_level, op_complaint_time, recovery_max_bytes_per_sec, scrub_deep_bytes_per_sec";
 
-/// `fastblock-client config ARGS --run-dir RUN_DIR`.
-fn config(run_dir: &Path, args: &[&str]) -> CliOutput {
-    let out = Command::new(bin("fastblock-client"))
-        .arg("config")
-        .args(args)
-        .arg("--run-dir")
-        .arg(run_dir)
-        .output()
-        .expect("running fastblock-client config");
-    CliOutput::from(out)
-}
-
 /// The `show` line of `key`: `(value, source)`.
 fn shown(show: &str, key: &str) -> (String, String) {
     let line = show
@@ -94,7 +82,7 @@ async fn osd_log_level_changes_at_runtime() {
         "{}",
         read_osd_log(&osd)
     );
-    let show = config(&run, &["show", &target]);
+    let show = config_cli(&run, &["show", &target]);
     let show = show.ok();
     assert_eq!(shown(show, "flush_interval"), ("2s".into(), "file".into()));
     assert_eq!(shown(show, "tick"), ("50ms".into(), "flag".into()));
@@ -109,14 +97,14 @@ async fn osd_log_level_changes_at_runtime() {
     let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     assert_eq!(debug_lines(&read_log()), 0, "{}", read_log());
 
-    let set = config(
+    let set = config_cli(
         &run,
         &["set", &target, "log_level", "info,fastblock_osd=debug"],
     );
     assert!(set.ok().contains("runtime"), "{}", set.stdout);
-    let got = config(&run, &["get", &target, "log_level"]);
+    let got = config_cli(&run, &["get", &target, "log_level"]);
     assert_eq!(got.ok().trim(), "info,fastblock_osd=debug");
-    let show = config(&run, &["show", &target]);
+    let show = config_cli(&run, &["show", &target]);
     assert_eq!(
         shown(show.ok(), "log_level"),
         ("info,fastblock_osd=debug".into(), "runtime".into())
@@ -132,10 +120,10 @@ async fn osd_log_level_changes_at_runtime() {
     .await;
 
     // A tunable: the shard threads take the new flush interval (they log it at debug level).
-    let set = config(&run, &["set", &target, "flush_interval", "3s"]);
+    let set = config_cli(&run, &["set", &target, "flush_interval", "3s"]);
     assert!(set.ok().contains("3s"), "{}", set.stdout);
     assert_eq!(
-        shown(config(&run, &["show", &target]).ok(), "flush_interval"),
+        shown(config_cli(&run, &["show", &target]).ok(), "flush_interval"),
         ("3s".into(), "runtime".into())
     );
     wait_until(
@@ -144,14 +132,14 @@ async fn osd_log_level_changes_at_runtime() {
         || async { read_log().contains("flush interval changed").then_some(()) },
     )
     .await;
-    let zero = config(&run, &["set", &target, "flush_interval", "0s"]);
+    let zero = config_cli(&run, &["set", &target, "flush_interval", "0s"]);
     assert_eq!(zero.code, 4, "{}", zero.stderr);
     zero.fails_with("zero");
 
     // The throttles: the shard core takes its share of each new rate (and logs it at info).
-    config(&run, &["set", &target, "recovery_max_bytes_per_sec", "32M"]).ok();
-    config(&run, &["set", &target, "scrub_deep_bytes_per_sec", "8M"]).ok();
-    let show = config(&run, &["show", &target]);
+    config_cli(&run, &["set", &target, "recovery_max_bytes_per_sec", "32M"]).ok();
+    config_cli(&run, &["set", &target, "scrub_deep_bytes_per_sec", "8M"]).ok();
+    let show = config_cli(&run, &["show", &target]);
     assert_eq!(
         shown(show.ok(), "recovery_max_bytes_per_sec"),
         ("32M".into(), "runtime".into())
@@ -171,11 +159,11 @@ async fn osd_log_level_changes_at_runtime() {
         },
     )
     .await;
-    let zero = config(&run, &["set", &target, "recovery_max_bytes_per_sec", "0"]);
+    let zero = config_cli(&run, &["set", &target, "recovery_max_bytes_per_sec", "0"]);
     assert_eq!(zero.code, 4, "{}", zero.stderr);
     zero.fails_with("the rate must be positive");
 
-    config(&run, &["set", &target, "log_level", "info"]).ok();
+    config_cli(&run, &["set", &target, "log_level", "info"]).ok();
     let before = read_log().len();
     poke(osd.port).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -183,30 +171,30 @@ async fn osd_log_level_changes_at_runtime() {
     assert_eq!(debug_lines(&after[before..]), 0, "{}", &after[before..]);
 
     // Not settable at runtime, not a setting, not a filter: refused (status 4), nothing changed.
-    let refused = config(&run, &["set", &target, "wal_sync", "two-step"]);
+    let refused = config_cli(&run, &["set", &target, "wal_sync", "two-step"]);
     assert_eq!(refused.code, 4, "{}", refused.stderr);
     refused.fails_with(&format!(
         "cannot be changed at runtime; the settable ones are: {OSD_SETTABLE}"
     ));
-    let unknown = config(&run, &["set", &target, "flush_intervall", "5s"]);
+    let unknown = config_cli(&run, &["set", &target, "flush_intervall", "5s"]);
     assert_eq!(unknown.code, 4, "{}", unknown.stderr);
     unknown.fails_with(&format!(
         "is not a setting; the settable ones are: {OSD_SETTABLE}"
     ));
-    let zero = config(&run, &["set", &target, "op_complaint_time", "0s"]);
+    let zero = config_cli(&run, &["set", &target, "op_complaint_time", "0s"]);
     assert_eq!(zero.code, 4, "{}", zero.stderr);
     zero.fails_with("is zero");
-    let bad = config(&run, &["set", &target, "log_level", "fastblock_osd=loud"]);
+    let bad = config_cli(&run, &["set", &target, "log_level", "fastblock_osd=loud"]);
     assert_eq!(bad.code, 4, "{}", bad.stderr);
     bad.fails_with("is not a log filter");
     assert_eq!(
-        config(&run, &["get", &target, "log_level"]).ok().trim(),
+        config_cli(&run, &["get", &target, "log_level"]).ok().trim(),
         "info"
     );
     // No such daemon on this host: unreachable (5); a bad name: usage (2).
-    let missing = config(&run, &["show", "osd.999"]);
+    let missing = config_cli(&run, &["show", "osd.999"]);
     assert_eq!(missing.code, 5, "{}", missing.stderr);
-    let bad_target = config(&run, &["show", "osd.x"]);
+    let bad_target = config_cli(&run, &["show", "osd.x"]);
     assert_eq!(bad_target.code, 2, "{}", bad_target.stderr);
     assert!(osd.is_running(), "{}", osd.log_tail());
 }
@@ -249,7 +237,7 @@ async fn precedence_flag_env_file_default() {
         || async { socket.exists().then_some(()) },
     )
     .await;
-    let show = config(&run, &["show", "mon"]);
+    let show = config_cli(&run, &["show", "mon"]);
     let show = show.ok();
     assert_eq!(
         shown(show, "tick_interval"),
@@ -265,7 +253,7 @@ async fn precedence_flag_env_file_default() {
     assert!(position("osd_down_after") < position("lease_ttl"), "{show}");
     assert!(position("auth_mode") < position("keyring"), "{show}");
     assert_eq!(shown(show, "keyring").0, "-", "unset reads -: {show}");
-    let json = config(&run, &["show", "mon.a", "--json"]);
+    let json = config_cli(&run, &["show", "mon.a", "--json"]);
     let json: serde_json::Value = serde_json::from_str(json.ok()).unwrap();
     let run_dir = json
         .as_array()
@@ -438,21 +426,21 @@ async fn nbd_log_level_changes_at_runtime() {
     })
     .await;
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
-    let show = config(&run, &["show", "nbd"]);
+    let show = config_cli(&run, &["show", "nbd"]);
     let show = show.ok();
     assert_eq!(shown(show, "threads"), ("2".into(), "env".into()));
     assert_eq!(shown(show, "run_dir").1, "flag", "{show}");
     assert_eq!(shown(show, "tls"), ("off".into(), "default".into()));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(debug_lines(&read_log()), 0, "{}", read_log());
-    config(&run, &["set", "nbd", "log_level", "debug"]).ok();
+    config_cli(&run, &["set", "nbd", "log_level", "debug"]).ok();
     wait_until(
         Duration::from_secs(10),
         "debug lines in the NBD log",
         || async { (debug_lines(&read_log()) > 0).then_some(()) },
     )
     .await;
-    let refused = config(&run, &["set", "nbd", "flush_interval", "1s"]);
+    let refused = config_cli(&run, &["set", "nbd", "flush_interval", "1s"]);
     assert_eq!(refused.code, 4, "{}", refused.stderr);
     refused.fails_with("\"flush_interval\" is not a setting; the settable ones are: log_level");
 }

@@ -50,20 +50,6 @@ const OSD_ARGS: &[&str] = &[
     "1h",
 ];
 
-/// `fastblock-client config set ENTITY KEY VALUE` through the daemon's admin socket.
-fn config_set(
-    run_dir: &std::path::Path,
-    entity: &str,
-    key: &str,
-    value: &str,
-) -> std::process::Output {
-    std::process::Command::new(common::bin("fastblock-client"))
-        .args(["config", "set", entity, key, value, "--run-dir"])
-        .arg(run_dir)
-        .output()
-        .expect("running fastblock-client config set")
-}
-
 fn check<'a>(health: &'a Value, code: &str) -> Option<&'a Value> {
     health["checks"]
         .as_array()
@@ -222,8 +208,11 @@ async fn slow_ops_show_the_osd_the_op_and_its_stage_then_clear() {
         })
     };
     for (value, slow_named) in [("1h", false), ("1s", true)] {
-        let set = config_set(&slow_osd.run_dir(), &entity, "op_complaint_time", value);
-        assert!(set.status.success(), "config set: {set:?}");
+        common::config_cli(
+            &slow_osd.run_dir(),
+            &["set", &entity, "op_complaint_time", value],
+        )
+        .ok();
         wait_until(
             WAIT,
             &format!("SLOW_OPS after a complaint time of {value}"),

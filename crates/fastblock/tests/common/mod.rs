@@ -513,6 +513,19 @@ pub async fn http_get(url: &str) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&buf).to_string())
 }
 
+/// `fastblock-client config ARGS --run-dir RUN_DIR`: a daemon's runtime configuration through
+/// its admin socket under `run_dir`.
+pub fn config_cli(run_dir: &Path, args: &[&str]) -> CliOutput {
+    let out = std::process::Command::new(bin("fastblock-client"))
+        .arg("config")
+        .args(args)
+        .arg("--run-dir")
+        .arg(run_dir)
+        .output()
+        .expect("running fastblock-client config");
+    CliOutput::from(out)
+}
+
 pub struct CliOutput {
     pub code: i32,
     pub stdout: String,
