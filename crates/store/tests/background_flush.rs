@@ -127,6 +127,31 @@ fn writes_during_a_background_commit_are_neither_lost_nor_leaked() {
     assert_eq!(s.flushed_applied_index(pg(0)), round);
 }
 
+/// A store whose flushes' commits wait for the test ([`HeldRunner`]), with one PG that has
+/// a log, every block of its objects written with patterns of `seed`, and applied index 1.
+fn held_flush_of_every_block<D: fastblock_store::Disk + 'static>(
+    s: &mut Store<D>,
+    seed: u64,
+) -> (std::rc::Rc<std::cell::RefCell<HeldRunner>>, Model) {
+    let runner = std::rc::Rc::new(std::cell::RefCell::new(HeldRunner::default()));
+    s.set_flush_runner(Box::new(Held(runner.clone())));
+    let mut cs = ConfState::default();
+    cs.voters = vec![1];
+    s.set_conf_state(pg(0), &cs).unwrap();
+    s.append_entries(pg(0), &[entry(1, 1, 10)]).unwrap();
+    s.commit().unwrap();
+    let mut model: Model = BTreeMap::new();
+    for o in 0..OBJECTS {
+        for b in 0..BLOCKS_PER_OBJECT {
+            let data = pattern(seed * 1000 + o * 10 + b, BS);
+            s.write_object(pg(0), obj(o), b * BS as u64, &data).unwrap();
+            model.insert((o, b), data);
+        }
+    }
+    s.set_applied(pg(0), 1).unwrap();
+    (runner, model)
+}
+
 /// Goal: a flush's data sync runs with its metadata commit, off the owner's thread
 /// (`Disk::data_sync`), and still covers every block the commit references. Method: writes,
 /// then a flush whose commit is held: the owner issued no sync. Once the commit ran, a crash
@@ -136,22 +161,7 @@ fn writes_during_a_background_commit_are_neither_lost_nor_leaked() {
 fn the_data_sync_runs_with_the_commit_and_covers_its_blocks() {
     for seed in 0..16u64 {
         let (disk, meta, mut s) = new_sim(DEVICE_BYTES);
-        let runner = std::rc::Rc::new(std::cell::RefCell::new(HeldRunner::default()));
-        s.set_flush_runner(Box::new(Held(runner.clone())));
-        let mut cs = ConfState::default();
-        cs.voters = vec![1];
-        s.set_conf_state(pg(0), &cs).unwrap();
-        s.append_entries(pg(0), &[entry(1, 1, 10)]).unwrap();
-        s.commit().unwrap();
-        let mut model: Model = BTreeMap::new();
-        for o in 0..OBJECTS {
-            for b in 0..BLOCKS_PER_OBJECT {
-                let data = pattern(seed * 1000 + o * 10 + b, BS);
-                s.write_object(pg(0), obj(o), b * BS as u64, &data).unwrap();
-                model.insert((o, b), data);
-            }
-        }
-        s.set_applied(pg(0), 1).unwrap();
+        let (runner, model) = held_flush_of_every_block(&mut s, seed);
         let syncs = disk.image().syncs;
         assert!(s.flush_begin().unwrap());
         assert_eq!(
@@ -251,22 +261,7 @@ fn a_flush_goes_to_the_flusher_once_its_data_writes_completed() {
     let mut opts = options();
     opts.background_data_writes = true;
     let mut s = Store::mkfs(slow, meta.clone(), &small_mkfs(), opts).unwrap();
-    let runner = std::rc::Rc::new(std::cell::RefCell::new(HeldRunner::default()));
-    s.set_flush_runner(Box::new(Held(runner.clone())));
-    let mut cs = ConfState::default();
-    cs.voters = vec![1];
-    s.set_conf_state(pg(0), &cs).unwrap();
-    s.append_entries(pg(0), &[entry(1, 1, 10)]).unwrap();
-    s.commit().unwrap();
-    let mut model: Model = BTreeMap::new();
-    for o in 0..OBJECTS {
-        for b in 0..BLOCKS_PER_OBJECT {
-            let data = pattern(o * 10 + b + 7, BS);
-            s.write_object(pg(0), obj(o), b * BS as u64, &data).unwrap();
-            model.insert((o, b), data);
-        }
-    }
-    s.set_applied(pg(0), 1).unwrap();
+    let (runner, model) = held_flush_of_every_block(&mut s, 7);
     assert!(s.flush_begin().unwrap());
     assert!(
         !in_flight.lock().unwrap().is_empty(),

@@ -27,6 +27,17 @@ fn single() -> Cluster {
     c
 }
 
+/// One OSD leading PG 0 alone, with two WAL commits allowed in flight, so that inputs keep coming while one is.
+fn two_in_flight() -> Cluster {
+    let mut c = Cluster::with(&[1], |id| ShardConfig {
+        wal_commits_in_flight_max: 2,
+        ..harness::config(id)
+    });
+    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    c
+}
+
 // ---- admission ----
 
 #[test]
@@ -346,12 +357,7 @@ fn a_shard_whose_disk_fails_sends_its_clients_to_the_other_replicas() {
 
 #[test]
 fn two_commits_in_flight_complete_in_order_and_only_when_durable() {
-    let mut c = Cluster::with(&[1], |id| ShardConfig {
-        wal_commits_in_flight_max: 2,
-        ..harness::config(id)
-    });
-    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
-    c.elect(1, pg(0));
+    let mut c = two_in_flight();
     c.auto_commit = false;
     let first = c.request(1, write(pg(0), 1, 0, &[1u8; 512], 1));
     assert!(c.step(1, Input::WalCommit).wal_commit_submitted.is_some());
@@ -495,17 +501,6 @@ fn a_flush_lets_the_log_be_compacted_behind_it() {
     assert_eq!(first_after, flushed - 4 + 1);
     // Nothing applied since: the next timer does nothing.
     assert!(!c.step(1, Input::FlushDue).flush_started);
-}
-
-/// A core with two WAL commits allowed in flight, so that inputs keep coming while one is.
-fn two_in_flight() -> Cluster {
-    let mut c = Cluster::with(&[1], |id| ShardConfig {
-        wal_commits_in_flight_max: 2,
-        ..harness::config(id)
-    });
-    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
-    c.elect(1, pg(0));
-    c
 }
 
 /// Goal: a flush never holds the shard's thread for a WAL commit in flight (starting one
