@@ -503,11 +503,9 @@ fn a_flush_lets_the_log_be_compacted_behind_it() {
     assert!(!c.step(1, Input::FlushDue).flush_started);
 }
 
-/// Goal: a flush never holds the shard's thread for a WAL commit in flight (starting one
-/// makes the WAL durable first): a due flush waits until the commit completed, and starts
-/// right after, in the same step.
-#[test]
-fn a_due_flush_waits_for_the_wal_commit_in_flight() {
+/// [`two_in_flight`] after one write was answered (something to flush), with the WAL commit
+/// of a second write in flight (and `auto_commit` off); returns the second write's id.
+fn applied_then_a_commit_in_flight() -> (Cluster, u64) {
     let mut c = two_in_flight();
     let done = c.request(1, write(pg(0), 1, 0, &[1u8; 4096], 1));
     assert_eq!(c.reply(done), Some(&Reply::Ok));
@@ -515,6 +513,15 @@ fn a_due_flush_waits_for_the_wal_commit_in_flight() {
     let pending = c.request(1, write(pg(0), 2, 0, &[2u8; 4096], 1));
     c.step(1, Input::WalCommit);
     assert_eq!(c.core(1).commits_in_flight(), 1);
+    (c, pending)
+}
+
+/// Goal: a flush never holds the shard's thread for a WAL commit in flight (starting one
+/// makes the WAL durable first): a due flush waits until the commit completed, and starts
+/// right after, in the same step.
+#[test]
+fn a_due_flush_waits_for_the_wal_commit_in_flight() {
+    let (mut c, pending) = applied_then_a_commit_in_flight();
     let flushed = c.core(1).store().flushed_applied_index(pg(0));
     let eff = c.step_raw(1, Input::FlushDue);
     assert!(
@@ -542,12 +549,7 @@ fn a_due_flush_waits_for_the_wal_commit_in_flight() {
 /// Goal: a shard whose WAL is never idle still flushes, once the wait is up.
 #[test]
 fn a_due_flush_waits_for_an_idle_wal_no_longer_than_its_bound() {
-    let mut c = two_in_flight();
-    let done = c.request(1, write(pg(0), 1, 0, &[1u8; 4096], 1));
-    assert_eq!(c.reply(done), Some(&Reply::Ok));
-    c.auto_commit = false;
-    c.request(1, write(pg(0), 2, 0, &[2u8; 4096], 1));
-    c.step(1, Input::WalCommit);
+    let (mut c, _) = applied_then_a_commit_in_flight();
     assert!(!c.step_raw(1, Input::FlushDue).flush_started);
     c.now = Micros(c.now.0 + FLUSH_WAL_IDLE_WAIT_MAX_US / 2);
     assert!(
