@@ -95,10 +95,10 @@ pub struct Store<D: Disk> {
     flusher: Option<Box<dyn FlushRunner>>,
     /// A flush finished but not yet reported by [`Store::flush_poll`].
     flush_done: Option<FlushDone>,
-    /// A prepared metadata commit whose data is still being written in the background: it
-    /// goes to the flusher once the disk completed those writes ([`Store::flush_poll`]), so
-    /// that starting a flush never waits for a data write.
-    flush_awaiting_writes: Option<MetaCommit>,
+    /// A prepared metadata commit whose data is still being written in the background, and
+    /// the disk's mark of those writes: it goes to the flusher once the disk completed them
+    /// ([`Store::flush_poll`]), so that starting a flush never waits for a data write.
+    flush_awaiting_writes: Option<(MetaCommit, u64)>,
 }
 
 /// A flush begun with [`Store::flush_begin`] is durable: `flushed_applied_index` has
@@ -940,7 +940,7 @@ impl<D: Disk> Store<D> {
             let mut commit = s.objects.flush_prepare(&mut s.disk, lsn)?;
             match s.flusher.as_mut() {
                 Some(_) => {
-                    s.flush_awaiting_writes = Some(commit);
+                    s.flush_awaiting_writes = Some((commit, s.disk.background_mark()));
                     s.hand_over_when_written(false)?;
                 }
                 None => {
@@ -988,20 +988,21 @@ impl<D: Disk> Store<D> {
         })
     }
 
-    /// Hands the commit awaiting its data writes to the flusher once the disk completed
-    /// every background write (with `wait`, after waiting for them).
+    /// Hands the commit awaiting its data writes to the flusher once the disk completed the
+    /// background writes started before its prepare ended (with `wait`, after waiting for
+    /// them): writes of applies since do not hold it.
     fn hand_over_when_written(&mut self, wait: bool) -> Result<()> {
-        if self.flush_awaiting_writes.is_none() {
+        let Some((_, mark)) = self.flush_awaiting_writes else {
             return Ok(());
-        }
+        };
         let written = if wait {
             self.disk.wait_background().map(|()| true)
         } else {
-            self.disk.background_done()
+            self.disk.background_written(mark)
         }
         .map_err(|e| io_err("data write", 0, e))?;
         if written {
-            let commit = self.flush_awaiting_writes.take().expect("checked above");
+            let (commit, _) = self.flush_awaiting_writes.take().expect("checked above");
             self.flusher
                 .as_mut()
                 .expect("a commit awaits its writes only with a flush runner")

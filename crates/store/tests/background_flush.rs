@@ -185,27 +185,42 @@ fn the_data_sync_runs_with_the_commit_and_covers_its_blocks() {
 /// (`done`), as the io_uring disk's do until the device answers.
 struct SlowBackground {
     inner: fastblock_store::SimDisk,
-    in_flight: Arc<std::sync::Mutex<Vec<(fastblock_store::disk::AlignedBuf, Vec<BackgroundRun>)>>>,
+    /// (id, buffer, runs) of each write in flight; ids count up from 0.
+    in_flight: Arc<std::sync::Mutex<Vec<InFlightWrite>>>,
+    next_id: u64,
 }
+
+type InFlightWrite = (u64, fastblock_store::disk::AlignedBuf, Vec<BackgroundRun>);
 
 use fastblock_store::disk::{BackgroundRun, DataSync, ReadOp, WriteOp};
 
 impl SlowBackground {
     /// The device finishes every background write (unsynced, as a write completes).
     fn complete(&self) -> std::io::Result<()> {
-        let mut inner = self.inner.clone();
-        for (buf, runs) in self.in_flight.lock().unwrap().drain(..) {
-            for r in runs {
-                fastblock_store::Disk::write(
-                    &mut inner,
-                    r.disk_offset_bytes,
-                    &buf[r.buf_offset..r.buf_offset + r.len],
-                    false,
-                )?;
-            }
-        }
-        Ok(())
+        complete_writes(&self.inner, &self.in_flight, u64::MAX)
     }
+}
+
+/// The device finishes the background writes in flight whose id is below `before`.
+fn complete_writes(
+    disk: &fastblock_store::SimDisk,
+    in_flight: &std::sync::Mutex<Vec<InFlightWrite>>,
+    before: u64,
+) -> std::io::Result<()> {
+    let mut inner = disk.clone();
+    let mut writes = in_flight.lock().unwrap();
+    for (_, buf, runs) in writes.iter().filter(|w| w.0 < before) {
+        for r in runs {
+            fastblock_store::Disk::write(
+                &mut inner,
+                r.disk_offset_bytes,
+                &buf[r.buf_offset..r.buf_offset + r.len],
+                false,
+            )?;
+        }
+    }
+    writes.retain(|w| w.0 >= before);
+    Ok(())
 }
 
 impl fastblock_store::Disk for SlowBackground {
@@ -227,14 +242,21 @@ impl fastblock_store::Disk for SlowBackground {
         buf: fastblock_store::disk::AlignedBuf,
         runs: &[BackgroundRun],
     ) -> std::io::Result<()> {
-        self.in_flight.lock().unwrap().push((buf, runs.to_vec()));
+        self.in_flight
+            .lock()
+            .unwrap()
+            .push((self.next_id, buf, runs.to_vec()));
+        self.next_id += 1;
         Ok(())
     }
     fn wait_background(&mut self) -> std::io::Result<()> {
         self.complete()
     }
-    fn background_done(&mut self) -> std::io::Result<bool> {
-        Ok(self.in_flight.lock().unwrap().is_empty())
+    fn background_mark(&self) -> u64 {
+        self.next_id
+    }
+    fn background_written(&mut self, mark: u64) -> std::io::Result<bool> {
+        Ok(self.in_flight.lock().unwrap().iter().all(|w| w.0 >= mark))
     }
     fn data_sync(&self) -> Option<Box<dyn DataSync>> {
         self.inner.data_sync()
@@ -256,6 +278,7 @@ fn a_flush_goes_to_the_flusher_once_its_data_writes_completed() {
     let slow = SlowBackground {
         inner: disk.clone(),
         in_flight: Arc::default(),
+        next_id: 0,
     };
     let in_flight = slow.in_flight.clone();
     let mut opts = options();
@@ -276,8 +299,21 @@ fn a_flush_goes_to_the_flusher_once_its_data_writes_completed() {
     assert!(!s.flush_begin().unwrap());
     assert!(s.flush_poll().unwrap().is_none());
     assert!(runner.borrow().held.is_none());
-    // The device completes the writes: the next poll hands the commit over.
-    fastblock_store::Disk::wait_background(s.disk_mut()).unwrap();
+    // Applies go on and stage out a write of their own, which stays in flight.
+    let first_later = in_flight.lock().unwrap().last().unwrap().0 + 1;
+    for b in 0..BLOCKS_PER_OBJECT * 3 {
+        let data = pattern(b + 99, BS);
+        s.write_object(pg(0), obj(OBJECTS + 1), b * BS as u64, &data)
+            .unwrap();
+    }
+    assert!(
+        in_flight.lock().unwrap().iter().any(|w| w.0 >= first_later),
+        "a later stage is in flight"
+    );
+    // The device completes the flush's writes, not the later one: the next poll hands the
+    // commit over.
+    complete_writes(&disk, &in_flight, first_later).unwrap();
+    assert!(!in_flight.lock().unwrap().is_empty());
     assert!(
         s.flush_poll().unwrap().is_none(),
         "handed over, held by the runner"

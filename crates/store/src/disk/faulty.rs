@@ -718,8 +718,12 @@ impl<D: Disk> Disk for FaultyDisk<D> {
         self.inner.wait_background()
     }
 
-    fn background_done(&mut self) -> io::Result<bool> {
-        self.inner.background_done()
+    fn background_mark(&self) -> u64 {
+        self.inner.background_mark()
+    }
+
+    fn background_written(&mut self, mark: u64) -> io::Result<bool> {
+        self.inner.background_written(mark)
     }
 
     fn sync(&mut self) -> io::Result<()> {

@@ -165,10 +165,17 @@ pub trait Disk {
         Ok(())
     }
 
-    /// Whether every background write has completed, without waiting (completions that
-    /// arrived are collected); returns the first error among them. Default: background writes
-    /// are synchronous, so none is ever in flight.
-    fn background_done(&mut self) -> io::Result<bool> {
+    /// A mark of the background writes started so far, for [`Disk::background_written`].
+    /// Default: background writes are synchronous, so none is ever in flight.
+    fn background_mark(&self) -> u64 {
+        0
+    }
+
+    /// Whether every background write started before `mark` was taken has completed,
+    /// without waiting (completions that arrived are collected; writes started later do not
+    /// count); returns the first error of a background write.
+    fn background_written(&mut self, mark: u64) -> io::Result<bool> {
+        let _ = mark;
         Ok(true)
     }
 

@@ -901,14 +901,20 @@ impl Disk for UringDisk {
         }
     }
 
-    fn background_done(&mut self) -> io::Result<bool> {
+    fn background_mark(&self) -> u64 {
+        self.background.next_buf
+    }
+
+    fn background_written(&mut self, mark: u64) -> io::Result<bool> {
         if let Some(ring) = self.ring.as_mut() {
             Self::route_async(ring, &mut self.background, &mut self.commits)?;
         }
         if let Some(e) = self.background.error.take() {
             return Err(e);
         }
-        Ok(self.background.ops.is_empty())
+        // Buffer ids grow with each background write; a buffer leaves the map when its
+        // last write completed.
+        Ok(self.background.bufs.range(..mark).next().is_none())
     }
 
     fn submit_durable(&mut self, writes: Vec<OwnedWrite>) -> io::Result<Submitted> {

@@ -5,8 +5,9 @@
 //! snapshot records and the WAL's durable LSN. The redb commit writes one 4 KiB page per
 //! touched B-tree node and syncs the metadata file: a few milliseconds for 200 ms of random
 //! 4 KiB writes on the test VM, all of it a stall of the shard thread when done inline. So
-//! [`Objects::flush_prepare`] copies the changes into a [`MetaCommit`], [`MetaCommit::run`]
-//! runs anywhere (the store's flusher thread), and [`Objects::flush_finish`] takes it back.
+//! [`Objects::flush_prepare`] takes the changes into a [`MetaCommit`], [`MetaCommit::run`]
+//! runs anywhere (the store's flusher thread; with a disk that can sync from there, it syncs
+//! the data first), and [`Objects::flush_finish`] takes it back.
 //!
 //! While the commit runs, the owning thread keeps applying. The prepare takes the dirty maps
 //! whole, without copying them; the block-map changes stay visible to every read as the
@@ -136,8 +137,8 @@ impl Objects {
     /// reference blocks that are not durable), then takes the changes into a [`MetaCommit`].
     /// The data's sync is the commit's first step when the disk can sync from another thread
     /// ([`Disk::data_sync`]); the staged data then goes out as a background write, and the
-    /// commit may run only once every background write completed (the caller checks
-    /// [`Disk::background_done`], or waits). Otherwise it is written and synced here. At most
+    /// commit may run only once the background writes started so far completed (the caller
+    /// checks [`Disk::background_written`] with the mark it takes right after, or waits). Otherwise it is written and synced here. At most
     /// one may be outstanding.
     pub fn flush_prepare(
         &mut self,
@@ -151,7 +152,7 @@ impl Objects {
         let data_sync = disk.data_sync();
         match data_sync {
             // The handle's sync covers completed writes only: the caller waits for the
-            // background writes (`Disk::background_done`) before the commit runs.
+            // background writes (`Disk::background_written`) before the commit runs.
             Some(_) if self.background_writes => {
                 if !self.stage.runs.is_empty() {
                     self.stage_out(disk)?;
