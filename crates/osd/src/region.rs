@@ -25,6 +25,11 @@ impl RegionDisk<FaultyDisk<fastblock_store::UringDisk>> {
     ) -> io::Result<Option<fastblock_store::disk::CompletionWait>> {
         self.inner.wait_completion(timeout)
     }
+
+    /// [`fastblock_store::UringDisk::commits_reportable`] (the ring is the whole device's).
+    pub fn commits_reportable(&mut self) -> bool {
+        self.inner.commits_reportable()
+    }
 }
 
 impl<D: Disk> RegionDisk<FaultyDisk<D>> {

@@ -274,3 +274,55 @@ fn background_writes_are_reported_written_by_mark() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Goal: a WAL commit whose completion another call took off the ring (a look at the
+/// background writes, a read) is still reported: `wait_completion` returns at once, and
+/// `commits_reportable` says so. Before, such a completion that came while the eventfd's
+/// signal was off was never reported until another commit completed (a shard that had
+/// reached its commits in flight then stopped taking input). Method: a commit in flight on a
+/// real file; `background_written` polls the ring until the completion is taken off it.
+#[test]
+fn a_commit_completion_taken_off_the_ring_by_another_call_is_still_reported() {
+    use fastblock_store::disk::{AlignedBuf, OwnedWrite};
+    use fastblock_store::Disk;
+    let dir = std::env::temp_dir().join(format!("fastblock-uring-{}-taken", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("osd.img");
+    UringDisk::create_file(&path, 4 << 20).unwrap();
+    let mut d = UringDisk::open(&path, UringOptions::default()).unwrap();
+    let mut buf = AlignedBuf::zeroed(4096);
+    buf.copy_from_slice(&pattern(3, 4096));
+    let submitted = d
+        .submit_durable(vec![OwnedWrite {
+            offset_bytes: 8192,
+            buf,
+        }])
+        .unwrap();
+    assert!(matches!(
+        submitted,
+        fastblock_store::disk::Submitted::InFlight
+    ));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        // Takes every completion off the ring (none of them a background write's).
+        assert!(d.background_written(d.background_mark()).unwrap());
+        if d.commits_reportable() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the commit never completed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let started = std::time::Instant::now();
+    let wait = d
+        .wait_completion(std::time::Duration::from_secs(5))
+        .unwrap()
+        .expect("a ring that can wait");
+    assert!(wait.ready, "the finished commit counts as ready");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    assert_eq!(d.reap_durable(false).unwrap().count, 1);
+    assert!(!d.commits_reportable());
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -345,6 +345,15 @@ impl Runtime {
             }
             if tick {
                 self.check_keys();
+                // A commit completion taken off the ring by another call after it came
+                // without a signal (see `UringDisk::commits_reportable`) is reported within
+                // a tick at the latest.
+                if self.core.commits_in_flight() > 0
+                    && !batch.iter().any(|i| matches!(i, Input::WalDurable))
+                    && self.core.with_disk(|d| d.commits_reportable())
+                {
+                    batch.push(Input::WalDurable);
+                }
             }
             self.iterate(batch, tick);
         }

@@ -543,6 +543,12 @@ fn ranges(writes: &[WriteOp<'_>]) -> Vec<Range<u64>> {
 }
 
 impl FaultyDisk<super::UringDisk> {
+    /// [`super::UringDisk::commits_reportable`], or a completion reported by the wrapped disk
+    /// whose hold ended.
+    pub fn commits_reportable(&mut self) -> bool {
+        self.releasable(false) > 0 || self.inner.commits_reportable()
+    }
+
     /// [`super::UringDisk::wait_completion`], never faulted: it only waits.
     ///
     /// A completion the wrapped disk reported already but a delay holds back counts as ready

@@ -97,6 +97,11 @@ impl InFlight {
         self.commits.is_empty()
     }
 
+    /// Whether the oldest commit finished: [`InFlight::take_done`] has something to report.
+    pub(super) fn front_finished(&self) -> bool {
+        self.commits.front().is_some_and(Commit::finished)
+    }
+
     pub(super) fn owns(user_data: u64) -> bool {
         user_data & COMMIT_TAG != 0
     }

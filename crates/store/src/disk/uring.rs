@@ -240,6 +240,17 @@ impl UringDisk {
         }
     }
 
+    /// Whether a WAL commit completion waits to be reported ([`Disk::reap_durable`]): on the
+    /// ring, or taken off it already by another call. The owner's loop checks this on its
+    /// timer, since a completion that came while the eventfd's signal was off, then taken
+    /// off the ring by a read or a look at the background writes, would never signal.
+    pub fn commits_reportable(&mut self) -> bool {
+        let Some(ring) = self.ring.as_mut() else {
+            return false;
+        };
+        !self.commits.is_empty() && (!ring.completion().is_empty() || self.commits.front_finished())
+    }
+
     /// Blocks until the ring holds a completion or `timeout` passes, in one system call
     /// (`io_uring_enter` with `GETEVENTS` and a timeout), with the eventfd's signal switched
     /// off meanwhile: the completions this thread waits for on the ring need not also wake its
@@ -261,6 +272,15 @@ impl UringDisk {
             return Ok(Some(CompletionWait {
                 ready: true,
                 signalled: self.eventfd_registered,
+            }));
+        }
+        // A commit whose completion another call took off the ring already (a read, or a look
+        // at the background writes) waits to be reported: its completion may have come while
+        // the signal was off, so no eventfd will tell.
+        if self.commits.front_finished() {
+            return Ok(Some(CompletionWait {
+                ready: true,
+                signalled: false,
             }));
         }
         ring.completion().disable_eventfd();
