@@ -217,6 +217,16 @@ fn dsync_writes_sync_earlier_writes_only_when_promised() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A 4 MiB file under a directory of its own (`name` in it), opened with the default options.
+fn fresh_disk(name: &str) -> (std::path::PathBuf, UringDisk) {
+    let dir = std::env::temp_dir().join(format!("fastblock-uring-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("osd.img");
+    UringDisk::create_file(&path, 4 << 20).unwrap();
+    let d = UringDisk::open(&path, UringOptions::default()).unwrap();
+    (dir, d)
+}
+
 /// Goal: the io_uring disk tells when the background writes started before a mark have
 /// completed, without waiting and without counting later ones (a flush's commit is handed to
 /// the flusher on this), and its `data_sync` handle syncs from another thread. Method: two
@@ -226,11 +236,7 @@ fn dsync_writes_sync_earlier_writes_only_when_promised() {
 fn background_writes_are_reported_written_by_mark() {
     use fastblock_store::disk::{AlignedBuf, BackgroundRun};
     use fastblock_store::Disk;
-    let dir = std::env::temp_dir().join(format!("fastblock-uring-{}-marks", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("osd.img");
-    UringDisk::create_file(&path, 4 << 20).unwrap();
-    let mut d = UringDisk::open(&path, UringOptions::default()).unwrap();
+    let (dir, mut d) = fresh_disk("marks");
     assert!(d.uses_io_uring());
     let before = d.background_mark();
     assert!(d.background_written(before).unwrap(), "nothing in flight");
@@ -285,11 +291,7 @@ fn background_writes_are_reported_written_by_mark() {
 fn a_commit_completion_taken_off_the_ring_by_another_call_is_still_reported() {
     use fastblock_store::disk::{AlignedBuf, OwnedWrite};
     use fastblock_store::Disk;
-    let dir = std::env::temp_dir().join(format!("fastblock-uring-{}-taken", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("osd.img");
-    UringDisk::create_file(&path, 4 << 20).unwrap();
-    let mut d = UringDisk::open(&path, UringOptions::default()).unwrap();
+    let (dir, mut d) = fresh_disk("taken");
     let mut buf = AlignedBuf::zeroed(4096);
     buf.copy_from_slice(&pattern(3, 4096));
     let submitted = d
