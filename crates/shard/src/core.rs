@@ -648,7 +648,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             eff.probes.transfers_abandoned += abandoned as u64;
             tracing::warn!(osd = %self.cfg.osd, shard = self.cfg.index, transfers_abandoned = abandoned, "WAL full; compacting all applied entries");
             let compacted = self
-                .flush_and_compact(0)
+                .flush_and_compact(crate::flush::Keep::Nothing)
                 .map_err(|e| ShardFailure::store(Operation::Flush, None, e));
             result = match compacted {
                 Ok(()) => self.stage_once(&writes, eff),
@@ -987,7 +987,8 @@ impl<D: Disk + 'static> ShardCore<D> {
             return;
         }
         let start = self.metrics_now();
-        if let Err(e) = self.flush_and_compact(self.cfg.log_retain_entries) {
+        let keep = self.routine_keep();
+        if let Err(e) = self.flush_and_compact(keep) {
             self.fail(ShardFailure::store(Operation::Shutdown, None, e), eff);
         }
         eff.stages

@@ -7,6 +7,10 @@
 //! whole OSD stopped (simulator seeds 7402521786782383011, 10718562395890590409,
 //! 16959202575796627265, 9641297925560367563, 7112218500893266606).
 //!
+//! A routine flush already keeps the ring from filling with retained tails: once half of
+//! the segments are used it compacts each PG's log to what members and transfers need
+//! ([`Keep::Members`]). What follows is for the PGs that pin the ring anyway.
+//!
 //! Two bounds and one move, as raft-engine does with its log rewrite:
 //! - admission bounds the unanswered writes of the shard and of each PG
 //!   ([`crate::wal_fit`]): such a PG alone refuses writes with `Busy`;
@@ -27,6 +31,7 @@
 
 use crate::core::ShardCore;
 use crate::error::{Operation, ShardFailure};
+use crate::flush::Keep;
 use crate::io::Effects;
 use fastblock_store::Disk;
 use fastblock_types::PgId;
@@ -36,6 +41,10 @@ use fastblock_types::PgId;
 /// writes, bounded by `wal_fit::uncommitted_bytes_max`), the extra segment the headers and
 /// checkpoints of the segments the move opens.
 pub const WAL_FREE_SHARE_DIVISOR: u64 = 4;
+/// While more than one part in this many of the WAL's segments is free, a routine flush
+/// keeps `log_retain_entries` of each PG's log; at or below it, only what members and
+/// transfers need ([`Keep::Members`]), so that the relief above stays a last resort.
+pub const WAL_RETAIN_FREE_SHARE_DIVISOR: u64 = 2;
 
 impl<D: Disk + 'static> ShardCore<D> {
     /// Bytes of log records a follower may still take in before its next commit: half of
@@ -72,7 +81,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             return;
         }
         eff.probes.wal_pressure += 1;
-        if let Err(e) = self.flush_and_compact(0) {
+        if let Err(e) = self.flush_and_compact(Keep::Nothing) {
             self.fail(ShardFailure::store(Operation::Flush, None, e), eff);
             return;
         }
@@ -85,13 +94,21 @@ impl<D: Disk + 'static> ShardCore<D> {
             return;
         }
         tracing::info!(osd = %self.cfg.osd, shard = self.cfg.index, abandoned, "WAL pressed: snapshot transfers abandoned to free their log");
-        if let Err(e) = self.flush_and_compact(0) {
+        if let Err(e) = self.flush_and_compact(Keep::Nothing) {
             self.fail(ShardFailure::store(Operation::Flush, None, e), eff);
             return;
         }
         if self.wal_pressed() {
             self.move_pinned_entries(eff);
         }
+    }
+
+    /// Whether more than [`WAL_RETAIN_FREE_SHARE_DIVISOR`]'s share of the WAL's segments is
+    /// free: room for the retained tails of the PGs' logs.
+    pub(crate) fn wal_has_retain_room(&self) -> bool {
+        let store = self.store.borrow();
+        let segments = u64::from(store.superblock().segment_count);
+        store.wal().free_segment_count() > segments / WAL_RETAIN_FREE_SHARE_DIVISOR
     }
 
     /// Whether free WAL segments are down to the reserve.

@@ -503,6 +503,54 @@ fn a_flush_lets_the_log_be_compacted_behind_it() {
     assert!(!c.step(1, Input::FlushDue).flush_started);
 }
 
+#[test]
+fn routine_flushes_drop_the_retained_tail_once_half_the_wal_is_used() {
+    // A tail of 1,024 entries of 32 KiB is 16 times the 2 MiB WAL: kept whole, it would pin
+    // the ring until the pressed-WAL relief (a flush inline on the shard's thread).
+    let mut c = Cluster::with(&[1], |id| ShardConfig {
+        log_retain_entries: 1024,
+        ..harness::config(id)
+    });
+    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    let segments = u64::from(c.core(1).store().superblock().segment_count);
+    let free = |c: &Cluster| c.core(1).store().wal().free_segment_count();
+    let chunk = vec![3u8; 32 << 10];
+    let (first_before, _) = c.core(1).store().log_bounds(pg(0));
+    // A quarter of the WAL: while more than half of it is free, flushes keep the tail.
+    for i in 0..16u64 {
+        let id = c.request(1, write(pg(0), i, 0, &chunk, 1));
+        assert_eq!(c.reply(id), Some(&Reply::Ok));
+        c.step(1, Input::FlushDue);
+    }
+    assert!(free(&c) > segments / 2, "{} segments free", free(&c));
+    assert!(c.core(1).store().flushed_applied_index(pg(0)) > 16);
+    assert_eq!(
+        c.core(1).store().log_bounds(pg(0)).0,
+        first_before,
+        "the tail was kept"
+    );
+    // 8 MiB more through the 2 MiB WAL.
+    for i in 0..256u64 {
+        let id = c.request(1, write(pg(0), i % 16, 0, &chunk, 1));
+        assert_eq!(c.reply(id), Some(&Reply::Ok), "write {i}");
+        if i % 8 == 0 {
+            c.step(1, Input::FlushDue);
+        }
+        assert!(
+            free(&c) > segments / fastblock_shard::wal_space::WAL_FREE_SHARE_DIVISOR + 1,
+            "write {i}: the WAL reached the pressed level"
+        );
+    }
+    assert_eq!(c.probe(1, |p| p.wal_pressure), 0, "never relieved inline");
+    let flushed = c.core(1).store().flushed_applied_index(pg(0));
+    let (first, _) = c.core(1).store().log_bounds(pg(0));
+    assert!(
+        first > flushed.saturating_sub(1024) + 1,
+        "compacted past the retained tail: first {first}, flushed {flushed}"
+    );
+}
+
 /// [`two_in_flight`] after one write was answered (something to flush), with the WAL commit
 /// of a second write in flight (and `auto_commit` off); returns the second write's id.
 fn applied_then_a_commit_in_flight() -> (Cluster, u64) {
