@@ -166,10 +166,10 @@ pub enum Keep {
     /// Only what lagging members and snapshots being sent need. Once the WAL is half used a
     /// routine flush keeps no more: the WAL is a ring, so the oldest retained entry of any
     /// PG pins every segment after it. With 32 PGs taking uniform writes, 1,024 entries each
-    /// span the last 32 Ki writes, which left a quarter of a 256 MiB WAL free at 14k writes
-    /// a second and sent every OSD into the synchronous relief of a pressed WAL about every
-    /// two seconds, holding its shard for the 15-30 ms of a flush inline (the 3-replica
-    /// QD32 write p99.9 went from 22 ms to 12 ms without it, 2026-11-27).
+    /// span the last 32 Ki writes: at 14k 3-replica writes a second that pinned a 256 MiB
+    /// WAL down to its pressed level, and every OSD went into the relief of a pressed WAL
+    /// about every two seconds, holding its shard for the 15-30 ms of a flush inline (the
+    /// QD32 write p99.9: 24-27 ms before this rule, 12-13 ms after, 2026-11-27).
     Members,
     /// Only what snapshots being sent need: the WAL is pressed or full (their transfers are
     /// abandoned next if that is not enough).
