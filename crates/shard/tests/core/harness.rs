@@ -165,6 +165,18 @@ pub fn config(id: OsdId) -> ShardConfig {
     }
 }
 
+/// One OSD leading PG 0 alone, with `adjust` changing the harness's configuration.
+pub fn single_with(adjust: impl Fn(&mut ShardConfig)) -> Cluster {
+    let mut c = Cluster::with(&[1], |id| {
+        let mut cfg = config(id);
+        adjust(&mut cfg);
+        cfg
+    });
+    c.map(map(1, &[1], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    c
+}
+
 /// A map with OSDs `osds` (shard count 1) and one pool whose PGs have the given members.
 pub fn map(epoch: u64, osds: &[u32], pgs: &[(u32, &[u32], &[u32])]) -> Arc<ClusterMap> {
     let ids = |l: &[u32]| l.iter().map(|o| OsdId(*o)).collect::<Vec<_>>();

@@ -6,10 +6,10 @@ mod repair;
 mod space;
 
 use fastblock_shard::flush::FLUSH_WAL_IDLE_WAIT_MAX_US;
-use fastblock_shard::{Effects, Input, Micros, Report, ShardConfig, Stage};
+use fastblock_shard::{Effects, Input, Micros, Report, Stage};
 use fastblock_types::OsdId;
 use fastblock_wire::{Reply, Request, SnapVerdict, Status};
-use harness::{pg, read, write, Cluster};
+use harness::{pg, read, single_with, write, Cluster};
 
 fn status(reply: Option<&Reply>) -> Option<Status> {
     match reply {
@@ -21,21 +21,12 @@ fn status(reply: Option<&Reply>) -> Option<Status> {
 
 /// One OSD leading PG 0 alone.
 fn single() -> Cluster {
-    let mut c = Cluster::new(&[1]);
-    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
-    c.elect(1, pg(0));
-    c
+    single_with(|_| {})
 }
 
 /// One OSD leading PG 0 alone, with two WAL commits allowed in flight, so that inputs keep coming while one is.
 fn two_in_flight() -> Cluster {
-    let mut c = Cluster::with(&[1], |id| ShardConfig {
-        wal_commits_in_flight_max: 2,
-        ..harness::config(id)
-    });
-    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
-    c.elect(1, pg(0));
-    c
+    single_with(|cfg| cfg.wal_commits_in_flight_max = 2)
 }
 
 // ---- admission ----
@@ -507,12 +498,7 @@ fn a_flush_lets_the_log_be_compacted_behind_it() {
 fn routine_flushes_drop_the_retained_tail_once_half_the_wal_is_used() {
     // A tail of 1,024 entries of 32 KiB is 16 times the 2 MiB WAL: kept whole, it would pin
     // the ring until the pressed-WAL relief (a flush inline on the shard's thread).
-    let mut c = Cluster::with(&[1], |id| ShardConfig {
-        log_retain_entries: 1024,
-        ..harness::config(id)
-    });
-    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
-    c.elect(1, pg(0));
+    let mut c = single_with(|cfg| cfg.log_retain_entries = 1024);
     let segments = u64::from(c.core(1).store().superblock().segment_count);
     let free = |c: &Cluster| c.core(1).store().wal().free_segment_count();
     let chunk = vec![3u8; 32 << 10];
@@ -1185,12 +1171,7 @@ fn a_new_leader_holds_writes_until_it_applied_the_log_it_inherited() {
 /// map makes the leader report again: the report waits for the commit.
 #[test]
 fn a_leader_report_waits_until_what_was_staged_before_it_is_durable() {
-    let mut c = Cluster::with(&[1], |id| ShardConfig {
-        wal_commits_in_flight_max: 2,
-        ..harness::config(id)
-    });
-    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
-    c.elect(1, pg(0));
+    let mut c = two_in_flight();
     c.auto_commit = false;
     let w = c.request(1, write(pg(0), 1, 0, &[1u8; 512], 1));
     let eff = c.step(1, Input::WalCommit);

@@ -2,25 +2,13 @@
 //! with `NoSpace`, serves reads, never stops the shard, and takes writes again once space
 //! comes back.
 
-use crate::harness::{self, addr, pg, read, write, Cluster};
+use crate::harness::{self, addr, pg, read, single_with, write, Cluster};
 use crate::status;
-use fastblock_shard::{Input, Report, ShardConfig};
+use fastblock_shard::{Input, Report};
 use fastblock_types::Epoch;
 use fastblock_wire::{Reply, Request, Status};
 
 const CHUNK_BYTES: u32 = 32 << 10;
-
-/// One OSD leading PG 0 alone, with `cfg` adjusting the harness's configuration.
-fn single_with(adjust: impl Fn(&mut ShardConfig)) -> Cluster {
-    let mut c = Cluster::with(&[1], |id| {
-        let mut cfg = harness::config(id);
-        adjust(&mut cfg);
-        cfg
-    });
-    c.map(harness::map(1, &[1], &[(0, &[1], &[])]));
-    c.elect(1, pg(0));
-    c
-}
 
 /// The reply to a read of `length` bytes of `object` at `offset`, after the read barrier.
 fn read_back(c: &mut Cluster, object: u64, offset: u32, length: u32) -> Reply {
