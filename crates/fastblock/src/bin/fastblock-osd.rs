@@ -134,7 +134,9 @@ struct Args {
     /// parallel queues and spare cores is where more can pay.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
     wal_commits_in_flight: u32,
-    /// Log entries kept behind the flushed applied index for lagging followers.
+    /// Log entries kept behind the flushed applied index for lagging followers, while more
+    /// than half of the WAL is free (below that only what lagging members need is kept:
+    /// docs/design/osd.md, step 5).
     #[arg(long, default_value_t = 1024)]
     log_retain_entries: u64,
     /// A member further behind than this many entries is caught up by snapshot: the log is
