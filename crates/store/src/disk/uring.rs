@@ -310,6 +310,15 @@ impl UringDisk {
             wait.ready = !ring.completion().is_empty();
         }
         self.update_eventfd_signal();
+        // One posted between the look above and the signal coming back on signalled
+        // nothing: report it here, or only the owner's next timer would find it. (One posted
+        // just after may have signalled: the caller drains, which is harmless if not.)
+        if !wait.ready {
+            if let Some(ring) = self.ring.as_mut() {
+                wait.ready = !ring.completion().is_empty();
+                wait.signalled = wait.ready && self.eventfd_registered;
+            }
+        }
         Ok(Some(wait))
     }
 
