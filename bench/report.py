@@ -309,7 +309,53 @@ def collect(out_dir):
             results["snap"].append(entry)
         else:
             results["runs"].append(entry)
+    results["profiles"] = read_profiles(raw, env)
+    results["profile_skipped"] = None
+    try:
+        results["profile_skipped"] = open(os.path.join(raw, "profile.skipped")).read().strip()
+    except OSError:
+        pass
     return results
+
+
+# (name, label, the test of the measured row it repeats on the 3-replica pool)
+PROFILE_RUNS = [("profile-randwrite-qd32", "3-replica 4 KiB randwrite QD32", "randwrite-qd32"),
+                ("profile-randread-qd32", "3-replica 4 KiB randread QD32", "randread-qd32"),
+                ("profile-randwrite-qd1", "3-replica 4 KiB randwrite QD1", "randwrite-qd1")]
+# The groups the kit counts as fastblock's CPU (the targets' "all fastblock processes").
+FASTBLOCK_GROUPS = ("osd/", "mon/", "client/")
+
+
+def read_profiles(raw, env):
+    """The profiled runs (bench/cpu_profile.py's JSON): CPU µs per IO per group and category.
+
+    All samples, idle ones included, stand for the window times the CPU count, so a sample
+    is worth cpus / samples of the window's CPU time, and per IO: cpus / (samples × IOPS)."""
+    out = []
+    try:
+        cpus = int(env.get("cpus", "0"))
+    except ValueError:
+        cpus = 0
+    for name, label, twin in PROFILE_RUNS:
+        prof = load_json(os.path.join(raw, f"{name}.profile.json"))
+        bb = load_json(os.path.join(raw, f"{name}.json"))
+        if not prof or not bb or not bb.get("phases") or not prof.get("samples") or cpus <= 0:
+            continue
+        iops = bb["phases"][0].get("iops") or 0.0
+        if iops <= 0:
+            continue
+        per_sample_us = cpus / prof["samples"] / iops * 1e6
+        cells = [dict(c, us_per_io=c["samples"] * per_sample_us) for c in prof["cells"]]
+        fastblock = sum(c["us_per_io"] for c in cells if c["group"].startswith(FASTBLOCK_GROUPS))
+        out.append({"name": name, "label": label, "twin": twin, "iops": iops,
+                    "samples": prof["samples"],
+                    "idle_share": prof["idle_samples"] / prof["samples"],
+                    "fastblock_us_per_io": fastblock,
+                    "fastblock_user_us_per_io": sum(
+                        c["us_per_io"] for c in cells
+                        if c["group"].startswith(FASTBLOCK_GROUPS) and c["side"] == "user"),
+                    "cells": cells, "top_symbols": prof.get("top_symbols", {})})
+    return out
 
 
 def find(results, frontend, pool, test):
@@ -464,6 +510,7 @@ def markdown(results):
     lines += noflush_table(results)
     lines += auth_table(results)
     lines += snap_table(results)
+    lines += profile_tables(results)
     lines += ["", "### Targets (ratios within this run)", "",
               "| target | measured | limit | measured / limit | status |", "|---|---:|---:|---:|---|"]
     for t in results["targets"]:
@@ -484,6 +531,64 @@ def markdown(results):
         cells = [fmt(st[s]["mean_us"], 1) for s in STAGES]
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def profile_columns(group):
+    """The report's column for a profile group."""
+    if group in ("osd/shard", "osd/flush"):
+        return {"osd/shard": "OSD shard threads", "osd/flush": "OSD flusher threads"}[group]
+    if group.startswith("osd/"):
+        return "other OSD threads"
+    if group.startswith("client/"):
+        return "block_bench"
+    if group.startswith("mon/"):
+        return "monitor"
+    return {"kernel threads": "kernel threads (not counted)",
+            "other": "other processes (not counted)"}.get(group, group)
+
+
+PROFILE_COLUMNS = ["OSD shard threads", "OSD flusher threads", "other OSD threads", "block_bench",
+                   "monitor", "kernel threads (not counted)", "other processes (not counted)"]
+
+
+def profile_tables(results):
+    """Where the CPU went in each profiled run (docs/benchmarks.md, "Where the CPU goes")."""
+    profs = results.get("profiles") or []
+    if not profs:
+        why = results.get("profile_skipped")
+        return ["", f"### Where the CPU goes: not profiled ({why})"] if why else []
+    lines = ["", "### Where the CPU goes (CPU µs per IO from a sampling profile of a run of its own; "
+             "docs/benchmarks.md)"]
+    for p in profs:
+        table = {}
+        for c in p["cells"]:
+            key = (c["side"], c["category"])
+            col = profile_columns(c["group"])
+            table.setdefault(key, {}).setdefault(col, 0.0)
+            table[key][col] += c["us_per_io"]
+        cols = [c for c in PROFILE_COLUMNS if any(col == c for row in table.values() for col in row)]
+        twin = find(results, "block_bench", "fb", p["twin"])
+        measured = (twin or {}).get("cpu", {}).get("fastblock_us_per_io")
+        lines += ["", f"**{p['label']}**: {fmt(p['iops'])} IOPS; fastblock processes "
+                  f"{fmt(p['fastblock_us_per_io'], 1)} µs per IO in the profile (of it user space "
+                  f"{fmt(p['fastblock_user_us_per_io'], 1)}), {fmt(measured, 1)} from /proc in the "
+                  f"measured row; the CPUs idle {100 * p['idle_share']:.0f} % of the window.", "",
+                  "| where | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+        order = sorted(table, key=lambda k: (k[0] != "kernel", -sum(table[k].values())))
+        for key in order:
+            if sum(table[key].values()) < 0.05:
+                continue
+            lines.append(f"| {key[0]}: {key[1]} | " +
+                         " | ".join(fmt(table[key].get(c), 1) if table[key].get(c) else ""
+                                    for c in cols) + " |")
+        totals = {c: sum(row.get(c, 0.0) for row in table.values()) for c in cols}
+        lines.append("| **total** | " + " | ".join(f"**{fmt(totals[c], 1)}**" for c in cols) + " |")
+    lines += ["", "Samples of `perf record -a -g` (999 Hz per CPU) in the middle of each run, sorted "
+              "by `bench/cpu_profile.py`: kernel time by its call chain, user time by the function it "
+              "was in. Kernel threads (completing direct-IO writes, the block layer's work) and other "
+              "processes are not in the targets' CPU per IO. `results.json` has the most sampled "
+              "functions of each thread kind."]
+    return lines
 
 
 def counters_table(results):

@@ -14,7 +14,9 @@
 # 3. for each pool, through block_bench and through fio's nbd engine (fastblock-nbd; skipped
 #    when it is not built): 1 MiB sequential write (a full pass, which also fills the image),
 #    4 KiB randwrite and randread at QD1 and QD32, 1 MiB sequential read;
-#    then 3-replica block_bench write QD1 and QD32 and read QD32 in each auth mode (none, sign,
+#    then the 3-replica pool's 4 KiB randwrite at QD32 and QD1 and randread at QD32 once more
+#    each under a system-wide sampling profile (perf record -a -g), sorted by
+#    bench/cpu_profile.py into where the CPU went, per IO; then 3-replica block_bench write QD1 and QD32 and read QD32 in each auth mode (none, sign,
 #    secure), side by side, with the overhead of each mode against none; then 3-replica
 #    block_bench 4 KiB randwrite QD32 on the plain image, after a snapshot (first writes of
 #    their blocks) and again (rewrites), side by side; then, with the OSDs
@@ -31,8 +33,8 @@
 # --seconds N: length of each timed run (10; the first second is warm-up). --keep: leave the
 # cluster running and its data files in place. --quick: only what a change to the data path
 # is judged by while it is being made (baselines once; the 3-replica pool's block_bench rows;
-# no NBD, no auth modes, no snapshot rows); the targets it cannot judge show "not measured". Takes about 7
-# minutes with the defaults (2 with --quick), plus the build.
+# no NBD, no auth modes, no snapshot rows; the profiles run); the targets it cannot judge show
+# "not measured". Takes about 8 minutes with the defaults (3 with --quick), plus the build.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -344,6 +346,41 @@ for entry in "${POOLS[@]}"; do
   ((QUICK)) || bb "bb-$pool-seqread" "$pool" seqread-1m --io-type read --io-size 1M --sequential \
     --io-depth "$SEQ_DEPTH" "${timed[@]}"
 done
+
+# --- where the CPU goes ------------------------------------------------------------------------
+# The 3-replica pool's 4 KiB write at QD32 and QD1 and read at QD32 once more each, under a
+# system-wide sampling profile (perf record -a -g, 999 Hz per CPU, in the same window as the
+# counters), sorted by bench/cpu_profile.py into process groups and thread kinds, user space
+# and kernel, and what the time went to (docs/benchmarks.md, "Where the CPU goes"). Runs of
+# their own: sampling with call chains costs CPU, so the measured rows stay unsampled.
+PROFILE_POOL=fb
+if perf record -a -g -F 999 -o "$STATE/probe.perf" -- sleep 0.01 >/dev/null 2>&1; then
+  rm -f "$STATE/probe.perf"
+  log "profiles: block_bench on pool $PROFILE_POOL under perf record"
+  profiled() { # name block_bench-args...
+    local name=$1 cmd w0 w1
+    shift
+    "$BIN/block_bench" --mon "$MON" --pool "$PROFILE_POOL" --image "$IMAGE" \
+      --image-size "${IMAGE_MIB}M" --json "$@" "${timed[@]}" >"$RAW/$name.json" 2>"$RAW/$name.err" &
+    cmd=$!
+    sleep 2
+    w0=$(date +%s.%N)
+    perf record -a -g -F 999 -o "$STATE/$name.perf" -- sleep $((SECS - 3)) >/dev/null 2>&1 || true
+    w1=$(date +%s.%N)
+    wait "$cmd" || log "$name failed: $(tail -n 3 "$RAW/$name.err" | tr '\n' ' ')"
+    echo "$w0 $w1" >"$RAW/$name.window"
+    perf script -F pid,tid,comm,ip,sym,dso -i "$STATE/$name.perf" 2>/dev/null |
+      python3 "$ROOT/bench/cpu_profile.py" --group "osd=$(IFS=,; echo "${OSD_PIDS[*]}")" \
+        --group "mon=$MON_PID" --group "client=$cmd" >"$RAW/$name.profile.json"
+    rm -f "$STATE/$name.perf"
+  }
+  profiled profile-randwrite-qd32 --io-type write --io-depth 32
+  profiled profile-randread-qd32 --io-type read --io-depth 32
+  profiled profile-randwrite-qd1 --io-type write --io-depth 1
+else
+  echo "perf record -a -g cannot sample here" >"$RAW/profile.skipped"
+  log "profiles: skipped (perf record -a -g cannot sample here)"
+fi
 
 # --- authentication modes ----------------------------------------------------------------------
 # The 3-replica rows that show what authentication costs, once in each mode side by side
