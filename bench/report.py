@@ -321,7 +321,8 @@ def collect(out_dir):
 # (name, label, the test of the measured row it repeats on the 3-replica pool)
 PROFILE_RUNS = [("profile-randwrite-qd32", "3-replica 4 KiB randwrite QD32", "randwrite-qd32"),
                 ("profile-randread-qd32", "3-replica 4 KiB randread QD32", "randread-qd32"),
-                ("profile-randwrite-qd1", "3-replica 4 KiB randwrite QD1", "randwrite-qd1")]
+                ("profile-randwrite-qd1", "3-replica 4 KiB randwrite QD1", "randwrite-qd1"),
+                ("profile-randread-qd1", "3-replica 4 KiB randread QD1", "randread-qd1")]
 # The groups the kit counts as fastblock's CPU (the targets' "all fastblock processes").
 FASTBLOCK_GROUPS = ("osd/", "mon/", "client/")
 

@@ -14,8 +14,8 @@
 # 3. for each pool, through block_bench and through fio's nbd engine (fastblock-nbd; skipped
 #    when it is not built): 1 MiB sequential write (a full pass, which also fills the image),
 #    4 KiB randwrite and randread at QD1 and QD32, 1 MiB sequential read;
-#    then the 3-replica pool's 4 KiB randwrite at QD32 and QD1 and randread at QD32 once more
-#    each under a system-wide sampling profile (perf record -a -g), sorted by
+#    then the 3-replica pool's 4 KiB randwrite and randread at QD32 and QD1 once more each
+#    under a system-wide sampling profile (perf record -a -g), sorted by
 #    bench/cpu_profile.py into where the CPU went, per IO; then 3-replica block_bench write QD1 and QD32 and read QD32 in each auth mode (none, sign,
 #    secure), side by side, with the overhead of each mode against none; then 3-replica
 #    block_bench 4 KiB randwrite QD32 on the plain image, after a snapshot (first writes of
@@ -34,7 +34,7 @@
 # cluster running and its data files in place. --quick: only what a change to the data path
 # is judged by while it is being made (baselines once; the 3-replica pool's block_bench rows;
 # no NBD, no auth modes, no snapshot rows; the profiles run); the targets it cannot judge show
-# "not measured". Takes about 8 minutes with the defaults (3 with --quick), plus the build.
+# "not measured". Takes about 9 minutes with the defaults (3 with --quick), plus the build.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -348,7 +348,7 @@ for entry in "${POOLS[@]}"; do
 done
 
 # --- where the CPU goes ------------------------------------------------------------------------
-# The 3-replica pool's 4 KiB write at QD32 and QD1 and read at QD32 once more each, under a
+# The 3-replica pool's 4 KiB write and read at QD32 and QD1 once more each, under a
 # system-wide sampling profile (perf record -a -g, 999 Hz per CPU, in the same window as the
 # counters), sorted by bench/cpu_profile.py into process groups and thread kinds, user space
 # and kernel, and what the time went to (docs/benchmarks.md, "Where the CPU goes"). Runs of
@@ -377,6 +377,7 @@ if perf record -a -g -F 999 -o "$STATE/probe.perf" -- sleep 0.01 >/dev/null 2>&1
   profiled profile-randwrite-qd32 --io-type write --io-depth 32
   profiled profile-randread-qd32 --io-type read --io-depth 32
   profiled profile-randwrite-qd1 --io-type write --io-depth 1
+  profiled profile-randread-qd1 --io-type read --io-depth 1
 else
   echo "perf record -a -g cannot sample here" >"$RAW/profile.skipped"
   log "profiles: skipped (perf record -a -g cannot sample here)"
