@@ -149,9 +149,10 @@ def main():
     group_of = {}
     for g in args.group:
         name, _, pids = g.partition("=")
+        if not name or not re.fullmatch(r"\d+(,\d+)*", pids.strip()):
+            ap.error(f"--group {g!r}: expected NAME=PID[,PID...]")
         for p in pids.split(","):
-            if p.strip():
-                group_of[int(p)] = name
+            group_of[int(p)] = name
     counts = collections.Counter()
     top = collections.defaultdict(collections.Counter)
     total = idle = 0
