@@ -15,13 +15,13 @@
 #    when it is not built): 1 MiB sequential write (a full pass, which also fills the image),
 #    4 KiB randwrite and randread at QD1 and QD32, 1 MiB sequential read;
 #    then the 3-replica pool's 4 KiB randwrite and randread at QD32 and QD1 once more each
-#    under a system-wide sampling profile (perf record -a -g), sorted by
-#    bench/cpu_profile.py into where the CPU went, per IO; then 3-replica block_bench write QD1 and QD32 and read QD32 in each auth mode (none, sign,
-#    secure), side by side, with the overhead of each mode against none; then 3-replica
-#    block_bench 4 KiB randwrite QD32 on the plain image, after a snapshot (first writes of
-#    their blocks) and again (rewrites), side by side; then, with the OSDs
-#    restarted in --wal-sync no-flush-benchmark-only (measurement only: no device flush), the
-#    block_bench randwrite rows again, for the software's own cost;
+#    under a system-wide sampling profile (perf record -a -g), sorted by bench/cpu_profile.py
+#    into where the CPU went, per IO; then 3-replica block_bench write QD1 and QD32 and read
+#    QD32 in each auth mode (none, sign, secure), side by side, with the overhead of each mode
+#    against none; then 3-replica block_bench 4 KiB randwrite QD32 on the plain image, after
+#    a snapshot (first writes of their blocks) and again (rewrites), side by side; then, with
+#    the OSDs restarted in --wal-sync no-flush-benchmark-only (measurement only: no device
+#    flush), the block_bench randwrite rows again, for the software's own cost;
 # 4. around every run: CPU time of every fastblock process from /proc (OSDs, monitor, NBD
 #    server; block_bench reports its own), the time the OSD threads waited for a CPU
 #    (schedstat run_delay: other load on the machine) and the OSDs' per-stage latency; in a
@@ -369,9 +369,13 @@ if perf record -a -g -F 999 -o "$STATE/probe.perf" -- sleep 0.01 >/dev/null 2>&1
     w1=$(date +%s.%N)
     wait "$cmd" || log "$name failed: $(tail -n 3 "$RAW/$name.err" | tr '\n' ' ')"
     echo "$w0 $w1" >"$RAW/$name.window"
-    perf script -F pid,tid,comm,ip,sym,dso -i "$STATE/$name.perf" 2>/dev/null |
+    # A profile that could not be sorted is left out of the report, not the end of the kit.
+    if ! perf script -F pid,tid,comm,ip,sym,dso -i "$STATE/$name.perf" 2>"$RAW/$name.perf.err" |
       python3 "$ROOT/bench/cpu_profile.py" --group "osd=$(IFS=,; echo "${OSD_PIDS[*]}")" \
-        --group "mon=$MON_PID" --group "client=$cmd" >"$RAW/$name.profile.json"
+        --group "mon=$MON_PID" --group "client=$cmd" >"$RAW/$name.profile.json"; then
+      log "$name: the profile could not be sorted: $(tail -n 2 "$RAW/$name.perf.err" | tr '\n' ' ')"
+      rm -f "$RAW/$name.profile.json"
+    fi
     rm -f "$STATE/$name.perf"
   }
   profiled profile-randwrite-qd32 --io-type write --io-depth 32
