@@ -176,28 +176,41 @@ async fn an_osd_whose_disk_fails_writes_stops_and_the_cluster_carries_on() {
     write_slot(&image, &objects, 0, 1).await;
     check_slot(&image, &objects, 0, 1, &[], "before the faults").await;
 
-    // The victim leads some PGs (so they need new leaders) and follows others (whose writes
-    // make it append to its WAL while a healthy leader acknowledges them).
-    let (victim, led) = wait_until(WAIT, "an OSD that leads some PGs but not all", || {
-        let client = &client;
-        let ids = &ids;
-        async move {
-            let m = map(client).await;
-            let leaders: Vec<(PgId, Option<OsdId>)> =
-                all_pgs(&m).map(|(pg, i)| (pg, i.leader)).collect();
-            if leaders.iter().any(|(_, l)| l.is_none()) {
-                return None;
+    // The victim leads the PGs of some of the image's objects (so they need new leaders) and
+    // follows those of the others (whose writes make it append to its WAL while a healthy
+    // leader acknowledges them). Which OSD leads which PG is up to the elections, so the
+    // victim is the first OSD for which both hold, not any OSD that leads some PG: one whose
+    // PGs held none of the objects made this test fail at random.
+    let (victim, led) = wait_until(
+        WAIT,
+        "an OSD that leads the PGs of some of the image's objects but not all",
+        || {
+            let client = &client;
+            let ids = &ids;
+            let image = &image;
+            let objects = &objects;
+            async move {
+                let m = map(client).await;
+                let leaders: Vec<(PgId, Option<OsdId>)> =
+                    all_pgs(&m).map(|(pg, i)| (pg, i.leader)).collect();
+                if leaders.iter().any(|(_, l)| l.is_none()) {
+                    return None;
+                }
+                ids.iter().find_map(|id| {
+                    let led: Vec<PgId> = leaders
+                        .iter()
+                        .filter(|(_, l)| *l == Some(*id))
+                        .map(|(pg, _)| *pg)
+                        .collect();
+                    let through = objects
+                        .iter()
+                        .filter(|o| led.contains(&image.object_pg(**o)))
+                        .count();
+                    (through > 0 && through < objects.len()).then_some((*id, led))
+                })
             }
-            ids.iter().find_map(|id| {
-                let led: Vec<PgId> = leaders
-                    .iter()
-                    .filter(|(_, l)| *l == Some(*id))
-                    .map(|(pg, _)| *pg)
-                    .collect();
-                (!led.is_empty() && led.len() < leaders.len()).then_some((*id, led))
-            })
-        }
-    })
+        },
+    )
     .await;
     let through_victim = objects
         .iter()
