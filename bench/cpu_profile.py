@@ -12,16 +12,15 @@ that way, with no assumption about the sampling rate.
 
 A sample is put in a process group by its pid (`--group NAME=PID,...`) and the kind of its
 thread (`osd/shard`, `osd/flush`, `client/tokio-rt-worker`: the thread's name without its
-number), else in
-`kernel threads` (a kernel worker: the kernel's work done on some process's behalf, such as
-completing a direct-IO write), `idle`, or `other` (any other process). Its category:
+number), else in `kernel threads` (a kernel worker: the kernel's work done on some process's
+behalf, such as completing a direct-IO write), `idle`, or `other` (any other process). Its
+category:
 
 - in the kernel (the leaf is a kernel symbol), by the kernel call chain, which `-g` records
   whole: scheduler (a context switch or a wake-up: on a VM, where a wake-up on another vCPU
-  costs an inter-processor interrupt, its cost shows here, also when a socket's data wakes its
-  reader), disk doorbell (the virtio
-  notification: a VM exit per submission), network, disk IO (io_uring, the block layer, the
-  file system), epoll, other;
+  costs an inter-processor interrupt, its cost shows here, also when a socket's data wakes
+  its reader), disk doorbell (the virtio notification: a VM exit per submission), network,
+  disk IO (io_uring, the block layer, the file system), epoll, other;
 - in user space, by the leaf symbol alone (without frame pointers the user chain is not
   reliable, the leaf is): Raft library and protobuf, AES-GCM (the auth modes' tags),
   crc32c, memcpy/memset, allocator, redb, clock reads, metrics, tokio, and fastblock's own
@@ -37,8 +36,9 @@ import json
 import re
 import sys
 
-# Kernel categories, tried in order. The scheduler is looked for near the leaf only: a
-# wake-up deep under a TCP send is the network's cost only if it is not the leaf's.
+# Kernel categories, tried in order. The scheduler is looked for near the leaf only (the
+# first four frames, or a spin-unlock called from a wake-up): a sample in the middle of a TCP
+# send counts as network, one in the wake-up that the send causes counts as scheduler.
 SCHED_LEAF = re.compile(
     r"finish_task_switch|__schedule|schedule_|try_to_wake_up|ttwu_|__smp_call_single|"
     r"native_send_call_func|x2apic_send_IPI|default_send_IPI|flush_smp_call|pick_next_task|"
