@@ -536,8 +536,10 @@ def markdown(results):
 
 def profile_columns(group):
     """The report's column for a profile group."""
-    if group in ("osd/shard", "osd/flush"):
-        return {"osd/shard": "OSD shard threads", "osd/flush": "OSD flusher threads"}[group]
+    if group == "osd/shard":
+        return "OSD shard threads"
+    if group == "osd/flush":
+        return "OSD flusher threads"
     if group.startswith("osd/"):
         return "other OSD threads"
     if group.startswith("client/"):
