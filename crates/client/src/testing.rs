@@ -352,6 +352,7 @@ impl MapBuilder {
                     newosdlist: Vec::new(),
                     learners: Vec::new(),
                     joint_voters: Vec::new(),
+                    released: Vec::new(),
                     leader: self.members.first().copied(),
                     leader_term: Default::default(),
                     conf_index: Default::default(),

@@ -109,6 +109,7 @@ impl MonState {
                     newosdlist: Vec::new(),
                     learners: Vec::new(),
                     joint_voters: Vec::new(),
+                    released: Vec::new(),
                     leader: None,
                     leader_term: Term(0),
                     conf_index: LogIndex(0),

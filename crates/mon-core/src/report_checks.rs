@@ -14,11 +14,29 @@
 //!   monitor's record (`osdlist`, `newosdlist`, `learners`) names unless it is older than the
 //!   recorded one; then the report is stale.
 //! - Voters leave only by leaving a joint configuration `incoming ∧ outgoing` that the leader
-//!   entered towards a target the monitor set (`newosdlist`). So a member of the recorded
-//!   voters (`osdlist`, and `joint_voters` while joint) may be dropped only if the current
-//!   target leaves it out, or the recorded joint configuration does (it is outgoing only): the
-//!   joint state is recorded, so a target that moved or was cancelled after the group entered
-//!   it still lets the group leave it.
+//!   entered towards a target the monitor set (`newosdlist`); a leader always leaves a joint
+//!   configuration, whatever the target is by then (`fastblock_pg::membership`). So a member of
+//!   the recorded voters (`osdlist`, and `joint_voters` while joint) may be dropped only if
+//!   some target the monitor published while it was a member leaves it out:
+//!   - the current target;
+//!   - the recorded joint configuration (it is outgoing only), so a target that moved or was
+//!     cancelled after the group reported entering it still lets the group leave it;
+//!   - a target published earlier and since withdrawn or moved (`PgInfo::released`, kept by
+//!     [`note_released`]). The joint report is not always seen: the leader reports only its
+//!     latest configuration, so entering and leaving in quick succession sends the second
+//!     report alone, and a report can be lost. And the leader acts on the target of the map it
+//!     has, which can be older than the monitor's: it can enter a joint configuration towards a
+//!     target the monitor has already cancelled (the OSD that went out came back in). Either
+//!     way the group leaves towards a target the monitor no longer names, and the report that
+//!     says so is genuine (found by simulator seed 17722765049566651514).
+//!
+//! Why a forged report still cannot take members away: every member it drops must be one the
+//! monitor itself decided, at some point while it was a member, to move off the PG (an out, a
+//! rebalance): a report cannot remove a member no target ever left out, nor one that has become
+//! a member again since (`released` is cleared of an OSD once a recorded configuration no
+//! longer names it, so re-added members start afresh). A released member can be dropped by a
+//! report of the PG's own leader only (the sender rule): that leader can make the same change
+//! through Raft itself, so the rule costs nothing against it and keeps every other OSD out.
 
 use crate::limits::REPORT_TERM_STEP_MAX;
 use crate::{err, OpResult};
@@ -147,21 +165,43 @@ pub(crate) fn check_against_record(pg_id: PgId, pg: &PgInfo, r: &Reported) -> Op
     let left_out = |o: &OsdId| {
         (!pg.newosdlist.is_empty() && !pg.newosdlist.contains(o))
             || (!pg.joint_voters.is_empty() && !pg.joint_voters.contains(o))
+            || pg.released.contains(o)
     };
     let unexplained: Vec<OsdId> = dropped.iter().filter(|o| !left_out(o)).copied().collect();
     if !unexplained.is_empty() {
         return implausible(format!(
             "report for term {} conf index {} drops voters {} of {} (incoming {}), which \
-             neither the target {} nor a recorded joint configuration leaves out",
+             neither the target {}, a recorded joint configuration nor an earlier target \
+             (released {}) leaves out",
             r.term,
             r.conf_index,
             list(&unexplained),
             list(&pg.osdlist),
             list(&pg.joint_voters),
-            list(&pg.newosdlist)
+            list(&pg.newosdlist),
+            list(&pg.released)
         ));
     }
     Ok(Verdict::Record)
+}
+
+/// Keeps `pg.released` (see the module documentation): adds the recorded voters the current
+/// target leaves out, and drops the OSDs the recorded configuration no longer names as voters.
+/// Run on every state the monitor publishes (`MonState::derive_pg_states`, which every
+/// operation's `finish` runs), so every target a leader can have seen is accounted for. Bounded by the PG's voters: it never holds a non-member.
+pub(crate) fn note_released(pg: &mut PgInfo) {
+    let voters: BTreeSet<OsdId> = pg.osdlist.iter().chain(&pg.joint_voters).copied().collect();
+    let mut released: BTreeSet<OsdId> = pg
+        .released
+        .iter()
+        .filter(|o| voters.contains(o))
+        .copied()
+        .collect();
+    if !pg.newosdlist.is_empty() {
+        released.extend(voters.iter().filter(|o| !pg.newosdlist.contains(o)));
+    }
+    pg.released = released.into_iter().collect();
+    debug_assert!(pg.released.iter().all(|o| voters.contains(o)));
 }
 
 /// `[1, 2, 3]`: OSD ids as the CLI and the map show them.

@@ -87,6 +87,7 @@ impl MonState {
                 if same_members(&pg.osdlist, &pg.newosdlist) {
                     pg.newosdlist.clear();
                 }
+                crate::report_checks::note_released(pg);
                 let up = pg
                     .osdlist
                     .iter()

@@ -410,3 +410,67 @@ fn a_new_leader_behind_the_recorded_configuration_records_only_itself() {
     });
     assert!(e.message.contains("whose members do not include it"), "{e}");
 }
+
+/// Issue 34, simulator seed 17722765049566651514: the leader adds the target's new member as a
+/// learner and reports it; the OSD that went out comes back in, so the monitor cancels the
+/// target; the leader, acting on its older map, enters the joint configuration and leaves it
+/// in quick succession, and only the second report is sent. That report drops the member the
+/// cancelled target left out, and it is genuine: it is recorded.
+#[test]
+fn a_change_finished_after_its_target_was_cancelled_and_its_joint_report_superseded() {
+    let (mut s, o) = elected_cluster(4);
+    let a = o[0];
+    let me = Reporter::Osd(a);
+    let (target, new) = out(&mut s, o[2]);
+    elected(&mut s, me, a, conf(6, 32, &o, &[], &[new])).unwrap();
+    op(&mut s, |s| s.mark_in(o[2])).unwrap();
+    let pg = info(&s);
+    assert!(pg.newosdlist.is_empty(), "target cancelled: {pg:?}");
+    assert!(
+        pg.joint_voters.is_empty(),
+        "the joint state was never reported"
+    );
+    assert_eq!(
+        pg.released,
+        vec![o[2]],
+        "the cancelled target left o[2] out"
+    );
+    elected(&mut s, me, a, plain(6, 34, &target)).unwrap();
+    let pg = info(&s);
+    assert!(
+        pg.released.is_empty(),
+        "{pg:?}: the dropped member is no longer a voter"
+    );
+    assert_eq!(sorted(pg.osdlist), sorted(target.clone()));
+    assert!(pg.learners.is_empty() && pg.newosdlist.is_empty());
+}
+
+/// A member a published target left out stays droppable while it remains a voter of the
+/// recorded configuration; members no target ever left out stay protected, before and after.
+#[test]
+fn only_members_a_published_target_left_out_may_be_dropped() {
+    let (mut s, o) = elected_cluster(5);
+    let a = o[0];
+    let me = Reporter::Osd(a);
+    let (target, new) = out(&mut s, o[2]);
+    op(&mut s, |s| s.mark_in(o[2])).unwrap();
+    assert_eq!(info(&s).released, vec![o[2]]);
+    // o[1] was never left out by any target: dropping it is refused, o[2] or not.
+    let e = refused(&mut s, ErrorCode::ImplausibleReport, |s| {
+        elected(s, me, a, plain(6, 9, &[a, o[2], new]))
+    });
+    assert!(
+        e.message.contains(&format!("drops voters [{}]", o[1])),
+        "{e}"
+    );
+    assert!(e.message.contains(&format!("released [{}]", o[2])), "{e}");
+    // The genuine report completing the withdrawn change is recorded, and released empties.
+    elected(&mut s, me, a, plain(6, 9, &target)).unwrap();
+    let pg = info(&s);
+    assert!(pg.released.is_empty(), "{pg:?}");
+    // Now no member of the new configuration was ever left out by a target.
+    let e = refused(&mut s, ErrorCode::ImplausibleReport, |s| {
+        elected(s, me, a, plain(6, 10, &[a, o[1]]))
+    });
+    assert!(e.message.contains(&format!("drops voters [{new}]")), "{e}");
+}

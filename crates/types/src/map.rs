@@ -134,6 +134,14 @@ pub struct PgInfo {
     /// which allows the report that leaves the joint state to drop the outgoing members.
     #[serde(default)]
     pub joint_voters: Vec<OsdId>,
+    /// Members (voters of the recorded configuration, either half while joint) that a target
+    /// the monitor published since they became members leaves out: a genuine leader may still
+    /// drop them although no target in force does, because it can act on a target from an
+    /// older map, and its report of the joint configuration can be superseded before it is
+    /// sent (`fastblock_mon_core::report_checks`). Monitor bookkeeping; empty for most PGs and
+    /// then not written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<OsdId>,
     /// The last leader that reported, a hint for clients; `None` until the first election.
     #[serde(default)]
     pub leader: Option<OsdId>,

@@ -230,6 +230,7 @@ pub fn map(epoch: u64, osds: &[u32], pgs: &[(u32, &[u32], &[u32])]) -> Arc<Clust
                 newosdlist: ids(target),
                 learners: Vec::new(),
                 joint_voters: Vec::new(),
+                released: Vec::new(),
                 leader: None,
                 leader_term: Default::default(),
                 conf_index: Default::default(),
