@@ -148,6 +148,14 @@ impl Election {
         role: &watch::Sender<Role>,
     ) -> Result<(), etcd_client::Error> {
         let key = self.keys.leader();
+        // A plain read first: while the leader key exists there is nothing to write. This
+        // matters when etcd is out of space (NOSPACE): it refuses every transaction holding a
+        // put, even one whose comparison fails, but still serves reads and keeps leases alive,
+        // so a leader keeps leading, and recovers etcd (`crate::etcd_maint`).
+        let held = client.get(key.clone(), None).await?;
+        if let Some(kv) = held.kvs().first() {
+            return self.follow_or_keep(kv, lease_id, role);
+        }
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
@@ -171,9 +179,19 @@ impl Election {
             etcd_client::TxnOpResponse::Get(get) => get.kvs().first().cloned(),
             _ => None,
         });
-        let Some(kv) = current else {
-            return Ok(());
-        };
+        match current {
+            Some(kv) => self.follow_or_keep(&kv, lease_id, role),
+            None => Ok(()),
+        }
+    }
+
+    /// The leader key `kv` exists: keep leading if it is ours, else follow its holder.
+    fn follow_or_keep(
+        &self,
+        kv: &etcd_client::KeyValue,
+        lease_id: i64,
+        role: &watch::Sender<Role>,
+    ) -> Result<(), etcd_client::Error> {
         if kv.lease() == lease_id {
             // Still ours: keep the role (and its fence) as it is.
             let fence = Fence {
