@@ -135,6 +135,8 @@ pub enum Command {
         watch: bool,
     },
     ReclaimLs,
+    /// `mon backup FILE`.
+    MonBackup(PathBuf),
     AuthAdd {
         entity: String,
         caps: String,

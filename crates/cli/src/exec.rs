@@ -124,6 +124,7 @@ async fn run(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Resul
             }
         }
         Command::OsdOps { .. } => crate::ops::execute(inv, client, out).await?,
+        Command::MonBackup(_) => crate::mon::execute(inv, client, out).await?,
         Command::Health { .. } | Command::Df | Command::OsdSetRatio { .. } => {
             crate::capacity::execute(inv, client, out).await?
         }

@@ -70,7 +70,9 @@ pub fn code_status(code: ErrorCode) -> i32 {
         | NotEnoughDomains | NotEnoughOsds | ShrinkRefused | TooLarge | PoolDamaged
         | IncompatibleConfig | AuthRequired | AuthFailed | PermissionDenied | EntityExists
         | SnapExists | SnapInUse | SnapNotReady | OsdInUse => EXIT_REFUSED,
-        NoLeader | Unavailable | Conflict | ReclaimPending | OsdTimedOut | Busy => EXIT_UNREACHABLE,
+        NoLeader | Unavailable | Conflict | ReclaimPending | OsdTimedOut | Busy | MonStoreFull => {
+            EXIT_UNREACHABLE
+        }
         _ => EXIT_FAILURE,
     }
 }

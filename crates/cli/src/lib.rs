@@ -8,7 +8,7 @@
 //!
 //! [`auth`] loads the key the CLI signs with (`--keyring`, `--name`) and runs the `auth`
 //! commands. [`capacity`] runs `health`, `df` and the full-ratio commands. [`daemon_config`] reads and sets a daemon's settings through its admin socket. [`exec`] runs a command against the monitor through `fastblock-monclient`; [`render`] turns
-//! answers into text. [`pg`] runs `pg ls` and the scrub commands. [`ops`] runs `osd ops` and `osd historic-ops`. [`snap`] runs the snapshot and clone commands; its rollback and flatten
+//! answers into text. [`pg`] runs `pg ls` and the scrub commands. [`ops`] runs `osd ops` and `osd historic-ops`. [`mon`] runs `mon backup`. [`snap`] runs the snapshot and clone commands; its rollback and flatten
 //! also move data through the block client library (`fastblock-client`), as [`image_io`] does
 //! for `image import`, `image export` and `image cp`. Every failure ends as one line on
 //! stderr, `error: ...`, and an exit status that says which kind of failure it was ([`exit`]).
@@ -23,6 +23,7 @@ pub mod image_io;
 pub mod legacy;
 pub mod manual;
 pub mod modern;
+pub mod mon;
 pub mod ops;
 pub mod pg;
 pub mod render;

@@ -91,6 +91,9 @@ enum Top {
     /// Keys and capabilities (`docs/security.md`).
     #[command(subcommand)]
     Auth(AuthCmd),
+    /// The monitors' own state (docs/operations.md, "Monitor database").
+    #[command(subcommand)]
+    Mon(MonCmd),
     /// A daemon's settings, read and changed at runtime through its admin socket on this host,
     /// or for an OSD without one here through the monitor (docs/operations.md, "Configuration").
     #[command(subcommand)]
@@ -105,6 +108,17 @@ enum Top {
     Man {
         /// Directory to write the pages to (created if missing), e.g. /usr/local/share/man/man1.
         dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MonCmd {
+    /// Write a backup of the monitors' state (every key at one etcd revision) to FILE, mode
+    /// 0600: it holds every key of the key table. Restore it with `fastblock-mon
+    /// --restore-from FILE` into an empty etcd.
+    Backup {
+        /// Where to write it (replaced atomically if it exists).
+        file: PathBuf,
     },
 }
 
@@ -760,6 +774,7 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
         Top::Unset { flag } => Command::Flag { flag, set: false },
         Top::Map { watch } => Command::Map { watch },
         Top::Reclaim => Command::ReclaimLs,
+        Top::Mon(MonCmd::Backup { file }) => Command::MonBackup(file),
         Top::Config(cmd) => config_command(cmd),
         Top::Auth(AuthCmd::Add {
             entity,

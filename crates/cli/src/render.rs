@@ -56,6 +56,42 @@ const PG_BUCKETS: &[(&str, &str)] = &[
     ("down+remapped", "down + remap"),
 ];
 
+/// The monitors' etcd in one line: its largest member's database against the quota, the
+/// revision, the last compaction and any alarm.
+fn etcd_line(e: &fastblock_types::etcd::EtcdStatus) -> String {
+    let biggest = e.members.iter().max_by_key(|m| m.db_size_bytes);
+    let mut line = format!(
+        "{}, db {} of {} ({} in use), revision {}",
+        plural_members(e.members.len()),
+        format_size(biggest.map_or(0, |m| m.db_size_bytes)),
+        format_size(e.quota_bytes),
+        format_size(biggest.map_or(0, |m| m.db_size_in_use_bytes)),
+        e.revision
+    );
+    match (e.compact_interval_ms, e.compacted_revision) {
+        (0, _) => line.push_str(", compaction off"),
+        (_, Some(r)) => line.push_str(&format!(", compacted to {r}")),
+        (_, None) => line.push_str(", not compacted yet"),
+    }
+    let alarms: Vec<String> = e
+        .alarms
+        .iter()
+        .map(|a| format!("{} on {}", a.alarm, a.member))
+        .collect();
+    if !alarms.is_empty() {
+        line.push_str(&format!(", ALARM {}", alarms.join(", ")));
+    }
+    line
+}
+
+fn plural_members(n: usize) -> String {
+    if n == 1 {
+        "1 member".to_string()
+    } else {
+        format!("{n} members")
+    }
+}
+
 /// `status` in the reference layout; `modern` adds the health lines.
 pub fn status(s: &StatusResponse, modern: bool) -> String {
     let mut out = String::from("  cluster:\n");
@@ -87,6 +123,9 @@ pub fn status(s: &StatusResponse, modern: bool) -> String {
         "    osd: {} osds: {} up, {} in\n",
         s.osds_total, s.osds_up, s.osds_in
     ));
+    if let (true, Some(etcd)) = (modern, &s.etcd) {
+        out.push_str(&format!("    etcd: {}\n", etcd_line(etcd)));
+    }
     out.push_str("\n  data:\n");
     out.push_str(&format!("    pools  : {} pools, {} pgs\n", s.pools, s.pgs));
     let u = &s.usage;

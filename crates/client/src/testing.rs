@@ -353,6 +353,7 @@ impl MapBuilder {
                     learners: Vec::new(),
                     joint_voters: Vec::new(),
                     released: Vec::new(),
+                    restored: false,
                     leader: self.members.first().copied(),
                     leader_term: Default::default(),
                     conf_index: Default::default(),

@@ -35,6 +35,7 @@ const PAGE_STATE_JS: &str = r##"(() => {
     pgs: [...document.querySelectorAll("#pg-states tbody tr")].map((tr) =>
       [...tr.cells].map((td) => td.textContent)),
     recovery: [...document.querySelectorAll("#recovery-checks > li")].map((li) => li.textContent),
+    etcd: document.getElementById("etcd").textContent,
     error: error.hidden ? "" : error.textContent,
   });
 })()"##;
@@ -49,6 +50,8 @@ struct PageState {
     pgs: Vec<Vec<String>>,
     /// The PG checks the recovery section lists.
     recovery: Vec<String>,
+    /// The monitor database paragraph.
+    etcd: String,
     error: String,
 }
 
@@ -61,6 +64,7 @@ fn page_state(browser: &mut Browser) -> PageState {
             osds: Vec::new(),
             pgs: Vec::new(),
             recovery: Vec::new(),
+            etcd: String::new(),
             error: String::new(),
         };
     };
@@ -89,6 +93,7 @@ fn page_state(browser: &mut Browser) -> PageState {
         osds: rows(&v["osds"]),
         pgs: rows(&v["pgs"]),
         recovery: strings(&v["recovery"]),
+        etcd: v["etcd"].as_str().unwrap_or_default().to_string(),
         error: v["error"].as_str().unwrap_or_default().to_string(),
     }
 }
@@ -196,13 +201,23 @@ async fn status_page_in_chromium_shows_an_osd_going_down() {
 
     browser.open(&format!("http://{api}/"));
     let ids: Vec<OsdId> = osds.iter().map(|o| o.id).collect();
-    let before = wait_page(&mut browser, "HEALTH_OK and every OSD up and in", |p| {
-        p.health == "HEALTH_OK"
-            && ids.iter().all(|id| {
-                row(p, *id).is_some_and(|r| r[1] == "up" && r[2] == "in" && r[5].ends_with('%'))
-            })
-    })
+    let before = wait_page(
+        &mut browser,
+        "HEALTH_OK, every OSD up and in, etcd compacted",
+        |p| {
+            p.health == "HEALTH_OK"
+                && ids.iter().all(|id| {
+                    row(p, *id).is_some_and(|r| r[1] == "up" && r[2] == "in" && r[5].ends_with('%'))
+                })
+                && p.etcd.contains("compacted to revision")
+        },
+    )
     .await;
+    // The monitor database: the member's file against the default quota, one member.
+    assert!(
+        before.etcd.contains("of the 2 GiB quota") && before.etcd.contains("1 etcd member"),
+        "{before:#?}"
+    );
     assert!(before.error.is_empty(), "{before:#?}");
     assert_eq!(before.pgs, vec![vec!["active", "8"]], "{before:#?}");
     assert!(before.recovery.is_empty(), "{before:#?}");

@@ -64,7 +64,12 @@ fn bounded(mut lines: Vec<String>) -> Vec<String> {
     lines
 }
 
-fn check(code: &str, severity: Severity, summary: String, detail: Vec<String>) -> HealthCheck {
+pub(crate) fn check(
+    code: &str,
+    severity: Severity,
+    summary: String,
+    detail: Vec<String>,
+) -> HealthCheck {
     HealthCheck {
         code: code.to_string(),
         severity,

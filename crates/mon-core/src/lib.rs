@@ -23,7 +23,7 @@
 //! - [`liveness`]: heartbeat bookkeeping that turns silence into down and out events, with the
 //!   time passed in by the caller.
 //! - [`health`]: the health checks (stable codes, summaries, details) and PG-state counts for
-//!   `status`.
+//!   `status`; [`etcd_health`] adds those about the monitors' etcd.
 //! - [`capacity`]: the full ratios, which OSDs are full (carried by the map to the PG
 //!   leaders, which refuse writes), and `df` with each pool's maximum available bytes.
 //! - [`damage`]: damage confined to one pool in a state loaded from etcd, reported and fenced
@@ -40,6 +40,7 @@
 pub mod auth_ops;
 pub mod capacity;
 pub mod damage;
+pub mod etcd_health;
 pub mod health;
 pub mod image_ops;
 pub mod limits;

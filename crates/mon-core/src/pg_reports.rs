@@ -88,6 +88,7 @@ impl MonState {
         pg.leader = Some(r.leader);
         pg.leader_term = r.term;
         if verdict == Verdict::Record {
+            pg.restored = false;
             pg.conf_index = r.conf_index;
             pg.osdlist = r.osdlist.clone();
             pg.joint_voters = r.joint_voters.clone();

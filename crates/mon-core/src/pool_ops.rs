@@ -110,6 +110,7 @@ impl MonState {
                     learners: Vec::new(),
                     joint_voters: Vec::new(),
                     released: Vec::new(),
+                    restored: false,
                     leader: None,
                     leader_term: Term(0),
                     conf_index: LogIndex(0),

@@ -30,6 +30,11 @@
 //!     way the group leaves towards a target the monitor no longer names, and the report that
 //!     says so is genuine (found by simulator seed 17722765049566651514).
 //!
+//! After a restore from a monitor backup (`PgInfo::restored`, `fastblock_mon::backup`) the
+//! record can be older than the PG in any way (members moved since the backup was taken), so
+//! the first report at a configuration index at least the recorded one is recorded as it is,
+//! past the hosting and members rules; the sender, term and staleness rules still apply.
+//!
 //! Why a forged report still cannot take members away: every member it drops must be one the
 //! monitor itself decided, at some point while it was a member, to move off the PG (an out, a
 //! rebalance): a report cannot remove a member no target ever left out, nor one that has become
@@ -123,6 +128,12 @@ pub(crate) fn check_against_record(pg_id: PgId, pg: &PgInfo, r: &Reported) -> Op
              term",
             r.leader, r.term
         ));
+    }
+    if pg.restored && r.conf_index >= pg.conf_index {
+        // Restored from a backup (`PgInfo::restored`): the record may be older than the PG's
+        // configuration in any way, so the leader's report is the only account of it there
+        // is. The sender, term and staleness rules above still hold.
+        return Ok(Verdict::Record);
     }
     let hosts = pg.osdlist.contains(&r.leader)
         || pg.newosdlist.contains(&r.leader)

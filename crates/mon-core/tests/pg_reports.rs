@@ -474,3 +474,45 @@ fn only_members_a_published_target_left_out_may_be_dropped() {
     });
     assert!(e.message.contains(&format!("drops voters [{new}]")), "{e}");
 }
+
+/// After a restore from a backup (`PgInfo::restored`) the record may be older than the PG in
+/// any way: the first report at or past the recorded configuration is recorded as it is, even
+/// from a leader the record does not name and dropping members no target left out; the
+/// sender, term and staleness rules still hold, and the usual rules apply again afterwards.
+#[test]
+fn a_restored_pg_takes_its_leaders_next_report_as_its_configuration() {
+    let (mut s, o) = elected_cluster(5);
+    let others: Vec<OsdId> = s
+        .map
+        .osds
+        .keys()
+        .copied()
+        .filter(|id| !o.contains(id))
+        .collect();
+    let (x, y) = (others[0], others[1]);
+    s.map
+        .pgmaps
+        .get_mut(&PG.pool)
+        .unwrap()
+        .pgs
+        .get_mut(&PG.seq)
+        .unwrap()
+        .restored = true;
+    // Still refused: another OSD speaking for x, and a report older than the record.
+    refused(&mut s, ErrorCode::PermissionDenied, |s| {
+        elected(s, Reporter::Osd(o[0]), x, plain(9, 20, &[x, y, o[0]]))
+    });
+    refused(&mut s, ErrorCode::StaleReport, |s| {
+        elected(s, Reporter::Osd(x), x, plain(5, 20, &[x, y, o[0]]))
+    });
+    // The members moved to x, y and o[0] since the backup: recorded as reported.
+    let moved = [x, y, o[0]];
+    elected(&mut s, Reporter::Osd(x), x, plain(9, 20, &moved)).unwrap();
+    let pg = info(&s);
+    assert_eq!(pg.osdlist, moved.to_vec());
+    assert_eq!((pg.leader, pg.restored), (Some(x), false));
+    // From now on the usual rules: dropping y, which no target left out, is refused.
+    refused(&mut s, ErrorCode::ImplausibleReport, |s| {
+        elected(s, Reporter::Osd(x), x, plain(9, 21, &[x, o[0]]))
+    });
+}

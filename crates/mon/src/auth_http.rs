@@ -63,8 +63,8 @@ pub fn need_of(method: &Method, route: &str) -> Need {
         | ("POST", "/v1/snaps/{image}/{snap}/pgs/{pgid}")
         | ("POST", "/v1/snaptrim/{id}/pgs/{pgid}")
         | ("GET", "/v1/auth/data-keys") => Need::OsdCap,
-        // The key table lists who can do what: administrators only.
-        ("GET", "/v1/auth") => Need::Admin,
+        // The key table lists who can do what: administrators only. A backup holds it.
+        ("GET", "/v1/auth" | "/v1/mon/backup") => Need::Admin,
         // An op dump names the PGs and clients at work: administrators only.
         ("GET", "/v1/osds/{id}/ops") => Need::Admin,
         // It changes a daemon's settings (the default below; named so that no rule above

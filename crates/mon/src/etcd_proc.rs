@@ -29,6 +29,9 @@ pub struct EtcdMemberConfig {
     /// etcd's `--initial-cluster`: `name=http://ip:port,...`, the same on every monitor.
     pub initial_cluster: String,
     pub cluster_token: String,
+    /// etcd's `--quota-backend-bytes`: past it the member raises `NOSPACE` and refuses writes
+    /// (`--etcd-quota-bytes`; `crate::etcd_maint` keeps the database well below it).
+    pub quota_bytes: u64,
 }
 
 /// The member names of an etcd `--initial-cluster` value (`name=http://ip:port,...`).
@@ -80,6 +83,8 @@ impl EtcdMemberConfig {
             // Pool deletes and remaps change many keys in one transaction.
             .arg("--max-txn-ops")
             .arg("4096")
+            .arg("--quota-backend-bytes")
+            .arg(self.quota_bytes.to_string())
             // Elections within a second or two on a quiet loopback cluster.
             .arg("--heartbeat-interval")
             .arg("100")

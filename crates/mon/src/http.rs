@@ -141,6 +141,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/snaptrim", get(list_snap_trims))
         .route("/v1/snaptrim/{id}/pgs/{pgid}", post(snap_trim_pg_done))
         .route("/v1/df", get(get_df))
+        .route("/v1/mon/backup", get(get_backup))
         .route("/v1/space/nearfull-ratio", put(set_nearfull_ratio))
         .route("/v1/space/full-ratio", put(set_full_ratio))
         .route("/v1/flags", get(get_flags))
@@ -255,6 +256,16 @@ async fn lead_or_forward(State(app): App, req: Request, next: Next) -> Response 
 }
 
 async fn get_metrics(State(app): App) -> Response {
+    let upkeep = &app.mon.upkeep;
+    app.metrics.set_etcd(
+        &upkeep.status(),
+        upkeep
+            .compactions_total
+            .load(std::sync::atomic::Ordering::Relaxed),
+        upkeep
+            .defrags_total
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     let tasks = app.tasks.checks();
     let mons = members(&app).await;
     let text = match app
@@ -291,6 +302,10 @@ struct MonView {
     leader: Option<MonMember>,
     /// This monitor's own task failures (health shows the leader's).
     task_failures: Vec<String>,
+    /// This monitor's own etcd member as it last saw it (the leader reads the other members'
+    /// sizes from here: each member listens for clients on its own host only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    etcd_member: Option<fastblock_types::etcd::EtcdMemberStatus>,
 }
 
 async fn get_mon(State(app): App) -> Json<MonView> {
@@ -304,6 +319,7 @@ async fn get_mon(State(app): App) -> Json<MonView> {
         role,
         leader,
         task_failures: app.tasks.checks().into_iter().map(|c| c.text).collect(),
+        etcd_member: app.mon.upkeep.own_member_status(),
     })
 }
 
@@ -327,6 +343,7 @@ fn full_health(
     h.add_osd_space(&s.map, &ctx.stats.spaces(&s.map));
     let fresh_ms = ctx.liveness.config().osd_down_after_ms;
     h.add_slow_ops(&ctx.stats.ops.slow(&s.map, now_ms, fresh_ms));
+    h.add_etcd(&app.mon.upkeep.status());
     h
 }
 
@@ -402,6 +419,7 @@ pub(crate) fn status_view(
         io,
         recovery,
         usage: ctx.stats.cluster_usage(&s.map),
+        etcd: Some(app.mon.upkeep.status()).filter(|e| e.observed_unix_ms != 0),
     }
 }
 
@@ -430,6 +448,28 @@ async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapRes
         epoch: map.epoch,
         map: Some(map),
     }))
+}
+
+/// `GET /v1/mon/backup`: every key of the cluster's state at one etcd revision
+/// (`crate::backup`). Administrators only: it holds the key table.
+async fn get_backup(State(app): App) -> ApiResult<fastblock_types::etcd::MonBackup> {
+    // Served by the leader, like every call, so that a backup is never of a monitor that has
+    // lost touch with etcd's quorum.
+    app.mon.read(|_, _| ()).await?;
+    let mut client = app.mon.client.clone();
+    let backup = crate::backup::read(&mut client, &app.mon.keys, app.mon.unix_ms())
+        .await
+        .map_err(|e| match e {
+            crate::backup::BackupError::Etcd(e) => {
+                ApiError::new(ErrorCode::Unavailable, format!("etcd unavailable: {e}"))
+            }
+            other => ApiError::new(ErrorCode::Internal, other.to_string()),
+        })?;
+    tracing::info!(
+        revision = backup.revision, epoch = %backup.epoch, keys = backup.keys.len(),
+        "backup taken"
+    );
+    Ok(Json(backup))
 }
 
 async fn list_osds(State(app): App) -> ApiResult<Vec<OsdInfo>> {

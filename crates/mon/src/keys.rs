@@ -20,6 +20,7 @@
 //! <prefix>/auth/entities/<entity>  {key,caps,generation}  one entity's key (base64)
 //! <prefix>/mon/leader              MonMember              held with the leader's lease
 //! <prefix>/mon/members/<name>      MonMember              each monitor, with its own lease
+//! <prefix>/mon/restore             RestoreMarker          the backup a restore wrote (once)
 //! ```
 
 use fastblock_mon_core::auth_ops::AuthEntity;
@@ -87,6 +88,11 @@ impl Keyspace {
 
     pub fn member(&self, name: &str) -> String {
         format!("{}/mon/members/{name}", self.prefix)
+    }
+
+    /// Which backup a restore wrote into this etcd (`crate::backup`).
+    pub fn restore_marker(&self) -> String {
+        format!("{}/mon/restore", self.prefix)
     }
 
     pub fn members_prefix(&self) -> String {

@@ -5,6 +5,9 @@
 //!   stops it on exit; [`etcd_identity`] checks that the etcd at its addresses is really it.
 //! - [`keys`]: the etcd keyspace, one JSON value per key (`docs/etcd-keys.md`).
 //! - [`store`]: loading the state and committing changes in revision-guarded transactions.
+//! - [`etcd_maint`]: etcd's upkeep: compaction of its history, defragmentation of its members,
+//!   recovery from its out-of-space alarm, and the view `status` and health show.
+//! - [`backup`]: a backup of the state, and its restore into an empty etcd.
 //! - [`election`]: leader election on an etcd lease; the won key's revision fences commits.
 //! - [`service`]: the leader's in-memory state and the operation pipeline
 //!   (copy → decide in `mon-core` → persist → publish), the liveness ticker.
@@ -26,8 +29,10 @@
 //! to etcd: OSDs and clients use the HTTP API.
 
 pub mod auth_http;
+pub mod backup;
 pub mod election;
 pub mod etcd_identity;
+pub mod etcd_maint;
 pub mod etcd_proc;
 pub mod forward;
 pub mod http;

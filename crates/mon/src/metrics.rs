@@ -8,8 +8,10 @@
 use fastblock_mon_core::health::{pg_state_counts, Health};
 use fastblock_mon_core::MonState;
 use fastblock_types::api::{OsdSpace, RecoveryStatus, Severity};
+use fastblock_types::etcd::EtcdStatus;
 use fastblock_types::OsdId;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -32,6 +34,17 @@ pub struct StateLabels {
 pub struct CheckLabels {
     pub code: String,
     pub severity: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabels {
+    pub member: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AlarmLabels {
+    pub member: String,
+    pub alarm: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -98,6 +111,23 @@ pub struct Metrics {
     recovering_pgs: Gauge,
     recovery_remaining_bytes: Gauge<u64, AtomicU64>,
     recovery_remaining_objects: Gauge<u64, AtomicU64>,
+    etcd: EtcdGauges,
+}
+
+/// What this monitor sees of etcd (`crate::etcd_maint`), exported by every monitor: the sizes
+/// of the members it looks at (a follower: its own; the leader: all), the quota, revisions,
+/// alarms and the upkeep's counts.
+#[derive(Default)]
+struct EtcdGauges {
+    db_size_bytes: Family<MemberLabels, Gauge<u64, AtomicU64>>,
+    db_size_in_use_bytes: Family<MemberLabels, Gauge<u64, AtomicU64>>,
+    quota_bytes: Gauge<u64, AtomicU64>,
+    revision: Gauge<u64, AtomicU64>,
+    compacted_revision: Gauge<u64, AtomicU64>,
+    last_compaction_timestamp_seconds: Gauge<f64, AtomicU64>,
+    alarm: Family<AlarmLabels, Gauge>,
+    compactions: Counter,
+    defrags: Counter,
 }
 
 impl Default for Metrics {
@@ -138,10 +168,53 @@ impl Metrics {
             recovering_pgs: Gauge::default(),
             recovery_remaining_bytes: Gauge::default(),
             recovery_remaining_objects: Gauge::default(),
+            etcd: EtcdGauges::default(),
         };
         let mut m = m;
         m.registry
             .register("is_leader", "1 if this monitor leads", m.is_leader.clone());
+        let (r, e) = (&mut m.registry, &m.etcd);
+        r.register(
+            "etcd_db_size_bytes",
+            "Size of the etcd member's database file (what its quota is checked against)",
+            e.db_size_bytes.clone(),
+        );
+        r.register(
+            "etcd_db_size_in_use_bytes",
+            "Bytes of the etcd member's database file holding data",
+            e.db_size_in_use_bytes.clone(),
+        );
+        r.register(
+            "etcd_quota_bytes",
+            "etcd's space quota (--etcd-quota-bytes)",
+            e.quota_bytes.clone(),
+        );
+        r.register("etcd_revision", "etcd's store revision", e.revision.clone());
+        r.register(
+            "etcd_compacted_revision",
+            "Revision the leader last compacted etcd's history to (0: none yet)",
+            e.compacted_revision.clone(),
+        );
+        r.register(
+            "etcd_last_compaction_timestamp_seconds",
+            "When the leader last compacted etcd's history (Unix time; 0: not yet)",
+            e.last_compaction_timestamp_seconds.clone(),
+        );
+        r.register(
+            "etcd_alarm",
+            "1 for each alarm etcd has raised (NOSPACE, CORRUPT), by member",
+            e.alarm.clone(),
+        );
+        r.register(
+            "etcd_compactions",
+            "Compactions of etcd's history this monitor made",
+            e.compactions.clone(),
+        );
+        r.register(
+            "etcd_defrags",
+            "Defragmentations of etcd members this monitor made",
+            e.defrags.clone(),
+        );
         let r = &mut m.cluster;
         r.register("epoch", "Cluster map epoch", m.epoch.clone());
         r.register("osds", "OSDs known", m.osds.clone());
@@ -188,6 +261,42 @@ impl Metrics {
             m.recovery_remaining_objects.clone(),
         );
         m
+    }
+
+    /// Sets the etcd gauges from what the upkeep last saw, and its counts so far.
+    pub fn set_etcd(&self, etcd: &EtcdStatus, compactions_total: u64, defrags_total: u64) {
+        let e = &self.etcd;
+        e.db_size_bytes.clear();
+        e.db_size_in_use_bytes.clear();
+        for m in etcd.members.iter().filter(|m| m.error.is_none()) {
+            let labels = MemberLabels {
+                member: m.name.clone(),
+            };
+            e.db_size_bytes.get_or_create(&labels).set(m.db_size_bytes);
+            e.db_size_in_use_bytes
+                .get_or_create(&labels)
+                .set(m.db_size_in_use_bytes);
+        }
+        e.quota_bytes.set(etcd.quota_bytes);
+        e.revision.set(etcd.revision);
+        e.compacted_revision
+            .set(etcd.compacted_revision.unwrap_or(0));
+        e.last_compaction_timestamp_seconds
+            .set(etcd.last_compaction_unix_ms.unwrap_or(0) as f64 / 1000.0);
+        e.alarm.clear();
+        for a in &etcd.alarms {
+            let labels = AlarmLabels {
+                member: a.member.clone(),
+                alarm: a.alarm.clone(),
+            };
+            e.alarm.get_or_create(&labels).set(1);
+        }
+        // Counters only rise: add what the upkeep counted since the last scrape.
+        let add = |c: &Counter, total: u64| {
+            c.inc_by(total.saturating_sub(c.get()));
+        };
+        add(&e.compactions, compactions_total);
+        add(&e.defrags, defrags_total);
     }
 
     /// Refreshes the gauges from the leader's state (or zeroes leadership on a follower) and

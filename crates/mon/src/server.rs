@@ -4,6 +4,8 @@
 
 use crate::election::{Election, Role};
 use crate::etcd_identity;
+use crate::etcd_maint::policy::UpkeepSettings;
+use crate::etcd_maint::{EtcdUpkeep, OwnMember};
 use crate::etcd_proc::{self, EtcdMemberConfig};
 use crate::forward::Forwarder;
 use crate::http::{router, AppState};
@@ -35,6 +37,14 @@ pub struct MonConfig {
     /// How long a snapshot may stay `creating` before it is aborted (at most
     /// `SNAP_CREATE_TIMEOUT_MS_MAX`).
     pub snap_create_timeout_ms: u64,
+    /// etcd's upkeep (`crate::etcd_maint`): quota, history kept, defragmentation.
+    pub etcd_upkeep: UpkeepSettings,
+    /// How often the leader compacts etcd's history (zero: never), changed at runtime by
+    /// sending on the other end (the admin socket's `etcd_compact_interval`).
+    pub etcd_compact_interval: watch::Receiver<Duration>,
+    /// A backup to write into etcd before the first campaign, if etcd holds no cluster yet
+    /// (`crate::backup`).
+    pub restore_from: Option<std::path::PathBuf>,
 }
 
 async fn connect(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
@@ -52,6 +62,70 @@ async fn connect(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
             }
             Err(e) => return Err(e).context(format!("connecting to etcd at {endpoints:?}")),
         }
+    }
+}
+
+/// How long a restore waits for etcd to take writes (a majority of its members up), or for
+/// another monitor's restore of the same backup to finish.
+const RESTORE_ETCD_WAIT: Duration = Duration::from_secs(120);
+
+/// Writes the backup at `path` into etcd if it holds no cluster (`crate::backup`), before the
+/// first campaign. A backup that cannot be read, or an etcd that holds another cluster, ends
+/// the monitor as a misconfiguration (status 2): starting without the restore would create a
+/// new, empty cluster.
+async fn restore_from(
+    path: &std::path::Path,
+    client: &mut etcd_client::Client,
+    keys: &Keyspace,
+    me: &str,
+) -> anyhow::Result<()> {
+    #[derive(Debug, thiserror::Error)]
+    #[error("--restore-from {path}: {reason}")]
+    struct BadRestore {
+        path: String,
+        reason: String,
+    }
+    let bad = |reason: String| {
+        Misconfiguration::new(BadRestore {
+            path: path.display().to_string(),
+            reason,
+        })
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let backup: fastblock_types::etcd::MonBackup =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not a monitor backup: {e}")))?;
+    // etcd answers writes only once a majority of its members runs: with several monitors,
+    // the others may start after this one. Wait for them, bounded.
+    let deadline = tokio::time::Instant::now() + RESTORE_ETCD_WAIT;
+    let outcome = loop {
+        let now = crate::service::unix_now_ms();
+        use crate::backup::RestoreError::{Etcd, InProgress, Raced};
+        match crate::backup::restore(client, keys, &backup, me, now).await {
+            Err(e @ (Etcd(_) | InProgress { .. } | Raced))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!("restoring a backup: {e}; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            other => break other,
+        }
+    };
+    match outcome {
+        Ok(crate::backup::Restored::Written { from_epoch, epoch }) => {
+            tracing::warn!(
+                file = %path.display(), %from_epoch, %epoch, revision = backup.revision,
+                "restored the cluster state from a backup"
+            );
+            Ok(())
+        }
+        Ok(crate::backup::Restored::AlreadyDone) => {
+            tracing::info!(file = %path.display(), "this backup was restored before; going on");
+            Ok(())
+        }
+        Err(crate::backup::RestoreError::Etcd(e)) => {
+            Err(anyhow::Error::from(e).context("restoring a backup"))
+        }
+        Err(e) => Err(bad(e.to_string()).into()),
     }
 }
 
@@ -90,6 +164,23 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         Some(failure) = fatal.recv() => return Err(failure.into()),
     };
     let keys = Keyspace::new(&config.key_prefix);
+    if let Some(path) = &config.restore_from {
+        // The etcd at the member's URL must be the own member before anything is written.
+        if let Some(member) = &config.etcd_member {
+            etcd_identity::wait_own_member(client.clone(), member)
+                .await
+                .map_err(Misconfiguration::new)?;
+        }
+        restore_from(path, &mut client.clone(), &keys, &config.name).await?;
+    }
+    let upkeep = Arc::new(EtcdUpkeep::new(
+        config.etcd_upkeep,
+        config.etcd_compact_interval.clone(),
+        config.etcd_member.as_ref().map(|m| OwnMember {
+            name: m.name.clone(),
+            endpoint: m.client_url(),
+        }),
+    ));
     let me = MonMember {
         name: config.name.clone(),
         api_addr: config.api_addr.clone(),
@@ -143,7 +234,27 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
             }
         })
     };
-    let mut mon = Monitor::new(me, keys, client, role_rx, config.liveness);
+    let upkeep_task = {
+        let (upkeep, client, keys, me, role, rx) = (
+            upkeep.clone(),
+            client.clone(),
+            keys.clone(),
+            me.clone(),
+            role_rx.clone(),
+            shutdown_rx.clone(),
+        );
+        tasks.spawn("etcd upkeep", Policy::Restart, move || {
+            crate::etcd_maint::run(
+                upkeep.clone(),
+                client.clone(),
+                keys.clone(),
+                me.clone(),
+                role.clone(),
+                rx.clone(),
+            )
+        })
+    };
+    let mut mon = Monitor::new(me, keys, client, role_rx, config.liveness, upkeep);
     mon.auth_bootstrap = config.auth.clone();
     mon.snap_create_timeout_ms = config.snap_create_timeout_ms;
     let mon = Arc::new(mon);
@@ -199,6 +310,7 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     shutdown_tx.send_replace(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), election_task).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), ticker).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), upkeep_task).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
     for task in handles {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;

@@ -3,6 +3,7 @@
 //! PG leaders' scrub reports.
 
 use crate::election::Role;
+use crate::etcd_maint::EtcdUpkeep;
 use crate::keys::Keyspace;
 use crate::stats::IoStats;
 use crate::store::{CommitError, EtcdStore, Fence, LoadError, Snapshot};
@@ -14,6 +15,7 @@ use fastblock_types::api::{ApiError, ErrorCode, MonMember};
 use fastblock_types::auth::AuthMode;
 use fastblock_types::Epoch;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Mutex};
 use tokio::time::Instant;
@@ -64,6 +66,8 @@ pub struct Monitor {
     /// How long a snapshot may stay `creating` before it is aborted
     /// (`--snap-create-timeout-ms`).
     pub snap_create_timeout_ms: u64,
+    /// etcd's upkeep (compaction, defragmentation, alarms), told of every commit.
+    pub upkeep: Arc<EtcdUpkeep>,
     started: Instant,
 }
 
@@ -75,6 +79,20 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(ErrorCode::Unavailable, format!("etcd unavailable: {e}"))
 }
 
+/// A failed etcd write as the caller sees it: out of space (etcd's `NOSPACE` alarm refuses
+/// every write until room is made) is said as such, anything else is `unavailable`.
+fn write_failed(e: etcd_client::Error) -> ApiError {
+    let text = e.to_string();
+    if text.contains("database space exceeded") {
+        return ApiError::new(
+            ErrorCode::MonStoreFull,
+            "the monitors' etcd is out of space (NOSPACE): no change can be made until room \
+             is made; `fastblock-client health` says how that stands (MON_ETCD_NOSPACE)",
+        );
+    }
+    unavailable(text)
+}
+
 impl Monitor {
     pub fn new(
         me: MonMember,
@@ -82,6 +100,7 @@ impl Monitor {
         client: etcd_client::Client,
         role: watch::Receiver<Role>,
         liveness_config: LivenessConfig,
+        upkeep: Arc<EtcdUpkeep>,
     ) -> Self {
         Monitor {
             me,
@@ -93,6 +112,7 @@ impl Monitor {
             ctx: Mutex::new(None),
             epoch: watch::channel(Epoch(0)).0,
             snap_create_timeout_ms: fastblock_types::api::SNAP_CREATE_TIMEOUT_MS_DEFAULT,
+            upkeep,
             started: Instant::now(),
         }
     }
@@ -106,9 +126,7 @@ impl Monitor {
     /// (`SnapInfo::started_at_ms`), because a monitor that takes over must be able to judge
     /// the age of a snapshot another monitor recorded, which no process-local clock allows.
     pub fn unix_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
+        unix_now_ms()
     }
 
     /// The epoch of the last committed change (what an answer should report).
@@ -189,11 +207,14 @@ impl Monitor {
         next.auth_bootstrap(boot.mode, admin_key)?;
         next.finish(&snapshot.state);
         match self.store().commit(fence, snapshot, next).await {
-            Ok(()) => {
+            Ok(written) => {
+                if let Some(w) = written {
+                    self.upkeep.record_commit(fence, w.revision, w.bytes);
+                }
                 tracing::info!(mode = %boot.mode, keyring = ?boot.keyring, "authentication set up");
                 Ok(())
             }
-            Err(CommitError::Etcd(e)) => Err(unavailable(e)),
+            Err(CommitError::Etcd(e)) => Err(write_failed(e)),
             Err(CommitError::Conflict) => Err(ApiError::new(
                 ErrorCode::Conflict,
                 "another monitor is setting up authentication; retry",
@@ -229,14 +250,22 @@ impl Monitor {
                 .commit(ctx.fence, &mut ctx.snapshot, next)
                 .await
             {
-                Ok(()) => {
+                Ok(written) => {
+                    if let Some(w) = written {
+                        self.upkeep.record_commit(ctx.fence, w.revision, w.bytes);
+                    }
                     self.epoch.send_replace(epoch);
                     return Ok(out);
                 }
                 Err(CommitError::Etcd(e)) => {
-                    // The outcome is unknown: reload before the next operation.
-                    *guard = None;
-                    return Err(unavailable(e));
+                    let e = write_failed(e);
+                    // The outcome is unknown: reload before the next operation. Out of space
+                    // is known: etcd refused the transaction, and the snapshot is unchanged
+                    // (reloading on every refused call would only load etcd further).
+                    if e.code != ErrorCode::MonStoreFull {
+                        *guard = None;
+                    }
+                    return Err(e);
                 }
                 Err(CommitError::Conflict) => {
                     tracing::warn!(attempt, "commit conflict; reloading state");
@@ -344,4 +373,11 @@ fn admin_key_in(path: &Path) -> OpResult<Secret> {
     );
     ring.save(path).map_err(fail)?;
     Ok(key)
+}
+
+/// Milliseconds since the Unix epoch on this host's clock.
+pub fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

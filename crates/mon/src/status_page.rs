@@ -126,6 +126,7 @@ pub fn public_view(
         io,
         recovery,
         usage,
+        etcd,
     } = status;
     PublicStatusResponse {
         epoch,
@@ -140,6 +141,8 @@ pub fn public_view(
         recovery_eta_secs: recovery.eta_secs(),
         recovery,
         usage,
+        // Sizes, compaction and alarms only: member names and addresses stay out.
+        etcd: etcd.as_ref().map(fastblock_types::etcd::PublicEtcd::from),
     }
 }
 
@@ -149,6 +152,7 @@ mod tests {
     use fastblock_types::api::{
         ClusterUsage, HealthCheck, IoRates, MonMember, RecoveryStatus, Severity,
     };
+    use fastblock_types::etcd::{EtcdMemberStatus, EtcdStatus};
     use fastblock_types::map::{Flags, OsdInfo};
     use fastblock_types::Epoch;
 
@@ -195,6 +199,20 @@ mod tests {
                 bytes_per_sec: f64::from(1 << 20),
             },
             usage: ClusterUsage::default(),
+            etcd: Some(EtcdStatus {
+                members: vec![EtcdMemberStatus {
+                    name: "secret-member".into(),
+                    endpoint: "http://10.1.2.3:2379".into(),
+                    db_size_bytes: 3 << 20,
+                    db_size_in_use_bytes: 1 << 20,
+                    is_leader: true,
+                    error: None,
+                }],
+                quota_bytes: 2 << 30,
+                revision: 42,
+                observed_unix_ms: 1,
+                ..EtcdStatus::default()
+            }),
         }
     }
 
@@ -235,7 +253,19 @@ mod tests {
         assert_eq!(view.recovery_eta_secs, Some(10));
         assert_eq!(view.health_checks, status().health_checks);
         let json = serde_json::to_string(&view).expect("JSON");
-        for secret in ["10.1.2.3", "10.9.8.7", "secret-host", "uuid-", "api_addr"] {
+        let etcd = view.etcd.as_ref().expect("etcd figures");
+        assert_eq!(
+            (etcd.members, etcd.db_size_bytes, etcd.revision),
+            (1, 3 << 20, 42)
+        );
+        for secret in [
+            "10.1.2.3",
+            "10.9.8.7",
+            "secret-host",
+            "uuid-",
+            "api_addr",
+            "secret-member",
+        ] {
             assert!(!json.contains(secret), "{secret} in {json}");
         }
     }

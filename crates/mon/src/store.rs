@@ -104,13 +104,15 @@ impl EtcdStore {
     }
 
     /// Writes the difference between `snapshot` and `next` and, on success, makes `next` the
-    /// snapshot.
+    /// snapshot. Returns what was written: the revision and the bytes of the keys and values
+    /// put (etcd keeps each revision's values until a compaction: `crate::etcd_maint`), or
+    /// `None` if nothing changed.
     pub async fn commit(
         &mut self,
         fence: Fence,
         snapshot: &mut Snapshot,
         next: MonState,
-    ) -> Result<(), CommitError> {
+    ) -> Result<Option<Written>, CommitError> {
         let new_kvs = self.keys.encode(&next);
         let mut compares = vec![Compare::create_revision(
             self.keys.leader(),
@@ -119,6 +121,7 @@ impl EtcdStore {
         )];
         let mut ops = Vec::new();
         let mut put_keys = Vec::new();
+        let mut put_bytes = 0u64;
         for (key, value) in &new_kvs {
             if snapshot.kvs.get(key) == Some(value) {
                 continue;
@@ -130,6 +133,7 @@ impl EtcdStore {
                 None => compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
             }
             ops.push(TxnOp::put(key.clone(), value.clone(), None));
+            put_bytes += (key.len() + value.len()) as u64;
             put_keys.push(key.clone());
         }
         // Images of a deleted pool go with one range delete, and the snapshots of each of
@@ -177,7 +181,7 @@ impl EtcdStore {
         }
         if ops.is_empty() {
             snapshot.state = next;
-            return Ok(());
+            return Ok(None);
         }
         let txn = Txn::new().when(compares).and_then(ops);
         let resp = self.client.txn(txn).await?;
@@ -196,6 +200,18 @@ impl EtcdStore {
         }
         snapshot.kvs = new_kvs;
         snapshot.state = next;
-        Ok(())
+        Ok(Some(Written {
+            revision: u64::try_from(revision).unwrap_or(0),
+            bytes: put_bytes,
+        }))
     }
+}
+
+/// What one commit wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The etcd revision of the transaction.
+    pub revision: u64,
+    /// Bytes of the keys and values it put.
+    pub bytes: u64,
 }

@@ -69,10 +69,11 @@ pub struct EntityKey {
     pub key: Secret,
 }
 
-/// One attempt's failure: either final, or worth another try (maybe at another endpoint).
+/// One attempt's failure: either final, or worth another try (maybe at another endpoint),
+/// with the monitor's own answer when it gave one (a retryable error code).
 enum Attempt {
     Final(MonError),
-    Retry(String),
+    Retry(String, Option<ApiError>),
 }
 
 pub struct MonClient {
@@ -162,11 +163,12 @@ impl MonClient {
             .map_err(|e| Attempt::Final(protocol(endpoint, e.to_string())))?;
         let resp = match tokio::time::timeout(timeout, self.http.request(req)).await {
             Err(_) => {
-                return Err(Attempt::Retry(format!(
-                    "{endpoint}: timed out after {timeout:?}"
-                )))
+                return Err(Attempt::Retry(
+                    format!("{endpoint}: timed out after {timeout:?}"),
+                    None,
+                ))
             }
-            Ok(Err(e)) => return Err(Attempt::Retry(format!("{endpoint}: {e}"))),
+            Ok(Err(e)) => return Err(Attempt::Retry(format!("{endpoint}: {e}"), None)),
             Ok(Ok(resp)) => resp,
         };
         let status = resp.status();
@@ -177,17 +179,27 @@ impl MonClient {
         .await
         {
             Ok(Ok(b)) => b.to_bytes(),
-            Ok(Err(e)) => return Err(Attempt::Retry(format!("{endpoint}: reading answer: {e}"))),
-            Err(_) => return Err(Attempt::Retry(format!("{endpoint}: answer timed out"))),
+            Ok(Err(e)) => {
+                return Err(Attempt::Retry(
+                    format!("{endpoint}: reading answer: {e}"),
+                    None,
+                ))
+            }
+            Err(_) => {
+                return Err(Attempt::Retry(
+                    format!("{endpoint}: answer timed out"),
+                    None,
+                ))
+            }
         };
         if status.is_success() {
             return Ok(bytes);
         }
         match serde_json::from_slice::<ErrorBody>(&bytes) {
-            Ok(body) if body.error.retryable => Err(Attempt::Retry(format!(
-                "{endpoint}: {}",
-                body.error.message
-            ))),
+            Ok(body) if body.error.retryable => Err(Attempt::Retry(
+                format!("{endpoint}: {}", body.error.message),
+                Some(body.error),
+            )),
             Ok(body) => Err(Attempt::Final(MonError::Api(body.error))),
             Err(_) => Err(Attempt::Final(protocol(
                 endpoint,
@@ -211,6 +223,7 @@ impl MonClient {
         let start = Instant::now();
         let mut backoff = Duration::from_millis(50);
         let mut last = String::new();
+        let mut last_answer: Option<ApiError> = None;
         let n = self.endpoints.len();
         loop {
             let first = self.preferred.load(Ordering::Relaxed);
@@ -223,13 +236,20 @@ impl MonClient {
                         return Ok(bytes);
                     }
                     Err(Attempt::Final(e)) => return Err(e),
-                    Err(Attempt::Retry(why)) => {
+                    Err(Attempt::Retry(why, answer)) => {
                         tracing::debug!("monitor call {method} {path}: {why}");
                         last = why;
+                        last_answer = answer;
                     }
                 }
             }
             if start.elapsed() + backoff > self.deadline {
+                // A monitor answered, with an error worth retrying that did not clear in
+                // time (no leader, etcd out of space): that answer is the error, not an
+                // unreachable monitor.
+                if let Some(answer) = last_answer {
+                    return Err(MonError::Api(answer));
+                }
                 return Err(MonError::Unreachable {
                     endpoints: self.endpoints.join(","),
                     deadline: self.deadline,
@@ -288,6 +308,12 @@ impl MonClient {
             Some(&SetRatioRequest { ratio }),
         )
         .await
+    }
+
+    /// A backup of the monitors' state (every key at one etcd revision; it holds the key
+    /// table). Administrators only.
+    pub async fn mon_backup(&self) -> Result<fastblock_types::etcd::MonBackup, MonError> {
+        self.get("/v1/mon/backup").await
     }
 
     /// The whole map now.

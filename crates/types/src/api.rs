@@ -88,6 +88,10 @@ pub enum ErrorCode {
     /// Too many calls of this kind wait already (config calls to one OSD): retry once they
     /// are answered.
     Busy,
+    /// The monitors' etcd is out of space (its `NOSPACE` alarm): no change can be made until
+    /// room is made. Retryable: the leader makes room by itself while compaction is on
+    /// (health `MON_ETCD_NOSPACE` says how it stands and what to do).
+    MonStoreFull,
     /// A code this build does not know (sent by a newer monitor).
     #[serde(other)]
     Unknown,
@@ -101,6 +105,7 @@ impl ErrorCode {
                 | ErrorCode::Conflict
                 | ErrorCode::Unavailable
                 | ErrorCode::ReclaimPending
+                | ErrorCode::MonStoreFull
         )
     }
 
@@ -142,6 +147,7 @@ impl ErrorCode {
             | ErrorCode::Conflict => 409,
             ErrorCode::OsdTimedOut => 504,
             ErrorCode::NoLeader | ErrorCode::Unavailable => 503,
+            ErrorCode::MonStoreFull => 507,
             ErrorCode::Internal | ErrorCode::Unknown => 500,
         }
     }
@@ -591,6 +597,10 @@ pub struct StatusResponse {
     /// Space: stored, used and the raw capacity (absent from monitors that predate it).
     #[serde(default)]
     pub usage: ClusterUsage,
+    /// The monitors' etcd: database sizes, quota, compaction, alarms (absent from monitors
+    /// that predate it, and before the leader's first look).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<crate::etcd::EtcdStatus>,
 }
 
 /// `GET /v1/status/public`: what the monitor's status page shows, readable without a key
@@ -614,6 +624,9 @@ pub struct PublicStatusResponse {
     /// [`RecoveryStatus::eta_secs`].
     pub recovery_eta_secs: Option<u64>,
     pub usage: ClusterUsage,
+    /// The monitors' etcd, without names or addresses (absent before the leader's first look).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<crate::etcd::PublicEtcd>,
 }
 
 /// One OSD as the status page shows it.

@@ -18,6 +18,7 @@
 //! - [`daemon_config`]: a daemon's runtime settings as `config show|get|set` reads and changes
 //!   them (admin socket and monitor relay).
 //! - [`clone_data`]: where a clone's copy-up puts the parent's data (head, a snapshot, nowhere).
+//! - [`etcd`]: the monitor's etcd as status and health show it, and the monitor backup format.
 //!
 //! This crate must not depend on anything that does I/O, reads a clock or draws randomness:
 //! the simulator and the pure cores build on it.
@@ -26,6 +27,7 @@ pub mod api;
 pub mod auth;
 pub mod clone_data;
 pub mod daemon_config;
+pub mod etcd;
 pub mod ids;
 pub mod lease;
 pub mod map;

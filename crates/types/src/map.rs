@@ -142,6 +142,11 @@ pub struct PgInfo {
     /// then not written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub released: Vec<OsdId>,
+    /// Restored from a monitor backup and not reported since: the recorded members may be
+    /// older than the PG's Raft configuration, so the next report of its leader is recorded
+    /// whatever members it names (`fastblock_mon_core::report_checks`). Not written when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub restored: bool,
     /// The last leader that reported, a hint for clients; `None` until the first election.
     #[serde(default)]
     pub leader: Option<OsdId>,
@@ -151,6 +156,10 @@ pub struct PgInfo {
     pub leader_term: Term,
     #[serde(default)]
     pub conf_index: LogIndex,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// All PGs of one pool, stored under one key and changed in one transaction.

@@ -4,6 +4,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use fastblock::admin_socket::{serve_or_warn, RuntimeConfig};
 use fastblock::config::{load_or_exit, Daemon, DaemonArgs};
 use fastblock::logging::LogLevel;
+use fastblock_mon::etcd_maint::policy::UpkeepSettings;
 use fastblock_mon::etcd_proc::EtcdMemberConfig;
 use fastblock_mon::server::{run, MonConfig};
 use fastblock_mon::service::AuthBootstrap;
@@ -11,9 +12,10 @@ use fastblock_mon::supervise::is_misconfiguration;
 use fastblock_mon_core::liveness::LivenessConfig;
 use fastblock_types::api::{SNAP_CREATE_TIMEOUT_MS_DEFAULT, SNAP_CREATE_TIMEOUT_MS_MAX};
 use fastblock_types::auth::AuthMode;
-use fastblock_types::units::interval_arg;
+use fastblock_types::units::{duration_arg, interval_arg, parse_size};
 use std::path::PathBuf;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// The fastblock monitor: keeps the cluster map in etcd (its own member, or an existing etcd)
 /// and serves it over HTTP (docs/mon-api.md).
@@ -78,6 +80,74 @@ struct Args {
     /// milliseconds is aborted (its create call fails, naming those PGs); at most 60000.
     #[arg(long, default_value_t = SNAP_CREATE_TIMEOUT_MS_DEFAULT, value_parser = snap_timeout_arg)]
     snap_create_timeout_ms: u64,
+    /// etcd's space quota: the own member is started with it (--quota-backend-bytes); with
+    /// --etcd-endpoints, give the quota that etcd was started with. Past it etcd refuses every
+    /// write (NOSPACE) until the monitor has made room (docs/operations.md, "Monitor
+    /// database").
+    #[arg(long, default_value = "2GiB", value_parser = quota_arg)]
+    etcd_quota_bytes: u64,
+    /// MON_ETCD_NEARFULL is raised when a member's database file reaches this share of the
+    /// quota (0 < ratio < 1).
+    #[arg(long, default_value = "0.8", value_parser = ratio_arg)]
+    etcd_nearfull_ratio: u32,
+    /// How often the leading monitor compacts etcd's history; 0 turns compaction off (then
+    /// etcd fills its quota in time). Runtime-settable: etcd_compact_interval.
+    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    etcd_compact_interval: Duration,
+    /// Revisions of history a compaction keeps (nothing in fastblock reads old revisions;
+    /// this is for an operator's `etcdctl watch --rev`).
+    #[arg(long, default_value_t = 1000)]
+    etcd_history_revisions: u64,
+    /// At most this much of the monitor's own writes is kept as history, whatever the
+    /// revisions; writing more since the last compaction starts one at once.
+    #[arg(long, default_value = "64MiB", value_parser = size_arg)]
+    etcd_history_bytes: u64,
+    /// Every etcd member is defragmented this often, one at a time (0: only when free pages
+    /// pass --etcd-defrag-free-ratio of its file).
+    #[arg(long, default_value = "24h", value_parser = duration_arg)]
+    etcd_defrag_interval: Duration,
+    /// A member whose database file is free pages by this share (and by 4 MiB at least) is
+    /// defragmented (0 < ratio < 1).
+    #[arg(long, default_value = "0.5", value_parser = ratio_arg)]
+    etcd_defrag_free_ratio: u32,
+    /// Write this backup (`fastblock-client mon backup FILE`) into etcd before the first
+    /// campaign, if etcd holds no cluster; a cluster already there is never overwritten (the
+    /// monitor exits, status 2), and the same backup restored before is skipped
+    /// (docs/operations.md, "Backing up and restoring the monitors").
+    #[arg(long)]
+    restore_from: Option<PathBuf>,
+}
+
+/// A byte size (`2GiB`, `512M`, `4096`).
+fn size_arg(input: &str) -> Result<u64, String> {
+    parse_size(input).map_err(|e| e.to_string())
+}
+
+/// `--etcd-quota-bytes`: etcd refuses a quota above 8 GiB (its `MaxQuotaBytes`), and one below
+/// 256 KiB leaves no room for the monitor's own keys.
+fn quota_arg(input: &str) -> Result<u64, String> {
+    let bytes = size_arg(input)?;
+    if !(ETCD_QUOTA_BYTES_MIN..=ETCD_QUOTA_BYTES_MAX).contains(&bytes) {
+        return Err(format!(
+            "{input} is outside 256 KiB..8 GiB (etcd's own maximum)"
+        ));
+    }
+    Ok(bytes)
+}
+
+const ETCD_QUOTA_BYTES_MIN: u64 = 256 << 10;
+const ETCD_QUOTA_BYTES_MAX: u64 = 8 << 30;
+
+/// A share strictly between 0 and 1, as parts per million.
+fn ratio_arg(input: &str) -> Result<u32, String> {
+    let r: f64 = input
+        .trim()
+        .parse()
+        .map_err(|e| format!("{input:?} is not a number: {e}"))?;
+    if !(r > 0.0 && r < 1.0) {
+        return Err(format!("{input} is not between 0 and 1 (exclusive)"));
+    }
+    Ok((r * 1_000_000.0).round() as u32)
 }
 
 /// `--snap-create-timeout-ms`: 1..=SNAP_CREATE_TIMEOUT_MS_MAX, so the create call's answer
@@ -139,8 +209,18 @@ async fn main() {
     let args = Args::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
     let log_level = LogLevel::init(&args.daemon.log_level);
     loaded.log_file();
+    let (compact_interval, compact_interval_rx) = watch::channel(args.etcd_compact_interval);
     let runtime = RuntimeConfig::new(loaded.settings)
-        .settable("log_level", Box::new(move |v| log_level.set(v)));
+        .settable("log_level", Box::new(move |v| log_level.set(v)))
+        .settable(
+            "etcd_compact_interval",
+            Box::new(move |v| {
+                // 0 is allowed: it turns compaction off.
+                let every = duration_arg(v)?;
+                compact_interval.send_replace(every);
+                Ok(v.to_string())
+            }),
+        );
     let entity = format!("mon.{}", args.name);
     serve_or_warn(&args.daemon.run_dir, &entity, std::sync::Arc::new(runtime)).await;
     // Whole seconds within etcd's range (lease_ttl_arg): the cast is exact.
@@ -157,6 +237,7 @@ async fn main() {
                 .clone()
                 .unwrap_or_else(|| format!("{}=http://{}", args.name, args.etcd_peer_addr)),
             cluster_token: "fastblock".to_string(),
+            quota_bytes: args.etcd_quota_bytes,
         })
     } else {
         None
@@ -184,6 +265,16 @@ async fn main() {
             },
         },
         snap_create_timeout_ms: args.snap_create_timeout_ms,
+        etcd_upkeep: UpkeepSettings {
+            quota_bytes: args.etcd_quota_bytes,
+            nearfull_ratio_ppm: args.etcd_nearfull_ratio,
+            history_revisions: args.etcd_history_revisions,
+            history_bytes: args.etcd_history_bytes,
+            defrag_interval: args.etcd_defrag_interval,
+            defrag_free_ratio_ppm: args.etcd_defrag_free_ratio,
+        },
+        etcd_compact_interval: compact_interval_rx,
+        restore_from: args.restore_from,
     };
     if let Err(e) = run(config).await {
         eprintln!("error: {e:#}");

@@ -260,6 +260,8 @@ pub struct MonOptions {
     pub auth_mode: &'static str,
     /// `--snap-create-timeout-ms`.
     pub snap_create_timeout_ms: u64,
+    /// More flags for every monitor (`--etcd-quota-bytes 1MiB`, say).
+    pub extra_args: Vec<String>,
 }
 
 impl Default for MonOptions {
@@ -270,6 +272,7 @@ impl Default for MonOptions {
             lease_ttl: "3s",
             auth_mode: "sign",
             snap_create_timeout_ms: 30_000,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -407,6 +410,7 @@ impl MonCluster {
             .arg(self.keyring())
             .arg("--snap-create-timeout-ms")
             .arg(self.options.snap_create_timeout_ms.to_string())
+            .args(&self.options.extra_args)
             .env("FASTBLOCK_RUN_DIR", self.run_dir())
             .env("RUST_LOG", "info");
         let log = self.dir.path().join(format!("mon-{}.log", s.name));

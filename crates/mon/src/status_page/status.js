@@ -115,6 +115,30 @@ function renderUsage(s) {
     " raw on the OSDs that are up";
 }
 
+// The monitors' etcd: its largest member's database against the quota, the last compaction
+// and any alarm (MON_ETCD_NEARFULL and MON_ETCD_NOSPACE are in the health checks).
+function renderEtcd(s) {
+  const e = s.etcd;
+  if (!e) {
+    byId("etcd").textContent = "Not looked at yet.";
+    return;
+  }
+  let text = formatBytes(e.db_size_bytes) + " of the " + formatBytes(e.quota_bytes) +
+    " quota (" + formatBytes(e.db_size_in_use_bytes) + " in use) over " +
+    plural(e.members, "etcd member") + ", revision " + e.revision + "; ";
+  if (e.compact_interval_ms === 0) {
+    text += "compaction is off.";
+  } else if (e.compacted_revision === null) {
+    text += "not compacted yet.";
+  } else {
+    text += "compacted to revision " + e.compacted_revision + ".";
+  }
+  if (e.alarms.length > 0) {
+    text += " Alarm: " + e.alarms.join(", ") + ".";
+  }
+  byId("etcd").textContent = text;
+}
+
 function renderIo(s) {
   const io = s.io;
   byId("io").textContent =
@@ -167,6 +191,7 @@ function render(s) {
   renderOsds(s);
   renderPgs(s);
   renderUsage(s);
+  renderEtcd(s);
   renderIo(s);
   renderRecovery(s);
   renderSlowOps(s);

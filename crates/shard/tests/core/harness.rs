@@ -231,6 +231,7 @@ pub fn map(epoch: u64, osds: &[u32], pgs: &[(u32, &[u32], &[u32])]) -> Arc<Clust
                 learners: Vec::new(),
                 joint_voters: Vec::new(),
                 released: Vec::new(),
+                restored: false,
                 leader: None,
                 leader_term: Default::default(),
                 conf_index: Default::default(),
