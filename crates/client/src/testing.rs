@@ -366,7 +366,7 @@ impl MapBuilder {
             PgMap {
                 pool: POOL,
                 version: 1,
-                pgs,
+                pgs: pgs.into(),
             },
         );
         self.map

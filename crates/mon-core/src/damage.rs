@@ -15,6 +15,7 @@
 use crate::state::MonState;
 use crate::{err, OpResult};
 use fastblock_types::api::ErrorCode;
+use fastblock_types::map::PgInfo;
 use fastblock_types::PoolId;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -44,6 +45,21 @@ impl PoolDamage {
 impl MonState {
     /// Every damaged pool, by id. Empty for every state the monitor produces itself.
     pub fn damaged_pools(&self) -> BTreeMap<PoolId, PoolDamage> {
+        self.damage.clone()
+    }
+
+    /// What is wrong with `pool`, if anything (a pool that does not exist at all is not
+    /// damaged). From [`MonState::refresh_damage`]'s findings: damage comes only with a state
+    /// loaded from etcd, so it is looked for once then, not at every PG report (a scan of the
+    /// pool's PGs each time).
+    pub fn pool_damage(&self, pool: PoolId) -> Option<PoolDamage> {
+        self.damage.get(&pool).cloned()
+    }
+
+    /// Looks for damage in every pool, and keeps what it finds for [`MonState::pool_damage`]:
+    /// run on every state loaded from etcd (`Keyspace::decode`), and by tests that damage a
+    /// state by hand.
+    pub fn refresh_damage(&mut self) {
         let ids: BTreeSet<PoolId> = self
             .map
             .pools
@@ -52,14 +68,25 @@ impl MonState {
             .copied()
             .chain(self.images.keys().map(|(pool, _)| *pool))
             .collect();
-        ids.into_iter()
-            .filter_map(|id| self.pool_damage(id).map(|d| (id, d)))
-            .collect()
+        self.damage = ids
+            .into_iter()
+            .filter_map(|id| self.find_pool_damage(id).map(|d| (id, d)))
+            .collect();
     }
 
-    /// What is wrong with `pool`, if anything (a pool that does not exist at all is not
-    /// damaged).
-    pub fn pool_damage(&self, pool: PoolId) -> Option<PoolDamage> {
+    /// Forgets the damage of pools that are gone (deleted: the only way out of damage short of
+    /// repairing etcd and reloading).
+    pub(crate) fn forget_damage_of_removed_pools(&mut self) {
+        let (pools, pgmaps, images) = (&self.map.pools, &self.map.pgmaps, &self.images);
+        self.damage.retain(|pool, _| {
+            pools.contains_key(pool)
+                || pgmaps.contains_key(pool)
+                || images.keys().any(|(p, _)| p == pool)
+        });
+    }
+
+    /// What is wrong with `pool` as it is now, looked for in all of its PGs.
+    pub fn find_pool_damage(&self, pool: PoolId) -> Option<PoolDamage> {
         let pgmap = self.map.pgmaps.get(&pool);
         let Some(info) = self.map.pools.get(&pool) else {
             let has_images = self.images.keys().any(|(p, _)| *p == pool);
@@ -75,19 +102,25 @@ impl MonState {
                 pgmap.pgs.len()
             )));
         }
-        for (seq, pg) in &pgmap.pgs {
-            for list in [&pg.osdlist, &pg.newosdlist, &pg.learners] {
-                let distinct: BTreeSet<_> = list.iter().collect();
-                if distinct.len() != list.len() {
-                    return Some(PoolDamage::PgMapInconsistent(format!(
-                        "pg {pool}.{seq} repeats an OSD"
-                    )));
-                }
-                if let Some(osd) = list.iter().find(|o| !self.map.osds.contains_key(o)) {
-                    return Some(PoolDamage::PgMapInconsistent(format!(
-                        "pg {pool}.{seq} names unknown osd {osd}"
-                    )));
-                }
+        pgmap
+            .pgs
+            .iter()
+            .find_map(|(seq, pg)| self.pg_damage(pool, *seq, pg))
+    }
+
+    /// What is wrong with one PG's member lists: a repeated OSD, or one that does not exist.
+    pub(crate) fn pg_damage(&self, pool: PoolId, seq: u32, pg: &PgInfo) -> Option<PoolDamage> {
+        for list in [&pg.osdlist, &pg.newosdlist, &pg.learners] {
+            let repeated = list.iter().enumerate().any(|(i, o)| list[..i].contains(o));
+            if repeated {
+                return Some(PoolDamage::PgMapInconsistent(format!(
+                    "pg {pool}.{seq} repeats an OSD"
+                )));
+            }
+            if let Some(osd) = list.iter().find(|o| !self.map.osds.contains_key(o)) {
+                return Some(PoolDamage::PgMapInconsistent(format!(
+                    "pg {pool}.{seq} names unknown osd {osd}"
+                )));
             }
         }
         None

@@ -212,6 +212,37 @@ impl MonState {
         Ok(())
     }
 
+    /// The liveness events of one tick, in one pass: every OSD marked down, up or out, then
+    /// one repair of every pool for all of them (a host of 20 OSDs going out is one repair, not
+    /// twenty). The same outcome as the events one by one, since repair only fills the slots
+    /// of OSDs that are not placement targets from those that are.
+    pub fn apply_liveness(&mut self, events: &[crate::liveness::LivenessEvent]) -> OpResult<()> {
+        use crate::liveness::LivenessEvent;
+        let mut repair = false;
+        for event in events {
+            match *event {
+                LivenessEvent::Down(id) => self.mark_down(id)?,
+                LivenessEvent::Up(id) => {
+                    let osd = self.osd_mut(id)?;
+                    if osd.pending_create {
+                        return err(ErrorCode::InvalidArgument, format!("osd {id} never booted"));
+                    }
+                    osd.up = true;
+                    repair = true;
+                }
+                LivenessEvent::Out(id) => {
+                    let osd = self.osd_mut(id)?;
+                    repair |= osd.is_in;
+                    osd.is_in = false;
+                }
+            }
+        }
+        if repair {
+            self.repair_all();
+        }
+        Ok(())
+    }
+
     /// Manual in. Refused while the OSD is down: it would be a placement target that cannot
     /// take data.
     pub fn mark_in(&mut self, id: OsdId) -> OpResult<()> {

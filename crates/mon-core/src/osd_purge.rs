@@ -273,6 +273,7 @@ mod tests {
         let mut s = cluster();
         with_pg(&mut s, &[1, 2, 3]);
         s.map.pgmaps.clear();
+        s.refresh_damage();
         s.mark_down(OsdId(4)).unwrap();
         s.map.osds.get_mut(&OsdId(4)).unwrap().is_in = false;
         let e = s.purge_osd(OsdId(4)).unwrap_err();

@@ -196,23 +196,39 @@ pub(crate) fn check_against_record(pg_id: PgId, pg: &PgInfo, r: &Reported) -> Op
     Ok(Verdict::Record)
 }
 
-/// Keeps `pg.released` (see the module documentation): adds the recorded voters the current
-/// target leaves out, and drops the OSDs the recorded configuration no longer names as voters.
-/// Run on every state the monitor publishes (`MonState::derive_pg_states`, which every
-/// operation's `finish` runs), so every target a leader can have seen is accounted for. Bounded by the PG's voters: it never holds a non-member.
-pub(crate) fn note_released(pg: &mut PgInfo) {
-    let voters: BTreeSet<OsdId> = pg.osdlist.iter().chain(&pg.joint_voters).copied().collect();
+/// What `pg.released` should be (see the module documentation): the recorded voters the
+/// current target leaves out, added; the OSDs the recorded configuration no longer names as
+/// voters, dropped. `None` when it is already that (the common case, found without
+/// allocating). Applied to every state the monitor publishes (`MonState::derive_pg_states`,
+/// which every operation's `finish` runs), so every target a leader can have seen is
+/// accounted for. Bounded by the PG's voters: it never holds a non-member.
+pub(crate) fn released_after(pg: &PgInfo) -> Option<Vec<OsdId>> {
+    let is_voter = |o: &OsdId| pg.osdlist.contains(o) || pg.joint_voters.contains(o);
+    let left_out = |o: &OsdId| !pg.newosdlist.is_empty() && !pg.newosdlist.contains(o);
+    let stale = pg.released.iter().any(|o| !is_voter(o));
+    let missing = pg
+        .osdlist
+        .iter()
+        .chain(&pg.joint_voters)
+        .any(|o| left_out(o) && !pg.released.contains(o));
+    if !stale && !missing {
+        return None;
+    }
     let mut released: BTreeSet<OsdId> = pg
         .released
         .iter()
-        .filter(|o| voters.contains(o))
+        .filter(|o| is_voter(o))
         .copied()
         .collect();
-    if !pg.newosdlist.is_empty() {
-        released.extend(voters.iter().filter(|o| !pg.newosdlist.contains(o)));
-    }
-    pg.released = released.into_iter().collect();
-    debug_assert!(pg.released.iter().all(|o| voters.contains(o)));
+    released.extend(
+        pg.osdlist
+            .iter()
+            .chain(&pg.joint_voters)
+            .filter(|o| left_out(o)),
+    );
+    let released: Vec<OsdId> = released.into_iter().collect();
+    debug_assert!(released.iter().all(is_voter));
+    Some(released)
 }
 
 /// `[1, 2, 3]`: OSD ids as the CLI and the map show them.

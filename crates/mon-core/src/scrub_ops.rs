@@ -654,6 +654,7 @@ mod tests {
             .get_mut(&1)
             .unwrap()
             .osdlist[0] = OsdId(99);
+        s.refresh_damage();
         let e = s.request_scrub(pg(0), true).unwrap_err();
         assert_eq!(e.code, ErrorCode::PoolDamaged);
         let mut stats = ScrubStats::default();

@@ -3,6 +3,7 @@
 use fastblock_types::map::{
     ClusterMap, Counters, ImageInfo, PgInfo, ReclaimEntry, SnapInfo, SnapTrimEntry,
 };
+use fastblock_types::pg_table::PgChange;
 use fastblock_types::{Epoch, ImageId, OsdId, PgState, PoolId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,6 +32,9 @@ pub struct MonState {
     pub auth: crate::auth_ops::AuthTable,
     /// Operators' scrub requests and their id counter (`crate::scrub_ops`).
     pub scrubs: crate::scrub_ops::ScrubRecords,
+    /// The pools a state loaded from etcd holds damaged (`crate::damage`), found once by
+    /// [`MonState::refresh_damage`]; not persisted.
+    pub damage: BTreeMap<PoolId, crate::damage::PoolDamage>,
 }
 
 impl MonState {
@@ -43,26 +47,37 @@ impl MonState {
     /// PG that changed and of its pool, and bumps the epoch if anything at all changed since
     /// `before`. Returns whether anything changed.
     pub fn finish(&mut self, before: &MonState) -> bool {
-        self.derive_pg_states();
+        self.derive_pg_states_since(before);
         self.derive_data_map();
         self.derive_full_osds();
+        self.forget_damage_of_removed_pools();
+        // Versions: a PG whose facts changed gets its old version plus one, and its pool too.
+        // Only the chunks an operation changed are compared (`PgTable::diff`).
         for (pool_id, pgmap) in self.map.pgmaps.iter_mut() {
-            let old_map = before.map.pgmaps.get(pool_id);
-            let mut pool_changed = old_map.is_none();
-            for (seq, pg) in pgmap.pgs.iter_mut() {
-                let old = old_map.and_then(|m| m.pgs.get(seq));
-                if let Some(old) = old {
-                    if pg_facts_differ(old, pg) {
-                        pg.version = old.version + 1;
-                        pool_changed = true;
-                    } else {
-                        pg.version = old.version;
+            let Some(old_map) = before.map.pgmaps.get(pool_id) else {
+                continue; // a new pool: its PGs and map keep the versions they were made with
+            };
+            let mut pool_changed = false;
+            let versions: Vec<(u32, u64)> = old_map
+                .pgs
+                .diff(&pgmap.pgs)
+                .into_iter()
+                .filter_map(|change| match change {
+                    PgChange::Changed(seq, old, new) => {
+                        let facts = pg_facts_differ(old, new);
+                        pool_changed |= facts;
+                        let version = old.version + u64::from(facts);
+                        (new.version != version).then_some((seq, version))
                     }
+                    _ => None,
+                })
+                .collect();
+            for (seq, version) in versions {
+                if let Some(pg) = pgmap.pgs.get_mut(&seq) {
+                    pg.version = version;
                 }
             }
-            if let Some(old_map) = old_map {
-                pgmap.version = old_map.version + u64::from(pool_changed);
-            }
+            pgmap.version = old_map.version + u64::from(pool_changed);
         }
         self.map.epoch = before.map.epoch;
         let changed = self != before;
@@ -79,29 +94,85 @@ impl MonState {
     /// Sets every PG's state bits from its facts (see `PgState`): `creating` until a leader
     /// reported, `remapped` while a target is pending, `down` when the up members are no Raft
     /// majority of the members, `undersize` when fewer up members than the pool size remain.
+    /// A target the members have reached is cleared, and `released` is kept
+    /// (`crate::report_checks::released_after`). Only the PGs whose derived fields change are
+    /// written, so the PG tables keep sharing the chunks nothing changed in.
     pub fn derive_pg_states(&mut self) {
-        let osds = &self.map.osds;
+        let up = UpOsds::of(&self.map.osds);
         for (pool_id, pgmap) in self.map.pgmaps.iter_mut() {
             let size = self.map.pools.get(pool_id).map_or(0, |p| p.size) as usize;
-            for pg in pgmap.pgs.values_mut() {
-                if same_members(&pg.osdlist, &pg.newosdlist) {
-                    pg.newosdlist.clear();
-                }
-                crate::report_checks::note_released(pg);
-                let up = pg
-                    .osdlist
-                    .iter()
-                    .filter(|id| osds.get(id).is_some_and(|o| o.up))
-                    .count();
-                let down = up * 2 <= pg.osdlist.len();
-                let undersize = !down && (up < size || pg.osdlist.len() < size);
-                pg.state = PgState::derive(
-                    pg.leader.is_none(),
-                    undersize,
-                    down,
-                    !pg.newosdlist.is_empty(),
-                );
+            let updates: Vec<(u32, PgInfo)> = pgmap
+                .pgs
+                .iter()
+                .filter_map(|(seq, pg)| derived(pg, &up, size).map(|next| (*seq, next)))
+                .collect();
+            for (seq, next) in updates {
+                pgmap.pgs.insert(seq, next);
             }
+        }
+    }
+
+    /// [`MonState::derive_pg_states`] for what changed since `before` only: the PGs whose
+    /// facts changed, and every PG of an OSD that came up, went down, appeared or went (of a
+    /// pool whose size changed or that is new: all). A PG's derived fields depend on nothing
+    /// else, so the result is the same as deriving every PG; an operation that changes one
+    /// PG no longer costs a pass over all of them.
+    pub fn derive_pg_states_since(&mut self, before: &MonState) {
+        let up = UpOsds::of(&self.map.osds);
+        let was_up = UpOsds::of(&before.map.osds);
+        let moved: Vec<OsdId> = self
+            .map
+            .osds
+            .keys()
+            .chain(before.map.osds.keys())
+            .copied()
+            .filter(|id| up.is_up(*id) != was_up.is_up(*id))
+            .collect();
+        let moved = UpOsds::from_ids(&moved);
+        for (pool_id, pgmap) in self.map.pgmaps.iter_mut() {
+            let size = self.map.pools.get(pool_id).map_or(0, |p| p.size);
+            let old = before.map.pgmaps.get(pool_id);
+            let same_size = before
+                .map
+                .pools
+                .get(pool_id)
+                .is_some_and(|p| p.size == size);
+            let size = size as usize;
+            let mut seqs: BTreeSet<u32> = BTreeSet::new();
+            match old {
+                Some(old) if same_size => {
+                    seqs.extend(old.pgs.diff(&pgmap.pgs).iter().map(PgChange::seq));
+                    if !moved.is_empty() {
+                        seqs.extend(
+                            pgmap
+                                .pgs
+                                .iter()
+                                .filter(|(_, pg)| pg.osdlist.iter().any(|o| moved.is_up(*o)))
+                                .map(|(seq, _)| *seq),
+                        );
+                    }
+                }
+                _ => seqs.extend(pgmap.pgs.keys().copied()),
+            }
+            let updates: Vec<(u32, PgInfo)> = seqs
+                .into_iter()
+                .filter_map(|seq| {
+                    let pg = pgmap.pgs.get(&seq)?;
+                    derived(pg, &up, size).map(|next| (seq, next))
+                })
+                .collect();
+            for (seq, next) in updates {
+                pgmap.pgs.insert(seq, next);
+            }
+        }
+        #[cfg(debug_assertions)]
+        {
+            let mut all = self.clone();
+            all.derive_pg_states();
+            debug_assert!(
+                all.map.pgmaps == self.map.pgmaps,
+                "deriving what changed must equal deriving every PG"
+            );
         }
     }
 
@@ -166,16 +237,54 @@ impl MonState {
     }
 
     /// Asserts that an operation damaged no pool: damage comes only from etcd, and pools
-    /// damaged there are fenced from every change (a failure is a monitor bug).
+    /// damaged there are fenced from every change (a failure is a monitor bug). Looks at what
+    /// the operation changed: the PGs it changed, the pools it made, the OSDs it removed.
     fn check_no_new_damage(&self, before: &MonState) {
-        let damaged_before = before.damaged_pools();
-        for (pool, damage) in self.damaged_pools() {
-            assert!(
-                damaged_before.contains_key(&pool),
+        let osds_removed = before
+            .map
+            .osds
+            .keys()
+            .any(|id| !self.map.osds.contains_key(id));
+        let new = |pool: PoolId, damage: crate::damage::PoolDamage| -> ! {
+            panic!(
                 "monitor bug at epoch {}: an operation damaged pool {pool}: {}",
                 self.map.epoch,
                 self.describe_damage(pool, &damage)
-            );
+            )
+        };
+        for pool in self.map.pools.keys() {
+            if !self.damage.contains_key(pool) && !self.map.pgmaps.contains_key(pool) {
+                new(*pool, crate::damage::PoolDamage::PgMapMissing);
+            }
+        }
+        for (pool, pgmap) in &self.map.pgmaps {
+            if self.damage.contains_key(pool) {
+                continue;
+            }
+            match before.map.pgmaps.get(pool) {
+                Some(old) if !osds_removed => {
+                    for change in old.pgs.diff(&pgmap.pgs) {
+                        match change {
+                            PgChange::Added(seq, pg) | PgChange::Changed(seq, _, pg) => {
+                                if let Some(d) = self.pg_damage(*pool, seq, pg) {
+                                    new(*pool, d);
+                                }
+                            }
+                            PgChange::Removed(..) => new(
+                                *pool,
+                                crate::damage::PoolDamage::PgMapInconsistent(
+                                    "a PG was removed".into(),
+                                ),
+                            ),
+                        }
+                    }
+                }
+                _ => {
+                    if let Some(d) = self.find_pool_damage(*pool) {
+                        new(*pool, d);
+                    }
+                }
+            }
         }
     }
 
@@ -189,11 +298,66 @@ impl MonState {
     }
 }
 
-/// Set equality of member lists (order is only a leader preference).
+/// Set equality of member lists (order is only a leader preference). Without allocating: it
+/// runs for every PG of every operation.
 pub fn same_members(a: &[OsdId], b: &[OsdId]) -> bool {
-    let a: BTreeSet<_> = a.iter().collect();
-    let b: BTreeSet<_> = b.iter().collect();
-    a == b
+    a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
+}
+
+/// Which OSDs are up, by id, for lookups without searching the OSD map (one per member of
+/// every PG an operation derives).
+struct UpOsds(Vec<bool>);
+
+impl UpOsds {
+    fn of(osds: &BTreeMap<OsdId, fastblock_types::map::OsdInfo>) -> UpOsds {
+        UpOsds::from_ids(
+            &osds
+                .values()
+                .filter(|o| o.up)
+                .map(|o| o.id)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn from_ids(ids: &[OsdId]) -> UpOsds {
+        let len = ids.iter().map(|o| o.0 as usize + 1).max().unwrap_or(0);
+        let mut up = vec![false; len];
+        for id in ids {
+            up[id.0 as usize] = true;
+        }
+        UpOsds(up)
+    }
+
+    fn is_up(&self, id: OsdId) -> bool {
+        self.0.get(id.0 as usize).copied().unwrap_or(false)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A PG with its derived fields as they should be (see [`MonState::derive_pg_states`]), or
+/// `None` when they are already: found without allocating, as it runs for every PG.
+fn derived(pg: &PgInfo, osds: &UpOsds, size: usize) -> Option<PgInfo> {
+    let reached = !pg.newosdlist.is_empty() && same_members(&pg.osdlist, &pg.newosdlist);
+    let up = pg.osdlist.iter().filter(|id| osds.is_up(**id)).count();
+    let down = up * 2 <= pg.osdlist.len();
+    let undersize = !down && (up < size || pg.osdlist.len() < size);
+    let remapped = !pg.newosdlist.is_empty() && !reached;
+    let state = PgState::derive(pg.leader.is_none(), undersize, down, remapped);
+    let mut next: Option<PgInfo> = None;
+    if reached {
+        next.get_or_insert_with(|| pg.clone()).newosdlist.clear();
+    }
+    let basis = next.as_ref().unwrap_or(pg);
+    if let Some(released) = crate::report_checks::released_after(basis) {
+        next.get_or_insert_with(|| pg.clone()).released = released;
+    }
+    if state != pg.state {
+        next.get_or_insert_with(|| pg.clone()).state = state;
+    }
+    next
 }
 
 fn pg_facts_differ(a: &PgInfo, b: &PgInfo) -> bool {

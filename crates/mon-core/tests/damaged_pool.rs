@@ -55,6 +55,7 @@ fn cluster() -> MonState {
 fn without_bad_pgmap() -> MonState {
     let mut s = cluster();
     s.map.pgmaps.remove(&BAD).expect("pool 2 had a PG map");
+    s.refresh_damage();
     s
 }
 
@@ -227,6 +228,9 @@ fn a_pg_map_naming_an_unknown_osd_is_fenced() {
     let mut s = cluster();
     let pg = s.map.pgmaps.get_mut(&BAD).unwrap().pgs.get_mut(&3).unwrap();
     pg.osdlist[0] = OsdId(99);
+    // As a load does: the derived fields follow the facts, and the damage is looked for.
+    s.derive_pg_states();
+    s.refresh_damage();
     s.check_invariants();
     let damage = s.damaged_pools();
     assert!(

@@ -290,8 +290,13 @@ impl Keyspace {
                 });
             }
         }
-        // The map's image table and reclaim list are derived, not stored.
+        // The map's image table and reclaim list are derived, not stored; so is the damage
+        // found in the pools, looked for once here.
         state.derive_data_map();
+        state.refresh_damage();
+        // Operations derive the PGs they change only (`MonState::derive_pg_states_since`):
+        // a state written by another version, or edited by hand, is brought in line once.
+        state.derive_pg_states();
         // Damage confined to one pool (a pool without its PG map, a PG naming an unknown OSD)
         // is loaded: health reports it and the pool is fenced (`fastblock_mon_core::damage`),
         // so the other pools keep working. What is not confined to a pool (an id beyond its

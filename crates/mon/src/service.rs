@@ -8,7 +8,7 @@ use crate::keys::Keyspace;
 use crate::stats::IoStats;
 use crate::store::{CommitError, EtcdStore, Fence, LoadError, Snapshot};
 use fastblock_auth::{Caps, EntityName, Keyring, KeyringEntry, Secret};
-use fastblock_mon_core::liveness::{Liveness, LivenessConfig, LivenessEvent};
+use fastblock_mon_core::liveness::{Liveness, LivenessConfig};
 use fastblock_mon_core::scrub_ops::ScrubStats;
 use fastblock_mon_core::{MonState, OpResult};
 use fastblock_types::api::{ApiError, ErrorCode, MonMember};
@@ -306,13 +306,7 @@ impl Monitor {
             let result = self
                 .apply(|state, side| {
                     let events = side.liveness.tick(state, side.now_ms);
-                    for event in &events {
-                        match *event {
-                            LivenessEvent::Down(id) => state.mark_down(id)?,
-                            LivenessEvent::Up(id) => state.mark_up(id)?,
-                            LivenessEvent::Out(id) => state.mark_out(id)?,
-                        }
-                    }
+                    state.apply_liveness(&events)?;
                     let aborted = state.tick_snaps(side.unix_ms, timeout_ms);
                     Ok((events, aborted))
                 })

@@ -51,7 +51,7 @@ pub const POOL_SIZE_MAX: u32 = 16;
 
 /// The largest number of PGs a pool may have. Placement is roughly `O(pg_count · domains)` plus
 /// the primary pass; this bound keeps one call well under a second.
-pub const PG_COUNT_MAX: u32 = 1 << 16;
+pub const PG_COUNT_MAX: u32 = 1 << 17;
 
 /// The pool parameters placement needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -53,12 +53,15 @@ fn find_reducing_path(
     led: &[Vec<usize>],
 ) -> Option<Path> {
     // Start from the most loaded OSDs first (ties: lowest index), so big imbalances go first.
-    let mut starts: Vec<usize> = (0..count.len()).collect();
+    // A path ends at an OSD with at least two fewer primaries than its start, so only starts
+    // two above the least loaded OSD can have one: once the spread is 1 or less, no search
+    // runs at all (each search visits up to every PG).
+    let least = count.iter().copied().min().unwrap_or(0);
+    let mut starts: Vec<usize> = (0..count.len())
+        .filter(|&u| count[u] >= least + 2)
+        .collect();
     starts.sort_by_key(|&u| (std::cmp::Reverse(count[u]), u));
     for &start in &starts {
-        if count[start] < 2 {
-            break;
-        }
         // Breadth-first search; parent[v] = (previous OSD, PG) of the step into v.
         let mut parent: Vec<Option<(usize, usize)>> = vec![None; count.len()];
         let mut seen = vec![false; count.len()];

@@ -61,29 +61,52 @@ fn improve(
     changed: &mut BTreeMap<u32, Vec<OsdId>>,
     filled: &[(u32, usize)],
 ) {
-    let mut load: BTreeMap<OsdId, u64> = topo.osds.iter().map(|o| (*o, 0)).collect();
+    // Loads by target index (a filled slot always holds a target).
+    let mut load = vec![0u64; topo.osds.len()];
     for (seq, list) in targets {
         for osd in changed.get(seq).unwrap_or(list) {
-            *load.entry(*osd).or_default() += 1;
+            if let Some(i) = topo.target_index(*osd) {
+                load[i] += 1;
+            }
         }
     }
+    let index_of = |osd: OsdId| {
+        topo.target_index(osd)
+            .expect("a filled slot holds a placement target")
+    };
     let moves_max = filled.len() * topo.osds.len();
     for _ in 0..moves_max {
-        let mut best: Option<(u32, usize, OsdId, u64)> = None;
+        // No move gains anything unless some filled slot's OSD holds two more than the least
+        // loaded target: checked first, as it is the common case and costs one pass.
+        let least = load.iter().copied().min().unwrap_or(0);
+        let worth = filled
+            .iter()
+            .any(|&(seq, position)| load[index_of(changed[&seq][position])] >= least + 2);
+        if !worth {
+            return;
+        }
+        let mut best: Option<(u32, usize, usize, u64)> = None;
         for &(seq, position) in filled {
             let list = &changed[&seq];
-            let current = list[position];
-            let used = used_domains(topo, osds, list, Some(position));
-            let own_domain = topo.domain_of(current, osds);
-            for &candidate in &topo.osds {
-                let Some(d) = topo.domain_of(candidate, osds) else {
-                    continue;
+            let current = index_of(list[position]);
+            if load[current] < least + 2 {
+                continue;
+            }
+            let candidates: &[usize] = match spec.failure_domain {
+                // A slot moves only within its host: host balance is untouched.
+                FailureDomain::Host => &topo.domains[topo.osd_domain[current]].members,
+                FailureDomain::Osd => &all_targets(topo),
+            };
+            let used = match spec.failure_domain {
+                FailureDomain::Osd => Some(used_domains(topo, osds, list, Some(position))),
+                FailureDomain::Host => None,
+            };
+            for &candidate in candidates {
+                let allowed = match &used {
+                    Some(used) => !used[topo.osd_domain[candidate]],
+                    None => !list.contains(&topo.osds[candidate]),
                 };
-                let allowed = match spec.failure_domain {
-                    FailureDomain::Osd => !used[d],
-                    FailureDomain::Host => Some(d) == own_domain && !list.contains(&candidate),
-                };
-                let gain = load[&current].saturating_sub(load[&candidate]);
+                let gain = load[current].saturating_sub(load[candidate]);
                 if allowed && gain >= 2 && best.is_none_or(|b| gain > b.3) {
                     best = Some((seq, position, candidate, gain));
                 }
@@ -95,11 +118,16 @@ fn improve(
         let list = changed
             .get_mut(&seq)
             .expect("filled slots are in changed PGs");
-        *load.get_mut(&list[position]).expect("member has a load") -= 1;
-        *load.get_mut(&candidate).expect("candidate has a load") += 1;
-        list[position] = candidate;
+        load[index_of(list[position])] -= 1;
+        load[candidate] += 1;
+        list[position] = topo.osds[candidate];
         assert_inserted_distinct(spec, osds, seq, list, &[position]);
     }
+}
+
+/// Every target index, `0..osds.len()`.
+fn all_targets(topo: &Topology) -> Vec<usize> {
+    (0..topo.osds.len()).collect()
 }
 
 /// Replaces every non-target member for which a candidate exists, in position order. A slot

@@ -6,6 +6,8 @@
 //! - [`units`]: byte-size constants and the human size parser/formatter (`10G`, `512M`).
 //! - [`pg_state`]: the PG state bits shared with the reference system (creating 1, active 2,
 //!   undersize 4, down 8, remapped 16) and their display strings.
+//! - [`pg_table`]: the PGs of a pool in chunks shared between copies, so that copying and
+//!   comparing maps costs what changed, not the pool's size.
 //! - [`map`]: the cluster map model (OSDs, pools, PG maps, flags, images, snapshots) exactly as it is stored
 //!   in etcd as JSON and served by the monitor.
 //! - [`rng`]: the seeded SplitMix64 generator used wherever randomness must be replayable.
@@ -34,6 +36,7 @@ pub mod map;
 pub mod names;
 pub mod panics;
 pub mod pg_state;
+pub mod pg_table;
 pub mod rng;
 pub mod route;
 pub mod units;

@@ -168,7 +168,7 @@ pub struct PgMap {
     pub pool: PoolId,
     /// Bumped whenever any PG of the pool changes.
     pub version: u64,
-    pub pgs: BTreeMap<u32, PgInfo>,
+    pub pgs: crate::pg_table::PgTable,
 }
 
 /// Cluster-wide flags.

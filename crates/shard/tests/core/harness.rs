@@ -218,7 +218,7 @@ pub fn map(epoch: u64, osds: &[u32], pgs: &[(u32, &[u32], &[u32])]) -> Arc<Clust
     let mut pgmap = PgMap {
         pool: POOL,
         version: 1,
-        pgs: BTreeMap::new(),
+        pgs: Default::default(),
     };
     for (seq, members, target) in pgs {
         pgmap.pgs.insert(
