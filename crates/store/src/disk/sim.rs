@@ -108,6 +108,20 @@ impl SimImage {
         self.ios = 0;
     }
 
+    /// Simulates the power loss [`SimImage::crash`] may draw where no unsynced write reached
+    /// the media: the device keeps exactly its durable image. For tests that need to know
+    /// what a crash lost (a WAL commit in flight, say) rather than draw it.
+    pub fn crash_losing_unsynced(&mut self) {
+        self.pending.clear();
+        if self.durable.len() < self.written.len() {
+            // Sizes changed by set_len are treated as durable, as in `crash`.
+            self.durable.resize(self.written.len(), 0);
+        }
+        self.written.clone_from(&self.durable);
+        self.fail_at_io = None;
+        self.ios = 0;
+    }
+
     /// Every I/O from the `n`-th from now on fails (fail-stop tests).
     pub fn fail_after_ios(&mut self, n: u64) {
         self.fail_at_io = Some(self.ios + n);
