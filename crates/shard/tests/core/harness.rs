@@ -114,9 +114,17 @@ impl Disk for HeldDisk {
     }
 }
 
+fn store_options() -> StoreOptions {
+    StoreOptions {
+        meta_cache_bytes: 1 << 20,
+        ..StoreOptions::default()
+    }
+}
+
 /// Small WAL: 8 segments of 256 KiB, batches of 64 KiB (a shard may have 512 KiB of writes
-/// unanswered, one PG 256 KiB).
-pub fn mkfs(id: OsdId) -> (HeldDisk, Store<HeldDisk>) {
+/// unanswered, one PG 256 KiB). Also returns the metadata file, to reopen the store after a
+/// crash.
+pub fn mkfs(id: OsdId) -> (HeldDisk, SimFile, Store<HeldDisk>) {
     let mut uuid = [0u8; 16];
     uuid[..4].copy_from_slice(&id.0.to_le_bytes());
     let opts = MkfsOptions {
@@ -126,17 +134,14 @@ pub fn mkfs(id: OsdId) -> (HeldDisk, Store<HeldDisk>) {
         batch_bytes_max: 64 << 10,
         force: false,
     };
-    let so = StoreOptions {
-        meta_cache_bytes: 1 << 20,
-        ..StoreOptions::default()
-    };
     let disk = HeldDisk {
         inner: SimDisk::new(16 << 20),
         state: Arc::new(Mutex::new((0, 0))),
         fail_writes: Arc::default(),
     };
-    let store = Store::mkfs(disk.clone(), SimFile::new(), &opts, so).expect("mkfs");
-    (disk, store)
+    let meta = SimFile::new();
+    let store = Store::mkfs(disk.clone(), meta.clone(), &opts, store_options()).expect("mkfs");
+    (disk, meta, store)
 }
 
 pub fn config(id: OsdId) -> ShardConfig {
@@ -265,6 +270,11 @@ pub struct Cluster {
     pub cores: BTreeMap<OsdId, ShardCore<HeldDisk>>,
     /// Each core's disk, to complete its commits in flight.
     pub disks: BTreeMap<OsdId, HeldDisk>,
+    /// Each core's metadata file and configuration, to restart it after a crash.
+    metas: BTreeMap<OsdId, SimFile>,
+    configs: BTreeMap<OsdId, ShardConfig>,
+    /// The last map handed to the cores (a restarted core gets it).
+    last_map: Option<Arc<ClusterMap>>,
     pub now: Micros,
     /// Frames in flight: (to, frame). Delivered in order by [`Cluster::settle`].
     pub wire: VecDeque<(OsdId, OsdId, Request)>,
@@ -288,15 +298,22 @@ impl Cluster {
     pub fn with(osds: &[u32], cfg: impl Fn(OsdId) -> ShardConfig) -> Cluster {
         let mut cores = BTreeMap::new();
         let mut disks = BTreeMap::new();
+        let mut metas = BTreeMap::new();
+        let mut configs = BTreeMap::new();
         for o in osds {
             let id = OsdId(*o);
-            let (disk, store) = mkfs(id);
+            let (disk, meta, store) = mkfs(id);
             disks.insert(id, disk);
+            metas.insert(id, meta);
+            configs.insert(id, cfg(id));
             cores.insert(id, ShardCore::new(cfg(id), store, Box::new(|| Micros(0))));
         }
         Cluster {
             cores,
             disks,
+            metas,
+            configs,
+            last_map: None,
             now: Micros(1),
             wire: VecDeque::new(),
             cut: BTreeSet::new(),
@@ -411,6 +428,49 @@ impl Cluster {
         request_id
     }
 
+    /// Steps `id` with several inputs at once (as the OSD hands over everything its sockets
+    /// delivered since the last step): their PGs' work shares the rounds that follow.
+    pub fn step_batch(&mut self, id: u32, inputs: Vec<Input>) -> Effects {
+        let now = self.now;
+        let eff = self
+            .cores
+            .get_mut(&OsdId(id))
+            .expect("known osd")
+            .step_batch(inputs, now);
+        self.carry_out(id, eff)
+    }
+
+    /// The input by which a frame from `from` reaches its OSD.
+    pub fn peer_input(&self, from: OsdId, req: Request) -> Input {
+        Input::Request {
+            conn: peer_conn(from),
+            request_id: 0,
+            req,
+            arrived: self.now,
+        }
+    }
+
+    /// Power fails on `id` and it restarts: every write its disk and metadata file had not
+    /// synced is lost (a WAL commit in flight among them), the store is reopened (WAL replay,
+    /// interrupted snapshot installs finished) and a new core gets the last map, as the OSD
+    /// does when it starts.
+    pub fn crash_and_restart(&mut self, id: u32) {
+        let osd = OsdId(id);
+        self.cores.remove(&osd).expect("known osd");
+        self.wire.retain(|(from, to, _)| *from != osd && *to != osd);
+        let disk = self.disks.get_mut(&osd).expect("known osd");
+        disk.inner.image().crash_losing_unsynced();
+        *disk.state.lock().unwrap() = (0, 0);
+        let meta = self.metas[&osd].clone();
+        meta.image().crash_losing_unsynced();
+        let store = Store::open(disk.clone(), meta, store_options()).expect("reopen the store");
+        let core = ShardCore::new(self.configs[&osd].clone(), store, Box::new(|| Micros(0)));
+        self.cores.insert(osd, core);
+        if let Some(m) = self.last_map.clone() {
+            self.step(id, Input::Map(m));
+        }
+    }
+
     /// Sends several client requests to `id` in one step (as the OSD hands over what its
     /// sockets delivered since the last one): all are admitted before any is applied.
     /// Returns their request ids.
@@ -429,13 +489,7 @@ impl Cluster {
                 arrived,
             });
         }
-        let now = self.now;
-        let eff = self
-            .cores
-            .get_mut(&OsdId(id))
-            .expect("known osd")
-            .step_batch(inputs, now);
-        self.carry_out(id, eff);
+        self.step_batch(id, inputs);
         ids
     }
 
@@ -454,6 +508,26 @@ impl Cluster {
             delivered += 1;
             assert!(delivered < 1_000_000, "frames never settle");
         }
+    }
+
+    /// Delivers frames until none is left, as [`Cluster::settle`], except those `hold` picks
+    /// (from, to, frame): those are taken off the wire and returned, in order.
+    pub fn settle_holding(
+        &mut self,
+        hold: impl Fn(OsdId, OsdId, &Request) -> bool,
+    ) -> Vec<(OsdId, OsdId, Request)> {
+        let mut held = Vec::new();
+        let mut delivered = 0;
+        while let Some((from, to, req)) = self.wire.front() {
+            if hold(*from, *to, req) {
+                held.push(self.wire.pop_front().expect("front exists"));
+                continue;
+            }
+            self.deliver_one();
+            delivered += 1;
+            assert!(delivered < 1_000_000, "frames never settle");
+        }
+        held
     }
 
     /// Delivers the oldest frame in flight (dropped if either end is cut); returns whether
@@ -493,6 +567,7 @@ impl Cluster {
     }
 
     pub fn map(&mut self, m: Arc<ClusterMap>) {
+        self.last_map = Some(m.clone());
         let ids: Vec<u32> = self.cores.keys().map(|o| o.0).collect();
         for id in ids {
             self.step(id, Input::Map(m.clone()));
