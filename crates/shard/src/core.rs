@@ -541,7 +541,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         self.outs.retain(|_, o| !o.is_empty());
     }
 
-    /// One round: collect, apply and answer, queue Raft messages, stage log writes.
+    /// One round: collect, stage log writes, apply and answer, queue Raft messages.
     fn round(&mut self, eff: &mut Effects) {
         let mut outs = std::mem::take(&mut self.outs);
         for pg in outs.keys() {
@@ -597,7 +597,18 @@ impl<D: Disk + 'static> ShardCore<D> {
         for (pg, msg) in snapshots {
             self.on_snapshot_request(pg, msg, eff);
         }
-        // Apply and answer first: committed entries are durable on a majority already
+        // Log writes are staged before anything is applied: the hard state of this round may
+        // carry the commit index its entries are applied by (a follower learns it from the
+        // next append), and the store may flush in this round (a snapshot installed for
+        // another PG, a full data region while applying). A flush commits what the WAL has
+        // staged first, so staged before the apply, the commit index is durable with the
+        // applied index; staged after it, the flush made the applied index durable and a
+        // crash before the next WAL commit left it past the log's commit index, which raft-rs
+        // refuses at open (found by the simulator, seed 249999389376033725). Staging syncs
+        // nothing (a batch that fills is written early, which only makes it durable sooner):
+        // the round's commit is a step of its own, after this one's messages and replies.
+        self.stage_writes(writes, eff);
+        // Then apply and answer: committed entries are durable on a majority already
         // (raft-rs hands out only committed entries that are also persisted here), so their
         // clients wait neither for this round's Raft messages nor for the fdatasync of newer
         // entries or of a hard state.
@@ -611,8 +622,9 @@ impl<D: Disk + 'static> ShardCore<D> {
                 }
             }
         }
-        // Raft messages before the log write: a leader's appends leave before its own
-        // fdatasync, so the followers' overlaps it.
+        // Raft messages leave with the step's effects, before the runtime steps the WAL
+        // commit: a leader's appends go out before its own fdatasync, so the followers'
+        // overlaps it.
         for ((to, _), (pg, msgs)) in raft_out {
             eff.peers.push(crate::io::PeerSend {
                 to,
@@ -624,7 +636,6 @@ impl<D: Disk + 'static> ShardCore<D> {
                 },
             });
         }
-        self.stage_writes(writes, eff);
     }
 
     /// Stages every PG's log write in the WAL. If a record needs a sync, the commit becomes
@@ -719,8 +730,9 @@ impl<D: Disk + 'static> ShardCore<D> {
                     // needs no fdatasync of its own (a lost commit index is learnt again from
                     // the leader; term and vote must be durable before any message that
                     // depends on them leaves). It rides with the next commit, and the store
-                    // commits it before any flush, so a flushed applied index never runs
-                    // ahead of the durable commit index.
+                    // commits it before any flush; staged before the entries it commits are
+                    // applied (`round`), a flushed applied index never runs ahead of the
+                    // durable commit index.
                     let prev = store
                         .pg_log(*pg)
                         .map(|l| (l.hard_state.term, l.hard_state.vote));
@@ -866,6 +878,9 @@ impl<D: Disk + 'static> ShardCore<D> {
                     let log = &h.replica.raw_node().raft.raft_log;
                     (h.replica.applied().0, log.committed, log.persisted)
                 });
+                // The commit index the WAL holds for the PG (durable or staged for the next
+                // commit, which any flush makes first).
+                let staged_commit = store.pg_log(*pg).map_or(0, |l| l.hard_state.commit);
                 let mut last = None;
                 for a in list {
                     // Applied ≤ committed (durable on a majority) and ≤ persisted here, in log
@@ -875,6 +890,15 @@ impl<D: Disk + 'static> ShardCore<D> {
                         index <= committed && index <= persisted,
                         "pg {pg}: applying {index} beyond the commit index {committed} or the \
                          persisted index {persisted}"
+                    );
+                    // And ≤ the commit index in the WAL: a flush makes the applied index
+                    // durable, and after a crash raft-rs opens the PG only if it is within
+                    // the log's commit index (see `round`).
+                    assert!(
+                        index <= staged_commit,
+                        "pg {pg} osd {}: applying {index} beyond the commit index {staged_commit} \
+                         the WAL holds (raft's is {committed}): its hard state was not staged first",
+                        self.cfg.osd
                     );
                     let expected = last.map_or(applied_before + 1, |l: LogIndex| l.0 + 1);
                     assert!(

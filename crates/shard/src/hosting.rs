@@ -138,11 +138,21 @@ impl<D: Disk + 'static> ShardCore<D> {
                 store.commit().map_err(open_err)?;
             }
         }
-        let (first, applied) = {
+        let (first, applied, commit) = {
             let store = self.store.borrow();
-            (store.log_bounds(pg).0, store.applied_index(pg))
+            let commit = store.pg_log(pg).map_or(0, |l| l.hard_state.commit);
+            (store.log_bounds(pg).0, store.applied_index(pg), commit)
         };
         let applied = applied.max(first.saturating_sub(1));
+        // Only committed entries are applied, and their commit index reaches the WAL before
+        // a flush makes the applied index durable (`ShardCore::round`): raft-rs refuses to
+        // open a PG whose applied index is past the log's commit index (found by the
+        // simulator, seed 249999389376033725, after a crash).
+        assert!(
+            applied <= commit,
+            "pg {pg} osd {me}: the store's applied index {applied} is past the commit index \
+             {commit} of its log"
+        );
         let storage = PgStorage::new(self.store.clone(), pg);
         let replica = PgReplica::new(pg, me, storage, applied, self.cfg.pg, self.cfg.pg_seed)
             .map_err(|e| ShardFailure {

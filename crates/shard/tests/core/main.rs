@@ -3,6 +3,7 @@
 
 mod harness;
 mod repair;
+mod restart;
 mod space;
 
 use fastblock_shard::flush::FLUSH_WAL_IDLE_WAIT_MAX_US;
