@@ -215,7 +215,7 @@ async fn status_page_in_chromium_shows_an_osd_going_down() {
     .await;
     // The monitor database: the member's file against the default quota, one member.
     assert!(
-        before.etcd.contains("of the 2 GiB quota") && before.etcd.contains("1 etcd member"),
+        before.etcd.contains("of the 2.0 GiB quota") && before.etcd.contains("1 etcd member"),
         "{before:#?}"
     );
     assert!(before.error.is_empty(), "{before:#?}");
