@@ -7,9 +7,11 @@ use crate::image::Image;
 use crate::map_cache::MapCache;
 use crate::ClientError;
 use fastblock_monclient::{MonClient, MonError};
-use fastblock_types::api::ErrorCode;
+use fastblock_types::api::{ErrorCode, MapResponse};
 use fastblock_types::map::{ClusterMap, ImageFence, ImageInfo};
-use fastblock_types::{Epoch, OsdId, PgId};
+use fastblock_types::map_delta::{MapFollower, MapScope};
+use fastblock_types::{Epoch, OsdId, PgId, PoolId};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -72,6 +74,14 @@ pub struct Cluster {
     pub(crate) backoff_seed: AtomicU64,
     /// For tasks spawned by `&self` methods (background map refreshes).
     me: Weak<Cluster>,
+    /// What of the map this client follows (the PG maps of the pools of the images it opened)
+    /// and the epoch it has, with a generation that rises at every change of scope, so that an
+    /// answer to a request made for an older scope is not taken.
+    follower: Mutex<(MapFollower, u64)>,
+}
+
+fn lock_follower(m: &Mutex<(MapFollower, u64)>) -> std::sync::MutexGuard<'_, (MapFollower, u64)> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Cluster {
@@ -103,13 +113,22 @@ impl Cluster {
         if let Some((entity, key)) = config.credentials.clone() {
             mon = mon.with_credentials(entity, key);
         }
-        let response = mon.map().await?;
-        let Some(map) = response.map else {
-            return Err(ClientError::Protocol(
-                "the monitor answered a map fetch without a map".to_string(),
-            ));
+        // The pools' records and every other section, but no PG map until an image of the
+        // pool is opened (`Cluster::follow_pool`).
+        let mut follower = MapFollower::new(MapScope::Pools(BTreeSet::new()));
+        let response = mon
+            .map_update(follower.epoch(), follower.scope(), Duration::ZERO)
+            .await?;
+        let map = match follower.apply(response.into_update()) {
+            Ok(Some(map)) => (*map).clone(),
+            _ => {
+                return Err(ClientError::Protocol(
+                    "the monitor answered a map fetch without a map".to_string(),
+                ))
+            }
         };
         let cluster = Cluster::build(config, Some(Arc::new(mon)), map);
+        *lock_follower(&cluster.follower) = (follower, 0);
         cluster.start_watch();
         Ok(cluster)
     }
@@ -134,7 +153,82 @@ impl Cluster {
             counters: Counters::default(),
             backoff_seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             me: me.clone(),
+            follower: Mutex::new((MapFollower::new(MapScope::All), 0)),
         })
+    }
+
+    /// Makes sure the map this client follows has `pool`'s PG map: adds the pool to what it
+    /// follows and fetches the map anew if it did not. No-op without a monitor (an injected
+    /// map has what the test put in it).
+    pub(crate) async fn follow_pool(&self, pool: PoolId) {
+        if self.mon.is_none() {
+            return;
+        }
+        {
+            let mut f = lock_follower(&self.follower);
+            let scope = match f.0.scope() {
+                MapScope::All => return,
+                MapScope::Pools(p) if p.contains(&pool) => return,
+                MapScope::Pools(p) => {
+                    let mut p = p.clone();
+                    p.insert(pool);
+                    MapScope::Pools(p)
+                }
+                MapScope::Osd(_) => unreachable!("a client never follows an OSD's scope"),
+            };
+            f.0.set_scope(scope);
+            f.1 += 1;
+        }
+        let _ = self.fetch_update(Duration::ZERO).await;
+    }
+
+    /// One round of following the map: asks for what changed since the epoch held (waiting up
+    /// to `wait` for a newer one), and installs it. Returns whether a map was installed, or
+    /// `Err` if the monitor could not be asked.
+    async fn fetch_update(&self, wait: Duration) -> Result<bool, ()> {
+        let Some(mon) = &self.mon else {
+            return Ok(false);
+        };
+        let (have, scope, generation) = self.follow_point();
+        match mon.map_update(have, &scope, wait).await {
+            Ok(response) => Ok(self.take_update(response, generation)),
+            Err(e) => {
+                tracing::warn!(epoch = %have, "cluster map fetch failed: {e}");
+                Err(())
+            }
+        }
+    }
+
+    /// The epoch held, the scope followed and its generation: what to ask the monitor for.
+    fn follow_point(&self) -> (Epoch, MapScope, u64) {
+        let f = lock_follower(&self.follower);
+        (f.0.epoch(), f.0.scope().clone(), f.1)
+    }
+
+    /// Takes the monitor's answer to a request made at scope generation `generation`, and
+    /// installs the map it makes. Returns whether a map was installed.
+    fn take_update(&self, response: MapResponse, generation: u64) -> bool {
+        let map = {
+            let mut f = lock_follower(&self.follower);
+            if f.1 != generation {
+                // The scope changed meanwhile: this answer is for the old one.
+                return false;
+            }
+            match f.0.apply(response.into_update()) {
+                Ok(map) => map,
+                Err(gap) => {
+                    tracing::debug!("cluster map: {gap}; fetching the whole map");
+                    None
+                }
+            }
+        };
+        let Some(map) = map else { return false };
+        // A wider scope can come at the same epoch: replaced, not only installed when newer.
+        let done = self.cache.replace((*map).clone());
+        if done {
+            Counters::bump(&self.counters.map_updates);
+        }
+        done
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -287,6 +381,7 @@ impl Cluster {
     /// a frontend that listed images). The image's pool must be in the map (after one
     /// refresh, for a pool created a moment ago).
     pub async fn open_image_info(self: &Arc<Self>, info: ImageInfo) -> Result<Image, ClientError> {
+        self.follow_pool(info.pool).await;
         if !self.map().pools.contains_key(&info.pool) {
             self.refresh_map("image's pool is not in the map").await;
         }
@@ -402,14 +497,15 @@ impl Cluster {
             return;
         }
         tracing::debug!(epoch = %seen, "refreshing the cluster map: {why}");
-        match tokio::time::timeout(self.config.attempt_timeout, mon.map()).await {
-            Ok(Ok(response)) => {
-                if let Some(map) = response.map {
-                    self.set_map(map);
-                }
-            }
-            Ok(Err(e)) => tracing::warn!("map refresh ({why}) failed: {e}"),
-            Err(_) => tracing::warn!("map refresh ({why}) timed out"),
+        let _ = mon;
+        if tokio::time::timeout(
+            self.config.attempt_timeout,
+            self.fetch_update(Duration::ZERO),
+        )
+        .await
+        .is_err()
+        {
+            tracing::warn!("map refresh ({why}) timed out");
         }
     }
 
@@ -463,21 +559,23 @@ fn image_in_map(map: &ClusterMap, info: &ImageInfo) -> ImageFence {
     )
 }
 
-/// Long-polls the monitor for maps newer than ours, forever (until the cluster is dropped).
+/// Long-polls the monitor for what changed since the map held, forever (until the cluster
+/// is dropped).
 async fn watch_map_loop(me: Weak<Cluster>, mon: Arc<MonClient>, timeout: Duration) {
     loop {
-        let epoch = match me.upgrade() {
-            Some(cluster) => cluster.epoch(),
+        // The cluster is held only to read and to install, never across the long-poll: its
+        // last user dropping it ends this task (`Drop` aborts it).
+        let (have, scope, generation) = match me.upgrade() {
+            Some(cluster) => cluster.follow_point(),
             None => return,
         };
-        match mon.watch_map(epoch, timeout).await {
+        match mon.map_update(have, &scope, timeout).await {
             Ok(response) => {
-                let Some(map) = response.map else { continue };
                 let Some(cluster) = me.upgrade() else { return };
-                cluster.set_map(map);
+                cluster.take_update(response, generation);
             }
             Err(e) => {
-                tracing::warn!(epoch = %epoch, "cluster map watch failed: {e}");
+                tracing::warn!(epoch = %have, "cluster map watch failed: {e}");
                 tokio::time::sleep(WATCH_RETRY_PAUSE).await;
             }
         }

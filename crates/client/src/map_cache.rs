@@ -52,13 +52,23 @@ impl MapCache {
     /// leaders on OSDs the new map does not know or shows down are dropped, and the others
     /// take the map's address (an OSD may have restarted on another port).
     pub(crate) fn install(&self, map: ClusterMap) -> bool {
+        self.install_if(map, |new, current| new > current)
+    }
+
+    /// Installs `map` unless it is older than the current one: a map of a wider scope (a pool
+    /// added to what the client follows) can come at the same epoch.
+    pub(crate) fn replace(&self, map: ClusterMap) -> bool {
+        self.install_if(map, |new, current| new >= current)
+    }
+
+    fn install_if(&self, map: ClusterMap, newer: impl Fn(Epoch, Epoch) -> bool) -> bool {
         let map = Arc::new(map);
         {
             let mut current = self
                 .map
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if map.epoch <= current.epoch {
+            if !newer(map.epoch, current.epoch) {
                 return false;
             }
             *current = map.clone();

@@ -121,6 +121,15 @@ impl MonState {
             .retain(|id| osds.get(id).is_some_and(|o| o.is_in));
     }
 
+    /// Whether [`MonState::record_osd_space`] would change the map.
+    pub fn space_report_changes(&self, osd: OsdId, space: OsdSpace) -> bool {
+        if !self.map.osds.contains_key(&osd) {
+            return false;
+        }
+        let full = classify(space, &self.map.space) == SpaceLevel::Full;
+        full != self.map.space.full_osds.contains(&osd)
+    }
+
     /// An OSD's space report: marks it full in the map once its used share reaches the full
     /// ratio, and not full once a report is below it. Changes the map only when the OSD's
     /// fullness changes, so steady reports cost no epoch.

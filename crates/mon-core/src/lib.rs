@@ -18,8 +18,13 @@
 //! - [`scrub_ops`]: operators' scrub requests, dropped when the PG's leader reports them
 //!   done, and what leaders report of their scrubs ([`scrub_ops::ScrubStats`], in memory).
 //! - [`pg_reports`]: "leader elected" and "membership change finished" from PG leaders.
+//! - [`report_batch`]: an OSD's reports in one batch, one operation for all of them.
 //! - [`report_checks`]: the rules a PG report must pass against its sender ([`Reporter`]) and
 //!   the recorded PG before it is recorded.
+//! - [`map_log`]: the recent epochs as deltas, for the daemons that follow the map
+//!   incrementally (the service's map endpoint, the simulator's nodes).
+//! - [`heartbeat`]: an OSD's heartbeat, the part that changes the state apart from the part
+//!   that does not (so that a heartbeat costs no copy of the state).
 //! - [`liveness`]: heartbeat bookkeeping that turns silence into down and out events, with the
 //!   time passed in by the caller.
 //! - [`health`]: the health checks (stable codes, summaries, details) and PG-state counts for
@@ -42,13 +47,16 @@ pub mod capacity;
 pub mod damage;
 pub mod etcd_health;
 pub mod health;
+pub mod heartbeat;
 pub mod image_ops;
 pub mod limits;
 pub mod liveness;
+pub mod map_log;
 pub mod osd_ops;
 pub mod osd_purge;
 pub mod pg_reports;
 pub mod pool_ops;
+pub mod report_batch;
 pub mod report_checks;
 pub mod scrub_ops;
 pub mod snap_ops;

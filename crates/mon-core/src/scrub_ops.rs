@@ -98,11 +98,9 @@ impl MonState {
             format!("pg {pg} does not exist: {why}"),
         )
     }
-
-    /// The scrub part of a heartbeat from `osd`: for each PG the map records `osd` as the
-    /// leader of, records the report in `stats` (at `unix_ms`, the monitor's wall clock) and
-    /// drops the PG's requests up to its `request_done`. Entries for PGs `osd` does not lead
-    /// by the map, or of a damaged (fenced) pool, are ignored. Returns the dropped requests.
+    /// The scrub reports of an OSD's heartbeat: recorded in `stats`, and the operators'
+    /// requests its PGs finished dropped (returned). Reports for a PG this OSD does not lead
+    /// (per the record) are ignored.
     pub fn on_scrub_reports(
         &mut self,
         osd: OsdId,
@@ -110,7 +108,26 @@ impl MonState {
         stats: &mut ScrubStats,
         unix_ms: u64,
     ) -> Vec<ScrubRequest> {
-        let mut dropped = Vec::new();
+        self.record_scrub_reports(osd, pgs, stats, unix_ms);
+        let ids = self.finished_scrub_requests(osd, pgs);
+        ids.into_iter()
+            .map(|id| {
+                self.scrubs
+                    .requests
+                    .remove(&id)
+                    .expect("listed as finished")
+            })
+            .collect()
+    }
+
+    /// What [`MonState::on_scrub_reports`] records in `stats`, without changing the state.
+    pub fn record_scrub_reports(
+        &self,
+        osd: OsdId,
+        pgs: &[PgIoCounters],
+        stats: &mut ScrubStats,
+        unix_ms: u64,
+    ) {
         for counters in pgs {
             let Some(pg) = counters.pg else { continue };
             let Some(info) = self.map.pg(pg) else {
@@ -130,19 +147,35 @@ impl MonState {
             .copied()
             .collect();
             stats.record(pg, osd, counters.scrub, unix_ms, &members);
-            let done = counters.scrub.map_or(0, |r| r.request_done);
-            let ids: Vec<u64> = self
-                .scrubs
-                .requests
-                .range(..=done)
-                .filter(|(_, r)| r.pg == pg)
-                .map(|(id, _)| *id)
-                .collect();
-            for id in ids {
-                dropped.push(self.scrubs.requests.remove(&id).expect("listed above"));
-            }
         }
-        dropped
+    }
+
+    /// The operators' scrub requests these reports finish (of PGs this OSD leads): what
+    /// [`MonState::on_scrub_reports`] drops. Empty in the common case, found without a
+    /// change, so that a heartbeat that finishes nothing changes nothing.
+    pub fn finished_scrub_requests(&self, osd: OsdId, pgs: &[PgIoCounters]) -> Vec<u64> {
+        if self.scrubs.requests.is_empty() {
+            return Vec::new();
+        }
+        let mut ids = Vec::new();
+        for counters in pgs {
+            let Some(pg) = counters.pg else { continue };
+            let Some(info) = self.map.pg(pg) else {
+                continue;
+            };
+            if info.leader != Some(osd) || self.pool_damage(pg.pool).is_some() {
+                continue;
+            }
+            let done = counters.scrub.map_or(0, |r| r.request_done);
+            ids.extend(
+                self.scrubs
+                    .requests
+                    .range(..=done)
+                    .filter(|(_, r)| r.pg == pg)
+                    .map(|(id, _)| *id),
+            );
+        }
+        ids
     }
 
     /// Drops the scrub requests of a deleted pool.

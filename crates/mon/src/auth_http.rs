@@ -57,7 +57,9 @@ pub fn need_of(method: &Method, route: &str) -> Need {
         (_, "/v1/health") => Need::Nothing,
         // The status page's view: no secrets, nothing to act on (`crate::status_page`).
         ("GET", "/v1/status/public") => Need::Nothing,
-        ("POST", "/v1/osds/{id}/boot" | "/v1/osds/{id}/heartbeat") => Need::OsdSelf,
+        ("POST", "/v1/osds/{id}/boot" | "/v1/osds/{id}/heartbeat" | "/v1/osds/{id}/reports") => {
+            Need::OsdSelf
+        }
         ("POST", "/v1/pgs/{pgid}/leader" | "/v1/pgs/{pgid}/membership")
         | ("POST", "/v1/reclaim/{id}/pgs/{pgid}")
         | ("POST", "/v1/snaps/{image}/{snap}/pgs/{pgid}")

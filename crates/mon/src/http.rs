@@ -26,7 +26,8 @@ use fastblock_types::map::{
     Flags, ImageInfo, OsdInfo, PoolInfo, ReclaimEntry, ScrubRequest, SnapInfo, SnapState,
     SnapTrimEntry, SpaceSettings,
 };
-use fastblock_types::{Epoch, ImageId, OsdId, PgId, SnapId};
+use fastblock_types::map_delta::{MapScope, MapUpdate};
+use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId, SnapId};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub expected_mons: Option<Vec<String>>,
     /// Config calls to OSDs waiting for their heartbeats (`crate::osd_config`).
     pub config_relay: Arc<crate::osd_config::ConfigRelay>,
+    /// The OSDs' report batches, committed together (`crate::report_queue`).
+    pub reports: crate::report_queue::ReportQueue,
 }
 
 type App = State<Arc<AppState>>;
@@ -98,6 +101,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/osds/apply-id", post(apply_id))
         .route("/v1/osds/{id}/boot", post(boot))
         .route("/v1/osds/{id}/heartbeat", post(heartbeat))
+        .route("/v1/osds/{id}/reports", post(osd_reports))
         .route("/v1/osds/{id}/ops", get(osd_ops))
         .route("/v1/osds/{id}/config", post(osd_config))
         .route("/v1/osds/{id}/out", post(osd_out))
@@ -427,9 +431,37 @@ pub(crate) fn status_view(
 struct MapQuery {
     after: Option<u64>,
     timeout_ms: Option<u64>,
+    /// The caller takes deltas (`delta=true`; `docs/mon-api.md`, "Incremental maps").
+    #[serde(default)]
+    delta: bool,
+    /// Scope: the PGs of this OSD only.
+    osd: Option<u32>,
+    /// Scope: the PG maps of these pools only (comma-separated ids).
+    pools: Option<String>,
+}
+
+impl MapQuery {
+    fn scope(&self) -> Result<MapScope, ApiErr> {
+        match (&self.osd, &self.pools) {
+            (Some(_), Some(_)) => Err(invalid("give osd or pools, not both")),
+            (Some(osd), None) => Ok(MapScope::Osd(OsdId(*osd))),
+            (None, Some(pools)) => pools
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    p.parse()
+                        .map(PoolId)
+                        .map_err(|_| invalid(format!("invalid pool id {p:?}")))
+                })
+                .collect::<Result<_, _>>()
+                .map(MapScope::Pools),
+            (None, None) => Ok(MapScope::All),
+        }
+    }
 }
 
 async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapResponse> {
+    let scope = q.scope()?;
     let mut epochs = app.mon.epoch.subscribe();
     if let Some(after) = q.after {
         // Make sure the state (and so the published epoch) is loaded before waiting on it.
@@ -440,13 +472,47 @@ async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapRes
             .is_ok();
         if !waited {
             let epoch = *epochs.borrow();
-            return Ok(Json(MapResponse { epoch, map: None }));
+            return Ok(Json(MapResponse {
+                epoch,
+                map: None,
+                delta: None,
+            }));
         }
     }
-    let map = app.mon.read(|s, _| s.map.clone()).await?;
+    if q.delta {
+        // Cut from the log of deltas, outside the state's lock.
+        app.mon.read(|_, _| ()).await?;
+        let have = Epoch(q.after.unwrap_or(0));
+        let update = {
+            let log = app.mon.map_log.read().expect("map log lock");
+            log.as_ref()
+                .map(|log| (log.current().epoch, log.update_for(have, &scope)))
+        };
+        if let Some((epoch, update)) = update {
+            return Ok(Json(match update {
+                MapUpdate::UpToDate => MapResponse {
+                    epoch,
+                    map: None,
+                    delta: None,
+                },
+                MapUpdate::Delta(d) => MapResponse {
+                    epoch,
+                    map: None,
+                    delta: Some(d),
+                },
+                MapUpdate::Full(m) => MapResponse {
+                    epoch,
+                    map: Some(m),
+                    delta: None,
+                },
+            }));
+        }
+    }
+    let map = app.mon.read(|s, _| scope.map(&s.map)).await?;
     Ok(Json(MapResponse {
         epoch: map.epoch,
         map: Some(map),
+        delta: None,
     }))
 }
 
@@ -511,37 +577,25 @@ async fn heartbeat(
 ) -> ApiResult<HeartbeatResponse> {
     let id = parse_osd(&id)?;
     let req: HeartbeatRequest = parse(&body)?;
-    let done = app
+    // What changes nothing first, without a copy of the state (`fastblock_mon_core::heartbeat`);
+    // then, only if the heartbeat changes the state, an operation.
+    let changes = app
         .mon
-        .apply(|s, side| {
-            let Some(osd) = s.map.osds.get(&id) else {
-                return Err(s.missing_osd_error(id));
-            };
-            if !osd.uuid.eq_ignore_ascii_case(&req.uuid) {
-                return Err(ApiError::new(
-                    ErrorCode::UuidMismatch,
-                    format!("osd {id}: uuid mismatch"),
-                ));
-            }
-            if osd.pending_create {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidArgument,
-                    format!("osd {id} must boot first"),
-                ));
-            }
+        .observe(|s, side| {
+            s.check_heartbeat(id, &req)?;
             side.liveness.heartbeat(id, side.now_ms);
             side.stats
                 .record(id, side.now_ms, &req.pgs, &req.backfill_toofull, req.space);
             side.stats.ops.record(id, side.now_ms, req.ops.clone());
-            if !osd.up {
-                s.mark_up(id)?;
-            }
-            if let Some(space) = req.space {
-                s.record_osd_space(id, space);
-            }
-            Ok(s.on_scrub_reports(id, &req.pgs, side.scrubs, side.unix_ms))
+            s.record_scrub_reports(id, &req.pgs, side.scrubs, side.unix_ms);
+            Ok(s.heartbeat_changes(id, &req))
         })
         .await?;
+    let done = if changes {
+        app.mon.apply(|s, _| s.apply_heartbeat(id, &req)).await?
+    } else {
+        Vec::new()
+    };
     for r in done {
         tracing::info!(pg = %r.pg, id = r.id, deep = r.deep, osd = %id, "scrub request done");
     }
@@ -761,6 +815,36 @@ fn parse_pg(pgid: &str) -> Result<PgId, ApiErr> {
 /// Who sent a PG report, for mon-core's checks (`Reporter`): the OSD whose key signed it, or
 /// nobody in auth mode `none`. The route already demands the `osd` cap, which only `osd.N`
 /// entities hold; anything else is refused here too rather than trusted.
+/// `POST /v1/osds/{id}/reports`: an OSD's reports in one batch, committed with the other
+/// batches of the moment (`crate::report_queue`); one result per report.
+async fn osd_reports(
+    State(app): App,
+    Extension(sender): Extension<Authenticated>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<ReportBatchResponse> {
+    let id = parse_osd(&id)?;
+    let batch: ReportBatch = parse(&body)?;
+    if batch.reports.len() > REPORT_BATCH_ITEMS_MAX {
+        return Err(invalid(format!(
+            "{} reports in one batch, at most {REPORT_BATCH_ITEMS_MAX}",
+            batch.reports.len()
+        )));
+    }
+    let reporter = match reporter(&sender)? {
+        // The route is the OSD's own (authentication checked that `osd.{id}` sent it).
+        Reporter::Osd(osd) if osd != id => {
+            return Err(ApiErr(ApiError::new(
+                ErrorCode::PermissionDenied,
+                format!("osd {osd} sent reports for osd {id}"),
+            )))
+        }
+        r => r,
+    };
+    let (epoch, results) = app.reports.submit(reporter, batch.reports).await?;
+    Ok(Json(ReportBatchResponse { epoch, results }))
+}
+
 fn reporter(sender: &Authenticated) -> Result<Reporter, ApiErr> {
     match &sender.0 {
         None => Ok(Reporter::Unauthenticated),

@@ -15,6 +15,8 @@
 //!   route) and the key-table endpoints.
 //! - [`http`]: the HTTP + JSON API (`docs/mon-api.md`); [`forward`] relays calls from
 //!   followers to the leader so any monitor answers.
+//! - [`report_queue`]: the OSDs' report batches, applied and committed together (one epoch
+//!   for the reports of a moment).
 //! - [`stats`]: client IO and recovery rates from OSD heartbeats.
 //! - [`op_reports`]: the OSDs' op tracker reports (`SLOW_OPS`, `GET /v1/osds/{id}/ops`).
 //! - [`metrics`]: Prometheus `/metrics`.
@@ -40,6 +42,7 @@ pub mod keys;
 pub mod metrics;
 pub mod op_reports;
 pub mod osd_config;
+pub mod report_queue;
 pub mod server;
 pub mod service;
 pub mod stats;

@@ -269,7 +269,15 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
             }
         })
     };
+    let (reports, reports_rx) = crate::report_queue::report_queue();
+    let committer = {
+        let (mon, rx, stop) = (mon.clone(), reports_rx, shutdown_rx.clone());
+        tasks.spawn("report committer", Policy::Restart, move || {
+            crate::report_queue::run(mon.clone(), rx.clone(), stop.clone())
+        })
+    };
     let app = Arc::new(AppState {
+        reports,
         mon,
         metrics: Metrics::new(),
         forwarder: Forwarder::default(),
@@ -311,6 +319,7 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), election_task).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), ticker).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), upkeep_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), committer).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), server_task).await;
     for task in handles {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;

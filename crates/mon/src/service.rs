@@ -9,6 +9,7 @@ use crate::stats::IoStats;
 use crate::store::{CommitError, EtcdStore, Fence, LoadError, Snapshot};
 use fastblock_auth::{Caps, EntityName, Keyring, KeyringEntry, Secret};
 use fastblock_mon_core::liveness::{Liveness, LivenessConfig};
+use fastblock_mon_core::map_log::MapLog;
 use fastblock_mon_core::scrub_ops::ScrubStats;
 use fastblock_mon_core::{MonState, OpResult};
 use fastblock_types::api::{ApiError, ErrorCode, MonMember};
@@ -68,6 +69,9 @@ pub struct Monitor {
     pub snap_create_timeout_ms: u64,
     /// etcd's upkeep (compaction, defragmentation, alarms), told of every commit.
     pub upkeep: Arc<EtcdUpkeep>,
+    /// The recent epochs as deltas, while this monitor leads (`GET /v1/map?delta=1`). A lock
+    /// of its own, not the state's: the answers are cut from it concurrently.
+    pub map_log: std::sync::RwLock<Option<MapLog>>,
     started: Instant,
 }
 
@@ -113,6 +117,7 @@ impl Monitor {
             epoch: watch::channel(Epoch(0)).0,
             snap_create_timeout_ms: fastblock_types::api::SNAP_CREATE_TIMEOUT_MS_DEFAULT,
             upkeep,
+            map_log: std::sync::RwLock::new(None),
             started: Instant::now(),
         }
     }
@@ -150,6 +155,7 @@ impl Monitor {
         match role {
             Role::Follower { .. } => {
                 *guard = None;
+                *self.map_log.write().expect("map log lock") = None;
                 Err(no_leader())
             }
             Role::Leader { fence } => {
@@ -170,6 +176,8 @@ impl Monitor {
                     liveness.heartbeat(osd.id, now);
                 }
                 tracing::info!(epoch = %snapshot.state.map.epoch, "leading; state loaded");
+                *self.map_log.write().expect("map log lock") =
+                    Some(MapLog::new(Arc::new(snapshot.state.map.clone())));
                 self.epoch.send_replace(snapshot.state.map.epoch);
                 *guard = Some(LeaderCtx {
                     fence,
@@ -254,6 +262,7 @@ impl Monitor {
                     if let Some(w) = written {
                         self.upkeep.record_commit(ctx.fence, w.revision, w.bytes);
                     }
+                    self.record_map(&ctx.snapshot.state.map);
                     self.epoch.send_replace(epoch);
                     return Ok(out);
                 }
@@ -281,11 +290,40 @@ impl Monitor {
         ))
     }
 
+    /// Adds a committed map to the log of deltas, before its epoch is published (so that a
+    /// holder woken by the epoch finds its delta). A map whose epoch did not move is not new.
+    fn record_map(&self, map: &fastblock_types::map::ClusterMap) {
+        let mut log = self.map_log.write().expect("map log lock");
+        if let Some(log) = log.as_mut() {
+            if map.epoch > log.current().epoch {
+                log.push(Arc::new(map.clone()));
+            }
+        }
+    }
+
     /// Reads the state without changing it.
     pub async fn read<T>(&self, f: impl FnOnce(&MonState, &LeaderCtx) -> T) -> OpResult<T> {
         let guard = self.leader_ctx().await?;
         let ctx = guard.as_ref().ok_or_else(no_leader)?;
         Ok(f(&ctx.snapshot.state, ctx))
+    }
+
+    /// Reads the state and changes only the leader's bookkeeping beside it (liveness, IO
+    /// statistics, scrub reports): no copy of the state, no commit, no epoch.
+    pub async fn observe<T>(
+        &self,
+        f: impl FnOnce(&MonState, &mut LeaderSide) -> OpResult<T>,
+    ) -> OpResult<T> {
+        let mut guard = self.leader_ctx().await?;
+        let ctx = guard.as_mut().ok_or_else(no_leader)?;
+        let mut side = LeaderSide {
+            now_ms: self.now_ms(),
+            unix_ms: self.unix_ms(),
+            liveness: &mut ctx.liveness,
+            stats: &mut ctx.stats,
+            scrubs: &mut ctx.scrubs,
+        };
+        f(&ctx.snapshot.state, &mut side)
     }
 
     /// Turns heartbeat silence into down/up/out every `interval`, while leading, and aborts

@@ -321,6 +321,40 @@ impl MonClient {
         self.get("/v1/map").await
     }
 
+    /// What changed since `have` within `scope` (a delta, or the whole map for a holder with
+    /// no map or one too far behind), waiting up to `timeout` for an epoch past `have`
+    /// (`docs/mon-api.md`, "Incremental maps"). Feed the answer to a
+    /// [`fastblock_types::map_delta::MapFollower`].
+    pub async fn map_update(
+        &self,
+        have: Epoch,
+        scope: &fastblock_types::map_delta::MapScope,
+        timeout: Duration,
+    ) -> Result<MapResponse, MonError> {
+        use fastblock_types::map_delta::MapScope;
+        let scope = match scope {
+            MapScope::All => String::new(),
+            MapScope::Osd(osd) => format!("&osd={osd}"),
+            MapScope::Pools(pools) => format!(
+                "&pools={}",
+                pools
+                    .iter()
+                    .map(|p| p.0.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        };
+        let path = format!(
+            "/v1/map?after={}&timeout_ms={}&delta=true{scope}",
+            have.0,
+            timeout.as_millis()
+        );
+        let bytes = self
+            .call_raw(Method::GET, &path, None, timeout + self.request_timeout)
+            .await?;
+        decode(&self.endpoints.join(","), &bytes)
+    }
+
     /// Waits until the epoch passes `after` (the map is returned) or `timeout` passes
     /// (`map: None`).
     pub async fn watch_map(
@@ -367,6 +401,15 @@ impl MonClient {
         req: &HeartbeatRequest,
     ) -> Result<HeartbeatResponse, MonError> {
         self.post(&format!("/v1/osds/{id}/heartbeat"), req).await
+    }
+
+    /// An OSD's reports in one batch (`POST /v1/osds/{id}/reports`): one result per report.
+    pub async fn reports(
+        &self,
+        id: OsdId,
+        batch: &fastblock_types::api::ReportBatch,
+    ) -> Result<fastblock_types::api::ReportBatchResponse, MonError> {
+        self.post(&format!("/v1/osds/{id}/reports"), batch).await
     }
 
     /// `config show|get|set` on an OSD, relayed by the monitor in its heartbeats

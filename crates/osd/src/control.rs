@@ -11,15 +11,19 @@ use crate::shard::{self, ShardCommand, ShardEvent, ShardHandle, ShardSpec};
 use anyhow::{Context, Result};
 use fastblock_monclient::{MonClient, MonError};
 use fastblock_pg::PgConfig;
+use fastblock_shard::report_outbox::ReportOutbox;
 use fastblock_shard::RecoveryLimits;
-use fastblock_types::api::{BootRequest, ErrorCode, HeartbeatRequest, OsdSpace};
+use fastblock_types::api::{
+    BootRequest, ErrorCode, HeartbeatRequest, OsdReport, OsdSpace, ReportBatch, ReportBatchResponse,
+};
 use fastblock_types::lease::LeaseTiming;
-use fastblock_types::Epoch;
+use fastblock_types::map_delta::{MapFollower, MapScope};
+use fastblock_types::OsdId;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
 /// The throttles of the whole OSD that can change while it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,6 +210,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     let (map_stop_tx, map_stop) = tokio::sync::watch::channel(false);
     let mut map_task = tokio::spawn(follow_map(
         mon.clone(),
+        identity.id,
         shards.iter().map(|s| s.commands.clone()).collect(),
         key_table,
         map_stop.clone(),
@@ -220,9 +225,14 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
         map_stop,
     ));
     let mut faults_task = fault_file.map(|file| tokio::spawn(file.run()));
-    // Reports to the monitor, one task each: a lost one is repeated (at the next map epoch,
-    // or by the shard's reclaim timer), so they are not retried here.
-    let mut reports: JoinSet<()> = JoinSet::new();
+    // Reports to the monitor wait in the outbox and go in one batch per tick, one batch in
+    // flight at a time; a report the monitor cannot take yet waits for the next batch
+    // (`fastblock_shard::report_outbox`).
+    let mut outbox = ReportOutbox::default();
+    let mut in_flight: Option<JoinHandle<(Vec<OsdReport>, Result<ReportBatchResponse, MonError>)>> =
+        None;
+    let mut report_tick = tokio::time::interval(REPORT_TICK);
+    report_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
@@ -246,62 +256,45 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             polled = until_done(&mut faults_task) => {
                 break Err(ended("fault injection file poller", polled.map(Ok)))
             }
-            Some(Err(e)) = reports.join_next() => break Err(ended("a report to the monitor", Err(e))),
+            _ = report_tick.tick(), if in_flight.is_none() && !outbox.is_empty() => {
+                let batch = outbox.take_batch();
+                let (mon, id) = (mon.clone(), identity.id);
+                in_flight = Some(tokio::spawn(async move {
+                    let answer = mon.reports(id, &ReportBatch { reports: batch.clone() }).await;
+                    (batch, answer)
+                }));
+            }
+            sent = until_done(&mut in_flight) => {
+                in_flight = None;
+                match sent {
+                    Ok((batch, Ok(answer))) if answer.results.len() == batch.len() => {
+                        let settled = outbox.settle(batch, answer.results);
+                        for (report, e) in &settled.dropped {
+                            if e.code != ErrorCode::StaleReport {
+                                tracing::warn!(pg = %report.pg(), "report refused: {e}");
+                            }
+                        }
+                        tracing::debug!(
+                            epoch = %answer.epoch, taken = settled.taken, again = settled.again,
+                            "reports sent"
+                        );
+                    }
+                    Ok((batch, Ok(answer))) => {
+                        tracing::warn!(
+                            sent = batch.len(), answered = answer.results.len(),
+                            "the monitor answered a report batch with another count; sending it again"
+                        );
+                        outbox.requeue(batch);
+                    }
+                    Ok((batch, Err(e))) => {
+                        tracing::warn!(reports = batch.len(), "report batch failed: {e}; sending it again");
+                        outbox.requeue(batch);
+                    }
+                    Err(e) => break Err(ended("a report batch to the monitor", Err(e))),
+                }
+            }
             event = events.recv() => match event {
-                Some(ShardEvent::LeaderElected { pg, req }) => {
-                    let mon = mon.clone();
-                    reports.spawn(async move {
-                        match mon.leader_elected(pg, &req).await {
-                            Ok(_) => tracing::info!(%pg, term = req.term.0, "leader reported"),
-                            Err(e) if e.code() == Some(ErrorCode::StaleReport) => {}
-                            Err(e) => tracing::warn!(%pg, "leader report failed: {e}"),
-                        }
-                    });
-                }
-                Some(ShardEvent::MembershipFinished { pg, req }) => {
-                    let mon = mon.clone();
-                    reports.spawn(async move {
-                        match mon.membership_finished(pg, &req).await {
-                            Ok(_) => tracing::info!(%pg, voters = ?req.voters, "membership change reported"),
-                            Err(e) if e.code() == Some(ErrorCode::StaleReport) => {}
-                            Err(e) => tracing::warn!(%pg, "membership report failed: {e}"),
-                        }
-                    });
-                }
-                Some(ShardEvent::ReclaimDone { pg, id }) => {
-                    let mon = mon.clone();
-                    reports.spawn(async move {
-                        // A lost confirmation is repeated by the shard while the map still
-                        // lists the PG as not done (`fastblock_shard::reclaim`).
-                        match mon.reclaim_pg_done(id, pg).await {
-                            Ok(r) => tracing::info!(%pg, reclaim = id, finished = r.finished, "reclaim reported"),
-                            Err(e) if e.code() == Some(ErrorCode::ReclaimNotFound) => {}
-                            Err(e) => tracing::warn!(%pg, reclaim = id, "reclaim report failed: {e}"),
-                        }
-                    });
-                }
-                Some(ShardEvent::SnapMarked { pg, image, snap }) => {
-                    let mon = mon.clone();
-                    reports.spawn(async move {
-                        // Repeated by the shard while the map lists the PG as not done
-                        // (`fastblock_shard::snaps`).
-                        match mon.snap_pg_done(image, fastblock_types::SnapId(snap), pg).await {
-                            Ok(r) => tracing::info!(%pg, %image, snap, created = r.created, "snapshot mark reported"),
-                            Err(e) if e.code() == Some(ErrorCode::SnapNotFound) => {}
-                            Err(e) => tracing::warn!(%pg, %image, snap, "snapshot mark report failed: {e}"),
-                        }
-                    });
-                }
-                Some(ShardEvent::SnapTrimmed { pg, id }) => {
-                    let mon = mon.clone();
-                    reports.spawn(async move {
-                        match mon.snap_trim_pg_done(id, pg).await {
-                            Ok(r) => tracing::info!(%pg, trim = id, finished = r.finished, "snapshot trim reported"),
-                            Err(e) if e.code() == Some(ErrorCode::SnapTrimNotFound) => {}
-                            Err(e) => tracing::warn!(%pg, trim = id, "snapshot trim report failed: {e}"),
-                        }
-                    });
-                }
+                Some(ShardEvent::Report(report)) => outbox.push(report),
                 Some(ShardEvent::Fatal { shard, failure }) => break Err(anyhow::anyhow!("shard {shard} failed: {failure}")),
                 Some(ShardEvent::Stopped { shard, reason }) => break Err(anyhow::anyhow!("shard {shard} stopped: {reason}")),
                 None => break Err(anyhow::anyhow!("all shards stopped")),
@@ -314,7 +307,9 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     let _ = map_stop_tx.send(true);
     map_task.abort();
     hb_task.abort();
-    reports.abort_all();
+    if let Some(task) = in_flight {
+        task.abort();
+    }
     if let Some(task) = metrics_task {
         task.abort();
     }
@@ -355,41 +350,46 @@ async fn until_done<T>(task: &mut Option<JoinHandle<T>>) -> Result<T, tokio::tas
     }
 }
 
-/// Long-polls the map and hands every new epoch to all shards.
+/// How often the reports waiting in the outbox go to the monitor, in one batch.
+const REPORT_TICK: Duration = Duration::from_millis(50);
+
+/// Long-polls the map and hands every new epoch to all shards. The monitor sends the changes
+/// since the epoch this OSD has, cut down to the PGs it takes part in
+/// (`fastblock_types::map_delta`); a whole map only at first, or after falling too far behind.
 async fn follow_map(
     mon: Arc<MonClient>,
+    osd: OsdId,
     shards: Vec<mpsc::UnboundedSender<ShardCommand>>,
     key_table: SharedKeyTable,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut epoch = Epoch(0);
+    let mut follower = MapFollower::new(MapScope::Osd(osd));
     // The key-table epoch last fetched; `None` until the first fetch succeeds.
     let mut keys_epoch: Option<u64> = None;
     while !*stop.borrow() {
-        let result = if epoch.0 == 0 {
-            mon.map().await
-        } else {
-            mon.watch_map(epoch, Duration::from_secs(10)).await
-        };
-        match result {
-            Ok(resp) => {
-                if let Some(map) = resp.map {
-                    if map.epoch > epoch || epoch.0 == 0 {
-                        epoch = map.epoch;
-                        if keys_epoch != Some(map.auth.epoch) {
-                            keys_epoch = refresh_keys(&mon, &key_table, map.auth).await;
-                        }
-                        let map = Arc::new(map);
-                        for s in &shards {
-                            let _ = s.send(ShardCommand::Map(map.clone()));
-                        }
-                    }
-                }
-            }
+        let result = mon
+            .map_update(follower.epoch(), follower.scope(), Duration::from_secs(10))
+            .await;
+        let resp = match result {
+            Ok(resp) => resp,
             Err(e) => {
                 tracing::warn!("map watch: {e}");
                 tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
             }
+        };
+        match follower.apply(resp.into_update()) {
+            Ok(Some(map)) => {
+                if keys_epoch != Some(map.auth.epoch) {
+                    keys_epoch = refresh_keys(&mon, &key_table, map.auth).await;
+                }
+                for s in &shards {
+                    let _ = s.send(ShardCommand::Map(map.clone()));
+                }
+            }
+            Ok(None) => {}
+            // The next request asks for a whole map.
+            Err(gap) => tracing::warn!("map watch: {gap}; fetching the whole map"),
         }
     }
 }

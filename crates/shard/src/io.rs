@@ -126,6 +126,32 @@ pub enum Report {
     Fatal(ShardFailure),
 }
 
+impl Report {
+    /// The report as the monitor takes it, `None` for [`Report::Fatal`] (the OSD's own
+    /// business).
+    pub fn to_monitor(&self) -> Option<fastblock_types::api::OsdReport> {
+        use fastblock_types::api::OsdReport;
+        Some(match self {
+            Report::LeaderElected { pg, req } => OsdReport::LeaderElected {
+                pg: *pg,
+                req: req.clone(),
+            },
+            Report::MembershipFinished { pg, req } => OsdReport::MembershipFinished {
+                pg: *pg,
+                req: req.clone(),
+            },
+            Report::ReclaimDone { pg, id } => OsdReport::ReclaimDone { pg: *pg, id: *id },
+            Report::SnapMarked { pg, image, snap } => OsdReport::SnapMarked {
+                pg: *pg,
+                image: *image,
+                snap: *snap,
+            },
+            Report::SnapTrimmed { pg, id } => OsdReport::SnapTrimmed { pg: *pg, id: *id },
+            Report::Fatal(_) => return None,
+        })
+    }
+}
+
 /// A committed entry this replica applied (recorded only with
 /// [`crate::ShardConfig::record_applies`], for the simulator's checker).
 #[derive(Clone, Debug)]

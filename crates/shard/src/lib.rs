@@ -26,6 +26,8 @@
 //!   the map's image table.
 //! - [`snaps`]: image snapshot marks and trims through the log; holding writes while a
 //!   snapshot is taken.
+//! - [`report_outbox`]: the reports an OSD owes the monitor, sent in batches and sent again
+//!   while the monitor cannot take them (the OSD's and the simulator's nodes' outbox).
 //! - [`flush`]: flush and compaction.
 //! - [`wal_fit`]: cutting log writes into WAL batches; the uncommitted-write budgets.
 //! - [`wal_space`]: keeping the WAL ring moving when a PG cannot release its log.
@@ -48,6 +50,7 @@ pub mod reads;
 pub mod reclaim;
 pub mod recovery;
 pub mod repair;
+pub mod report_outbox;
 pub mod scrub;
 pub mod snaps;
 pub mod space;

@@ -22,17 +22,21 @@ use crate::probes::Probes;
 use bytes::{Bytes, BytesMut};
 use fastblock_client::policy::{classify, Pacer, Retry, Verdict};
 use fastblock_client::route::leader_candidates;
+use fastblock_mon_core::map_log::MapLog;
 use fastblock_mon_core::scrub_ops::ScrubStats;
 use fastblock_mon_core::snap_ops::SnapAbort;
 use fastblock_mon_core::{MonState, Reporter};
 use fastblock_pg::{Event, ObjectRef};
+use fastblock_shard::report_outbox::ReportOutbox;
 use fastblock_shard::{Effects, Input, Micros, PeerSend, RepairCounts, Report};
 use fastblock_store::{DamageCounts, ObjectId};
+use fastblock_types::api::OsdReport;
 use fastblock_types::api::{
-    ApiError, BootRequest, CreateImageRequest, CreatePoolRequest, ErrorCode, LeaderElectedRequest,
-    MembershipFinishedRequest, PgScrubReport, ResizeImageRequest,
+    ApiError, BootRequest, CreateImageRequest, CreatePoolRequest, ErrorCode, PgScrubReport,
+    ResizeImageRequest,
 };
 use fastblock_types::map::{ClusterMap, FailureDomain, PgInfo, SnapState};
+use fastblock_types::map_delta::{MapFollower, MapScope};
 use fastblock_types::rng::SplitMix64;
 use fastblock_types::route::object_pg;
 use fastblock_types::{Epoch, ImageId, OsdId, PgId, PoolId, SnapId};
@@ -47,6 +51,9 @@ mod bad_blocks;
 mod scrubs;
 
 const IMAGE: ImageId = ImageId(1);
+/// How often a node sends the reports waiting in its outbox, as an OSD does (its
+/// `REPORT_TICK`).
+const REPORT_TICK_US: u64 = 50 * MS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FaultKind {
@@ -128,16 +135,24 @@ enum Ev {
     ClientNext {
         client: u32,
     },
-    /// A PG leader's report reaches the monitor; `from` is the OSD that sent it.
-    MonLeader {
-        from: OsdId,
-        pg: PgId,
-        req: LeaderElectedRequest,
+    /// A node sends the reports waiting in its outbox, in one batch (as an OSD does every
+    /// report tick).
+    ReportTick {
+        node: OsdId,
+        life: u64,
     },
-    MonFinished {
+    /// A node's batch of reports reaches the monitor.
+    MonReports {
         from: OsdId,
-        pg: PgId,
-        req: MembershipFinishedRequest,
+        life: u64,
+        batch: Vec<OsdReport>,
+    },
+    /// The monitor's answer to a batch reaches the node.
+    ReportsAnswered {
+        node: OsdId,
+        life: u64,
+        batch: Vec<OsdReport>,
+        results: Vec<Option<ApiError>>,
     },
     /// The current map reaches a node.
     MapTo {
@@ -170,21 +185,11 @@ enum Ev {
     LivenessCheck,
     /// The monitor cuts the image's tail (`SimOptions::shrink_at_us`).
     Shrink,
-    /// The leader of `pg` confirms to the monitor that reclaim `id` is done there.
-    MonReclaimDone {
-        pg: PgId,
-        id: u64,
-    },
     /// The monitor grows the image back to its full size.
     Regrow,
     /// The monitor takes snapshot number `index` of `SimOptions::snap_at_us`.
     SnapCreate {
         index: usize,
-    },
-    /// The leader of `pg` confirms to the monitor that it applied the mark of snapshot `snap`.
-    MonSnapMarked {
-        pg: PgId,
-        snap: u64,
     },
     /// The create call of snapshot `snap` stops waiting: it aborts the snapshot unless it is
     /// created (`MonState::abort_snap_create`).
@@ -197,11 +202,6 @@ enum Ev {
     /// The monitor removes snapshot `snap`.
     SnapRemove {
         snap: u64,
-    },
-    /// The leader of `pg` confirms to the monitor that it applied snapshot trim `id`.
-    MonSnapTrimmed {
-        pg: PgId,
-        id: u64,
     },
 }
 
@@ -289,8 +289,18 @@ pub struct Cluster {
     pool: PoolId,
     /// The map epoch last sent to the nodes.
     published: Epoch,
-    /// The monitor's map as last shared with a node or client (replaced when the epoch moves).
-    map_snapshot: Arc<ClusterMap>,
+    /// The monitor's recent epochs as deltas, which the nodes follow the map with, as OSDs do
+    /// (`fastblock_mon_core::map_log`); its current map is what clients are given.
+    map_log: MapLog,
+    /// Each node's copy of the map, scoped to its own PGs: reset by a crash (the OSD process
+    /// starts over with a whole map, as `follow_map` does).
+    followers: BTreeMap<OsdId, MapFollower>,
+    /// Each node's reports waiting for its next batch (lost with the process at a crash).
+    outboxes: BTreeMap<OsdId, ReportOutbox>,
+    /// Nodes with a report tick scheduled.
+    report_tick_pending: BTreeSet<OsdId>,
+    /// Nodes with a batch the monitor has not answered yet, and the life that sent it.
+    reports_in_flight: BTreeMap<OsdId, u64>,
     partition: Option<BTreeSet<OsdId>>,
     faults_on: bool,
     faults_end_us: u64,
@@ -464,7 +474,11 @@ impl Cluster {
             nodes.insert(*id, node);
         }
         let published = mon.map.epoch;
-        let map_snapshot = Arc::new(mon.map.clone());
+        let map_log = MapLog::new(Arc::new(mon.map.clone()));
+        let followers = nodes
+            .keys()
+            .map(|id| (*id, MapFollower::new(MapScope::Osd(*id))))
+            .collect();
         let mut c = Cluster {
             rng,
             now: 0,
@@ -474,7 +488,11 @@ impl Cluster {
             mon,
             pool: pool.id,
             published,
-            map_snapshot,
+            map_log,
+            followers,
+            outboxes: BTreeMap::new(),
+            report_tick_pending: BTreeSet::new(),
+            reports_in_flight: BTreeMap::new(),
             partition: None,
             faults_on: true,
             faults_end_us: o.fault_phase_us,
@@ -511,9 +529,8 @@ impl Cluster {
             o,
         };
         let ids: Vec<OsdId> = c.nodes.keys().copied().collect();
-        let map = c.current_map();
         for id in ids {
-            c.run_node(id, Input::Map(map.clone()));
+            c.deliver_map(id);
             c.schedule_timers(id);
         }
         for client in 0..c.o.clients {
@@ -688,23 +705,14 @@ impl Cluster {
                 }
             }
             Ev::ClientNext { client } => self.next_op(client),
-            Ev::MonLeader { from, pg, req } => {
-                self.mon_report(from, pg, |m, reporter| m.leader_elected(pg, &req, reporter));
-            }
-            Ev::MonFinished { from, pg, req } => {
-                let had_target = !self.mon.map.pgmaps[&pg.pool].pgs[&pg.seq]
-                    .newosdlist
-                    .is_empty();
-                let accepted = self.mon_report(from, pg, |m, reporter| {
-                    m.membership_finished(pg, &req, reporter)
-                });
-                let cleared = self.mon.map.pgmaps[&pg.pool].pgs[&pg.seq]
-                    .newosdlist
-                    .is_empty();
-                if accepted && had_target && cleared {
-                    self.probes.hit("member.finished");
-                }
-            }
+            Ev::ReportTick { node, life } => self.on_report_tick(node, life),
+            Ev::MonReports { from, life, batch } => self.on_mon_reports(from, life, batch),
+            Ev::ReportsAnswered {
+                node,
+                life,
+                batch,
+                results,
+            } => self.on_reports_answered(node, life, batch, results),
             Ev::MapTo { node, life } => self.on_map_to(node, life),
             Ev::Fault(kind) => self.on_fault(kind),
             Ev::Restart { node } => self.restart(node),
@@ -728,14 +736,11 @@ impl Cluster {
             Ev::FaultsEnd => self.on_faults_end(),
             Ev::LivenessCheck => self.on_liveness_check(),
             Ev::Shrink => self.on_shrink(),
-            Ev::MonReclaimDone { pg, id } => self.on_reclaim_done(pg, id),
             Ev::Regrow => self.on_regrow(),
             Ev::SnapCreate { index } => self.on_snap_create(index),
-            Ev::MonSnapMarked { pg, snap } => self.on_snap_marked(pg, snap),
             Ev::SnapDeadline { snap } => self.on_snap_deadline(snap),
             Ev::SnapTick => self.on_snap_tick(),
             Ev::SnapRemove { snap } => self.on_snap_remove(snap),
-            Ev::MonSnapTrimmed { pg, id } => self.on_snap_trimmed(pg, id),
         }
     }
 
@@ -950,45 +955,13 @@ impl Cluster {
         }
         let mut fatal = None;
         for report in eff.reports {
-            match report {
-                Report::LeaderElected { pg, req } => {
-                    let d = self.rng.range(MS, 20 * MS);
-                    self.after(d, Ev::MonLeader { from: id, pg, req });
-                }
-                Report::MembershipFinished { pg, req } => {
-                    let d = self.rng.range(MS, 20 * MS);
-                    self.after(d, Ev::MonFinished { from: id, pg, req });
-                }
-                Report::ReclaimDone { pg, id: reclaim } => {
-                    if self.shrink.is_none_or(|s| s.reclaim != reclaim) {
-                        self.fail(format!(
-                            "osd {id}: reclaim {reclaim} of pg {pg} reported, none was asked"
-                        ));
-                    }
-                    let d = self.rng.range(MS, 20 * MS);
-                    self.after(d, Ev::MonReclaimDone { pg, id: reclaim });
-                }
-                Report::SnapMarked { pg, image, snap } => {
-                    if image != IMAGE || !self.snaps.contains_key(&snap) {
-                        self.fail(format!(
-                            "osd {id}: snapshot {snap} of image {image} marked in pg {pg}, \
-                             none was taken"
-                        ));
-                    }
-                    let d = self.rng.range(MS, 20 * MS);
-                    self.after(d, Ev::MonSnapMarked { pg, snap });
-                }
-                Report::SnapTrimmed { pg, id: trim } => {
-                    if !self.snaps.values().any(|s| s.trim == Some(trim)) {
-                        self.fail(format!(
-                            "osd {id}: snapshot trim {trim} of pg {pg} reported, none was asked"
-                        ));
-                    }
-                    let d = self.rng.range(MS, 20 * MS);
-                    self.after(d, Ev::MonSnapTrimmed { pg, id: trim });
-                }
-                Report::Fatal(failure) => fatal = Some(failure),
+            if let Report::Fatal(failure) = report {
+                fatal = Some(failure);
+                continue;
             }
+            let to_monitor = report.to_monitor().expect("every report but Fatal");
+            self.check_report_asked(id, &to_monitor);
+            self.queue_report(id, to_monitor);
         }
         self.count_probes(&eff.probes);
         self.probes
@@ -1182,34 +1155,6 @@ impl Cluster {
         }
     }
 
-    /// A PG leader's report, from the genuine (simulated) OSD `from`, authenticated as itself.
-    /// The monitor may find it stale (delayed or reordered behind a newer one), but refusing it
-    /// for any other reason is a bug in its rules (`fastblock_mon_core::report_checks`) or in
-    /// the leader: the run fails. Returns whether the state changed.
-    fn mon_report(
-        &mut self,
-        from: OsdId,
-        pg: PgId,
-        op: impl FnOnce(&mut MonState, Reporter) -> Result<PgInfo, ApiError>,
-    ) -> bool {
-        let mut refused = None;
-        let changed = self.mon_op(|m| {
-            op(m, Reporter::Osd(from)).map(|_| ()).map_err(|e| {
-                if e.code != ErrorCode::StaleReport {
-                    refused = Some(e.clone());
-                }
-                e.message
-            })
-        });
-        if let Some(e) = refused {
-            self.fail(format!(
-                "osd {from}: the monitor refused a genuine report for pg {pg}: {:?}: {}",
-                e.code, e.message
-            ));
-        }
-        changed
-    }
-
     /// The image's size in bytes, as the clients' objects lay it out.
     fn full_bytes(&self) -> u64 {
         self.o.objects * self.o.object_bytes
@@ -1259,26 +1204,6 @@ impl Cluster {
             done_at: None,
             regrown_at: None,
         });
-    }
-
-    /// A PG leader's confirmation reaches the monitor; once every PG confirmed, the tail is
-    /// gone (the model's zeroing is acknowledged) and the image grows back a little later.
-    fn on_reclaim_done(&mut self, pg: PgId, id: u64) {
-        self.mon_op(|m| m.reclaim_pg_done(id, pg).map(|_| ()).map_err(|e| e.message));
-        let Some(shrink) = self.shrink else { return };
-        if shrink.done_at.is_none() && !self.mon.reclaim.contains_key(&shrink.reclaim) {
-            let now = self.at_now();
-            for id in shrink.zeroings.0..=shrink.zeroings.1 {
-                self.model.ack(id, now);
-            }
-            self.shrink = Some(Shrink {
-                done_at: Some(now),
-                ..shrink
-            });
-            self.probes.hit("reclaim.done");
-            let d = self.rng.range(0, 2 * SEC);
-            self.after(d, Ev::Regrow);
-        }
     }
 
     fn on_regrow(&mut self) {
@@ -1380,27 +1305,6 @@ impl Cluster {
             self.snap_ticking = true;
             let d = self.snap_rng.range(MS, SEC);
             self.after(d, Ev::SnapTick);
-        }
-    }
-
-    /// A PG leader's confirmation of a snapshot mark reaches the monitor
-    /// (`MonState::snap_pg_done`). A snapshot aborted meanwhile is gone: the monitor answers
-    /// `SnapNotFound`, which the OSD ignores. Any other refusal of a genuine report is a bug.
-    fn on_snap_marked(&mut self, pg: PgId, snap: u64) {
-        match self.mon_call(|m| m.snap_pg_done(IMAGE, SnapId(snap), pg)) {
-            Ok(true) => {
-                if self.snaps[&snap].created.is_none() {
-                    self.snap_created(snap);
-                }
-            }
-            Ok(false) => {}
-            Err(e) if e.code == ErrorCode::SnapNotFound => {
-                self.probes.hit("snap.mark_of_gone");
-            }
-            Err(e) => self.fail(format!(
-                "pg {pg}: the monitor refused the mark of snapshot {snap}: {:?}: {}",
-                e.code, e.message
-            )),
         }
     }
 
@@ -1517,19 +1421,220 @@ impl Cluster {
         self.probes.hit("snap.removed");
     }
 
-    /// A PG leader's confirmation of a snapshot trim reaches the monitor
-    /// (`MonState::snap_trim_pg_done`); one for an entry already finished is answered
-    /// `SnapTrimNotFound`, which the OSD ignores.
-    fn on_snap_trimmed(&mut self, pg: PgId, id: u64) {
-        match self.mon_call(|m| m.snap_trim_pg_done(id, pg)) {
-            Ok(true) => self.probes.hit("snap.trimmed"),
-            Ok(false) => {}
-            Err(e) if e.code == ErrorCode::SnapTrimNotFound => {}
-            Err(e) => self.fail(format!(
-                "pg {pg}: the monitor refused the confirmation of snapshot trim {id}: {:?}: {}",
-                e.code, e.message
-            )),
+    // ---- reports: each node's outbox, sent in batches ----
+
+    /// What a node's shard reported that no monitor record explains: a bug of the core.
+    fn check_report_asked(&mut self, id: OsdId, report: &OsdReport) {
+        match *report {
+            OsdReport::ReclaimDone { pg, id: reclaim } => {
+                if self.shrink.is_none_or(|s| s.reclaim != reclaim) {
+                    self.fail(format!(
+                        "osd {id}: reclaim {reclaim} of pg {pg} reported, none was asked"
+                    ));
+                }
+            }
+            OsdReport::SnapMarked { pg, image, snap } => {
+                if image != IMAGE || !self.snaps.contains_key(&snap) {
+                    self.fail(format!(
+                        "osd {id}: snapshot {snap} of image {image} marked in pg {pg}, none \
+                         was taken"
+                    ));
+                }
+            }
+            OsdReport::SnapTrimmed { pg, id: trim } => {
+                if !self.snaps.values().any(|s| s.trim == Some(trim)) {
+                    self.fail(format!(
+                        "osd {id}: snapshot trim {trim} of pg {pg} reported, none was asked"
+                    ));
+                }
+            }
+            OsdReport::LeaderElected { .. } | OsdReport::MembershipFinished { .. } => {}
         }
+    }
+
+    /// Puts a report in node `id`'s outbox; the next report tick sends it.
+    fn queue_report(&mut self, id: OsdId, report: OsdReport) {
+        self.outboxes.entry(id).or_default().push(report);
+        self.maybe_schedule_report_tick(id);
+    }
+
+    fn maybe_schedule_report_tick(&mut self, id: OsdId) {
+        let waiting = self.outboxes.get(&id).is_some_and(|o| !o.is_empty());
+        if !waiting
+            || self.report_tick_pending.contains(&id)
+            || self.reports_in_flight.contains_key(&id)
+        {
+            return;
+        }
+        let life = self.nodes[&id].incarnation;
+        self.report_tick_pending.insert(id);
+        self.after(REPORT_TICK_US, Ev::ReportTick { node: id, life });
+    }
+
+    fn on_report_tick(&mut self, id: OsdId, life: u64) {
+        if !self.alive(id, life) {
+            return;
+        }
+        self.report_tick_pending.remove(&id);
+        if self.reports_in_flight.contains_key(&id) {
+            return;
+        }
+        let batch = self.outboxes.entry(id).or_default().take_batch();
+        if batch.is_empty() {
+            return;
+        }
+        self.reports_in_flight.insert(id, life);
+        let d = self.rng.range(MS, 20 * MS);
+        self.after(
+            d,
+            Ev::MonReports {
+                from: id,
+                life,
+                batch,
+            },
+        );
+    }
+
+    /// A batch reaches the monitor: applied in one operation, as `POST /v1/osds/{id}/reports`
+    /// does (`MonState::apply_reports`), from the genuine (simulated) OSD `from`, authenticated
+    /// as itself. The monitor may find a report stale (delayed, or reordered behind a newer
+    /// one), but refusing one for any other reason is a bug in its rules
+    /// (`fastblock_mon_core::report_checks`) or in the leader: the run fails.
+    fn on_mon_reports(&mut self, from: OsdId, life: u64, batch: Vec<OsdReport>) {
+        let had_target: Vec<bool> = batch
+            .iter()
+            .map(|r| match r {
+                OsdReport::MembershipFinished { pg, .. } => self
+                    .mon
+                    .map
+                    .pg(*pg)
+                    .is_some_and(|info| !info.newosdlist.is_empty()),
+                _ => false,
+            })
+            .collect();
+        let before = self.mon.clone();
+        let results = self.mon.apply_reports(Reporter::Osd(from), &batch);
+        self.mon.finish(&before);
+        self.publish();
+        for ((report, result), had_target) in batch.iter().zip(&results).zip(had_target) {
+            self.after_report(from, report, result.as_ref(), had_target);
+        }
+        let d = self.rng.range(MS, 20 * MS);
+        self.after(
+            d,
+            Ev::ReportsAnswered {
+                node: from,
+                life,
+                batch,
+                results,
+            },
+        );
+    }
+
+    /// What the simulator makes of one report the monitor took or refused.
+    fn after_report(
+        &mut self,
+        from: OsdId,
+        report: &OsdReport,
+        result: Option<&ApiError>,
+        had_target: bool,
+    ) {
+        match (report, result) {
+            (OsdReport::LeaderElected { .. } | OsdReport::MembershipFinished { .. }, Some(e))
+                if e.code != ErrorCode::StaleReport =>
+            {
+                self.fail(format!(
+                    "osd {from}: the monitor refused a genuine report for pg {}: {:?}: {}",
+                    report.pg(),
+                    e.code,
+                    e.message
+                ));
+            }
+            (OsdReport::MembershipFinished { pg, .. }, None) => {
+                let cleared = self
+                    .mon
+                    .map
+                    .pg(*pg)
+                    .is_some_and(|info| info.newosdlist.is_empty());
+                if had_target && cleared {
+                    self.probes.hit("member.finished");
+                }
+            }
+            (OsdReport::ReclaimDone { .. }, _) => self.maybe_shrink_done(),
+            (OsdReport::SnapMarked { snap, .. }, None) => {
+                let created = self
+                    .mon
+                    .snaps
+                    .get(&IMAGE)
+                    .and_then(|v| v.iter().find(|s| s.id == SnapId(*snap)))
+                    .is_some_and(|s| s.state == SnapState::Created);
+                if created && self.snaps[snap].created.is_none() {
+                    self.snap_created(*snap);
+                }
+            }
+            (OsdReport::SnapMarked { pg, snap, .. }, Some(e)) => {
+                if e.code == ErrorCode::SnapNotFound {
+                    self.probes.hit("snap.mark_of_gone");
+                } else {
+                    self.fail(format!(
+                        "pg {pg}: the monitor refused the mark of snapshot {snap}: {:?}: {}",
+                        e.code, e.message
+                    ));
+                }
+            }
+            (OsdReport::SnapTrimmed { id, .. }, None) => {
+                if !self.mon.snap_trims.contains_key(id) {
+                    self.probes.hit("snap.trimmed");
+                }
+            }
+            (OsdReport::SnapTrimmed { pg, id }, Some(e))
+                if e.code != ErrorCode::SnapTrimNotFound =>
+            {
+                self.fail(format!(
+                    "pg {pg}: the monitor refused the confirmation of snapshot trim {id}: {:?}: {}",
+                    e.code, e.message
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    /// Every PG confirmed the shrink's deletion (the monitor dropped its reclaim entry): the
+    /// model's zeroings of the tail are done, and the image grows back later.
+    fn maybe_shrink_done(&mut self) {
+        let Some(shrink) = self.shrink else { return };
+        if shrink.done_at.is_none() && !self.mon.reclaim.contains_key(&shrink.reclaim) {
+            let now = self.at_now();
+            for id in shrink.zeroings.0..=shrink.zeroings.1 {
+                self.model.ack(id, now);
+            }
+            self.shrink = Some(Shrink {
+                done_at: Some(now),
+                ..shrink
+            });
+            self.probes.hit("reclaim.done");
+            let d = self.rng.range(0, 2 * SEC);
+            self.after(d, Ev::Regrow);
+        }
+    }
+
+    /// The monitor's answer reaches the node: what it could not take yet waits for the next
+    /// batch (`ReportOutbox::settle`).
+    fn on_reports_answered(
+        &mut self,
+        id: OsdId,
+        life: u64,
+        batch: Vec<OsdReport>,
+        results: Vec<Option<ApiError>>,
+    ) {
+        if self.reports_in_flight.get(&id) == Some(&life) {
+            self.reports_in_flight.remove(&id);
+        }
+        if !self.alive(id, life) {
+            return;
+        }
+        self.outboxes.entry(id).or_default().settle(batch, results);
+        self.maybe_schedule_report_tick(id);
     }
 
     /// Sends a new map to every running node (each gets it after its own delay; a node that
@@ -1558,17 +1663,40 @@ impl Cluster {
         {
             return;
         }
-        let map = self.current_map();
-        self.run_node(id, Input::Map(map));
+        self.deliver_map(id);
     }
 
-    /// The monitor's current map, shared.
-    fn current_map(&mut self) -> Arc<ClusterMap> {
-        if self.map_snapshot.epoch != self.mon.map.epoch {
-            // An epoch names one map: `MonState::finish` bumps it on every change.
-            self.map_snapshot = Arc::new(self.mon.map.clone());
+    /// What node `id` asks the monitor for, as `follow_map` does: the changes since the epoch
+    /// it has, scoped to its PGs (a whole map after a restart), applied to its copy; the new
+    /// map goes to its core.
+    fn deliver_map(&mut self, id: OsdId) {
+        self.sync_map_log();
+        let follower = self
+            .followers
+            .entry(id)
+            .or_insert_with(|| MapFollower::new(MapScope::Osd(id)));
+        let update = self.map_log.update_for(follower.epoch(), follower.scope());
+        match follower.apply(update) {
+            Ok(Some(map)) => self.run_node(id, Input::Map(map)),
+            Ok(None) => {}
+            Err(gap) => self.fail(format!(
+                "osd {id}: the map log's delta did not apply: {gap}"
+            )),
         }
-        self.map_snapshot.clone()
+    }
+
+    /// Records the monitor's map in the log if its epoch moved. An epoch names one map:
+    /// `MonState::finish` bumps it on every change.
+    fn sync_map_log(&mut self) {
+        if self.map_log.current().epoch != self.mon.map.epoch {
+            self.map_log.push(Arc::new(self.mon.map.clone()));
+        }
+    }
+
+    /// The monitor's current map, shared (what clients are given).
+    fn current_map(&mut self) -> Arc<ClusterMap> {
+        self.sync_map_log();
+        self.map_log.current().clone()
     }
 
     /// The PGs of the pool, as the monitor has them.
@@ -1857,6 +1985,10 @@ impl Cluster {
             "crash.clean"
         });
         self.leading.retain(|(n, _), _| *n != id);
+        // The process's outbox goes with it (its shards report again what still matters).
+        self.outboxes.remove(&id);
+        self.report_tick_pending.remove(&id);
+        self.reports_in_flight.remove(&id);
         self.mon_op(|m| m.mark_down(id).map_err(|e| e.message));
     }
 
@@ -1884,9 +2016,11 @@ impl Cluster {
                 self.probes.hit("restart.unsynced_commit_survived");
             }
         }
-        // The store is open; the core hosts PGs once it has the current map.
-        let map = self.current_map();
-        self.run_node(id, Input::Map(map));
+        // The store is open; the core hosts PGs once it has the current map, which the new
+        // process fetches whole.
+        self.followers
+            .insert(id, MapFollower::new(MapScope::Osd(id)));
+        self.deliver_map(id);
         let reapplied = self.nodes[&id].core().is_some_and(|core| {
             let store = core.store();
             core.hosted().any(|pg| {

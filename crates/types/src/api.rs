@@ -2,7 +2,7 @@
 //! client library, the CLI, OSDs and the block client, so that both ends of every call are
 //! compiled from one definition.
 
-use crate::ids::{Epoch, LogIndex, OsdId, PgId, PoolId, Term};
+use crate::ids::{Epoch, ImageId, LogIndex, OsdId, PgId, PoolId, Term};
 use crate::lease::LeaseTiming;
 use crate::map::{ClusterMap, FailureDomain, Flags, ImageInfo, PgInfo, PoolInfo};
 use serde::{Deserialize, Serialize};
@@ -393,7 +393,7 @@ pub struct ResizeImageRequest {
 }
 
 /// Sent by a PG replica that just became leader, with its current Raft configuration.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaderElectedRequest {
     pub leader: OsdId,
     pub term: Term,
@@ -409,7 +409,7 @@ pub struct LeaderElectedRequest {
 }
 
 /// Sent by the PG leader once a membership change has committed and left the joint state.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MembershipFinishedRequest {
     pub leader: OsdId,
     pub term: Term,
@@ -455,11 +455,27 @@ pub struct PgList {
     pub pgs: Vec<PgRow>,
 }
 
-/// The map, or "not modified" after a long-poll timeout (`map: None`).
+/// The map, or "not modified" after a long-poll timeout (`map: None`). Asked with `delta=true`,
+/// a holder that has a recent epoch gets `delta` instead: the changes since its epoch
+/// (`crate::map_delta`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MapResponse {
     pub epoch: Epoch,
     pub map: Option<ClusterMap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<crate::map_delta::MapDelta>,
+}
+
+impl MapResponse {
+    /// The answer as an update for a `MapFollower`.
+    pub fn into_update(self) -> crate::map_delta::MapUpdate {
+        use crate::map_delta::MapUpdate;
+        match (self.map, self.delta) {
+            (Some(map), _) => MapUpdate::Full(map),
+            (None, Some(delta)) => MapUpdate::Delta(delta),
+            (None, None) => MapUpdate::UpToDate,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -873,4 +889,55 @@ mod tests {
         assert_eq!(recovery(1 << 20, f64::NAN).eta_secs(), None);
         assert_eq!(recovery(1 << 20, f64::INFINITY).eta_secs(), None);
     }
+}
+
+/// One thing an OSD tells the monitor about a PG it leads (`POST /v1/osds/{id}/reports`, in
+/// batches): what the single-report endpoints carry, one per item.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OsdReport {
+    /// This OSD leads `pg` (or changed its configuration as leader).
+    LeaderElected { pg: PgId, req: LeaderElectedRequest },
+    /// This OSD leads `pg` and its configuration reached the monitor's target.
+    MembershipFinished {
+        pg: PgId,
+        req: MembershipFinishedRequest,
+    },
+    /// `pg` applied reclaim entry `id`.
+    ReclaimDone { pg: PgId, id: u64 },
+    /// `pg` applied the mark of snapshot `snap` of `image`.
+    SnapMarked { pg: PgId, image: ImageId, snap: u64 },
+    /// `pg` applied snapshot trim entry `id`.
+    SnapTrimmed { pg: PgId, id: u64 },
+}
+
+impl OsdReport {
+    pub fn pg(&self) -> PgId {
+        match self {
+            OsdReport::LeaderElected { pg, .. }
+            | OsdReport::MembershipFinished { pg, .. }
+            | OsdReport::ReclaimDone { pg, .. }
+            | OsdReport::SnapMarked { pg, .. }
+            | OsdReport::SnapTrimmed { pg, .. } => *pg,
+        }
+    }
+}
+
+/// `POST /v1/osds/{id}/reports`: every report an OSD has for the monitor, at most
+/// [`REPORT_BATCH_ITEMS_MAX`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportBatch {
+    pub reports: Vec<OsdReport>,
+}
+
+/// Reports in one batch, at most: a few hundred PGs per OSD lead at the sizes we aim at, and
+/// each report is a few hundred bytes of JSON.
+pub const REPORT_BATCH_ITEMS_MAX: usize = 4096;
+
+/// Answer to a [`ReportBatch`]: the epoch that recorded it, and one result per report, in order
+/// (`None` for a report taken; a refusal says why, and whether it is worth sending again).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportBatchResponse {
+    pub epoch: Epoch,
+    pub results: Vec<Option<ApiError>>,
 }

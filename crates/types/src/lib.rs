@@ -10,6 +10,8 @@
 //!   comparing maps costs what changed, not the pool's size.
 //! - [`map`]: the cluster map model (OSDs, pools, PG maps, flags, images, snapshots) exactly as it is stored
 //!   in etcd as JSON and served by the monitor.
+//! - [`map_delta`]: incremental maps (what changed from one epoch to a later one) and the
+//!   scope of a map a daemon needs (an OSD's PGs, a client's pools).
 //! - [`rng`]: the seeded SplitMix64 generator used wherever randomness must be replayable.
 //! - [`route`]: object → PG and PG → shard, the stable routing functions.
 //! - [`names`]: validation of pool and image names.
@@ -33,6 +35,7 @@ pub mod etcd;
 pub mod ids;
 pub mod lease;
 pub mod map;
+pub mod map_delta;
 pub mod names;
 pub mod panics;
 pub mod pg_state;

@@ -20,11 +20,9 @@ use crate::region::RegionDisk;
 use fastblock_pg::PgConfig;
 use fastblock_shard::{Micros, RecoveryLimits, ShardFailure};
 use fastblock_store::{FaultPlan, FaultyDisk, Store, StoreOptions, UringDisk};
-use fastblock_types::api::{
-    BackfillTooFull, LeaderElectedRequest, MembershipFinishedRequest, PgIoCounters,
-};
+use fastblock_types::api::{BackfillTooFull, PgIoCounters};
 use fastblock_types::map::ClusterMap;
-use fastblock_types::{OsdId, PgId};
+use fastblock_types::OsdId;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,42 +102,14 @@ pub enum ShardCommand {
 
 #[derive(Debug)]
 pub enum ShardEvent {
-    LeaderElected {
-        pg: PgId,
-        req: LeaderElectedRequest,
-    },
-    /// This OSD leads `pg` and its configuration reached the monitor's target.
-    MembershipFinished {
-        pg: PgId,
-        req: MembershipFinishedRequest,
-    },
-    /// This OSD leads `pg`, which applied reclaim entry `id`: tell the monitor.
-    ReclaimDone {
-        pg: PgId,
-        id: u64,
-    },
-    /// This OSD leads `pg`, which applied the mark of snapshot `snap` of `image`.
-    SnapMarked {
-        pg: PgId,
-        image: fastblock_types::ImageId,
-        snap: u64,
-    },
-    /// This OSD leads `pg`, which applied snapshot trim `id`.
-    SnapTrimmed {
-        pg: PgId,
-        id: u64,
-    },
+    /// Something the monitor must hear (a PG's leader or configuration, a confirmation): it
+    /// goes through the OSD's report outbox.
+    Report(fastblock_types::api::OsdReport),
     /// The shard stopped serving (an I/O error or a corrupt log): the OSD must stop.
-    Fatal {
-        shard: u32,
-        failure: ShardFailure,
-    },
+    Fatal { shard: u32, failure: ShardFailure },
     /// The shard's thread ended without being asked to (its runtime failed, or it panicked
     /// where no panic hook aborts first): the OSD must stop.
-    Stopped {
-        shard: u32,
-        reason: String,
-    },
+    Stopped { shard: u32, reason: String },
 }
 
 /// The shard's monotonic clock: microseconds since the shard started. Stamps requests as

@@ -615,16 +615,13 @@ impl Runtime {
     }
 
     fn report(&mut self, report: Report) {
-        let event = match report {
-            Report::LeaderElected { pg, req } => ShardEvent::LeaderElected { pg, req },
-            Report::MembershipFinished { pg, req } => ShardEvent::MembershipFinished { pg, req },
-            Report::ReclaimDone { pg, id } => ShardEvent::ReclaimDone { pg, id },
-            Report::SnapMarked { pg, image, snap } => ShardEvent::SnapMarked { pg, image, snap },
-            Report::SnapTrimmed { pg, id } => ShardEvent::SnapTrimmed { pg, id },
-            Report::Fatal(failure) => ShardEvent::Fatal {
+        let event = match (report.to_monitor(), report) {
+            (Some(to_monitor), _) => ShardEvent::Report(to_monitor),
+            (None, Report::Fatal(failure)) => ShardEvent::Fatal {
                 shard: self.spec.index,
                 failure,
             },
+            (None, other) => unreachable!("every report but Fatal goes to the monitor: {other:?}"),
         };
         let _ = self.events.send(event);
     }

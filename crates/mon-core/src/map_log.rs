@@ -1,0 +1,180 @@
+//! The recent map epochs as deltas, so that a daemon that has epoch `e` is sent what changed
+//! since `e` rather than the whole map (`fastblock_types::map_delta`). The monitor service
+//! keeps one per leadership; the simulator keeps one for its monitor and hands its nodes the
+//! same updates.
+//!
+//! Bounded: deltas are kept while their entries (one per OSD, PG, image, ... that changed) add
+//! up to at most [`MAP_LOG_ENTRIES_MAX`] and their count to [`MAP_LOG_EPOCHS_MAX`]; a holder
+//! behind the oldest kept gets the whole map, scoped. A new leader starts with an empty log:
+//! every holder gets one whole map from it, then deltas.
+
+use fastblock_types::map::ClusterMap;
+use fastblock_types::map_delta::{MapDelta, MapScope, MapUpdate};
+use fastblock_types::Epoch;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Changed entries kept in all: a few times what one large event changes (a host of 20 OSDs
+/// out moves some 8,000 PGs of 131,072).
+pub const MAP_LOG_ENTRIES_MAX: usize = 200_000;
+/// Epochs kept: a daemon that missed more gets a whole map.
+pub const MAP_LOG_EPOCHS_MAX: usize = 2_000;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct MapLog {
+    current: Arc<ClusterMap>,
+    /// Consecutive deltas, oldest first; the last ends at `current.epoch`.
+    deltas: VecDeque<(MapDelta, usize)>,
+    entries: usize,
+}
+
+fn entries(d: &MapDelta) -> usize {
+    d.osds.changed.len()
+        + d.osds.removed.len()
+        + d.pools.changed.len()
+        + d.pools.removed.len()
+        + d.pgmaps
+            .iter()
+            .map(|p| p.changed.len() + p.removed.len() + 1)
+            .sum::<usize>()
+        + d.removed_pgmaps.len()
+        + d.images
+            .as_ref()
+            .map_or(0, |i| i.images.changed.len() + i.images.removed.len() + 1)
+        + d.reclaim.changed.len()
+        + d.reclaim.removed.len()
+        + d.snaps.changed.len()
+        + d.snaps.removed.len()
+        + d.snap_trims.changed.len()
+        + d.snap_trims.removed.len()
+        + d.scrub_requests.changed.len()
+        + d.scrub_requests.removed.len()
+        + 1
+}
+
+impl MapLog {
+    pub fn new(map: Arc<ClusterMap>) -> Self {
+        MapLog {
+            current: map,
+            deltas: VecDeque::new(),
+            entries: 0,
+        }
+    }
+
+    pub fn current(&self) -> &Arc<ClusterMap> {
+        &self.current
+    }
+
+    /// Records the next map (a later epoch than the current one).
+    pub fn push(&mut self, next: Arc<ClusterMap>) {
+        assert!(
+            next.epoch > self.current.epoch,
+            "map epochs rise: {} after {}",
+            next.epoch,
+            self.current.epoch
+        );
+        let delta = MapDelta::between(&self.current, &next);
+        let n = entries(&delta);
+        self.deltas.push_back((delta, n));
+        self.entries += n;
+        self.current = next;
+        while self.entries > MAP_LOG_ENTRIES_MAX || self.deltas.len() > MAP_LOG_EPOCHS_MAX {
+            let (_, n) = self.deltas.pop_front().expect("entries count kept deltas");
+            self.entries -= n;
+        }
+        debug_assert_eq!(
+            self.deltas.back().map(|(d, _)| d.to),
+            Some(self.current.epoch)
+        );
+    }
+
+    /// The oldest epoch a delta can start from.
+    pub fn oldest(&self) -> Epoch {
+        self.deltas
+            .front()
+            .map_or(self.current.epoch, |(d, _)| d.from)
+    }
+
+    /// What a holder at epoch `have` (0: none) with `scope` needs.
+    pub fn update_for(&self, have: Epoch, scope: &MapScope) -> MapUpdate {
+        if have == self.current.epoch {
+            return MapUpdate::UpToDate;
+        }
+        if have.0 == 0 || have < self.oldest() || have > self.current.epoch {
+            return MapUpdate::Full(scope.map(&self.current));
+        }
+        let mut merged: Option<MapDelta> = None;
+        for (d, _) in self.deltas.iter().skip_while(|(d, _)| d.from < have) {
+            match &mut merged {
+                None => merged = Some(d.clone()),
+                Some(m) => m.merge(d),
+            }
+        }
+        let merged = merged.expect("have is within the kept deltas");
+        debug_assert_eq!((merged.from, merged.to), (have, self.current.epoch));
+        MapUpdate::Delta(scope.delta(&merged))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastblock_types::map_delta::MapFollower;
+    use fastblock_types::{OsdId, PoolId};
+
+    fn at(epoch: u64, noout: bool) -> Arc<ClusterMap> {
+        let mut m = ClusterMap {
+            epoch: Epoch(epoch),
+            ..ClusterMap::default()
+        };
+        m.flags.noout = noout;
+        Arc::new(m)
+    }
+
+    #[test]
+    fn a_holder_gets_deltas_while_kept_and_a_whole_map_after() {
+        let mut log = MapLog::new(at(1, false));
+        for e in 2..=10 {
+            log.push(at(e, e % 2 == 0));
+        }
+        let scope = MapScope::Osd(OsdId(1));
+        assert_eq!(log.update_for(Epoch(10), &scope), MapUpdate::UpToDate);
+        match log.update_for(Epoch(3), &scope) {
+            MapUpdate::Delta(d) => {
+                assert_eq!((d.from, d.to), (Epoch(3), Epoch(10)));
+                assert_eq!(d.flags.map(|f| f.noout), Some(true));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(log.update_for(Epoch(0), &scope), MapUpdate::Full(m) if m.epoch == Epoch(10))
+        );
+        // A follower from scratch, then by delta.
+        let mut f = MapFollower::new(MapScope::Pools([PoolId(1)].into()));
+        f.apply(log.update_for(f.epoch(), f.scope())).unwrap();
+        assert_eq!(f.epoch(), Epoch(10));
+        log.push(at(11, false));
+        let update = log.update_for(f.epoch(), f.scope());
+        assert!(matches!(update, MapUpdate::Delta(_)));
+        let m = f.apply(update).unwrap().expect("a newer map");
+        assert_eq!((m.epoch, m.flags.noout), (Epoch(11), false));
+    }
+
+    #[test]
+    fn the_oldest_deltas_go_past_the_bound() {
+        let mut log = MapLog::new(at(1, false));
+        for e in 2..=(MAP_LOG_EPOCHS_MAX as u64 + 10) {
+            log.push(at(e, e % 2 == 0));
+        }
+        assert_eq!(log.deltas.len(), MAP_LOG_EPOCHS_MAX);
+        assert!(matches!(
+            log.update_for(Epoch(2), &MapScope::All),
+            MapUpdate::Full(_)
+        ));
+        assert!(matches!(
+            log.update_for(log.oldest(), &MapScope::All),
+            MapUpdate::Delta(_)
+        ));
+    }
+}

@@ -1,0 +1,564 @@
+//! Incremental maps: [`MapDelta`] says what changed from one map epoch to a later one, so that
+//! a daemon that has epoch `e` gets only the changes since `e` (like Ceph's incremental OSD
+//! maps), not the whole map at every epoch; and [`MapScope`] cuts a map or a delta down to what
+//! its holder needs: an OSD the PGs it takes part in, a client the pools it opens.
+//!
+//! The rules, each property-tested below:
+//! - `MapDelta::between(a, b).apply(a) == b`;
+//! - `merge`: applying `d1` then `d2` equals applying `d1.merge(d2)`;
+//! - scoping: for a scope `s`, `s.map(b) == apply(s.delta(between(a, b)), s.map(a))` followed by
+//!   `s.prune` (a PG a daemon no longer takes part in is in the delta once, with the daemon in
+//!   `left`, so that it learns it was removed; then it is dropped from its map).
+//!
+//! Every section of the map is keyed (OSDs by id, PGs by pool and sequence number, images by
+//! id, ...): a delta carries the entries that changed, whole, and the keys removed. The small
+//! sections (flags, space, auth) go whole when they changed.
+
+use crate::auth::AuthSettings;
+use crate::map::{
+    ClusterMap, Flags, ImageExtent, ImageTable, OsdInfo, PgInfo, PgMap, PoolInfo, ReclaimEntry,
+    ScrubRequest, SnapInfo, SnapTrimEntry, SpaceSettings,
+};
+use crate::pg_table::PgChange;
+use crate::{Epoch, ImageId, OsdId, PoolId};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The entries of one keyed section that changed (whole) and the keys removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedDelta<K: Ord, V> {
+    #[serde(default = "Vec::new", skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<(K, V)>,
+    #[serde(default = "Vec::new", skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<K>,
+}
+
+impl<K: Ord, V> Default for KeyedDelta<K, V> {
+    fn default() -> Self {
+        KeyedDelta {
+            changed: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+}
+
+impl<K: Ord + Clone, V: Clone + PartialEq> KeyedDelta<K, V> {
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.removed.is_empty()
+    }
+
+    fn between(a: &BTreeMap<K, V>, b: &BTreeMap<K, V>) -> Self {
+        KeyedDelta {
+            changed: b
+                .iter()
+                .filter(|(k, v)| a.get(k) != Some(v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            removed: a.keys().filter(|k| !b.contains_key(k)).cloned().collect(),
+        }
+    }
+
+    fn apply(&self, map: &mut BTreeMap<K, V>) {
+        for k in &self.removed {
+            map.remove(k);
+        }
+        for (k, v) in &self.changed {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+
+    /// This delta followed by `next`, as one.
+    fn merge(&mut self, next: &Self) {
+        let mut changed: BTreeMap<K, V> = std::mem::take(&mut self.changed).into_iter().collect();
+        let mut removed: BTreeSet<K> = std::mem::take(&mut self.removed).into_iter().collect();
+        for k in &next.removed {
+            changed.remove(k);
+            removed.insert(k.clone());
+        }
+        for (k, v) in &next.changed {
+            removed.remove(k);
+            changed.insert(k.clone(), v.clone());
+        }
+        self.changed = changed.into_iter().collect();
+        self.removed = removed.into_iter().collect();
+    }
+}
+
+/// One PG in a delta: its new state, and the OSDs that took part in it before and no longer do
+/// (so that a delta scoped to one of them still tells it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgEntry {
+    pub seq: u32,
+    pub pg: PgInfo,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left: Vec<OsdId>,
+}
+
+/// The changes to one pool's PG map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgMapDelta {
+    pub pool: PoolId,
+    /// The PG map's version after the change.
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<PgEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<u32>,
+}
+
+/// The changes to the image table (see [`ImageTable`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageTableDelta {
+    pub next_id: u64,
+    #[serde(default, skip_serializing_if = "KeyedDelta::is_empty")]
+    pub images: KeyedDelta<ImageId, ImageExtent>,
+}
+
+/// What changed from map epoch `from` to `to` (see the module documentation).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapDelta {
+    pub from: Epoch,
+    pub to: Epoch,
+    #[serde(default, skip_serializing_if = "KeyedDelta::is_empty")]
+    pub osds: KeyedDelta<OsdId, OsdInfo>,
+    #[serde(default, skip_serializing_if = "KeyedDelta::is_empty")]
+    pub pools: KeyedDelta<PoolId, PoolInfo>,
+    /// PG maps that changed or appeared (a new one has every PG in `changed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pgmaps: Vec<PgMapDelta>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_pgmaps: Vec<PoolId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flags: Option<Flags>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<SpaceSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageTableDelta>,
+    #[serde(default, skip_serializing_if = "KeyedDelta::is_empty")]
+    pub reclaim: KeyedDelta<u64, ReclaimEntry>,
+    #[serde(default, skip_serializing_if = "KeyedDelta::is_empty")]
+    pub snaps: KeyedDelta<ImageId, Vec<SnapInfo>>,
+    #[serde(default, skip_serializing_if = "KeyedDelta::is_empty")]
+    pub snap_trims: KeyedDelta<u64, SnapTrimEntry>,
+    #[serde(default, skip_serializing_if = "KeyedDelta::is_empty")]
+    pub scrub_requests: KeyedDelta<u64, ScrubRequest>,
+}
+
+/// A delta that does not follow the map it is applied to: the holder must fetch a whole map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a map delta from epoch {from} does not apply to a map at epoch {have}")]
+pub struct DeltaGap {
+    pub from: Epoch,
+    pub have: Epoch,
+}
+
+/// Every OSD a PG names: voters of both halves, learners, the target.
+fn members(pg: &PgInfo) -> impl Iterator<Item = &OsdId> {
+    pg.osdlist
+        .iter()
+        .chain(&pg.newosdlist)
+        .chain(&pg.learners)
+        .chain(&pg.joint_voters)
+}
+
+fn involves(pg: &PgInfo, osd: OsdId) -> bool {
+    members(pg).any(|o| *o == osd)
+}
+
+impl MapDelta {
+    /// What changed from `a` to `b`. Sections `b` shares with `a` cost nothing: a PG table
+    /// compares only the chunks the two do not share (`PgTable::diff`).
+    pub fn between(a: &ClusterMap, b: &ClusterMap) -> MapDelta {
+        let mut pgmaps = Vec::new();
+        for (pool, new) in &b.pgmaps {
+            let mut d = PgMapDelta {
+                pool: *pool,
+                version: new.version,
+                changed: Vec::new(),
+                removed: Vec::new(),
+            };
+            let empty = PgMap {
+                pool: *pool,
+                version: 0,
+                pgs: Default::default(),
+            };
+            let old = a.pgmaps.get(pool).unwrap_or(&empty);
+            for change in old.pgs.diff(&new.pgs) {
+                match change {
+                    PgChange::Added(seq, pg) => d.changed.push(PgEntry {
+                        seq,
+                        pg: pg.clone(),
+                        left: Vec::new(),
+                    }),
+                    PgChange::Changed(seq, before, pg) => {
+                        let mut left: Vec<OsdId> = members(before)
+                            .filter(|o| !involves(pg, **o))
+                            .copied()
+                            .collect();
+                        left.sort_unstable();
+                        left.dedup();
+                        d.changed.push(PgEntry {
+                            seq,
+                            pg: pg.clone(),
+                            left,
+                        });
+                    }
+                    PgChange::Removed(seq, _) => d.removed.push(seq),
+                }
+            }
+            let existed = a.pgmaps.contains_key(pool);
+            if !existed
+                || !d.changed.is_empty()
+                || !d.removed.is_empty()
+                || old.version != new.version
+            {
+                pgmaps.push(d);
+            }
+        }
+        MapDelta {
+            from: a.epoch,
+            to: b.epoch,
+            osds: KeyedDelta::between(&a.osds, &b.osds),
+            pools: KeyedDelta::between(&a.pools, &b.pools),
+            pgmaps,
+            removed_pgmaps: a
+                .pgmaps
+                .keys()
+                .filter(|p| !b.pgmaps.contains_key(p))
+                .copied()
+                .collect(),
+            flags: (a.flags != b.flags).then_some(b.flags),
+            space: (a.space != b.space).then(|| b.space.clone()),
+            auth: (a.auth != b.auth).then_some(b.auth),
+            images: images_between(a.images.as_ref(), b.images.as_ref()),
+            reclaim: KeyedDelta::between(&a.reclaim, &b.reclaim),
+            snaps: KeyedDelta::between(&a.snaps, &b.snaps),
+            snap_trims: KeyedDelta::between(&a.snap_trims, &b.snap_trims),
+            scrub_requests: KeyedDelta::between(&a.scrub_requests, &b.scrub_requests),
+        }
+    }
+
+    /// Whether it changes nothing but the epoch.
+    pub fn is_empty(&self) -> bool {
+        self.osds.is_empty()
+            && self.pools.is_empty()
+            && self.pgmaps.is_empty()
+            && self.removed_pgmaps.is_empty()
+            && self.flags.is_none()
+            && self.space.is_none()
+            && self.auth.is_none()
+            && self.images.is_none()
+            && self.reclaim.is_empty()
+            && self.snaps.is_empty()
+            && self.snap_trims.is_empty()
+            && self.scrub_requests.is_empty()
+    }
+
+    /// Applies the delta to `map`, which must be at epoch `from`.
+    pub fn apply(&self, map: &mut ClusterMap) -> Result<(), DeltaGap> {
+        if map.epoch != self.from {
+            return Err(DeltaGap {
+                from: self.from,
+                have: map.epoch,
+            });
+        }
+        assert!(self.to > self.from, "a delta moves the epoch forward");
+        self.osds.apply(&mut map.osds);
+        self.pools.apply(&mut map.pools);
+        for pool in &self.removed_pgmaps {
+            map.pgmaps.remove(pool);
+        }
+        for d in &self.pgmaps {
+            let pgmap = map.pgmaps.entry(d.pool).or_insert_with(|| PgMap {
+                pool: d.pool,
+                version: d.version,
+                pgs: Default::default(),
+            });
+            pgmap.version = d.version;
+            for seq in &d.removed {
+                pgmap.pgs.remove(seq);
+            }
+            for e in &d.changed {
+                pgmap.pgs.insert(e.seq, e.pg.clone());
+            }
+        }
+        if let Some(f) = self.flags {
+            map.flags = f;
+        }
+        if let Some(s) = &self.space {
+            map.space = s.clone();
+        }
+        if let Some(a) = self.auth {
+            map.auth = a;
+        }
+        if let Some(d) = &self.images {
+            let table = map.images.get_or_insert_with(ImageTable::default);
+            table.next_id = d.next_id;
+            d.images.apply(&mut table.images);
+        }
+        self.reclaim.apply(&mut map.reclaim);
+        self.snaps.apply(&mut map.snaps);
+        self.snap_trims.apply(&mut map.snap_trims);
+        self.scrub_requests.apply(&mut map.scrub_requests);
+        map.epoch = self.to;
+        Ok(())
+    }
+
+    /// This delta followed by `next` (which must start where this one ends), as one delta.
+    pub fn merge(&mut self, next: &MapDelta) {
+        assert_eq!(self.to, next.from, "deltas merge in order");
+        self.osds.merge(&next.osds);
+        self.pools.merge(&next.pools);
+        for pool in &next.removed_pgmaps {
+            self.pgmaps.retain(|d| d.pool != *pool);
+            if !self.removed_pgmaps.contains(pool) {
+                self.removed_pgmaps.push(*pool);
+            }
+        }
+        for nd in &next.pgmaps {
+            // A PG map removed earlier and made again: the removal stays (applied first, it
+            // drops the old PGs) and the new map follows whole (`between` lists every PG of a
+            // map it did not have before).
+            let Some(d) = self.pgmaps.iter_mut().find(|d| d.pool == nd.pool) else {
+                self.pgmaps.push(nd.clone());
+                continue;
+            };
+            d.version = nd.version;
+            let mut changed: BTreeMap<u32, PgEntry> = std::mem::take(&mut d.changed)
+                .into_iter()
+                .map(|e| (e.seq, e))
+                .collect();
+            let mut removed: BTreeSet<u32> = std::mem::take(&mut d.removed).into_iter().collect();
+            for seq in &nd.removed {
+                changed.remove(seq);
+                removed.insert(*seq);
+            }
+            for e in &nd.changed {
+                removed.remove(&e.seq);
+                // Who left over both steps: those who left in either and are not back.
+                let mut left: BTreeSet<OsdId> = changed
+                    .get(&e.seq)
+                    .map(|old| old.left.iter().copied().collect())
+                    .unwrap_or_default();
+                if let Some(old) = changed.get(&e.seq) {
+                    left.extend(members(&old.pg).copied());
+                }
+                left.extend(e.left.iter().copied());
+                left.retain(|o| !involves(&e.pg, *o));
+                changed.insert(
+                    e.seq,
+                    PgEntry {
+                        seq: e.seq,
+                        pg: e.pg.clone(),
+                        left: left.into_iter().collect(),
+                    },
+                );
+            }
+            d.changed = changed.into_values().collect();
+            d.removed = removed.into_iter().collect();
+        }
+        self.pgmaps.sort_by_key(|d| d.pool);
+        self.removed_pgmaps.sort_unstable();
+        if next.flags.is_some() {
+            self.flags = next.flags;
+        }
+        if next.space.is_some() {
+            self.space.clone_from(&next.space);
+        }
+        if next.auth.is_some() {
+            self.auth = next.auth;
+        }
+        match (&mut self.images, &next.images) {
+            (Some(a), Some(b)) => {
+                a.next_id = b.next_id;
+                a.images.merge(&b.images);
+            }
+            (None, Some(b)) => self.images = Some(b.clone()),
+            _ => {}
+        }
+        self.reclaim.merge(&next.reclaim);
+        self.snaps.merge(&next.snaps);
+        self.snap_trims.merge(&next.snap_trims);
+        self.scrub_requests.merge(&next.scrub_requests);
+        self.to = next.to;
+    }
+}
+
+fn images_between(a: Option<&ImageTable>, b: Option<&ImageTable>) -> Option<ImageTableDelta> {
+    let empty = ImageTable::default();
+    let b = b?;
+    let a = a.unwrap_or(&empty);
+    if a == b {
+        return None;
+    }
+    Some(ImageTableDelta {
+        next_id: b.next_id,
+        images: KeyedDelta::between(&a.images, &b.images),
+    })
+}
+
+/// What part of the map a holder needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum MapScope {
+    /// Everything (an admin tool, a frontend serving every pool).
+    #[default]
+    All,
+    /// An OSD: the PGs it takes part in (every pool's PG map is kept, possibly empty, so
+    /// that a pool without one still reads as damaged).
+    Osd(OsdId),
+    /// A client: the PG maps of these pools.
+    Pools(BTreeSet<PoolId>),
+}
+
+impl MapScope {
+    fn keeps_pool(&self, pool: PoolId) -> bool {
+        match self {
+            MapScope::Pools(p) => p.contains(&pool),
+            _ => true,
+        }
+    }
+
+    /// The PGs of `map` this scope keeps.
+    pub fn map(&self, map: &ClusterMap) -> ClusterMap {
+        let mut out = map.clone();
+        self.prune(&mut out);
+        out
+    }
+
+    /// Drops from `map` what the scope does not keep (after applying a delta: a PG this OSD
+    /// left).
+    pub fn prune(&self, map: &mut ClusterMap) {
+        match self {
+            MapScope::All => {}
+            MapScope::Pools(_) => map.pgmaps.retain(|pool, _| self.keeps_pool(*pool)),
+            MapScope::Osd(osd) => {
+                for pgmap in map.pgmaps.values_mut() {
+                    if pgmap.pgs.iter().any(|(_, pg)| !involves(pg, *osd)) {
+                        // Built anew from the few PGs kept: a retain would copy every chunk
+                        // (an OSD takes part in a few hundred of a pool's PGs at most).
+                        pgmap.pgs = pgmap
+                            .pgs
+                            .iter()
+                            .filter(|(_, pg)| involves(pg, *osd))
+                            .map(|(seq, pg)| (*seq, pg.clone()))
+                            .collect();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The part of `delta` this scope needs.
+    pub fn delta(&self, delta: &MapDelta) -> MapDelta {
+        let mut out = delta.clone();
+        match self {
+            MapScope::All => {}
+            MapScope::Pools(_) => {
+                out.pgmaps.retain(|d| self.keeps_pool(d.pool));
+                out.removed_pgmaps.retain(|p| self.keeps_pool(*p));
+            }
+            MapScope::Osd(osd) => {
+                for d in &mut out.pgmaps {
+                    d.changed
+                        .retain(|e| involves(&e.pg, *osd) || e.left.contains(osd));
+                    // Removals of PGs it never held are harmless; kept (a pool shrink is rare).
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One answer to "what changed since epoch `e`" for one holder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapUpdate {
+    /// Nothing newer than what the holder has.
+    UpToDate,
+    /// The changes since the holder's epoch, scoped.
+    Delta(MapDelta),
+    /// The whole map, scoped: on first contact, or when the holder is too far behind for the
+    /// deltas kept.
+    Full(ClusterMap),
+}
+
+/// A holder's copy of the map, kept up to date with [`MapUpdate`]s: what OSDs, clients and the
+/// simulator's nodes follow the map with. Each update makes a new map (sharing what did not
+/// change with the last) so that readers can hold one as long as they like.
+#[derive(Clone, Debug)]
+pub struct MapFollower {
+    scope: MapScope,
+    map: Option<std::sync::Arc<ClusterMap>>,
+}
+
+impl MapFollower {
+    pub fn new(scope: MapScope) -> Self {
+        MapFollower { scope, map: None }
+    }
+
+    pub fn scope(&self) -> &MapScope {
+        &self.scope
+    }
+
+    /// Changes what it follows: the next update it asks for must be a whole map.
+    pub fn set_scope(&mut self, scope: MapScope) {
+        if scope != self.scope {
+            self.scope = scope;
+            self.map = None;
+        }
+    }
+
+    /// The epoch it has (0: none yet; ask for a whole map).
+    pub fn epoch(&self) -> Epoch {
+        self.map.as_ref().map_or(Epoch(0), |m| m.epoch)
+    }
+
+    pub fn map(&self) -> Option<std::sync::Arc<ClusterMap>> {
+        self.map.clone()
+    }
+
+    /// Takes an update. Returns the new map if the update moved it forward; a whole map not
+    /// newer than the one held is ignored; a delta that does not follow it is a [`DeltaGap`]
+    /// (the map is dropped, so the next request asks for a whole one).
+    pub fn apply(
+        &mut self,
+        update: MapUpdate,
+    ) -> Result<Option<std::sync::Arc<ClusterMap>>, DeltaGap> {
+        match update {
+            MapUpdate::UpToDate => Ok(None),
+            MapUpdate::Full(mut map) => {
+                if self.map.as_ref().is_some_and(|m| m.epoch >= map.epoch) {
+                    return Ok(None);
+                }
+                self.scope.prune(&mut map);
+                let map = std::sync::Arc::new(map);
+                self.map = Some(map.clone());
+                Ok(Some(map))
+            }
+            MapUpdate::Delta(delta) => {
+                let Some(current) = &self.map else {
+                    return Err(DeltaGap {
+                        from: delta.from,
+                        have: Epoch(0),
+                    });
+                };
+                if delta.to <= current.epoch {
+                    return Ok(None);
+                }
+                let mut next = (**current).clone();
+                if let Err(gap) = delta.apply(&mut next) {
+                    self.map = None;
+                    return Err(gap);
+                }
+                self.scope.prune(&mut next);
+                let next = std::sync::Arc::new(next);
+                self.map = Some(next.clone());
+                Ok(Some(next))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,298 @@
+//! Property tests of [`super`]: random sequences of maps (each a random change of the last),
+//! and the rules of the module documentation checked on them.
+
+use super::*;
+use crate::map::{FailureDomain, ImageTable, OsdInfo, PgInfo, PgMap, PoolInfo, ReclaimEntry};
+use crate::{LogIndex, PgId, PgState, Term};
+use proptest::prelude::*;
+
+fn osd(id: u32, up: bool) -> OsdInfo {
+    OsdInfo {
+        id: OsdId(id),
+        uuid: format!("u{id}"),
+        host: format!("h{id}"),
+        address: "10.0.0.1".into(),
+        port: 6800,
+        shards: 1,
+        capacity_bytes: 1,
+        up,
+        is_in: true,
+        pending_create: false,
+        boot_epoch: Epoch(1),
+        config: String::new(),
+        lease_timing: None,
+    }
+}
+
+fn pg(members: &[u32], leader: u32) -> PgInfo {
+    PgInfo {
+        version: 1,
+        state: PgState::ACTIVE,
+        osdlist: members.iter().map(|o| OsdId(*o)).collect(),
+        newosdlist: Vec::new(),
+        learners: Vec::new(),
+        joint_voters: Vec::new(),
+        released: Vec::new(),
+        restored: false,
+        leader: Some(OsdId(leader)),
+        leader_term: Term(1),
+        conf_index: LogIndex(1),
+    }
+}
+
+fn base() -> ClusterMap {
+    let mut m = ClusterMap {
+        epoch: Epoch(1),
+        images: Some(ImageTable::default()),
+        ..ClusterMap::default()
+    };
+    for id in 1..=6 {
+        m.osds.insert(OsdId(id), osd(id, true));
+    }
+    for pool in 1..=2u32 {
+        m.pools.insert(
+            PoolId(pool),
+            PoolInfo {
+                id: PoolId(pool),
+                name: format!("p{pool}"),
+                pg_count: 600,
+                size: 3,
+                failure_domain: FailureDomain::Osd,
+                created_epoch: Epoch(1),
+            },
+        );
+        let pgs = (0..600u32)
+            .map(|s| {
+                (
+                    s,
+                    pg(&[1 + s % 6, 1 + (s + 1) % 6, 1 + (s + 2) % 6], 1 + s % 6),
+                )
+            })
+            .collect();
+        m.pgmaps.insert(
+            PoolId(pool),
+            PgMap {
+                pool: PoolId(pool),
+                version: 1,
+                pgs,
+            },
+        );
+    }
+    m
+}
+
+/// One random change of `m`, chosen by `(kind, a, b)`.
+fn change(m: &mut ClusterMap, (kind, a, b): (u8, u32, u32)) {
+    let pool = PoolId(1 + a % 3);
+    match kind % 9 {
+        0 | 1 | 2 => {
+            // A PG's members move (it may lose or gain any OSD).
+            if let Some(map) = m.pgmaps.get_mut(&pool) {
+                let seq = b % 700;
+                if let Some(p) = map.pgs.get_mut(&seq) {
+                    let x = OsdId(1 + a % 7);
+                    if p.osdlist.contains(&x) {
+                        p.osdlist.retain(|o| *o != x);
+                    } else if kind % 3 == 0 {
+                        p.newosdlist = vec![x];
+                    } else {
+                        p.learners.push(x);
+                    }
+                    p.leader_term = Term(p.leader_term.0 + 1);
+                    map.version += 1;
+                }
+            }
+        }
+        3 => {
+            if let Some(map) = m.pgmaps.get_mut(&pool) {
+                map.pgs.insert(600 + b % 100, pg(&[1 + a % 6], 1 + a % 6));
+            }
+        }
+        4 => {
+            if let Some(map) = m.pgmaps.get_mut(&pool) {
+                map.pgs.remove(&(b % 700));
+            }
+        }
+        5 => {
+            let id = 1 + a % 8;
+            match m.osds.get_mut(&OsdId(id)) {
+                Some(_) if b % 3 == 0 => {
+                    m.osds.remove(&OsdId(id));
+                }
+                Some(o) => o.up = !o.up,
+                None => {
+                    m.osds.insert(OsdId(id), osd(id, true));
+                }
+            }
+        }
+        6 => {
+            m.flags.noout = !m.flags.noout;
+            m.auth.epoch += u64::from(b % 2);
+        }
+        7 => {
+            let t = m.images.get_or_insert_with(ImageTable::default);
+            let id = ImageId(u64::from(a % 5));
+            if t.images.remove(&id).is_none() {
+                t.images.insert(
+                    id,
+                    ImageExtent {
+                        size_bytes: u64::from(b),
+                        object_size_bytes: 4096,
+                        parent_overlap_bytes: None,
+                    },
+                );
+            }
+            t.next_id = t.next_id.max(id.0 + 1);
+            let key = u64::from(b % 4);
+            if m.reclaim.remove(&key).is_none() {
+                m.reclaim.insert(
+                    key,
+                    ReclaimEntry {
+                        id: key,
+                        pool,
+                        image: id,
+                        image_name: "i".into(),
+                        object_size_bytes: 4096,
+                        from_bytes: 0,
+                        to_bytes: 4096,
+                        reason: "removed".into(),
+                        epoch: m.epoch,
+                        done_pgs: [b % 10].into(),
+                    },
+                );
+            }
+        }
+        _ => {
+            // A pool goes, or comes back.
+            if m.pgmaps.remove(&pool).is_none() {
+                let pgs = (0..50u32)
+                    .map(|s| (s, pg(&[1 + s % 6], 1 + s % 6)))
+                    .collect();
+                m.pgmaps.insert(
+                    pool,
+                    PgMap {
+                        pool,
+                        version: 1,
+                        pgs,
+                    },
+                );
+            } else {
+                m.pools.remove(&pool);
+            }
+        }
+    }
+}
+
+/// Maps `m0, m1, ...`, each a few random changes of the last at the next epoch.
+fn history(steps: Vec<Vec<(u8, u32, u32)>>) -> Vec<ClusterMap> {
+    let mut maps = vec![base()];
+    for changes in steps {
+        let mut m = maps.last().unwrap().clone();
+        for c in changes {
+            change(&mut m, c);
+        }
+        m.epoch = Epoch(m.epoch.0 + 1);
+        maps.push(m);
+    }
+    maps
+}
+
+fn steps() -> impl Strategy<Value = Vec<Vec<(u8, u32, u32)>>> {
+    prop::collection::vec(
+        prop::collection::vec((0u8..9, 0u32..1000, 0u32..1000), 1..6),
+        1..8,
+    )
+}
+
+proptest! {
+    #[test]
+    fn a_delta_takes_a_map_to_the_next(steps in steps()) {
+        let maps = history(steps);
+        for w in maps.windows(2) {
+            let d = MapDelta::between(&w[0], &w[1]);
+            let mut m = w[0].clone();
+            d.apply(&mut m).unwrap();
+            prop_assert_eq!(&m, &w[1]);
+            // Through JSON too: what goes over the wire.
+            let d: MapDelta = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
+            let mut m = w[0].clone();
+            d.apply(&mut m).unwrap();
+            prop_assert_eq!(&m, &w[1]);
+        }
+    }
+
+    #[test]
+    fn merged_deltas_equal_the_steps(steps in steps()) {
+        let maps = history(steps);
+        let mut merged = MapDelta::between(&maps[0], &maps[1]);
+        for w in maps[1..].windows(2) {
+            merged.merge(&MapDelta::between(&w[0], &w[1]));
+        }
+        let mut m = maps[0].clone();
+        merged.apply(&mut m).unwrap();
+        prop_assert_eq!(&m, maps.last().unwrap());
+    }
+
+    #[test]
+    fn a_scoped_holder_follows_with_scoped_deltas(steps in steps(), who in 1u32..9, pools in 1u32..4) {
+        let maps = history(steps);
+        for scope in [MapScope::Osd(OsdId(who)), MapScope::Pools([PoolId(pools)].into()), MapScope::All] {
+            let mut held = scope.map(&maps[0]);
+            for w in maps.windows(2) {
+                let d = scope.delta(&MapDelta::between(&w[0], &w[1]));
+                d.apply(&mut held).unwrap();
+                scope.prune(&mut held);
+                prop_assert_eq!(&held, &scope.map(&w[1]), "scope {:?}", scope);
+            }
+            // Merged, then scoped: the same.
+            let mut merged = MapDelta::between(&maps[0], &maps[1]);
+            for w in maps[1..].windows(2) {
+                merged.merge(&MapDelta::between(&w[0], &w[1]));
+            }
+            let mut held = scope.map(&maps[0]);
+            scope.delta(&merged).apply(&mut held).unwrap();
+            scope.prune(&mut held);
+            prop_assert_eq!(&held, &scope.map(maps.last().unwrap()));
+        }
+    }
+}
+
+#[test]
+fn a_delta_for_another_epoch_is_refused() {
+    let maps = history(vec![vec![(6, 0, 0)], vec![(6, 0, 1)]]);
+    let d = MapDelta::between(&maps[1], &maps[2]);
+    let mut m = maps[0].clone();
+    assert_eq!(
+        d.apply(&mut m),
+        Err(DeltaGap {
+            from: Epoch(2),
+            have: Epoch(1)
+        })
+    );
+    assert_eq!(m, maps[0], "nothing applied");
+}
+
+#[test]
+fn an_osd_learns_it_left_a_pg() {
+    let a = base();
+    let mut b = a.clone();
+    b.epoch = Epoch(2);
+    let p = b
+        .pgmaps
+        .get_mut(&PoolId(1))
+        .unwrap()
+        .pgs
+        .get_mut(&0)
+        .unwrap();
+    p.osdlist = vec![OsdId(5), OsdId(6)];
+    let scope = MapScope::Osd(OsdId(1));
+    let d = scope.delta(&MapDelta::between(&a, &b));
+    let entries = &d.pgmaps[0].changed;
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].left, vec![OsdId(1), OsdId(2), OsdId(3)]);
+    let mut held = scope.map(&a);
+    assert!(held.pg(PgId::new(PoolId(1), 0)).is_some());
+    d.apply(&mut held).unwrap();
+    scope.prune(&mut held);
+    assert!(held.pg(PgId::new(PoolId(1), 0)).is_none());
+}
