@@ -555,6 +555,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         let mut writes = Vec::new();
         let mut applies = Vec::new();
         let mut snapshots = Vec::new();
+        let mut events = Vec::new();
         for (pg, out) in outs.iter_mut() {
             snapshots.extend(out.snapshots.drain(..).map(|m| (*pg, m)));
             for msg in out.messages.drain(..) {
@@ -581,9 +582,7 @@ impl<D: Disk + 'static> ShardCore<D> {
             for (op, outcome) in out.replies.drain(..) {
                 self.complete(op, outcome, eff);
             }
-            for event in out.events.drain(..) {
-                self.on_event(*pg, event, eff);
-            }
+            events.extend(out.events.drain(..).map(|e| (*pg, e)));
             if !out.log_writes.is_empty() {
                 writes.push((*pg, std::mem::take(&mut out.log_writes)));
             }
@@ -635,6 +634,17 @@ impl<D: Disk + 'static> ShardCore<D> {
                     msgs,
                 },
             });
+        }
+        // Events once this round's log writes are staged (above): a leader or membership report is
+        // held until everything staged before it is durable (`hold_report`), and the
+        // configuration it names was applied from a commit index that the hard state of this
+        // very round carries. Held before that hard state was staged, the report left at once
+        // while the commit index (which needs no sync of its own) was not durable; the leader
+        // crashed, came back with the joint configuration it had reported leaving, and needed
+        // the vote of the member the monitor had dropped by the report (simulator seed
+        // 3856582366863085052 with --membership).
+        for (pg, event) in events {
+            self.on_event(pg, event, eff);
         }
     }
 
@@ -1298,8 +1308,12 @@ impl<D: Disk + 'static> ShardCore<D> {
     /// the map by the report, and a dropped member deletes its replica. A leader that then
     /// crashed came back with an older commit index and the old (joint) configuration, whose
     /// vote it needed from the member that was gone: the PG had no leader for good
-    /// (simulator, seed 9952412769498548792 with --membership).
+    /// (simulator, seed 9952412769498548792 with --membership). That commit index must be
+    /// staged when the report is held, or the LSN taken misses it: `round` handles the PGs'
+    /// events only after staging their log writes (seed 3856582366863085052), and
+    /// [`ShardCore::assert_report_covered`] checks it here and when the report leaves.
     fn hold_report(&mut self, report: Report, eff: &mut Effects) {
+        self.assert_report_covered(&report, "held");
         let lsn = self.store.borrow().wal().staged_lsn();
         self.held_reports.push_back((lsn, report));
         self.release_reports(eff);
@@ -1314,8 +1328,33 @@ impl<D: Disk + 'static> ShardCore<D> {
             .is_some_and(|(lsn, _)| *lsn <= durable)
         {
             let (_, report) = self.held_reports.pop_front().expect("checked");
+            self.assert_report_covered(&report, "sent");
             eff.reports.push(report);
         }
+    }
+
+    /// A leader or membership report names a configuration applied from a commit index that
+    /// the PG's log in the store (the hard state, or a snapshot) already covers: staged when
+    /// the report is held, durable when it leaves (`hold_report`). Not checked for a PG whose
+    /// log is gone (removed since).
+    fn assert_report_covered(&self, report: &Report, when: &str) {
+        let (pg, conf_index) = match report {
+            Report::LeaderElected { pg, req } => (*pg, req.conf_index),
+            Report::MembershipFinished { pg, req } => (*pg, req.conf_index),
+            _ => return,
+        };
+        let store = self.store.borrow();
+        let Some(log) = store.pg_log(pg) else {
+            return;
+        };
+        assert!(
+            log.hard_state.commit >= conf_index.0,
+            "osd {} pg {pg}: a report of the configuration at {} {when} while the log's commit \
+             index is {}",
+            self.cfg.osd,
+            conf_index.0,
+            log.hard_state.commit
+        );
     }
 
     /// With reports held and nothing on its way to the disk, asks for a commit of what is

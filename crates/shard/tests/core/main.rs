@@ -1195,6 +1195,77 @@ fn a_leader_report_waits_until_what_was_staged_before_it_is_durable() {
     assert_eq!(c.reply(w), Some(&Reply::Ok));
 }
 
+/// Goal: a configuration a leader reports survives the leader's crash right after the report
+/// (the monitor drops members by it, and a dropped member deletes its replica). The report
+/// of leaving a joint configuration is made from the very ready whose hard state carries the
+/// commit index of the leave-joint entry; that hard state moves only the commit index, so it
+/// needs no sync of its own, and the report must wait for it to be durable all the same
+/// (simulator seed 3856582366863085052 with --membership: the report went out first, the
+/// leader crashed, came back joint, and needed the vote of the member that was gone).
+/// Method: PG 0 moves from OSD 1 to OSD 2; OSD 2, the new leader, commits the leave-joint
+/// entry on OSD 1's acknowledgement. The moment OSD 2 has reported the configuration without
+/// OSD 1, OSD 2 loses power; the map then records the report, and OSD 1 is cut off (its
+/// replica is gone). OSD 2, restarted, has the configuration it reported and leads the PG
+/// alone.
+#[test]
+fn a_reported_configuration_survives_a_crash_of_the_leader_right_after_the_report() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.map(harness::map(1, &[1, 2], &[(0, &[1], &[])]));
+    c.elect(1, pg(0));
+    let w = c.request(1, write(pg(0), 0, 0, &[5u8; 512], 1));
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    c.map(harness::map(2, &[1, 2], &[(0, &[1], &[2])]));
+    let left_joint = |c: &Cluster| {
+        c.reports.iter().any(|(o, r)| {
+            *o == OsdId(2)
+                && match r {
+                    Report::LeaderElected { pg: p, req } => {
+                        *p == pg(0) && req.voters == [OsdId(2)] && req.voters_outgoing.is_empty()
+                    }
+                    Report::MembershipFinished { pg: p, req } => {
+                        *p == pg(0) && req.voters == [OsdId(2)]
+                    }
+                    _ => false,
+                }
+        })
+    };
+    let mut steps = 0;
+    while !left_joint(&c) {
+        steps += 1;
+        assert!(
+            steps < 100_000,
+            "osd 2 never reported leaving the joint state"
+        );
+        if !c.deliver_one() {
+            c.tick_only();
+        }
+    }
+    c.crash_and_restart(2);
+    // The monitor records the report; osd 1, no longer a member, deletes its replica (it is
+    // cut off as well, so that its vote cannot help whatever the timing of the removal).
+    c.cut.insert(OsdId(1));
+    c.map(harness::map(3, &[1, 2], &[(0, &[2], &[])]));
+    let conf = c
+        .core(2)
+        .replica(pg(0))
+        .expect("osd 2 hosts pg 0")
+        .raw_node()
+        .raft
+        .prs()
+        .conf()
+        .to_conf_state();
+    assert!(
+        conf.voters == [2] && conf.voters_outgoing.is_empty(),
+        "osd 2 came back with another configuration than it reported: {conf:?}"
+    );
+    tick_until(&mut c, 100, "osd 2 leading pg 0 alone", |c| {
+        c.core(2).replica(pg(0)).is_some_and(|r| r.is_leader())
+    });
+    let r = c.request(2, read(pg(0), 0, 0, 512, 3));
+    tick_until(&mut c, 10, "the read answered", |c| c.reply(r).is_some());
+    assert_eq!(c.reply(r), Some(&Reply::Data(vec![5u8; 512].into())));
+}
+
 /// Reclaim `id` of the test image (64 KiB objects, 256 KiB before the shrink) cut to
 /// `from_bytes`, recorded at map epoch `epoch`.
 fn shrink_entry(id: u64, from_bytes: u64, epoch: u64) -> fastblock_types::map::ReclaimEntry {
