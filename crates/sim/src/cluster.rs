@@ -352,6 +352,10 @@ pub struct Cluster {
     leading: BTreeMap<(OsdId, PgId), u64>,
     /// Node → durable WAL LSN and whether a commit was owed, at its last crash.
     crash_state: BTreeMap<OsdId, (u64, bool)>,
+    /// (node, PG) → the highest configuration index the node reported to the monitor as the
+    /// PG's leader (the monitor drops members by such reports): a restart must find it
+    /// committed in the node's log, until the node removes the PG.
+    reported_conf: BTreeMap<(OsdId, PgId), u64>,
     events: u64,
     crashes: u64,
     fingerprint: u64,
@@ -520,6 +524,7 @@ impl Cluster {
             fifo_after: BTreeMap::new(),
             leading: BTreeMap::new(),
             crash_state: BTreeMap::new(),
+            reported_conf: BTreeMap::new(),
             events: 0,
             crashes: 0,
             fingerprint: 0xcbf2_9ce4_8422_2325,
@@ -959,6 +964,15 @@ impl Cluster {
                 fatal = Some(failure);
                 continue;
             }
+            match &report {
+                Report::LeaderElected { pg, req } => {
+                    self.note_reported_conf(id, *pg, req.conf_index.0)
+                }
+                Report::MembershipFinished { pg, req } => {
+                    self.note_reported_conf(id, *pg, req.conf_index.0)
+                }
+                _ => {}
+            }
             let to_monitor = report.to_monitor().expect("every report but Fatal");
             self.check_report_asked(id, &to_monitor);
             self.queue_report(id, to_monitor);
@@ -968,6 +982,9 @@ impl Cluster {
             .add("snapshot.installed", eff.snapshots_installed.len() as u64);
         self.probes
             .add("member.pg_removed", eff.removed.len() as u64);
+        for pg in &eff.removed {
+            self.reported_conf.remove(&(id, *pg));
+        }
         // A shard that goes on answers `Checksum` or `IoError` only for a block no replica
         // holds a good copy of; the simulator leaves every block a good copy on all nodes
         // but one (`bad_blocks.rs`).
@@ -2004,7 +2021,8 @@ impl Cluster {
         }
         let core = self.nodes[&id].core().expect("just started");
         let lsn = core.store().wal().durable_lsn();
-        if let Some((before, owed)) = self.crash_state.remove(&id) {
+        let crash_state = self.crash_state.remove(&id);
+        if let Some((before, owed)) = crash_state {
             if lsn < before && !owed {
                 self.fail(format!(
                     "osd {id}: WAL lost synced records in a crash: durable LSN {before} before, \
@@ -2016,6 +2034,7 @@ impl Cluster {
                 self.probes.hit("restart.unsynced_commit_survived");
             }
         }
+        self.check_reported_confs(id, crash_state.is_some_and(|(_, owed)| owed));
         // The store is open; the core hosts PGs once it has the current map, which the new
         // process fetches whole.
         self.followers
@@ -2034,6 +2053,45 @@ impl Cluster {
         }
         self.schedule_timers(id);
         self.mon_op(|m| boot(m, id));
+    }
+
+    fn note_reported_conf(&mut self, id: OsdId, pg: PgId, conf_index: u64) {
+        let at = self.reported_conf.entry((id, pg)).or_default();
+        *at = (*at).max(conf_index);
+    }
+
+    /// A restarted node still has committed every configuration it reported leading with
+    /// (the shard core sends such a report only once what it was applied from is durable):
+    /// otherwise it comes back in a configuration the monitor has moved past, and may need
+    /// the vote of a member the monitor dropped by the report (seed 3856582366863085052).
+    /// A crash during a slow commit may cut the WAL's tail (see the LSN check above): not
+    /// checked then. PGs the store no longer has are forgotten.
+    fn check_reported_confs(&mut self, id: OsdId, owed: bool) {
+        let Some(core) = self.nodes[&id].core() else {
+            return;
+        };
+        let store = core.store();
+        let mut lost = None;
+        self.reported_conf.retain(|(node, pg), conf_index| {
+            if *node != id {
+                return true;
+            }
+            let Some(log) = store.pg_log(*pg) else {
+                return false;
+            };
+            if log.hard_state.commit < *conf_index && !owed && lost.is_none() {
+                lost = Some(format!(
+                    "osd {id}: pg {pg} restarted with commit index {} below the configuration \
+                     at {conf_index} it reported leading with",
+                    log.hard_state.commit
+                ));
+            }
+            true
+        });
+        drop(store);
+        if let Some(message) = lost {
+            self.fail(message);
+        }
     }
 
     fn on_faults_end(&mut self) {
