@@ -194,6 +194,9 @@ const FIXED_SEEDS: &[(u64, bool)] = &[
     // A snapshot installed for one PG flushed another's applied index before the hard state
     // carrying its commit index was staged; a crash left it past the log's commit index.
     (249999389376033725, false),
+    // A leader's report of leaving a joint state was held at an LSN taken before the round
+    // staged the commit index that applied it; the leader crashed and came back joint.
+    (3856582366863085052, true),
 ];
 
 #[test]
