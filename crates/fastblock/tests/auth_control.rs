@@ -179,6 +179,84 @@ async fn forged_reports_and_boots_are_refused_and_change_nothing() {
     assert_ne!(o2.host, "evil");
 }
 
+/// A compromised OSD's key confirms work for a PG it does not host: a reclaim (the monitor
+/// would drop the entry with that PG's data still there) through the batch and the
+/// single-report endpoint alike. Refused, nothing recorded; the PG's member is heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_from_an_osd_outside_the_pg_is_refused() {
+    use fastblock_types::api::{CreateImageRequest, OsdReport, ReportBatch, ResizeImageRequest};
+    let mons = MonCluster::start(1, MonOptions::default()).await;
+    let mut osds = Vec::new();
+    for i in 0..4 {
+        osds.push(FakeOsd::register(&mons, &format!("h{i}")).await);
+    }
+    let admin = mons.client();
+    admin
+        .create_pool(&CreatePoolRequest {
+            size: 2,
+            ..pool("p")
+        })
+        .await
+        .unwrap();
+    admin
+        .create_image(&CreateImageRequest {
+            pool: "p".into(),
+            name: "img".into(),
+            size_bytes: 16 << 20,
+            object_size_bytes: Some(1 << 20),
+        })
+        .await
+        .unwrap();
+    admin
+        .resize_image(
+            "p",
+            "img",
+            &ResizeImageRequest {
+                size_bytes: 4 << 20,
+                allow_shrink: true,
+            },
+        )
+        .await
+        .unwrap();
+    let entry = admin
+        .reclaim()
+        .await
+        .unwrap()
+        .pop()
+        .expect("a reclaim entry");
+    let pg = PgId::new(PoolId(1), 0);
+    let (_, info) = pg_info(&admin, pg).await;
+    let as_osd = |o: &FakeOsd| {
+        MonClient::new(mons.endpoints())
+            .with_credentials(EntityName::Osd(o.id), o.key.clone().unwrap())
+    };
+    let stranger = osds
+        .iter()
+        .find(|o| !info.osdlist.contains(&o.id))
+        .expect("4 OSDs, 2 replicas");
+    let member = osds.iter().find(|o| o.id == info.osdlist[0]).unwrap();
+    let confirm = ReportBatch {
+        reports: vec![OsdReport::ReclaimDone { pg, id: entry.id }],
+    };
+    let answer = as_osd(stranger)
+        .reports(stranger.id, &confirm)
+        .await
+        .unwrap();
+    let refused = answer.results[0].clone().expect("refused");
+    assert_eq!(refused.code, ErrorCode::ImplausibleReport, "{refused:?}");
+    let err = as_osd(stranger)
+        .reclaim_pg_done(entry.id, pg)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::ImplausibleReport), "{err}");
+    let now = admin.reclaim().await.unwrap();
+    assert_eq!(now, vec![entry.clone()], "nothing recorded");
+    let answer = as_osd(member).reports(member.id, &confirm).await.unwrap();
+    assert_eq!(answer.results, vec![None]);
+    let now = admin.reclaim().await.unwrap();
+    assert!(now[0].done_pgs.contains(&0), "{now:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caps_rotation_removal_and_replays() {
     let mons = MonCluster::start(1, MonOptions::default()).await;

@@ -138,3 +138,117 @@ async fn malformed_requests_get_clear_errors_and_the_monitor_keeps_serving() {
     let err = client.apply_id(&uuid).await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::UuidExists));
 }
+
+/// Incremental maps over the API (`docs/mon-api.md`, "Incremental maps"): a holder at epoch E
+/// gets the changes since E, which give exactly the map the monitor serves whole; scoped to an
+/// OSD or to pools, the PGs it does not need are left out; a holder the monitor has no deltas
+/// for (here: behind the epoch a restarted monitor loaded, where its log starts) gets a whole
+/// map, and one at that epoch gets deltas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_maps_carry_the_changes_and_a_whole_map_when_too_far_behind() {
+    use fastblock_types::map_delta::{MapFollower, MapScope};
+    use fastblock_types::PoolId;
+    let mut mons = MonCluster::start(1, MonOptions::default()).await;
+    let client = mons.client();
+    let mut osds = Vec::new();
+    for i in 0..4 {
+        osds.push(FakeOsd::register(&mons, &format!("h{i}")).await);
+    }
+    let pool = |name: &str| CreatePoolRequest {
+        name: name.into(),
+        pg_count: 16,
+        size: 2,
+        failure_domain: FailureDomain::Osd,
+    };
+    client.create_pool(&pool("a")).await.unwrap();
+    let osd = osds[0].id;
+    let mut all = MapFollower::new(MapScope::All);
+    let mut mine = MapFollower::new(MapScope::Osd(osd));
+    let mut pool_a = MapFollower::new(MapScope::Pools([PoolId(1)].into()));
+    let mut stale = MapFollower::new(MapScope::All);
+    for f in [&mut all, &mut mine, &mut pool_a, &mut stale] {
+        let first = client
+            .map_update(f.epoch(), f.scope(), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(
+            first.map.is_some() && first.delta.is_none(),
+            "first contact: whole"
+        );
+        f.apply(first.into_update()).unwrap().expect("a map");
+    }
+    let e1 = all.epoch();
+
+    // Changes: a second pool, an OSD out (PGs remapped), a flag.
+    client.create_pool(&pool("b")).await.unwrap();
+    client.osd_out(osds[3].id).await.unwrap();
+    client.set_flag("noout", true).await.unwrap();
+    let whole = client.map().await.unwrap().map.unwrap();
+    assert!(whole.epoch > e1);
+
+    let answer = client
+        .map_update(e1, &MapScope::All, Duration::ZERO)
+        .await
+        .unwrap();
+    let delta = answer.delta.clone().expect("a delta from a recent epoch");
+    assert!(answer.map.is_none());
+    assert_eq!((delta.from, delta.to), (e1, whole.epoch));
+    let delta_bytes = serde_json::to_vec(&delta).unwrap().len();
+    let whole_bytes = serde_json::to_vec(&whole).unwrap().len();
+    assert!(
+        delta_bytes < whole_bytes,
+        "delta {delta_bytes} B, whole map {whole_bytes} B"
+    );
+    let followed = all.apply(answer.into_update()).unwrap().unwrap();
+    assert_eq!(*followed, whole, "the delta gives the map served whole");
+
+    // Scoped: the OSD's PGs only; the pool's PG map only.
+    for (f, scope) in [
+        (&mut mine, MapScope::Osd(osd)),
+        (&mut pool_a, MapScope::Pools([PoolId(1)].into())),
+    ] {
+        let answer = client
+            .map_update(f.epoch(), &scope, Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(answer.delta.is_some(), "{scope:?}: a delta");
+        let m = f.apply(answer.into_update()).unwrap().unwrap();
+        assert_eq!(*m, scope.map(&whole), "{scope:?}");
+    }
+    let mine_map = mine.map().unwrap();
+    let pgs: usize = mine_map.pgmaps.values().map(|p| p.pgs.len()).sum();
+    let total: usize = whole.pgmaps.values().map(|p| p.pgs.len()).sum();
+    assert!(
+        pgs > 0 && pgs < total,
+        "osd {osd} follows {pgs} of {total} PGs"
+    );
+    assert_eq!(pool_a.map().unwrap().pgmaps.len(), 1);
+
+    // A restarted monitor keeps deltas from the epoch it loaded on: a holder behind it gets a
+    // whole map, one at it a delta.
+    mons.kill(0);
+    mons.restart(0);
+    mons.wait_leader(Duration::from_secs(30)).await;
+    let loaded = all.epoch();
+    client.set_flag("noout", false).await.unwrap();
+    let answer = client
+        .map_update(stale.epoch(), &MapScope::All, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(stale.epoch() < loaded);
+    assert!(
+        answer.map.is_some() && answer.delta.is_none(),
+        "whole when behind the log"
+    );
+    let from_whole = stale.apply(answer.into_update()).unwrap().unwrap();
+    let answer = client
+        .map_update(loaded, &MapScope::All, Duration::ZERO)
+        .await
+        .unwrap();
+    let delta = answer.delta.clone().expect("a delta from the loaded epoch");
+    assert_eq!(delta.from, loaded);
+    let m = all.apply(answer.into_update()).unwrap().unwrap();
+    assert!(!m.flags.noout);
+    assert_eq!(m, from_whole);
+    assert_eq!(*m, client.map().await.unwrap().map.unwrap());
+}

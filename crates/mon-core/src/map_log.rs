@@ -5,8 +5,9 @@
 //!
 //! Bounded: deltas are kept while their entries (one per OSD, PG, image, ... that changed) add
 //! up to at most [`MAP_LOG_ENTRIES_MAX`] and their count to [`MAP_LOG_EPOCHS_MAX`]; a holder
-//! behind the oldest kept gets the whole map, scoped. A new leader starts with an empty log:
-//! every holder gets one whole map from it, then deltas.
+//! behind the oldest kept gets the whole map, scoped. A new leader's log starts at the epoch it
+//! loaded (the map at an epoch is the same whoever leads): a holder at that epoch gets deltas,
+//! one behind it a whole map.
 
 use fastblock_types::map::ClusterMap;
 use fastblock_types::map_delta::{MapDelta, MapScope, MapUpdate};

@@ -5,8 +5,10 @@
 //! Every report operation checks before it changes anything, so a refused report leaves the
 //! state as it was and the others of the batch go on (asserted in debug builds).
 
+use crate::report_checks::check_confirmer;
 use crate::{MonState, OpResult, Reporter};
 use fastblock_types::api::{ApiError, OsdReport};
+use fastblock_types::PgId;
 use fastblock_types::SnapId;
 
 impl MonState {
@@ -21,11 +23,18 @@ impl MonState {
             OsdReport::MembershipFinished { pg, req } => {
                 self.membership_finished(*pg, req, reporter).map(drop)
             }
-            OsdReport::ReclaimDone { pg, id } => self.reclaim_pg_done(*id, *pg).map(drop),
-            OsdReport::SnapMarked { pg, image, snap } => {
-                self.snap_pg_done(*image, SnapId(*snap), *pg).map(drop)
-            }
-            OsdReport::SnapTrimmed { pg, id } => self.snap_trim_pg_done(*id, *pg).map(drop),
+            OsdReport::ReclaimDone { pg, id } => self
+                .check_confirmation(reporter, *pg)
+                .and_then(|()| self.reclaim_pg_done(*id, *pg))
+                .map(drop),
+            OsdReport::SnapMarked { pg, image, snap } => self
+                .check_confirmation(reporter, *pg)
+                .and_then(|()| self.snap_pg_done(*image, SnapId(*snap), *pg))
+                .map(drop),
+            OsdReport::SnapTrimmed { pg, id } => self
+                .check_confirmation(reporter, *pg)
+                .and_then(|()| self.snap_trim_pg_done(*id, *pg))
+                .map(drop),
         };
         #[cfg(debug_assertions)]
         if result.is_err() {
@@ -35,6 +44,21 @@ impl MonState {
             );
         }
         result
+    }
+
+    /// A reclaim, snapshot-mark or snapshot-trim confirmation for `pg` must come from an OSD
+    /// the PG names (`report_checks::check_confirmer`). A PG or pool that does not exist is
+    /// left to the confirmation itself, which says so.
+    pub fn check_confirmation(&self, reporter: Reporter, pg: PgId) -> OpResult<()> {
+        match self
+            .map
+            .pgmaps
+            .get(&pg.pool)
+            .and_then(|m| m.pgs.get(&pg.seq))
+        {
+            Some(info) => check_confirmer(pg, info, reporter),
+            None => Ok(()),
+        }
     }
 
     /// Every report of a batch, in order; one result each (`None`: taken).

@@ -99,6 +99,37 @@ pub(crate) fn check_sender(pg: PgId, r: &Reported, reporter: Reporter) -> OpResu
     }
 }
 
+/// The confirmation rule: a reclaim, snapshot-mark or snapshot-trim confirmation for `pg`
+/// comes from an OSD the recorded PG names (`osdlist`, `joint_voters`, `newosdlist` or
+/// `learners`). Only the PG's leader applies these entries and confirms them, and the leader
+/// hosts the PG; an OSD the PG does not name has nothing of it to confirm, and a confirmation
+/// it sent would let the monitor drop a reclaim the PG never did, or create a snapshot
+/// without the PG's mark (`docs/security.md`). A genuine leader the record does not name yet
+/// (its leader report not recorded) is refused once and confirms again (the shard core
+/// repeats a confirmation the monitor still waits for).
+pub(crate) fn check_confirmer(pg_id: PgId, pg: &PgInfo, reporter: Reporter) -> OpResult<()> {
+    let Reporter::Osd(osd) = reporter else {
+        return Ok(());
+    };
+    let names = pg.osdlist.contains(&osd)
+        || pg.joint_voters.contains(&osd)
+        || pg.newosdlist.contains(&osd)
+        || pg.learners.contains(&osd);
+    if names {
+        return Ok(());
+    }
+    err(
+        ErrorCode::ImplausibleReport,
+        format!(
+            "pg {pg_id}: osd {osd} confirmed work for a PG whose members [{}] (target [{}], \
+             learners [{}]) do not include it",
+            list(&pg.osdlist),
+            list(&pg.newosdlist),
+            list(&pg.learners)
+        ),
+    )
+}
+
 /// The rules that compare a report with the recorded PG; see the module documentation.
 pub(crate) fn check_against_record(pg_id: PgId, pg: &PgInfo, r: &Reported) -> OpResult<Verdict> {
     let implausible =

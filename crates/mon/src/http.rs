@@ -1075,13 +1075,21 @@ async fn list_reclaim(State(app): App) -> ApiResult<Vec<ReclaimEntry>> {
 /// A PG leader confirms a reclaim entry's range is deleted from its PG.
 async fn reclaim_pg_done(
     State(app): App,
+    Extension(sender): Extension<Authenticated>,
     Path((id, pgid)): Path<(String, String)>,
 ) -> ApiResult<ReclaimPgDoneResponse> {
     let id: u64 = id
         .parse()
         .map_err(|_| invalid(format!("invalid reclaim id {id:?}")))?;
     let pg = parse_pg(&pgid)?;
-    let finished = app.mon.apply(|s, _| s.reclaim_pg_done(id, pg)).await?;
+    let reporter = reporter(&sender)?;
+    let finished = app
+        .mon
+        .apply(|s, _| {
+            s.check_confirmation(reporter, pg)?;
+            s.reclaim_pg_done(id, pg)
+        })
+        .await?;
     Ok(Json(ReclaimPgDoneResponse { finished }))
 }
 
@@ -1219,6 +1227,7 @@ async fn flatten_done(
 /// A PG leader confirms it applied a snapshot's mark through its log.
 async fn snap_pg_done(
     State(app): App,
+    Extension(sender): Extension<Authenticated>,
     Path((image, snap, pgid)): Path<(String, String, String)>,
 ) -> ApiResult<SnapPgDoneResponse> {
     let image: ImageId = image
@@ -1228,9 +1237,13 @@ async fn snap_pg_done(
         .parse()
         .map_err(|_| invalid(format!("invalid snapshot id {snap:?}")))?;
     let pg = parse_pg(&pgid)?;
+    let reporter = reporter(&sender)?;
     let created = app
         .mon
-        .apply(|s, _| s.snap_pg_done(image, snap, pg))
+        .apply(|s, _| {
+            s.check_confirmation(reporter, pg)?;
+            s.snap_pg_done(image, snap, pg)
+        })
         .await?;
     Ok(Json(SnapPgDoneResponse { created }))
 }
@@ -1246,13 +1259,21 @@ async fn list_snap_trims(State(app): App) -> ApiResult<Vec<SnapTrimEntry>> {
 /// A PG leader confirms it applied a snapshot trim through its log.
 async fn snap_trim_pg_done(
     State(app): App,
+    Extension(sender): Extension<Authenticated>,
     Path((id, pgid)): Path<(String, String)>,
 ) -> ApiResult<SnapTrimPgDoneResponse> {
     let id: u64 = id
         .parse()
         .map_err(|_| invalid(format!("invalid snapshot trim id {id:?}")))?;
     let pg = parse_pg(&pgid)?;
-    let finished = app.mon.apply(|s, _| s.snap_trim_pg_done(id, pg)).await?;
+    let reporter = reporter(&sender)?;
+    let finished = app
+        .mon
+        .apply(|s, _| {
+            s.check_confirmation(reporter, pg)?;
+            s.snap_trim_pg_done(id, pg)
+        })
+        .await?;
     Ok(Json(SnapTrimPgDoneResponse { finished }))
 }
 
