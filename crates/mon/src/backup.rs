@@ -100,39 +100,17 @@ pub async fn read(
 ) -> Result<MonBackup, BackupError> {
     let root = keys.root();
     let mon_prefix = format!("{root}mon/");
-    let range_end = prefix_end(&root);
+    let pages = crate::store::read_pages(client, &root, BACKUP_PAGE_KEYS).await?;
+    let revision = pages.revision;
     let mut out = BTreeMap::new();
-    let mut revision = 0i64;
-    let mut from = root.clone();
-    loop {
-        let mut opts = GetOptions::new()
-            .with_range(range_end.clone())
-            .with_limit(BACKUP_PAGE_KEYS);
-        if revision != 0 {
-            opts = opts.with_revision(revision);
+    for kv in &pages.kvs {
+        let key = kv.key_str().map_err(|_| BackupError::NotUtf8)?;
+        if key.starts_with(&mon_prefix) {
+            continue;
         }
-        let resp = client.get(from.clone(), Some(opts)).await?;
-        if revision == 0 {
-            revision = resp.header().map_or(0, |h| h.revision());
-        }
-        let kvs = resp.kvs();
-        for kv in kvs {
-            let key = kv.key_str().map_err(|_| BackupError::NotUtf8)?;
-            if key.starts_with(&mon_prefix) {
-                continue;
-            }
-            let value = kv.value_str().map_err(|_| BackupError::NotUtf8)?;
-            let relative = key.strip_prefix(&root).unwrap_or(key);
-            out.insert(relative.to_string(), value.to_string());
-        }
-        match kvs.last() {
-            Some(last) if resp.more() => {
-                let mut next = last.key().to_vec();
-                next.push(0);
-                from = String::from_utf8(next).map_err(|_| BackupError::NotUtf8)?;
-            }
-            _ => break,
-        }
+        let value = kv.value_str().map_err(|_| BackupError::NotUtf8)?;
+        let relative = key.strip_prefix(&root).unwrap_or(key);
+        out.insert(relative.to_string(), value.to_string());
     }
     #[derive(Deserialize)]
     struct EpochValue {
@@ -154,7 +132,7 @@ pub async fn read(
 }
 
 /// The first key after every key starting with `prefix` (etcd's range end for a prefix).
-fn prefix_end(prefix: &str) -> String {
+pub(crate) fn prefix_end(prefix: &str) -> String {
     let mut end = prefix.as_bytes().to_vec();
     // The prefix ends in '/', which has a successor in ASCII: no carry is ever needed.
     let last = end.last_mut().expect("the prefix is not empty");

@@ -9,7 +9,10 @@
 //! <prefix>/pending                 Pending                deferred work (rebalance)
 //! <prefix>/osds/<id>               OsdInfo
 //! <prefix>/pools/<id>              PoolInfo
-//! <prefix>/pgmaps/<pool id>        PgMap                  all PGs of one pool
+//! <prefix>/pgmaps/<pool id>        PgMap                  one pool's PG map: pool, version
+//!                                                         (`pgs` empty; older monitors put
+//!                                                         every PG here, still read)
+//! <prefix>/pgmaps/<pool id>/<chunk> {"<seq>":PgInfo,..}   the pool's PGs seq/256 == chunk
 //! <prefix>/images/<pool id>/<name> ImageInfo
 //! <prefix>/reclaim/<id>            ReclaimEntry           data the data path must delete
 //! <prefix>/snaps/<image id>/<snap id>  SnapInfo           a live snapshot of an image
@@ -22,17 +25,23 @@
 //! <prefix>/mon/members/<name>      MonMember              each monitor, with its own lease
 //! <prefix>/mon/restore             RestoreMarker          the backup a restore wrote (once)
 //! ```
+//!
+//! A pool's PGs are stored in chunks of [`CHUNK_PGS`] (one etcd key each, some 40 KB), so a
+//! commit rewrites the chunks whose PGs changed, not the pool's whole PG map
+//! ([`Keyspace::changes`]); the keys of the other records are small.
 
 use fastblock_mon_core::auth_ops::AuthEntity;
 use fastblock_mon_core::state::{MonState, Pending};
 use fastblock_types::auth::AuthSettings;
+use fastblock_types::map::PgInfo;
 use fastblock_types::map::{
     Counters, Flags, ImageInfo, OsdInfo, PgMap, PoolInfo, ReclaimEntry, ScrubRequest, SnapInfo,
     SnapTrimEntry, SpaceSettings,
 };
-use fastblock_types::Epoch;
+use fastblock_types::pg_table::{PgTable, CHUNK_PGS};
+use fastblock_types::{Epoch, PoolId};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Debug)]
 pub struct Keyspace {
@@ -103,6 +112,10 @@ impl Keyspace {
         format!("{}/images/{pool}/", self.prefix)
     }
 
+    pub fn pg_chunks_of_pool_prefix(&self, pool: u32) -> String {
+        format!("{}/pgmaps/{pool}/", self.prefix)
+    }
+
     pub fn snaps_of_image_prefix(&self, image: u64) -> String {
         format!("{}/snaps/{image}/", self.prefix)
     }
@@ -133,7 +146,10 @@ impl Keyspace {
             out.insert(format!("{p}/pools/{id}"), json(pool));
         }
         for (id, pgmap) in &state.map.pgmaps {
-            out.insert(format!("{p}/pgmaps/{id}"), json(pgmap));
+            out.insert(format!("{p}/pgmaps/{id}"), pgmap_header(pgmap));
+            for (index, chunk) in pgmap.pgs.chunks() {
+                out.insert(self.pg_chunk(id.0, index), json(chunk));
+            }
         }
         for ((pool, name), image) in &state.images {
             out.insert(format!("{p}/images/{pool}/{name}"), json(image));
@@ -178,9 +194,125 @@ impl Keyspace {
         out
     }
 
+    /// The key of chunk `index` of `pool`'s PGs.
+    pub fn pg_chunk(&self, pool: u32, index: u32) -> String {
+        format!("{}/pgmaps/{pool}/{index}", self.prefix)
+    }
+
+    /// What to write to go from `prev` (whose keys are `prev_kvs`, `encode(prev)`) to `next`:
+    /// the keys to put with their values, and the keys to delete. Equal to comparing
+    /// `encode(prev)` with `encode(next)` (asserted in debug builds by the store), but a PG
+    /// chunk `next` shares with `prev` is neither encoded nor compared, so a commit costs what
+    /// it changed, not the size of the pools.
+    pub fn changes(
+        &self,
+        prev: &MonState,
+        prev_kvs: &BTreeMap<String, String>,
+        next: &MonState,
+    ) -> (Vec<(String, String)>, Vec<String>) {
+        let mut puts = Vec::new();
+        let mut deletes = Vec::new();
+        let chunks_root = format!("{}/pgmaps/", self.prefix);
+        let is_chunk = |key: &str| {
+            key.strip_prefix(&chunks_root)
+                .is_some_and(|rest| rest.contains('/'))
+        };
+        // Every record but the PG chunks: small, encoded whole.
+        let small = self.encode_without_chunks(next);
+        for (key, value) in &small {
+            if prev_kvs.get(key) != Some(value) {
+                puts.push((key.clone(), value.clone()));
+            }
+        }
+        for key in prev_kvs.keys() {
+            if !is_chunk(key) && !small.contains_key(key) {
+                deletes.push(key.clone());
+            }
+        }
+        // The PG chunks: those `next` shares with `prev` are unchanged.
+        let empty = PgTable::new();
+        for (pool, pgmap) in &next.map.pgmaps {
+            let before = prev.map.pgmaps.get(pool).map_or(&empty, |m| &m.pgs);
+            for (index, chunk) in pgmap.pgs.chunks() {
+                if pgmap.pgs.shares_chunk(before, index) {
+                    continue;
+                }
+                let key = self.pg_chunk(pool.0, index);
+                let value = serde_json::to_string(chunk).expect("PGs always serialize");
+                if prev_kvs.get(&key) != Some(&value) {
+                    puts.push((key, value));
+                }
+            }
+        }
+        for (pool, chunk_keys) in self.chunk_keys_by_pool(prev_kvs) {
+            if !prev.map.pgmaps.contains_key(&pool) {
+                // A damaged pool's PGs (`orphan_chunks`): left alone.
+                continue;
+            }
+            let table = next.map.pgmaps.get(&pool).map(|m| &m.pgs);
+            for (index, key) in chunk_keys {
+                let kept = table.is_some_and(|t| t.chunks().any(|(i, _)| i == index));
+                if !kept {
+                    deletes.push(key);
+                }
+            }
+        }
+        (puts, deletes)
+    }
+
+    /// The PG chunk keys among `kvs` whose pool has no PG map key (`pgmaps/<pool>`): a damaged
+    /// pool's PGs, which neither a load nor a commit touches.
+    pub fn orphan_chunks(&self, kvs: &BTreeMap<String, String>) -> BTreeSet<String> {
+        self.chunk_keys_by_pool(kvs)
+            .into_iter()
+            .filter(|(pool, _)| !kvs.contains_key(&format!("{}/pgmaps/{pool}", self.prefix)))
+            .flat_map(|(_, keys)| keys.into_iter().map(|(_, k)| k))
+            .collect()
+    }
+
+    /// The chunk keys among `kvs`, by pool: (chunk index, key).
+    fn chunk_keys_by_pool(
+        &self,
+        kvs: &BTreeMap<String, String>,
+    ) -> BTreeMap<PoolId, Vec<(u32, String)>> {
+        let root = format!("{}/pgmaps/", self.prefix);
+        let mut out: BTreeMap<PoolId, Vec<(u32, String)>> = BTreeMap::new();
+        for key in kvs.range(root.clone()..).map(|(k, _)| k) {
+            let Some(rest) = key.strip_prefix(&root) else {
+                break;
+            };
+            let Some((pool, index)) = rest.split_once('/') else {
+                continue;
+            };
+            if let (Ok(pool), Ok(index)) = (pool.parse(), index.parse()) {
+                out.entry(PoolId(pool))
+                    .or_default()
+                    .push((index, key.clone()));
+            }
+        }
+        out
+    }
+
+    /// `encode` without the PG chunks.
+    fn encode_without_chunks(&self, state: &MonState) -> BTreeMap<String, String> {
+        let stripped = MonState {
+            map: fastblock_types::map::ClusterMap {
+                pgmaps: BTreeMap::new(),
+                ..state.map.clone()
+            },
+            ..state.clone()
+        };
+        let mut out = self.encode(&stripped);
+        for (id, pgmap) in &state.map.pgmaps {
+            out.insert(format!("{}/pgmaps/{id}", self.prefix), pgmap_header(pgmap));
+        }
+        out
+    }
+
     /// Rebuilds the state from the keys under the prefix (the `mon/` keys are skipped).
     pub fn decode(&self, kvs: &BTreeMap<String, String>) -> Result<MonState, KeyError> {
         let mut state = MonState::default();
+        let mut chunks = Vec::new();
         let root = self.root();
         for (key, value) in kvs {
             let Some(rest) = key.strip_prefix(&root) else {
@@ -219,8 +351,22 @@ impl Keyspace {
                     state.map.pools.insert(pool.id, pool);
                 }
                 ["pgmaps", _] => {
+                    // Its PGs, if written by a monitor before the chunks, or none.
                     let pgmap: PgMap = serde_json::from_str(value).map_err(parse_err)?;
                     state.map.pgmaps.insert(pgmap.pool, pgmap);
+                }
+                ["pgmaps", pool, index] => {
+                    let bad_id = |what: &str| bad(format!("invalid {what} in a PG chunk key"));
+                    let pool: u32 = pool.parse().map_err(|_| bad_id("pool id"))?;
+                    let index: u32 = index.parse().map_err(|_| bad_id("chunk index"))?;
+                    let pgs: BTreeMap<u32, PgInfo> =
+                        serde_json::from_str(value).map_err(parse_err)?;
+                    if let Some(seq) = pgs.keys().find(|s| PgTable::chunk_index(**s) != index) {
+                        return Err(bad(format!(
+                            "PG {seq} does not belong in chunk {index} ({CHUNK_PGS} PGs each)"
+                        )));
+                    }
+                    chunks.push((PoolId(pool), key.clone(), pgs));
                 }
                 ["images", _, _] => {
                     let image: ImageInfo = serde_json::from_str(value).map_err(parse_err)?;
@@ -272,6 +418,22 @@ impl Keyspace {
                 _ => return Err(bad("unknown key".to_string())),
             }
         }
+        // PG chunks join their pool's PG map, whatever order the keys came in. Those of a pool
+        // without its PG map key are left where they are: the pool is damaged
+        // (`PoolDamage::PgMapMissing`) and fenced, and its PGs stay in etcd for a repair.
+        for (pool, key, pgs) in chunks {
+            let Some(pgmap) = state.map.pgmaps.get_mut(&pool) else {
+                continue;
+            };
+            for (seq, pg) in pgs {
+                if pgmap.pgs.insert(seq, pg).is_some() {
+                    return Err(KeyError {
+                        key,
+                        reason: format!("PG {seq} stored twice"),
+                    });
+                }
+            }
+        }
         // etcd lists keys in byte order (`snaps/1/10` before `snaps/1/9`): snapshots are kept
         // by id.
         for snaps in state.snaps.values_mut() {
@@ -280,9 +442,11 @@ impl Keyspace {
         // Re-encoding must reproduce every key: a value stored under the wrong key (an osd
         // JSON whose id differs from its key) would otherwise be silently moved.
         let encoded = self.encode(&state);
+        let orphans = self.orphan_chunks(kvs);
         for key in kvs.keys() {
             let skip = key.starts_with(&format!("{}/mon/", self.prefix))
-                || key.ends_with("/readiness-probe");
+                || key.ends_with("/readiness-probe")
+                || orphans.contains(key);
             if !skip && !encoded.contains_key(key) {
                 return Err(KeyError {
                     key: key.clone(),
@@ -307,6 +471,18 @@ impl Keyspace {
         })?;
         Ok(state)
     }
+}
+
+/// A pool's PG map key: its pool and version, its PGs in the chunk keys. Written as a `PgMap`
+/// with no PGs, so that it reads as one (and a key written before the chunks, with its PGs,
+/// reads the same way).
+fn pgmap_header(pgmap: &PgMap) -> String {
+    let header = PgMap {
+        pool: pgmap.pool,
+        version: pgmap.version,
+        pgs: PgTable::new(),
+    };
+    serde_json::to_string(&header).expect("a PG map always serializes")
 }
 
 mod erased {
@@ -410,7 +586,14 @@ mod tests {
             back.damaged_pools().into_iter().collect::<Vec<_>>(),
             vec![(PoolId(1), PoolDamage::PgMapMissing)]
         );
-        // Re-encoding writes no PG map for it: loading changes nothing in etcd.
+        // Its PGs stay in etcd, untouched; re-encoding writes neither a PG map nor PGs for it.
+        let orphans = ks.orphan_chunks(&kvs);
+        assert_eq!(
+            orphans.iter().collect::<Vec<_>>(),
+            vec!["/fb/pgmaps/1/0"],
+            "the pool's one chunk"
+        );
+        kvs.retain(|k, _| !orphans.contains(k));
         assert_eq!(ks.encode(&back), kvs);
     }
 
@@ -554,5 +737,64 @@ mod tests {
         let mut kvs = ks.encode(&MonState::default());
         kvs.insert("/fb/flags".into(), "not json".into());
         assert!(ks.decode(&kvs).is_err());
+    }
+
+    /// A pool's PGs come back from their chunks; a PG stored in a chunk it does not belong
+    /// in, or in two keys, is refused rather than moved.
+    #[test]
+    fn pg_chunks_round_trip_and_a_misplaced_pg_is_refused() {
+        use fastblock_types::api::{BootRequest, CreatePoolRequest};
+        use fastblock_types::map::FailureDomain;
+        let ks = Keyspace::new("/fb");
+        let mut state = MonState::default();
+        let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
+        let id = state.apply_id(uuid).unwrap();
+        let boot = BootRequest {
+            uuid: uuid.into(),
+            address: "127.0.0.1".into(),
+            port: 7000,
+            shards: 1,
+            host: "h".into(),
+            capacity_bytes: 1 << 30,
+            config: String::new(),
+            lease_timing: None,
+        };
+        state.boot(id, &boot).unwrap();
+        let pool = CreatePoolRequest {
+            name: "p".into(),
+            pg_count: 600,
+            size: 1,
+            failure_domain: FailureDomain::Osd,
+        };
+        state.create_pool(&pool).unwrap();
+        state.finish(&MonState::default());
+        let kvs = ks.encode(&state);
+        let chunks: Vec<&String> = kvs
+            .keys()
+            .filter(|k| k.starts_with("/fb/pgmaps/1/"))
+            .collect();
+        assert_eq!(
+            chunks,
+            ["/fb/pgmaps/1/0", "/fb/pgmaps/1/1", "/fb/pgmaps/1/2"]
+        );
+        assert_eq!(ks.decode(&kvs).unwrap(), state);
+        // PG 300 (chunk 1) moved into chunk 0.
+        let mut moved = kvs.clone();
+        let mut c0: BTreeMap<u32, PgInfo> = serde_json::from_str(&moved["/fb/pgmaps/1/0"]).unwrap();
+        let mut c1: BTreeMap<u32, PgInfo> = serde_json::from_str(&moved["/fb/pgmaps/1/1"]).unwrap();
+        c0.insert(300, c1.remove(&300).unwrap());
+        moved.insert("/fb/pgmaps/1/0".into(), serde_json::to_string(&c0).unwrap());
+        moved.insert("/fb/pgmaps/1/1".into(), serde_json::to_string(&c1).unwrap());
+        let e = ks.decode(&moved).unwrap_err();
+        assert!(
+            e.reason.contains("PG 300 does not belong in chunk 0"),
+            "{e}"
+        );
+        // PG 0 both in the pool's key (as an older monitor wrote it) and in chunk 0.
+        let mut twice = kvs.clone();
+        let whole = serde_json::to_string(&state.map.pgmaps[&PoolId(1)]).unwrap();
+        twice.insert("/fb/pgmaps/1".into(), whole);
+        let e = ks.decode(&twice).unwrap_err();
+        assert!(e.reason.contains("stored twice"), "{e}");
     }
 }

@@ -1,5 +1,6 @@
-//! Persistence of [`MonState`] in etcd: load everything, and commit the keys an operation
-//! changed in one transaction guarded by revisions.
+//! Persistence of [`MonState`] in etcd: load everything (a page of keys at a time, at one
+//! revision), and commit the keys an operation changed in one transaction guarded by
+//! revisions.
 //!
 //! Every commit compares (a) the leader key's create revision with the one this monitor won
 //! the election with — a deposed leader's writes fail, even if it has not noticed yet — and (b)
@@ -22,9 +23,19 @@ pub struct Fence {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     pub state: MonState,
+    /// The keys and values in etcd (the `mon/` keys left out).
     pub kvs: BTreeMap<String, String>,
     pub revisions: BTreeMap<String, i64>,
+    /// `kvs` is not `Keyspace::encode(state)`: written by another version (a pool's PGs in
+    /// one key, fields added since), or edited by hand. The next commit compares every key
+    /// and so writes the state as this version encodes it.
+    pub dirty: bool,
 }
+
+/// Keys per page when loading: a page of PG chunks is some 2.5 MB, below the 4 MiB a gRPC
+/// answer may carry (a monitor before the chunks wrote a pool's PGs in one key of up to
+/// ~700 KB at 4,096 PGs: 4 of them fit).
+pub const LOAD_PAGE_KEYS: i64 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
@@ -77,16 +88,15 @@ impl EtcdStore {
     }
 
     pub async fn load(&mut self) -> Result<Snapshot, LoadError> {
-        let resp = self
-            .client
-            .get(self.keys.root(), Some(GetOptions::new().with_prefix()))
-            .await?;
+        let root = self.keys.root();
+        let mon_prefix = format!("{root}mon/");
         let mut kvs = BTreeMap::new();
         let mut revisions = BTreeMap::new();
-        let mon_prefix = format!("{}mon/", self.keys.root());
-        for kv in resp.kvs() {
+        let pages = read_pages(&mut self.client, &root, LOAD_PAGE_KEYS).await?;
+        for kv in pages.kvs {
             let key = kv.key_str().map_err(|_| LoadError::NotUtf8)?.to_string();
-            if key.starts_with(&mon_prefix) {
+            // The readiness probe (`etcd_maint`) is no part of the state.
+            if key.starts_with(&mon_prefix) || key.ends_with("/readiness-probe") {
                 continue;
             }
             let value = kv.value_str().map_err(|_| LoadError::NotUtf8)?.to_string();
@@ -94,12 +104,24 @@ impl EtcdStore {
             kvs.insert(key, value);
         }
         let state = self.keys.decode(&kvs)?;
-        // Normalised re-encoding is what later diffs compare against.
-        let kvs = self.keys.encode(&state);
+        let orphans = self.keys.orphan_chunks(&kvs);
+        let dirty = self.keys.encode(&state)
+            != kvs
+                .iter()
+                .filter(|(k, _)| !orphans.contains(*k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<BTreeMap<_, _>>();
+        if dirty {
+            tracing::info!(
+                "the state in etcd is not as this version writes it (an older layout): the \
+                 next commit rewrites it"
+            );
+        }
         Ok(Snapshot {
             state,
             kvs,
             revisions,
+            dirty,
         })
     }
 
@@ -113,19 +135,34 @@ impl EtcdStore {
         snapshot: &mut Snapshot,
         next: MonState,
     ) -> Result<Option<Written>, CommitError> {
-        let new_kvs = self.keys.encode(&next);
+        let (puts, deletes) = if snapshot.dirty {
+            full_changes(&self.keys, &snapshot.kvs, &self.keys.encode(&next))
+        } else {
+            let changes = self.keys.changes(&snapshot.state, &snapshot.kvs, &next);
+            #[cfg(debug_assertions)]
+            {
+                let full = full_changes(&self.keys, &snapshot.kvs, &self.keys.encode(&next));
+                let sorted = |(mut p, mut d): (Vec<(String, String)>, Vec<String>)| {
+                    p.sort();
+                    d.sort();
+                    (p, d)
+                };
+                debug_assert_eq!(
+                    sorted(changes.clone()),
+                    sorted(full),
+                    "Keyspace::changes differs from comparing every key"
+                );
+            }
+            changes
+        };
         let mut compares = vec![Compare::create_revision(
             self.keys.leader(),
             CompareOp::Equal,
             fence.leader_create_revision,
         )];
         let mut ops = Vec::new();
-        let mut put_keys = Vec::new();
         let mut put_bytes = 0u64;
-        for (key, value) in &new_kvs {
-            if snapshot.kvs.get(key) == Some(value) {
-                continue;
-            }
+        for (key, value) in &puts {
             match snapshot.revisions.get(key) {
                 Some(rev) => {
                     compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev))
@@ -134,7 +171,6 @@ impl EtcdStore {
             }
             ops.push(TxnOp::put(key.clone(), value.clone(), None));
             put_bytes += (key.len() + value.len()) as u64;
-            put_keys.push(key.clone());
         }
         // Images of a deleted pool go with one range delete, and the snapshots of each of
         // them with one more, so a pool with many images and snapshots does not exceed etcd's
@@ -150,6 +186,7 @@ impl EtcdStore {
         let mut range_deleted: Vec<String> = Vec::new();
         for pool in &deleted_pools {
             range_deleted.push(self.keys.images_of_pool_prefix(*pool));
+            range_deleted.push(self.keys.pg_chunks_of_pool_prefix(*pool));
         }
         for (image, snaps) in &snapshot.state.snaps {
             let in_deleted_pool = snaps
@@ -165,12 +202,7 @@ impl EtcdStore {
                 Some(etcd_client::DeleteOptions::new().with_prefix()),
             ));
         }
-        let mut deleted_keys = Vec::new();
-        for key in snapshot.kvs.keys() {
-            if new_kvs.contains_key(key) {
-                continue;
-            }
-            deleted_keys.push(key.clone());
+        for key in &deletes {
             if range_deleted.iter().any(|p| key.starts_with(p)) {
                 continue;
             }
@@ -192,14 +224,23 @@ impl EtcdStore {
             .header()
             .map(|h| h.revision())
             .expect("etcd txn responses carry a header");
-        for key in put_keys {
-            snapshot.revisions.insert(key, revision);
+        for (key, value) in puts {
+            snapshot.revisions.insert(key.clone(), revision);
+            snapshot.kvs.insert(key, value);
         }
-        for key in deleted_keys {
+        for key in deletes {
             snapshot.revisions.remove(&key);
+            snapshot.kvs.remove(&key);
         }
-        snapshot.kvs = new_kvs;
+        // A range delete took every key under its prefix, listed or not.
+        snapshot
+            .kvs
+            .retain(|k, _| !range_deleted.iter().any(|p| k.starts_with(p)));
+        snapshot
+            .revisions
+            .retain(|k, _| !range_deleted.iter().any(|p| k.starts_with(p)));
         snapshot.state = next;
+        snapshot.dirty = false;
         Ok(Some(Written {
             revision: u64::try_from(revision).unwrap_or(0),
             bytes: put_bytes,
@@ -214,4 +255,68 @@ pub struct Written {
     pub revision: u64,
     /// Bytes of the keys and values it put.
     pub bytes: u64,
+}
+
+/// The keys to put and to delete to go from `old` to `new`, comparing every key; a damaged
+/// pool's PGs (`Keyspace::orphan_chunks`) are never deleted.
+fn full_changes(
+    keys: &Keyspace,
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let orphans = keys.orphan_chunks(old);
+    let puts = new
+        .iter()
+        .filter(|(k, v)| old.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let deletes = old
+        .keys()
+        .filter(|k| !new.contains_key(*k) && !orphans.contains(*k))
+        .cloned()
+        .collect();
+    (puts, deletes)
+}
+
+/// Every key under `prefix` at one revision, `page_keys` keys per request (a whole keyspace in
+/// one answer could pass what one gRPC message may carry).
+pub struct Pages {
+    pub revision: i64,
+    pub kvs: Vec<etcd_client::KeyValue>,
+}
+
+pub async fn read_pages(
+    client: &mut etcd_client::Client,
+    prefix: &str,
+    page_keys: i64,
+) -> Result<Pages, etcd_client::Error> {
+    let range_end = crate::backup::prefix_end(prefix);
+    let mut out = Vec::new();
+    let mut revision = 0i64;
+    let mut from = prefix.to_string();
+    loop {
+        let mut opts = GetOptions::new()
+            .with_range(range_end.clone())
+            .with_limit(page_keys);
+        if revision != 0 {
+            opts = opts.with_revision(revision);
+        }
+        let mut resp = client.get(from.clone(), Some(opts)).await?;
+        if revision == 0 {
+            revision = resp.header().map_or(0, |h| h.revision());
+        }
+        let more = resp.more();
+        let kvs = resp.take_kvs();
+        let next = kvs.last().map(|last| {
+            let mut next = last.key().to_vec();
+            next.push(0);
+            next
+        });
+        out.extend(kvs);
+        match next {
+            Some(next) if more => from = String::from_utf8_lossy(&next).into_owned(),
+            _ => break,
+        }
+    }
+    Ok(Pages { revision, kvs: out })
 }

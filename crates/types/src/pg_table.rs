@@ -205,6 +205,25 @@ impl PgTable {
         out
     }
 
+    /// The chunk `seq` belongs to (the monitor stores a pool's PGs in etcd one chunk per key).
+    pub fn chunk_index(seq: u32) -> u32 {
+        chunk_of(seq)
+    }
+
+    /// The chunks that hold PGs, in order: their index and their PGs.
+    pub fn chunks(&self) -> impl DoubleEndedIterator<Item = (u32, &BTreeMap<u32, PgInfo>)> + '_ {
+        self.chunks.iter().map(|(i, c)| (*i, &**c))
+    }
+
+    /// Whether both tables hold chunk `index` and share it (then it is equal, without
+    /// comparing).
+    pub fn shares_chunk(&self, other: &PgTable, index: u32) -> bool {
+        match (self.chunks.get(&index), other.chunks.get(&index)) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     /// Whether the two tables share every chunk (then they are equal, without comparing).
     pub fn shares_all(&self, other: &PgTable) -> bool {
         self.chunks.len() == other.chunks.len()
