@@ -210,6 +210,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     let (map_stop_tx, map_stop) = tokio::sync::watch::channel(false);
     let mut map_task = tokio::spawn(follow_map(
         mon.clone(),
+        metrics.clone(),
         identity.id,
         shards.iter().map(|s| s.commands.clone()).collect(),
         key_table,
@@ -358,6 +359,7 @@ const REPORT_TICK: Duration = Duration::from_millis(50);
 /// (`fastblock_types::map_delta`); a whole map only at first, or after falling too far behind.
 async fn follow_map(
     mon: Arc<MonClient>,
+    metrics: Arc<Metrics>,
     osd: OsdId,
     shards: Vec<mpsc::UnboundedSender<ShardCommand>>,
     key_table: SharedKeyTable,
@@ -378,8 +380,20 @@ async fn follow_map(
                 continue;
             }
         };
-        match follower.apply(resp.into_update()) {
+        let update = resp.into_update();
+        let kind = match &update {
+            fastblock_types::map_delta::MapUpdate::Full(_) => Some(&metrics.map_full),
+            fastblock_types::map_delta::MapUpdate::Delta(_) => Some(&metrics.map_deltas),
+            fastblock_types::map_delta::MapUpdate::UpToDate => None,
+        };
+        match follower.apply(update) {
             Ok(Some(map)) => {
+                if let Some(counter) = kind {
+                    counter.inc();
+                }
+                metrics
+                    .map_epoch
+                    .set(i64::try_from(map.epoch.0).unwrap_or(i64::MAX));
                 if keys_epoch != Some(map.auth.epoch) {
                     keys_epoch = refresh_keys(&mon, &key_table, map.auth).await;
                 }

@@ -13,6 +13,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
@@ -64,6 +65,11 @@ pub struct Metrics {
     pub osd: OsdMetrics,
     /// 1 while the OSD skips device flushes (`crate::no_flush`), else 0.
     pub wal_flush_skipped: Gauge,
+    /// The map epoch the OSD follows (`crate::control::follow_map`).
+    pub map_epoch: Gauge,
+    /// Map updates taken: whole maps (first contact, or too far behind) and deltas.
+    pub map_full: Counter,
+    pub map_deltas: Counter,
 }
 
 impl Default for Metrics {
@@ -83,10 +89,32 @@ impl Metrics {
              before they are durable and a power loss loses them; 0: flushes as usual",
             wal_flush_skipped.clone(),
         );
+        let map_epoch = Gauge::default();
+        registry.register(
+            "map_epoch",
+            "The cluster map epoch this OSD has",
+            map_epoch.clone(),
+        );
+        let map_full = Counter::default();
+        registry.register(
+            "map_full",
+            "Whole cluster maps taken from the monitor: at start, and when the monitor no \
+             longer had the changes since the epoch held",
+            map_full.clone(),
+        );
+        let map_deltas = Counter::default();
+        registry.register(
+            "map_deltas",
+            "Incremental maps (the changes since the epoch held) taken from the monitor",
+            map_deltas.clone(),
+        );
         Metrics {
             registry,
             osd,
             wal_flush_skipped,
+            map_epoch,
+            map_full,
+            map_deltas,
         }
     }
 

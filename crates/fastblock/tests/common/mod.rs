@@ -138,6 +138,17 @@ impl Proc {
         }
     }
 
+    /// SIGSTOP: the process stays, frozen (its sockets open, its timers stopped), until
+    /// [`Proc::resume`]. On drop it is killed as usual (SIGKILL ends a stopped process).
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`Proc::pause`].
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT);
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         self.signal(libc::SIGKILL);
@@ -868,6 +879,19 @@ impl OsdProc {
         match self.proc.take() {
             Some(mut p) => p.terminate(Duration::from_secs(20)),
             None => true,
+        }
+    }
+
+    /// Freezes the OSD process (SIGSTOP) until [`OsdProc::resume`].
+    pub fn pause(&mut self) {
+        if let Some(p) = self.proc.as_mut() {
+            p.pause();
+        }
+    }
+
+    pub fn resume(&mut self) {
+        if let Some(p) = self.proc.as_mut() {
+            p.resume();
         }
     }
 
