@@ -32,6 +32,7 @@ fn pool_error_words(e: &MonError) -> &'static str {
         Some(ErrorCode::PoolExists) => "pool already exists",
         Some(ErrorCode::NotEnoughDomains) => "failure domain need not satisfied",
         Some(ErrorCode::NotEnoughOsds) => "no enough osd to create pool(form quorum)",
+        Some(ErrorCode::TooManyPgs) => "too many pgs per osd",
         Some(ErrorCode::InvalidArgument) => "invalid argument",
         _ => "internal error",
     }

@@ -67,9 +67,9 @@ pub fn code_status(code: ErrorCode) -> i32 {
         PoolNotFound | ImageNotFound | OsdNotFound | PgNotFound | ReclaimNotFound
         | EntityNotFound | SnapNotFound | SnapTrimNotFound => EXIT_NOT_FOUND,
         InvalidArgument | PoolExists | ImageExists | UuidExists | UuidMismatch | OsdDown
-        | NotEnoughDomains | NotEnoughOsds | ShrinkRefused | TooLarge | PoolDamaged
-        | IncompatibleConfig | AuthRequired | AuthFailed | PermissionDenied | EntityExists
-        | SnapExists | SnapInUse | SnapNotReady | OsdInUse => EXIT_REFUSED,
+        | NotEnoughDomains | NotEnoughOsds | TooManyPgs | ShrinkRefused | TooLarge
+        | PoolDamaged | IncompatibleConfig | AuthRequired | AuthFailed | PermissionDenied
+        | EntityExists | SnapExists | SnapInUse | SnapNotReady | OsdInUse => EXIT_REFUSED,
         NoLeader | Unavailable | Conflict | ReclaimPending | OsdTimedOut | Busy | MonStoreFull => {
             EXIT_UNREACHABLE
         }

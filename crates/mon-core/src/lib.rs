@@ -17,6 +17,8 @@
 //!   and flatten, and the trim list that makes the PGs drop removed or aborted snapshots.
 //! - [`scrub_ops`]: operators' scrub requests, dropped when the PG's leader reports them
 //!   done, and what leaders report of their scrubs ([`scrub_ops::ScrubStats`], in memory).
+//! - [`pg_per_osd`]: PG replicas per OSD, bounded at pool creation (`max_pg_per_osd`) and
+//!   warned about in health (`TOO_MANY_PGS`).
 //! - [`pg_reports`]: "leader elected" and "membership change finished" from PG leaders.
 //! - [`report_batch`]: an OSD's reports in one batch, one operation for all of them.
 //! - [`report_checks`]: the rules a PG report must pass against its sender ([`Reporter`]) and
@@ -54,6 +56,7 @@ pub mod liveness;
 pub mod map_log;
 pub mod osd_ops;
 pub mod osd_purge;
+pub mod pg_per_osd;
 pub mod pg_reports;
 pub mod pool_ops;
 pub mod report_batch;

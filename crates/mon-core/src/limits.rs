@@ -2,9 +2,14 @@
 
 use fastblock_types::units::{BLOCK_SIZE_BYTES, KIB, MIB, PIB};
 
-/// PGs per pool: one pgmap key holds them all, and etcd's default request limit is 1.5 MiB;
-/// at ~150 bytes of JSON per PG this stays below a third of it.
+/// PGs per pool: creating a pool writes all its PGs in one etcd transaction (in chunk keys of
+/// 256 PGs, `fastblock_mon::keys`), and etcd's default request limit is 1.5 MiB; at ~150 bytes
+/// of JSON per PG this stays below half of it.
 pub const PG_COUNT_MAX: u32 = 4096;
+/// PG replicas an OSD may carry when a pool is created (`max_pg_per_osd`, settable on the
+/// monitor), as Ceph's `mon_max_pg_per_osd`: each PG costs an OSD memory, a Raft group and
+/// heartbeats, whatever data it holds.
+pub const PG_PER_OSD_MAX_DEFAULT: u32 = 250;
 /// Replicas per PG.
 pub const POOL_SIZE_MAX: u32 = 7;
 /// Largest image: 1 PiB. Object indexes and byte offsets stay far from u64 overflow.

@@ -345,6 +345,7 @@ fn full_health(
     h.add_backfill_too_full(&ctx.stats.backfill_too_full(now_ms));
     h.add_pg_inconsistent(&ctx.scrubs.inconsistent(s));
     h.add_osd_space(&s.map, &ctx.stats.spaces(&s.map));
+    h.add_too_many_pgs(&s.map, app.mon.pg_per_osd_max());
     let fresh_ms = ctx.liveness.config().osd_down_after_ms;
     h.add_slow_ops(&ctx.stats.ops.slow(&s.map, now_ms, fresh_ms));
     h.add_etcd(&app.mon.upkeep.status());
@@ -704,7 +705,12 @@ async fn list_pools(State(app): App) -> ApiResult<PoolList> {
 
 async fn create_pool(State(app): App, body: Bytes) -> ApiResult<PoolInfo> {
     let req: CreatePoolRequest = parse(&body)?;
-    Ok(Json(app.mon.apply(|s, _| s.create_pool(&req)).await?))
+    let max = app.mon.pg_per_osd_max();
+    Ok(Json(
+        app.mon
+            .apply(|s, _| s.create_pool_within(&req, max))
+            .await?,
+    ))
 }
 
 async fn get_pool(State(app): App, Path(name): Path<String>) -> ApiResult<PoolInfo> {

@@ -37,6 +37,8 @@ pub struct MonConfig {
     /// How long a snapshot may stay `creating` before it is aborted (at most
     /// `SNAP_CREATE_TIMEOUT_MS_MAX`).
     pub snap_create_timeout_ms: u64,
+    /// `--max-pg-per-osd`, changed at runtime by the admin socket's `max_pg_per_osd`.
+    pub pg_per_osd_max: std::sync::Arc<std::sync::atomic::AtomicU32>,
     /// etcd's upkeep (`crate::etcd_maint`): quota, history kept, defragmentation.
     pub etcd_upkeep: UpkeepSettings,
     /// How often the leader compacts etcd's history (zero: never), changed at runtime by
@@ -257,6 +259,7 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     let mut mon = Monitor::new(me, keys, client, role_rx, config.liveness, upkeep);
     mon.auth_bootstrap = config.auth.clone();
     mon.snap_create_timeout_ms = config.snap_create_timeout_ms;
+    mon.pg_per_osd_max = config.pg_per_osd_max.clone();
     let mon = Arc::new(mon);
     let ticker = {
         let (mon, rx) = (mon.clone(), shutdown_rx.clone());

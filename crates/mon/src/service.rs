@@ -67,6 +67,9 @@ pub struct Monitor {
     /// How long a snapshot may stay `creating` before it is aborted
     /// (`--snap-create-timeout-ms`).
     pub snap_create_timeout_ms: u64,
+    /// PG replicas per OSD a new pool may bring an OSD to (`--max-pg-per-osd`, settable at
+    /// runtime; `fastblock_mon_core::pg_per_osd`).
+    pub pg_per_osd_max: Arc<std::sync::atomic::AtomicU32>,
     /// etcd's upkeep (compaction, defragmentation, alarms), told of every commit.
     pub upkeep: Arc<EtcdUpkeep>,
     /// The recent epochs as deltas, while this monitor leads (`GET /v1/map?delta=1`). A lock
@@ -98,6 +101,12 @@ fn write_failed(e: etcd_client::Error) -> ApiError {
 }
 
 impl Monitor {
+    /// The current `max_pg_per_osd`.
+    pub fn pg_per_osd_max(&self) -> u32 {
+        self.pg_per_osd_max
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn new(
         me: MonMember,
         keys: Keyspace,
@@ -116,6 +125,9 @@ impl Monitor {
             ctx: Mutex::new(None),
             epoch: watch::channel(Epoch(0)).0,
             snap_create_timeout_ms: fastblock_types::api::SNAP_CREATE_TIMEOUT_MS_DEFAULT,
+            pg_per_osd_max: Arc::new(std::sync::atomic::AtomicU32::new(
+                fastblock_mon_core::limits::PG_PER_OSD_MAX_DEFAULT,
+            )),
             upkeep,
             map_log: std::sync::RwLock::new(None),
             started: Instant::now(),

@@ -25,6 +25,8 @@ pub enum ErrorCode {
     OsdDown,
     NotEnoughDomains,
     NotEnoughOsds,
+    /// A pool would put more PG replicas on an OSD than `max_pg_per_osd` allows.
+    TooManyPgs,
     ShrinkRefused,
     TooLarge,
     PgNotFound,
@@ -115,6 +117,7 @@ impl ErrorCode {
             ErrorCode::InvalidArgument
             | ErrorCode::NotEnoughDomains
             | ErrorCode::NotEnoughOsds
+            | ErrorCode::TooManyPgs
             | ErrorCode::ShrinkRefused
             | ErrorCode::TooLarge
             | ErrorCode::UuidMismatch

@@ -14,6 +14,8 @@ use fastblock_types::api::{SNAP_CREATE_TIMEOUT_MS_DEFAULT, SNAP_CREATE_TIMEOUT_M
 use fastblock_types::auth::AuthMode;
 use fastblock_types::units::{duration_arg, interval_arg, parse_size};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -80,6 +82,11 @@ struct Args {
     /// milliseconds is aborted (its create call fails, naming those PGs); at most 60000.
     #[arg(long, default_value_t = SNAP_CREATE_TIMEOUT_MS_DEFAULT, value_parser = snap_timeout_arg)]
     snap_create_timeout_ms: u64,
+    /// A pool is refused at creation if it would put more PG replicas than this on an OSD
+    /// (as Ceph's mon_max_pg_per_osd); health warns with TOO_MANY_PGS about OSDs over it.
+    /// Runtime-settable: max_pg_per_osd.
+    #[arg(long, default_value_t = fastblock_mon_core::limits::PG_PER_OSD_MAX_DEFAULT, value_parser = pg_per_osd_arg)]
+    max_pg_per_osd: u32,
     /// etcd's space quota: the own member is started with it (--quota-backend-bytes); with
     /// --etcd-endpoints, give the quota that etcd was started with. Past it etcd refuses every
     /// write (NOSPACE) until the monitor has made room (docs/operations.md, "Monitor
@@ -164,6 +171,15 @@ fn snap_timeout_arg(input: &str) -> Result<u64, String> {
     Ok(ms)
 }
 
+/// `--max-pg-per-osd`: PG replicas per OSD, at least 1.
+fn pg_per_osd_arg(input: &str) -> Result<u32, String> {
+    match input.parse::<u32>() {
+        Ok(0) => Err("max_pg_per_osd must be at least 1".to_string()),
+        Ok(max) => Ok(max),
+        Err(e) => Err(format!("{input:?} is not a number of PGs per OSD: {e}")),
+    }
+}
+
 /// The longest lease TTL etcd grants (its `MaxLeaseTTL`, seconds).
 const ETCD_LEASE_TTL_SECS_MAX: u64 = 9_000_000_000;
 
@@ -210,8 +226,18 @@ async fn main() {
     let log_level = LogLevel::init(&args.daemon.log_level);
     loaded.log_file();
     let (compact_interval, compact_interval_rx) = watch::channel(args.etcd_compact_interval);
+    let pg_per_osd_max = Arc::new(AtomicU32::new(args.max_pg_per_osd));
+    let pg_per_osd_setting = pg_per_osd_max.clone();
     let runtime = RuntimeConfig::new(loaded.settings)
         .settable("log_level", Box::new(move |v| log_level.set(v)))
+        .settable(
+            "max_pg_per_osd",
+            Box::new(move |v| {
+                let max = pg_per_osd_arg(v)?;
+                pg_per_osd_setting.store(max, Ordering::Relaxed);
+                Ok(max.to_string())
+            }),
+        )
         .settable(
             "etcd_compact_interval",
             Box::new(move |v| {
@@ -265,6 +291,7 @@ async fn main() {
             },
         },
         snap_create_timeout_ms: args.snap_create_timeout_ms,
+        pg_per_osd_max,
         etcd_upkeep: UpkeepSettings {
             quota_bytes: args.etcd_quota_bytes,
             nearfull_ratio_ppm: args.etcd_nearfull_ratio,
