@@ -230,8 +230,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     // flight at a time; a report the monitor cannot take yet waits for the next batch
     // (`fastblock_shard::report_outbox`).
     let mut outbox = ReportOutbox::default();
-    let mut in_flight: Option<JoinHandle<(Vec<OsdReport>, Result<ReportBatchResponse, MonError>)>> =
-        None;
+    let mut in_flight: Option<JoinHandle<SentBatch>> = None;
     let mut report_tick = tokio::time::interval(REPORT_TICK);
     report_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -357,6 +356,9 @@ const REPORT_TICK: Duration = Duration::from_millis(50);
 /// Long-polls the map and hands every new epoch to all shards. The monitor sends the changes
 /// since the epoch this OSD has, cut down to the PGs it takes part in
 /// (`fastblock_types::map_delta`); a whole map only at first, or after falling too far behind.
+/// A batch of reports sent to the monitor, with its answer.
+type SentBatch = (Vec<OsdReport>, Result<ReportBatchResponse, MonError>);
+
 async fn follow_map(
     mon: Arc<MonClient>,
     metrics: Arc<Metrics>,

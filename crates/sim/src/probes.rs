@@ -164,6 +164,11 @@ pub const PROBES: &[(&str, &str)] = &[
          or removed (answered SnapNotFound, which the OSD ignores)",
     ),
     (
+        "confirm.from_outside",
+        "a reclaim, snapshot-mark or snapshot-trim confirmation was refused because the PG's \
+         record no longer named its sender (a former leader; the current one confirms again)",
+    ),
+    (
         "snap.write_refused",
         "a write was refused with SnapInProgress (its PG marked a snapshot still being created)",
     ),

@@ -85,7 +85,7 @@ fn base() -> ClusterMap {
 fn change(m: &mut ClusterMap, (kind, a, b): (u8, u32, u32)) {
     let pool = PoolId(1 + a % 3);
     match kind % 9 {
-        0 | 1 | 2 => {
+        0..=2 => {
             // A PG's members move (it may lose or gain any OSD).
             if let Some(map) = m.pgmaps.get_mut(&pool) {
                 let seq = b % 700;
