@@ -28,6 +28,15 @@ pub enum AuthError {
     Replayed(String),
     #[error("too many signed requests in the last {window_s} s to check them for replays; retry")]
     ReplayCacheFull { window_s: u64 },
+    #[error(
+        "{entity} made {calls} signed requests in the last {window_s} s, the most one entity may; \
+         retry later"
+    )]
+    EntityCallsMax {
+        entity: String,
+        calls: usize,
+        window_s: u64,
+    },
     #[error("malformed authentication message: {0}")]
     Malformed(String),
     #[error("the peer wants auth mode {peer}, this end runs {ours}")]

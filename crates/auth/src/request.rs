@@ -10,7 +10,7 @@
 use crate::entity::EntityName;
 use crate::error::AuthError;
 use crate::secret::Secret;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 pub const HEADER_ENTITY: &str = "x-fastblock-entity";
 pub const HEADER_TIME: &str = "x-fastblock-time";
@@ -21,6 +21,11 @@ pub const HEADER_SIGNATURE: &str = "x-fastblock-signature";
 pub const REQUEST_SKEW_S_MAX: u64 = 300;
 /// Nonces remembered at most (within the skew window) before requests are refused as too many.
 pub const REPLAY_NONCES_MAX: usize = 1 << 20;
+/// Nonces one entity may have remembered at once: about 218 signed calls per second for the
+/// whole window, far above what a daemon makes (an OSD: a heartbeat a second and a report
+/// batch at most every 50 ms), so that one key, even one limited to a pool, cannot fill the
+/// cache and have every other entity's calls refused.
+pub const REPLAY_NONCES_PER_ENTITY_MAX: usize = REPLAY_NONCES_MAX / 16;
 const NONCE_BYTES: usize = 16;
 
 /// The authentication headers of one request, as text.
@@ -171,11 +176,13 @@ pub fn verify_request(
     Ok(entity)
 }
 
-/// Nonces seen within the skew window, by the time their request carried.
+/// Nonces seen within the skew window, by the time their request carried, and how many each
+/// entity has.
 #[derive(Debug, Default)]
 pub struct ReplayCache {
     seen: HashSet<(String, String)>,
     by_time: BTreeMap<u64, Vec<(String, String)>>,
+    per_entity: HashMap<String, usize>,
 }
 
 impl ReplayCache {
@@ -203,23 +210,41 @@ impl ReplayCache {
             let (_, keys) = self.by_time.pop_first().expect("non-empty");
             for k in keys {
                 self.seen.remove(&k);
+                let count = self
+                    .per_entity
+                    .get_mut(&k.0)
+                    .expect("counted when inserted");
+                *count -= 1;
+                if *count == 0 {
+                    self.per_entity.remove(&k.0);
+                }
             }
         }
         let key = (entity.to_string(), nonce_hex.to_ascii_lowercase());
         if self.seen.contains(&key) {
             return Err(AuthError::Replayed(entity.to_string()));
         }
+        let mine = self.per_entity.get(&key.0).copied().unwrap_or(0);
+        if mine >= REPLAY_NONCES_PER_ENTITY_MAX {
+            return Err(AuthError::EntityCallsMax {
+                entity: key.0,
+                calls: mine,
+                window_s: REQUEST_SKEW_S_MAX,
+            });
+        }
         if self.seen.len() >= REPLAY_NONCES_MAX {
             return Err(AuthError::ReplayCacheFull {
                 window_s: REQUEST_SKEW_S_MAX,
             });
         }
+        *self.per_entity.entry(key.0.clone()).or_default() += 1;
         self.seen.insert(key.clone());
         self.by_time.entry(time_unix_s).or_default().push(key);
         debug_assert_eq!(
             self.seen.len(),
             self.by_time.values().map(Vec::len).sum::<usize>()
         );
+        debug_assert_eq!(self.seen.len(), self.per_entity.values().sum::<usize>());
         Ok(())
     }
 }
@@ -323,6 +348,47 @@ mod tests {
         assert_eq!(cache.len(), 10);
         let h = sign_request(&who, &key, "GET", "/v1/map", b"", t0 + 1000).unwrap();
         verify_request(&h, lookup, "GET", "/v1/map", b"", t0 + 1000, &mut cache).unwrap();
+        assert_eq!(cache.len(), 1);
+    }
+
+    /// One key at its bound is refused, naming itself; the others go on; its nonces age out.
+    #[test]
+    fn one_entity_cannot_fill_the_replay_cache() {
+        let (who, key) = setup();
+        let lookup = |_: &EntityName| Some(key.mon_key());
+        let mut cache = ReplayCache::default();
+        let t0 = 1_000_000;
+        // Fill `who`'s share directly (signing 65,536 calls would only slow the test).
+        for i in 0..REPLAY_NONCES_PER_ENTITY_MAX {
+            cache
+                .check_and_insert(&who, &format!("{i:032x}"), t0, t0)
+                .unwrap();
+        }
+        let h = sign_request(&who, &key, "GET", "/v1/map", b"", t0).unwrap();
+        match verify_request(&h, lookup, "GET", "/v1/map", b"", t0, &mut cache) {
+            Err(AuthError::EntityCallsMax { entity, calls, .. }) => {
+                assert_eq!(entity, who.to_string());
+                assert_eq!(calls, REPLAY_NONCES_PER_ENTITY_MAX);
+            }
+            other => panic!("{other:?}"),
+        }
+        let osd: EntityName = "osd.1".parse().unwrap();
+        let h = sign_request(&osd, &key, "POST", "/v1/osds/1/heartbeat", b"{}", t0).unwrap();
+        let lookup_any = |_: &EntityName| Some(key.mon_key());
+        verify_request(
+            &h,
+            lookup_any,
+            "POST",
+            "/v1/osds/1/heartbeat",
+            b"{}",
+            t0,
+            &mut cache,
+        )
+        .expect("another entity is not held up");
+        // Once the window passed, `who` may call again.
+        let later = t0 + REQUEST_SKEW_S_MAX + 1;
+        let h = sign_request(&who, &key, "GET", "/v1/map", b"", later).unwrap();
+        verify_request(&h, lookup, "GET", "/v1/map", b"", later, &mut cache).unwrap();
         assert_eq!(cache.len(), 1);
     }
 
