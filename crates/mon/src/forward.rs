@@ -21,8 +21,13 @@ const SIGNATURE_HEADERS: [&str; 4] = [
     fastblock_auth::request::HEADER_NONCE,
     fastblock_auth::request::HEADER_SIGNATURE,
 ];
-/// Largest request or response body relayed.
+/// Largest request body relayed (requests are small: a full batch of 4,096 PG reports is
+/// about 1.2 MB).
 const BODY_BYTES_MAX: usize = 16 << 20;
+/// Largest response body relayed: a whole unscoped map (`GET /v1/map`) at 131,072 PGs is
+/// some 21 MB of JSON, with OSDs, images and snapshots beside them; the monitor client
+/// accepts as much (`fastblock_monclient`).
+const RESPONSE_BYTES_MAX: usize = 256 << 20;
 /// Long-polls may be held up to 60 s by the leader; allow for that plus slack.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(75);
 
@@ -86,7 +91,7 @@ impl Forwarder {
             .map_err(|_| unavailable("timed out".into()))?
             .map_err(|e| unavailable(e.to_string()))?;
         let (parts, body) = resp.into_parts();
-        let body = Limited::new(body, BODY_BYTES_MAX)
+        let body = Limited::new(body, RESPONSE_BYTES_MAX)
             .collect()
             .await
             .map_err(|e| unavailable(e.to_string()))?

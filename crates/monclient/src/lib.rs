@@ -29,8 +29,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Largest response accepted (a cluster map of thousands of PGs fits with room to spare).
-const RESPONSE_BYTES_MAX: usize = 64 << 20;
+/// Largest response accepted: a whole unscoped map at 131,072 PGs is some 21 MB of JSON, with
+/// OSDs, images and snapshots beside them (daemons follow scoped deltas, far smaller). As the
+/// monitors' relay (`fastblock_mon::forward`).
+const RESPONSE_BYTES_MAX: usize = 256 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MonError {
