@@ -34,15 +34,16 @@ pub fn pgs_per_osd(map: &ClusterMap) -> BTreeMap<OsdId, u32> {
 
 impl MonState {
     /// Creates the pool as [`MonState::create_pool`] does, unless it would put more than
-    /// `pg_per_osd_max` PG replicas on some OSD (`too_many_pgs`; the caller discards the
-    /// state, as after any refused operation).
+    /// `pg_per_osd_max` PG replicas on some OSD (`too_many_pgs`, and nothing changes). The
+    /// pool is placed on a copy (which shares the other pools' PGs) and counted there.
     pub fn create_pool_within(
         &mut self,
         req: &CreatePoolRequest,
         pg_per_osd_max: u32,
     ) -> OpResult<PoolInfo> {
-        let pool = self.create_pool(req)?;
-        let counts = pgs_per_osd(&self.map);
+        let mut next = self.clone();
+        let pool = next.create_pool(req)?;
+        let counts = pgs_per_osd(&next.map);
         let worst = counts.iter().max_by_key(|(_, n)| **n);
         if let Some((osd, n)) = worst.filter(|(_, n)| **n > pg_per_osd_max) {
             let osds = counts.len().max(1) as u64;
@@ -62,6 +63,7 @@ impl MonState {
                 ),
             );
         }
+        *self = next;
         Ok(pool)
     }
 }
@@ -83,92 +85,5 @@ impl Health {
             n => format!("{n} osds carry more than {pg_per_osd_max} PG replicas (max_pg_per_osd)"),
         };
         self.push(check("TOO_MANY_PGS", Severity::Warn, summary, over));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limits::PG_PER_OSD_MAX_DEFAULT;
-    use fastblock_types::api::BootRequest;
-    use fastblock_types::map::FailureDomain;
-
-    fn cluster(osds: u32) -> MonState {
-        let mut s = MonState::default();
-        for i in 0..osds {
-            let uuid = format!("0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b{i:02}");
-            let id = s.apply_id(&uuid).unwrap();
-            s.boot(
-                id,
-                &BootRequest {
-                    uuid,
-                    address: "127.0.0.1".into(),
-                    port: 7000,
-                    shards: 1,
-                    host: format!("h{i}"),
-                    capacity_bytes: 1 << 30,
-                    config: String::new(),
-                    lease_timing: None,
-                },
-            )
-            .unwrap();
-        }
-        s
-    }
-
-    fn pool(name: &str, pg_count: u32) -> CreatePoolRequest {
-        CreatePoolRequest {
-            name: name.into(),
-            pg_count,
-            size: 3,
-            failure_domain: FailureDomain::Osd,
-        }
-    }
-
-    /// As the service runs an operation: on a copy, kept only if it succeeded.
-    fn create(s: &mut MonState, req: &CreatePoolRequest, max: u32) -> OpResult<PoolInfo> {
-        let mut next = s.clone();
-        let out = next.create_pool_within(req, max)?;
-        next.finish(s);
-        *s = next;
-        Ok(out)
-    }
-
-    #[test]
-    fn a_pool_over_the_limit_is_refused_naming_the_count_and_the_limit() {
-        let mut s = cluster(4);
-        let e = create(&mut s, &pool("big", 4096), PG_PER_OSD_MAX_DEFAULT).unwrap_err();
-        assert_eq!(e.code, ErrorCode::TooManyPgs);
-        // 4,096 PGs of 3 on 4 OSDs: 3,072 each; 333 fit.
-        assert!(e.message.contains("would put 3072 PG replicas"), "{e}");
-        assert!(e.message.contains("max_pg_per_osd 250"), "{e}");
-        assert!(e.message.contains("about 333 fit"), "{e}");
-        // Within the limit: created, and a second pool counts the first one's PGs.
-        assert!(s.map.pools.is_empty(), "nothing created");
-        create(&mut s, &pool("a", 256), PG_PER_OSD_MAX_DEFAULT).unwrap();
-        assert_eq!(pgs_per_osd(&s.map).values().sum::<u32>(), 256 * 3);
-        let e = create(&mut s, &pool("b", 128), PG_PER_OSD_MAX_DEFAULT).unwrap_err();
-        assert!(e.message.contains("about 77 fit"), "{e}");
-        s.create_pool_within(&pool("b", 64), PG_PER_OSD_MAX_DEFAULT)
-            .unwrap();
-        assert!(s.create_pool_within(&pool("c", 4096), 4096 * 3).is_ok());
-    }
-
-    #[test]
-    fn health_warns_about_osds_over_the_limit() {
-        let mut s = cluster(4);
-        create(&mut s, &pool("a", 256), PG_PER_OSD_MAX_DEFAULT).unwrap();
-        let mut h = crate::health::health(&s, &[]);
-        h.add_too_many_pgs(&s.map, PG_PER_OSD_MAX_DEFAULT);
-        assert!(h.checks.iter().all(|c| c.code != "TOO_MANY_PGS"), "{h:?}");
-        // The limit lowered: every OSD carries 192.
-        h.add_too_many_pgs(&s.map, 100);
-        let c = h.checks.iter().find(|c| c.code == "TOO_MANY_PGS").unwrap();
-        assert_eq!(
-            c.summary,
-            "4 osds carry more than 100 PG replicas (max_pg_per_osd)"
-        );
-        assert_eq!(c.detail[0], "osd.1 carries 192 PG replicas");
-        assert_eq!(h.status, "HEALTH_WARN");
     }
 }

@@ -111,11 +111,7 @@ pub(crate) fn check_confirmer(pg_id: PgId, pg: &PgInfo, reporter: Reporter) -> O
     let Reporter::Osd(osd) = reporter else {
         return Ok(());
     };
-    let names = pg.osdlist.contains(&osd)
-        || pg.joint_voters.contains(&osd)
-        || pg.newosdlist.contains(&osd)
-        || pg.learners.contains(&osd);
-    if names {
+    if pg.names(osd) {
         return Ok(());
     }
     err(

@@ -25,7 +25,7 @@
 use crate::state::MonState;
 use crate::{err, OpResult};
 use fastblock_types::api::{ErrorCode, PgIoCounters, PgScrubReport};
-use fastblock_types::map::ScrubRequest;
+use fastblock_types::map::{PgInfo, ScrubRequest};
 use fastblock_types::{OsdId, PgId, PoolId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -128,24 +128,8 @@ impl MonState {
         stats: &mut ScrubStats,
         unix_ms: u64,
     ) {
-        for counters in pgs {
-            let Some(pg) = counters.pg else { continue };
-            let Some(info) = self.map.pg(pg) else {
-                continue;
-            };
-            if info.leader != Some(osd) || self.pool_damage(pg.pool).is_some() {
-                continue;
-            }
-            let members: BTreeSet<OsdId> = [
-                &info.osdlist,
-                &info.newosdlist,
-                &info.learners,
-                &info.joint_voters,
-            ]
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect();
+        for (pg, info, counters) in self.led_reports(osd, pgs) {
+            let members: BTreeSet<OsdId> = info.members().copied().collect();
             stats.record(pg, osd, counters.scrub, unix_ms, &members);
         }
     }
@@ -158,14 +142,7 @@ impl MonState {
             return Vec::new();
         }
         let mut ids = Vec::new();
-        for counters in pgs {
-            let Some(pg) = counters.pg else { continue };
-            let Some(info) = self.map.pg(pg) else {
-                continue;
-            };
-            if info.leader != Some(osd) || self.pool_damage(pg.pool).is_some() {
-                continue;
-            }
+        for (pg, _, counters) in self.led_reports(osd, pgs) {
             let done = counters.scrub.map_or(0, |r| r.request_done);
             ids.extend(
                 self.scrubs
@@ -176,6 +153,21 @@ impl MonState {
             );
         }
         ids
+    }
+
+    /// The reports among `pgs` that count: of PGs the map says `osd` leads, in pools that are
+    /// not damaged.
+    fn led_reports<'a>(
+        &'a self,
+        osd: OsdId,
+        pgs: &'a [PgIoCounters],
+    ) -> impl Iterator<Item = (PgId, &'a PgInfo, &'a PgIoCounters)> + 'a {
+        pgs.iter().filter_map(move |counters| {
+            let pg = counters.pg?;
+            let info = self.map.pg(pg)?;
+            (info.leader == Some(osd) && self.pool_damage(pg.pool).is_none())
+                .then_some((pg, info, counters))
+        })
     }
 
     /// Drops the scrub requests of a deleted pool.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{boot_request, op, uuid};
+use common::{boot_osds, op};
 use fastblock_mon_core::{MonState, Reporter};
 use fastblock_types::api::*;
 use fastblock_types::map::{FailureDomain, SnapState};
@@ -15,10 +15,7 @@ const MIB: u64 = 1 << 20;
 /// Four OSDs, a pool of 8 PGs with 2 replicas, one image: every PG leaves two OSDs out.
 fn cluster() -> MonState {
     let mut s = MonState::default();
-    for i in 0..4u32 {
-        let id = op(&mut s, |s| s.apply_id(&uuid(i))).unwrap();
-        op(&mut s, |s| s.boot(id, &boot_request(i, None))).unwrap();
-    }
+    boot_osds(&mut s, 4);
     op(&mut s, |s| {
         s.create_pool(&CreatePoolRequest {
             name: "p".into(),

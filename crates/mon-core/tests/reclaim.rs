@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{boot_request, op, uuid};
+use common::{boot_osds, op};
 use fastblock_mon_core::{MonState, OpResult};
 use fastblock_types::api::*;
 use fastblock_types::map::{FailureDomain, ImageFence};
@@ -15,10 +15,7 @@ const MIB: u64 = 1 << 20;
 /// Runs one operation as the service does: on a copy, then `finish`.
 fn cluster() -> MonState {
     let mut s = MonState::default();
-    for i in 0..3u32 {
-        let id = op(&mut s, |s| s.apply_id(&uuid(i))).unwrap();
-        op(&mut s, |s| s.boot(id, &boot_request(i, None))).unwrap();
-    }
+    boot_osds(&mut s, 3);
     op(&mut s, |s| {
         s.create_pool(&CreatePoolRequest {
             name: "p".into(),

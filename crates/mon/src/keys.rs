@@ -500,6 +500,32 @@ mod erased {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One OSD booted into `state` and a pool "p" of `pg_count` PGs of one replica.
+    fn one_osd_pool(state: &mut MonState, pg_count: u32) {
+        use fastblock_types::api::{BootRequest, CreatePoolRequest};
+        use fastblock_types::map::FailureDomain;
+        let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
+        let id = state.apply_id(uuid).unwrap();
+        let boot = BootRequest {
+            uuid: uuid.into(),
+            address: "127.0.0.1".into(),
+            port: 7000,
+            shards: 1,
+            host: "h".into(),
+            capacity_bytes: 1 << 30,
+            config: String::new(),
+            lease_timing: None,
+        };
+        state.boot(id, &boot).unwrap();
+        let pool = CreatePoolRequest {
+            name: "p".into(),
+            pg_count,
+            size: 1,
+            failure_domain: FailureDomain::Osd,
+        };
+        state.create_pool(&pool).unwrap();
+    }
     use fastblock_types::api::ApplyIdRequest;
 
     #[test]
@@ -552,31 +578,10 @@ mod tests {
     #[test]
     fn decode_loads_a_pool_without_its_pg_map_as_damage() {
         use fastblock_mon_core::damage::PoolDamage;
-        use fastblock_types::api::{BootRequest, CreatePoolRequest};
-        use fastblock_types::map::FailureDomain;
         use fastblock_types::PoolId;
         let ks = Keyspace::new("/fb");
         let mut state = MonState::default();
-        let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
-        let id = state.apply_id(uuid).unwrap();
-        let boot = BootRequest {
-            uuid: uuid.into(),
-            address: "127.0.0.1".into(),
-            port: 7000,
-            shards: 1,
-            host: "h".into(),
-            capacity_bytes: 1 << 30,
-            config: String::new(),
-            lease_timing: None,
-        };
-        state.boot(id, &boot).unwrap();
-        let pool = CreatePoolRequest {
-            name: "p".into(),
-            pg_count: 2,
-            size: 1,
-            failure_domain: FailureDomain::Osd,
-        };
-        state.create_pool(&pool).unwrap();
+        one_osd_pool(&mut state, 2);
         state.finish(&MonState::default());
         let mut kvs = ks.encode(&state);
         assert!(ks.decode(&kvs).unwrap().damaged_pools().is_empty());
@@ -601,31 +606,11 @@ mod tests {
     /// although etcd lists `snaps/<image>/10` before `snaps/<image>/9`.
     #[test]
     fn snapshots_and_trims_round_trip_in_id_order() {
-        use fastblock_types::api::{BootRequest, CreateImageRequest, CreatePoolRequest};
-        use fastblock_types::map::{FailureDomain, SnapState};
+        use fastblock_types::api::CreateImageRequest;
+        use fastblock_types::map::SnapState;
         let ks = Keyspace::new("/fb");
         let mut state = MonState::default();
-        let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
-        let id = state.apply_id(uuid).unwrap();
-        let boot = BootRequest {
-            uuid: uuid.into(),
-            address: "127.0.0.1".into(),
-            port: 7000,
-            shards: 1,
-            host: "h".into(),
-            capacity_bytes: 1 << 30,
-            config: String::new(),
-            lease_timing: None,
-        };
-        state.boot(id, &boot).unwrap();
-        state
-            .create_pool(&CreatePoolRequest {
-                name: "p".into(),
-                pg_count: 1,
-                size: 1,
-                failure_domain: FailureDomain::Osd,
-            })
-            .unwrap();
+        one_osd_pool(&mut state, 1);
         let image = state
             .create_image(&CreateImageRequest {
                 pool: "p".into(),
@@ -665,33 +650,11 @@ mod tests {
     /// request was made, and a request beyond it is refused.
     #[test]
     fn scrub_requests_round_trip_with_their_counter() {
-        use fastblock_types::api::{BootRequest, CreatePoolRequest};
-        use fastblock_types::map::FailureDomain;
         use fastblock_types::{PgId, PoolId};
         let ks = Keyspace::new("/fb");
         let mut state = MonState::default();
         assert!(!ks.encode(&state).contains_key("/fb/scrub/next-id"));
-        let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
-        let id = state.apply_id(uuid).unwrap();
-        let boot = BootRequest {
-            uuid: uuid.into(),
-            address: "127.0.0.1".into(),
-            port: 7000,
-            shards: 1,
-            host: "h".into(),
-            capacity_bytes: 1 << 30,
-            config: String::new(),
-            lease_timing: None,
-        };
-        state.boot(id, &boot).unwrap();
-        state
-            .create_pool(&CreatePoolRequest {
-                name: "p".into(),
-                pg_count: 2,
-                size: 1,
-                failure_domain: FailureDomain::Osd,
-            })
-            .unwrap();
+        one_osd_pool(&mut state, 2);
         let pg = PgId::new(PoolId(1), 1);
         state.request_scrub(pg, false).unwrap();
         let deep = state.request_scrub(pg, true).unwrap();
@@ -743,30 +706,9 @@ mod tests {
     /// in, or in two keys, is refused rather than moved.
     #[test]
     fn pg_chunks_round_trip_and_a_misplaced_pg_is_refused() {
-        use fastblock_types::api::{BootRequest, CreatePoolRequest};
-        use fastblock_types::map::FailureDomain;
         let ks = Keyspace::new("/fb");
         let mut state = MonState::default();
-        let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
-        let id = state.apply_id(uuid).unwrap();
-        let boot = BootRequest {
-            uuid: uuid.into(),
-            address: "127.0.0.1".into(),
-            port: 7000,
-            shards: 1,
-            host: "h".into(),
-            capacity_bytes: 1 << 30,
-            config: String::new(),
-            lease_timing: None,
-        };
-        state.boot(id, &boot).unwrap();
-        let pool = CreatePoolRequest {
-            name: "p".into(),
-            pg_count: 600,
-            size: 1,
-            failure_domain: FailureDomain::Osd,
-        };
-        state.create_pool(&pool).unwrap();
+        one_osd_pool(&mut state, 600);
         state.finish(&MonState::default());
         let kvs = ks.encode(&state);
         let chunks: Vec<&String> = kvs

@@ -5,47 +5,18 @@
 
 mod common;
 
-use common::etcd;
+use common::{cluster_state, etcd};
 use fastblock_mon::keys::Keyspace;
 use fastblock_mon::store::{EtcdStore, Fence};
 use fastblock_mon_core::MonState;
-use fastblock_types::api::{BootRequest, CreatePoolRequest};
-use fastblock_types::map::{FailureDomain, PgMap};
+use fastblock_types::map::PgMap;
 use fastblock_types::{Epoch, PoolId};
 use std::collections::BTreeMap;
 
 const PGS: u32 = 1024;
 
 fn state() -> MonState {
-    let mut s = MonState::default();
-    for i in 0..3u32 {
-        let id = s
-            .apply_id(&format!("0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b{i:02}"))
-            .unwrap();
-        s.boot(
-            id,
-            &BootRequest {
-                uuid: format!("0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b{i:02}"),
-                address: "127.0.0.1".into(),
-                port: 7000 + i as u16,
-                shards: 1,
-                host: format!("h{i}"),
-                capacity_bytes: 1 << 30,
-                config: String::new(),
-                lease_timing: None,
-            },
-        )
-        .unwrap();
-    }
-    s.create_pool(&CreatePoolRequest {
-        name: "p".into(),
-        pg_count: PGS,
-        size: 3,
-        failure_domain: FailureDomain::Osd,
-    })
-    .unwrap();
-    s.finish(&MonState::default());
-    s
+    cluster_state(3, PGS, 3)
 }
 
 async fn all_keys(client: &mut etcd_client::Client) -> BTreeMap<String, (String, i64)> {

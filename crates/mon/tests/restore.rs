@@ -5,41 +5,14 @@
 
 use fastblock_mon::backup::{read, restore, RestoreError, Restored};
 use fastblock_mon::keys::Keyspace;
-use fastblock_mon_core::MonState;
-use fastblock_types::api::{BootRequest, CreatePoolRequest};
-use fastblock_types::map::FailureDomain;
 
 mod common;
 
-use common::etcd;
+use common::{cluster_state, etcd};
 
 /// A state with one OSD and a pool, written into etcd as the monitor writes it.
 async fn write_cluster(client: &mut etcd_client::Client, keys: &Keyspace) {
-    let mut s = MonState::default();
-    let uuid = "0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b3c";
-    let id = s.apply_id(uuid).unwrap();
-    s.boot(
-        id,
-        &BootRequest {
-            uuid: uuid.into(),
-            address: "127.0.0.1".into(),
-            port: 7000,
-            shards: 1,
-            host: "h".into(),
-            capacity_bytes: 1 << 30,
-            config: String::new(),
-            lease_timing: None,
-        },
-    )
-    .unwrap();
-    s.create_pool(&CreatePoolRequest {
-        name: "p".into(),
-        pg_count: 16,
-        size: 1,
-        failure_domain: FailureDomain::Osd,
-    })
-    .unwrap();
-    s.finish(&MonState::default());
+    let s = cluster_state(1, 16, 1);
     for (k, v) in keys.encode(&s) {
         client.put(k, v, None).await.unwrap();
     }

@@ -1555,8 +1555,9 @@ impl Cluster {
     /// does not name its sender (`report_checks::check_confirmer`): a leader that has since
     /// left the PG (the record moved on while its confirmation waited). Genuine, and harmless:
     /// the PG's current leader confirms again. Counted if the record at the batch's start
-    /// indeed did not name the sender (within its own batch a sender's reports only add it);
-    /// the run fails if it did.
+    /// indeed did not name the sender (within its own batch a sender's reports only add it),
+    /// asked of the monitor's own rule (`MonState::check_confirmation`); the run fails if it
+    /// did.
     fn refused_from_outside(
         &mut self,
         before: &MonState,
@@ -1574,13 +1575,10 @@ impl Cluster {
         else {
             return false;
         };
-        let named = before.map.pg(report.pg()).is_some_and(|pg| {
-            pg.osdlist.contains(&from)
-                || pg.joint_voters.contains(&from)
-                || pg.newosdlist.contains(&from)
-                || pg.learners.contains(&from)
-        });
-        if named {
+        if before
+            .check_confirmation(Reporter::Osd(from), report.pg())
+            .is_ok()
+        {
             self.fail(format!(
                 "osd {from}: the monitor refused a confirmation for pg {} from a member: {}",
                 report.pg(),

@@ -158,6 +158,24 @@ pub struct PgInfo {
     pub conf_index: LogIndex,
 }
 
+impl PgInfo {
+    /// Every OSD the PG names: its voters (both halves while joint), its learners and its
+    /// target. The OSDs that hold or are getting a replica: who may confirm work for it, who
+    /// follows it in a scoped map.
+    pub fn members(&self) -> impl Iterator<Item = &OsdId> {
+        self.osdlist
+            .iter()
+            .chain(&self.newosdlist)
+            .chain(&self.learners)
+            .chain(&self.joint_voters)
+    }
+
+    /// Whether [`PgInfo::members`] holds `osd`.
+    pub fn names(&self, osd: OsdId) -> bool {
+        self.members().any(|o| *o == osd)
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }

@@ -154,19 +154,6 @@ pub struct DeltaGap {
     pub have: Epoch,
 }
 
-/// Every OSD a PG names: voters of both halves, learners, the target.
-fn members(pg: &PgInfo) -> impl Iterator<Item = &OsdId> {
-    pg.osdlist
-        .iter()
-        .chain(&pg.newosdlist)
-        .chain(&pg.learners)
-        .chain(&pg.joint_voters)
-}
-
-fn involves(pg: &PgInfo, osd: OsdId) -> bool {
-    members(pg).any(|o| *o == osd)
-}
-
 impl MapDelta {
     /// What changed from `a` to `b`. Sections `b` shares with `a` cost nothing: a PG table
     /// compares only the chunks the two do not share (`PgTable::diff`).
@@ -193,8 +180,9 @@ impl MapDelta {
                         left: Vec::new(),
                     }),
                     PgChange::Changed(seq, before, pg) => {
-                        let mut left: Vec<OsdId> = members(before)
-                            .filter(|o| !involves(pg, **o))
+                        let mut left: Vec<OsdId> = before
+                            .members()
+                            .filter(|o| !pg.names(**o))
                             .copied()
                             .collect();
                         left.sort_unstable();
@@ -343,10 +331,10 @@ impl MapDelta {
                     .map(|old| old.left.iter().copied().collect())
                     .unwrap_or_default();
                 if let Some(old) = changed.get(&e.seq) {
-                    left.extend(members(&old.pg).copied());
+                    left.extend(old.pg.members().copied());
                 }
                 left.extend(e.left.iter().copied());
-                left.retain(|o| !involves(&e.pg, *o));
+                left.retain(|o| !e.pg.names(*o));
                 changed.insert(
                     e.seq,
                     PgEntry {
@@ -435,13 +423,13 @@ impl MapScope {
             MapScope::Pools(_) => map.pgmaps.retain(|pool, _| self.keeps_pool(*pool)),
             MapScope::Osd(osd) => {
                 for pgmap in map.pgmaps.values_mut() {
-                    if pgmap.pgs.iter().any(|(_, pg)| !involves(pg, *osd)) {
+                    if pgmap.pgs.iter().any(|(_, pg)| !pg.names(*osd)) {
                         // Built anew from the few PGs kept: a retain would copy every chunk
                         // (an OSD takes part in a few hundred of a pool's PGs at most).
                         pgmap.pgs = pgmap
                             .pgs
                             .iter()
-                            .filter(|(_, pg)| involves(pg, *osd))
+                            .filter(|(_, pg)| pg.names(*osd))
                             .map(|(seq, pg)| (*seq, pg.clone()))
                             .collect();
                     }
@@ -462,7 +450,7 @@ impl MapScope {
             MapScope::Osd(osd) => {
                 for d in &mut out.pgmaps {
                     d.changed
-                        .retain(|e| involves(&e.pg, *osd) || e.left.contains(osd));
+                        .retain(|e| e.pg.names(*osd) || e.left.contains(osd));
                     // Removals of PGs it never held are harmless; kept (a pool shrink is rare).
                 }
             }

@@ -32,3 +32,12 @@ pub fn boot_request(i: u32, lease_timing: Option<LeaseTiming>) -> BootRequest {
         lease_timing,
     }
 }
+
+/// Boots test OSDs `0..n` (ids 1..=n) into `s`.
+#[allow(dead_code)] // not every test binary boots OSDs this way
+pub fn boot_osds(s: &mut MonState, n: u32) {
+    for i in 0..n {
+        let id = op(s, |s| s.apply_id(&uuid(i))).unwrap();
+        op(s, |s| s.boot(id, &boot_request(i, None))).unwrap();
+    }
+}

@@ -1,6 +1,9 @@
-//! A real etcd for the store's tests: one member on free loopback ports, in a directory of
-//! its own, killed and removed when dropped.
+//! For the store's tests: a real etcd (one member on free loopback ports, in a directory of
+//! its own, killed and removed when dropped), and a cluster state to write into it.
 
+use fastblock_mon_core::MonState;
+use fastblock_types::api::{BootRequest, CreatePoolRequest};
+use fastblock_types::map::FailureDomain;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -62,4 +65,34 @@ pub async fn etcd() -> (Etcd, etcd_client::Client) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// `osds` OSDs booted and a pool "p" of `pg_count` PGs of `size` replicas, finished as the
+/// monitor finishes an operation.
+pub fn cluster_state(osds: u32, pg_count: u32, size: u32) -> MonState {
+    let mut s = MonState::default();
+    for i in 0..osds {
+        let uuid = format!("0b6b3c2e-7d2f-4c59-9a55-8c2f1a1e2b{i:02}");
+        let id = s.apply_id(&uuid).unwrap();
+        let boot = BootRequest {
+            uuid,
+            address: "127.0.0.1".into(),
+            port: 7000 + i as u16,
+            shards: 1,
+            host: format!("h{i}"),
+            capacity_bytes: 1 << 30,
+            config: String::new(),
+            lease_timing: None,
+        };
+        s.boot(id, &boot).unwrap();
+    }
+    s.create_pool(&CreatePoolRequest {
+        name: "p".into(),
+        pg_count,
+        size,
+        failure_domain: FailureDomain::Osd,
+    })
+    .unwrap();
+    s.finish(&MonState::default());
+    s
 }
