@@ -4,7 +4,9 @@
 //! Module map:
 //! - [`secret`]: [`Secret`], a 32-byte key, its base64 text form, random generation and the
 //!   per-purpose keys derived from an entity key (one for the monitor, one for the data plane),
-//!   and [`seal_blob`]/[`open_blob`] for sending a key to its owner encrypted.
+//!   and [`seal_blob`]/[`open_blob`] for sending a key to its owner encrypted, bound to its
+//!   entity, caps, generation and table epoch ([`KeyBinding`]).
+//! - [`floor`]: the weakest auth mode an end accepts ([`floor::check`]): no downgrade.
 //! - [`entity`]: [`EntityName`] (`client.admin`, `client.NAME`, `osd.N`).
 //! - [`caps`]: [`Caps`], what an entity may do (`admin`, `osd`, `pool=NAME`, `pool=*`).
 //! - [`keyring`]: the keyring file (format, mode 0600, default location).
@@ -22,6 +24,7 @@
 pub mod caps;
 pub mod entity;
 pub mod error;
+pub mod floor;
 pub mod frame;
 pub mod handshake;
 pub mod keyring;
@@ -34,5 +37,5 @@ pub use entity::EntityName;
 pub use error::AuthError;
 pub use fastblock_types::auth::{AuthMode, AuthSettings};
 pub use keyring::{Keyring, KeyringEntry};
-pub use secret::{open_blob, random_bytes, seal_blob, Secret};
+pub use secret::{open_blob, random_bytes, seal_blob, KeyBinding, Secret};
 pub use table::KeyTable;

@@ -1,11 +1,18 @@
 //! Signed monitor API requests.
 //!
-//! A request carries four headers: the entity, the time (Unix seconds), a fresh random nonce
-//! and an HMAC-SHA256, under the entity's monitor key, of the method, path with query, time,
-//! nonce and the SHA-256 of the body. The monitor recomputes it with the key from its table,
-//! refuses a time more than [`REQUEST_SKEW_S_MAX`] from its own clock, and refuses a nonce it
-//! has seen within that window, so a captured request cannot be replayed or altered and the
-//! key never crosses the network. (Responses are not signed: see `docs/security.md`.)
+//! A request carries five headers: the entity, the time (Unix seconds), a fresh random nonce,
+//! the leading monitor's incarnation and an HMAC-SHA256, under the entity's monitor key, of the
+//! method, path with query, time, nonce, incarnation and the SHA-256 of the body. The monitor
+//! recomputes it with the key from its table, refuses a time more than [`REQUEST_SKEW_S_MAX`]
+//! from its own clock, a nonce it has seen within that window and an incarnation other than
+//! its own, so a captured request cannot be altered, nor replayed: not to the same monitor
+//! (its nonce is remembered) and not after a restart or a change of leader (the incarnation,
+//! drawn at random when a monitor process starts, differs; the caller learns the new one from
+//! the refusal and signs again). The key never crosses the network.
+//!
+//! Answers are signed too ([`sign_reply`]): an HMAC under the caller's monitor key of the
+//! request's nonce, the status and the SHA-256 of the body, so an answer cannot be forged,
+//! altered or replayed to another call (`docs/security.md`, "Monitor answers").
 
 use crate::entity::EntityName;
 use crate::error::AuthError;
@@ -16,6 +23,14 @@ pub const HEADER_ENTITY: &str = "x-fastblock-entity";
 pub const HEADER_TIME: &str = "x-fastblock-time";
 pub const HEADER_NONCE: &str = "x-fastblock-nonce";
 pub const HEADER_SIGNATURE: &str = "x-fastblock-signature";
+/// On a request: the incarnation the call is signed for ([`INCARNATION_UNKNOWN`] on first
+/// contact). On an answer: the answering leader's incarnation.
+pub const HEADER_INCARNATION: &str = "x-fastblock-incarnation";
+/// On an answer to a verified call: [`sign_reply`]'s MAC.
+pub const HEADER_REPLY_SIGNATURE: &str = "x-fastblock-reply-signature";
+/// The incarnation a caller signs for before it has heard one: always refused as stale.
+pub const INCARNATION_UNKNOWN: &str = "-";
+const INCARNATION_BYTES: usize = 16;
 
 /// How far a request's time may be from the monitor's clock, either way.
 pub const REQUEST_SKEW_S_MAX: u64 = 300;
@@ -34,15 +49,17 @@ pub struct SignedHeaders {
     pub entity: String,
     pub time_unix_s: u64,
     pub nonce_hex: String,
+    pub incarnation: String,
     pub signature_hex: String,
 }
 
 impl SignedHeaders {
-    pub fn pairs(&self) -> [(&'static str, String); 4] {
+    pub fn pairs(&self) -> [(&'static str, String); 5] {
         [
             (HEADER_ENTITY, self.entity.clone()),
             (HEADER_TIME, self.time_unix_s.to_string()),
             (HEADER_NONCE, self.nonce_hex.clone()),
+            (HEADER_INCARNATION, self.incarnation.clone()),
             (HEADER_SIGNATURE, self.signature_hex.clone()),
         ]
     }
@@ -52,10 +69,11 @@ impl SignedHeaders {
     pub fn from_lookup<'a>(
         get: impl Fn(&str) -> Option<&'a str>,
     ) -> Result<Option<SignedHeaders>, AuthError> {
-        let (e, t, n, s) = (
+        let (e, t, n, i, s) = (
             get(HEADER_ENTITY),
             get(HEADER_TIME),
             get(HEADER_NONCE),
+            get(HEADER_INCARNATION),
             get(HEADER_SIGNATURE),
         );
         if e.is_none() && t.is_none() && n.is_none() && s.is_none() {
@@ -71,6 +89,7 @@ impl SignedHeaders {
                 AuthError::Malformed(format!("header {HEADER_TIME} is not a number"))
             })?,
             nonce_hex: need(n, HEADER_NONCE)?.to_string(),
+            incarnation: need(i, HEADER_INCARNATION)?.to_string(),
             signature_hex: need(s, HEADER_SIGNATURE)?.to_string(),
         }))
     }
@@ -89,19 +108,28 @@ fn message_mac(
     path_and_query: &str,
     time_unix_s: u64,
     nonce_hex: &str,
+    incarnation: &str,
     body: &[u8],
 ) -> [u8; 32] {
+    // `mac` length-prefixes each part: no two different calls hash the same bytes.
     mon_key.mac(&[
-        b"fastblock-v1 request",
+        b"fastblock-v2 request",
         method.as_bytes(),
         path_and_query.as_bytes(),
         &time_unix_s.to_le_bytes(),
         nonce_hex.as_bytes(),
+        incarnation.as_bytes(),
         &body_digest(body),
     ])
 }
 
-/// Signs a request as `entity` with its entity key (the monitor key is derived here).
+/// A fresh monitor incarnation: 16 random bytes in hex.
+pub fn new_incarnation() -> Result<String, AuthError> {
+    Ok(hex(&crate::secret::random_bytes::<INCARNATION_BYTES>()?))
+}
+
+/// Signs a request as `entity` with its entity key (the monitor key is derived here), for
+/// the monitor incarnation `incarnation` (the last one heard, or [`INCARNATION_UNKNOWN`]).
 pub fn sign_request(
     entity: &EntityName,
     key: &Secret,
@@ -109,6 +137,7 @@ pub fn sign_request(
     path_and_query: &str,
     body: &[u8],
     now_unix_s: u64,
+    incarnation: &str,
 ) -> Result<SignedHeaders, AuthError> {
     let nonce_hex = hex(&crate::secret::random_bytes::<NONCE_BYTES>()?);
     let mac = message_mac(
@@ -117,28 +146,77 @@ pub fn sign_request(
         path_and_query,
         now_unix_s,
         &nonce_hex,
+        incarnation,
         body,
     );
     Ok(SignedHeaders {
         entity: entity.to_string(),
         time_unix_s: now_unix_s,
         nonce_hex,
+        incarnation: incarnation.to_string(),
         signature_hex: hex(&mac),
     })
 }
 
-/// Checks a request's signature and freshness with the entity's monitor key and records its
-/// nonce. Returns the entity on success.
-#[allow(clippy::too_many_arguments)]
+fn reply_mac(mon_key: &Secret, request_nonce_hex: &str, status: u16, body: &[u8]) -> [u8; 32] {
+    mon_key.mac(&[
+        b"fastblock-v2 reply",
+        request_nonce_hex.as_bytes(),
+        &status.to_le_bytes(),
+        &body_digest(body),
+    ])
+}
+
+/// The monitor's signature of its answer (`status`, `body`) to the verified call that carried
+/// `request_nonce_hex`, under the caller's monitor key.
+pub fn sign_reply(
+    caller_mon_key: &Secret,
+    request_nonce_hex: &str,
+    status: u16,
+    body: &[u8],
+) -> String {
+    hex(&reply_mac(caller_mon_key, request_nonce_hex, status, body))
+}
+
+/// Checks an answer against the call it answers (its nonce) with the caller's own key.
+pub fn verify_reply(
+    key: &Secret,
+    request_nonce_hex: &str,
+    status: u16,
+    body: &[u8],
+    signature_hex: &str,
+) -> Result<(), AuthError> {
+    let tag = unhex(signature_hex)
+        .ok_or_else(|| AuthError::Malformed("answer signature is not hex".into()))?;
+    let expected = reply_mac(&key.mon_key(), request_nonce_hex, status, body);
+    if !crate::secret::ct_eq(&expected, &tag) {
+        return Err(AuthError::BadSignature("the monitor's answer".into()));
+    }
+    Ok(())
+}
+
+/// What a monitor checks a call against: its clock, its incarnation and the nonces it has seen.
+pub struct Verifier<'a> {
+    pub now_unix_s: u64,
+    pub incarnation: &'a str,
+    pub replays: &'a mut ReplayCache,
+}
+
+/// Checks a request's signature, incarnation and freshness with the entity's monitor key and
+/// records its nonce. Returns the entity on success.
 pub fn verify_request(
     headers: &SignedHeaders,
     mon_key_of: impl Fn(&EntityName) -> Option<Secret>,
     method: &str,
     path_and_query: &str,
     body: &[u8],
-    now_unix_s: u64,
-    replays: &mut ReplayCache,
+    verifier: Verifier<'_>,
 ) -> Result<EntityName, AuthError> {
+    let Verifier {
+        now_unix_s,
+        incarnation,
+        replays,
+    } = verifier;
     let entity: EntityName = headers.entity.parse()?;
     if headers.nonce_hex.len() != NONCE_BYTES * 2
         || !headers.nonce_hex.bytes().all(|b| b.is_ascii_hexdigit())
@@ -166,10 +244,18 @@ pub fn verify_request(
         path_and_query,
         headers.time_unix_s,
         &headers.nonce_hex,
+        &headers.incarnation,
         body,
     );
     if !crate::secret::ct_eq(&expected, &tag) {
         return Err(AuthError::BadSignature(entity.to_string()));
+    }
+    // Signed for another monitor incarnation: maybe a replay from before a restart or a change
+    // of leader, whose nonces this monitor never saw; the caller signs again for this one.
+    if headers.incarnation != incarnation {
+        return Err(AuthError::StaleIncarnation {
+            current: incarnation.to_string(),
+        });
     }
     // Only a request that proved the key is remembered: forged requests cannot fill the cache.
     replays.check_and_insert(&entity, &headers.nonce_hex, headers.time_unix_s, now_unix_s)?;
@@ -267,6 +353,16 @@ pub fn unhex(text: &str) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    const INC: &str = "00112233445566778899aabbccddeeff";
+
+    fn at(now_unix_s: u64, replays: &mut ReplayCache) -> Verifier<'_> {
+        Verifier {
+            now_unix_s,
+            incarnation: INC,
+            replays,
+        }
+    }
+
     fn setup() -> (EntityName, Secret) {
         (EntityName::admin(), Secret::generate().unwrap())
     }
@@ -276,15 +372,30 @@ mod tests {
         let (who, key) = setup();
         let lookup = |e: &EntityName| (e == &EntityName::admin()).then(|| key.mon_key());
         let now = 1_800_000_000;
-        let h = sign_request(&who, &key, "POST", "/v1/pools", b"{}", now).unwrap();
+        let h = sign_request(&who, &key, "POST", "/v1/pools", b"{}", now, INC).unwrap();
         let mut cache = ReplayCache::default();
         assert_eq!(
-            verify_request(&h, lookup, "POST", "/v1/pools", b"{}", now + 1, &mut cache).unwrap(),
+            verify_request(
+                &h,
+                lookup,
+                "POST",
+                "/v1/pools",
+                b"{}",
+                at(now + 1, &mut cache)
+            )
+            .unwrap(),
             who
         );
         // The same request again: replayed.
         assert!(matches!(
-            verify_request(&h, lookup, "POST", "/v1/pools", b"{}", now + 2, &mut cache),
+            verify_request(
+                &h,
+                lookup,
+                "POST",
+                "/v1/pools",
+                b"{}",
+                at(now + 2, &mut cache)
+            ),
             Err(AuthError::Replayed(_))
         ));
         // Altered body, path or method: bad signature (fresh cache so replay is not the cause).
@@ -295,7 +406,7 @@ mod tests {
         ] {
             let mut fresh = ReplayCache::default();
             assert!(matches!(
-                verify_request(&h, lookup, m, p, b, now, &mut fresh),
+                verify_request(&h, lookup, m, p, b, at(now, &mut fresh)),
                 Err(AuthError::BadSignature(_))
             ));
         }
@@ -308,16 +419,15 @@ mod tests {
                 "POST",
                 "/v1/pools",
                 b"{}",
-                now + REQUEST_SKEW_S_MAX + 1,
-                &mut fresh
+                at(now + REQUEST_SKEW_S_MAX + 1, &mut fresh)
             ),
             Err(AuthError::ClockSkew { .. })
         ));
         // A wrong key and an unknown entity.
         let other = Secret::generate().unwrap();
-        let forged = sign_request(&who, &other, "GET", "/v1/map", b"", now).unwrap();
+        let forged = sign_request(&who, &other, "GET", "/v1/map", b"", now, INC).unwrap();
         assert!(matches!(
-            verify_request(&forged, lookup, "GET", "/v1/map", b"", now, &mut fresh),
+            verify_request(&forged, lookup, "GET", "/v1/map", b"", at(now, &mut fresh)),
             Err(AuthError::BadSignature(_))
         ));
         let stranger = sign_request(
@@ -327,10 +437,18 @@ mod tests {
             "/v1/map",
             b"",
             now,
+            INC,
         )
         .unwrap();
         assert!(matches!(
-            verify_request(&stranger, lookup, "GET", "/v1/map", b"", now, &mut fresh),
+            verify_request(
+                &stranger,
+                lookup,
+                "GET",
+                "/v1/map",
+                b"",
+                at(now, &mut fresh)
+            ),
             Err(AuthError::UnknownEntity(_))
         ));
     }
@@ -342,12 +460,12 @@ mod tests {
         let mut cache = ReplayCache::default();
         let t0 = 1_000_000;
         for i in 0..10 {
-            let h = sign_request(&who, &key, "GET", "/v1/map", b"", t0 + i).unwrap();
-            verify_request(&h, lookup, "GET", "/v1/map", b"", t0 + i, &mut cache).unwrap();
+            let h = sign_request(&who, &key, "GET", "/v1/map", b"", t0 + i, INC).unwrap();
+            verify_request(&h, lookup, "GET", "/v1/map", b"", at(t0 + i, &mut cache)).unwrap();
         }
         assert_eq!(cache.len(), 10);
-        let h = sign_request(&who, &key, "GET", "/v1/map", b"", t0 + 1000).unwrap();
-        verify_request(&h, lookup, "GET", "/v1/map", b"", t0 + 1000, &mut cache).unwrap();
+        let h = sign_request(&who, &key, "GET", "/v1/map", b"", t0 + 1000, INC).unwrap();
+        verify_request(&h, lookup, "GET", "/v1/map", b"", at(t0 + 1000, &mut cache)).unwrap();
         assert_eq!(cache.len(), 1);
     }
 
@@ -364,8 +482,8 @@ mod tests {
                 .check_and_insert(&who, &format!("{i:032x}"), t0, t0)
                 .unwrap();
         }
-        let h = sign_request(&who, &key, "GET", "/v1/map", b"", t0).unwrap();
-        match verify_request(&h, lookup, "GET", "/v1/map", b"", t0, &mut cache) {
+        let h = sign_request(&who, &key, "GET", "/v1/map", b"", t0, INC).unwrap();
+        match verify_request(&h, lookup, "GET", "/v1/map", b"", at(t0, &mut cache)) {
             Err(AuthError::EntityCallsMax { entity, calls, .. }) => {
                 assert_eq!(entity, who.to_string());
                 assert_eq!(calls, REPLAY_NONCES_PER_ENTITY_MAX);
@@ -373,7 +491,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let osd: EntityName = "osd.1".parse().unwrap();
-        let h = sign_request(&osd, &key, "POST", "/v1/osds/1/heartbeat", b"{}", t0).unwrap();
+        let h = sign_request(&osd, &key, "POST", "/v1/osds/1/heartbeat", b"{}", t0, INC).unwrap();
         let lookup_any = |_: &EntityName| Some(key.mon_key());
         verify_request(
             &h,
@@ -381,15 +499,76 @@ mod tests {
             "POST",
             "/v1/osds/1/heartbeat",
             b"{}",
-            t0,
-            &mut cache,
+            at(t0, &mut cache),
         )
         .expect("another entity is not held up");
         // Once the window passed, `who` may call again.
         let later = t0 + REQUEST_SKEW_S_MAX + 1;
-        let h = sign_request(&who, &key, "GET", "/v1/map", b"", later).unwrap();
-        verify_request(&h, lookup, "GET", "/v1/map", b"", later, &mut cache).unwrap();
+        let h = sign_request(&who, &key, "GET", "/v1/map", b"", later, INC).unwrap();
+        verify_request(&h, lookup, "GET", "/v1/map", b"", at(later, &mut cache)).unwrap();
         assert_eq!(cache.len(), 1);
+    }
+
+    /// A call signed for another incarnation (captured before a restart or a change of
+    /// leader) is refused before its nonce is remembered, naming the current incarnation; the
+    /// same call signed again for it passes.
+    #[test]
+    fn a_call_signed_for_another_incarnation_is_refused_and_not_remembered() {
+        let (who, key) = setup();
+        let lookup = |_: &EntityName| Some(key.mon_key());
+        let now = 1_800_000_000;
+        let mut cache = ReplayCache::default();
+        for stale in ["ffeeddccbbaa99887766554433221100", INCARNATION_UNKNOWN] {
+            let h = sign_request(&who, &key, "POST", "/v1/pools", b"{}", now, stale).unwrap();
+            match verify_request(&h, lookup, "POST", "/v1/pools", b"{}", at(now, &mut cache)) {
+                Err(AuthError::StaleIncarnation { current }) => assert_eq!(current, INC),
+                other => panic!("{other:?}"),
+            }
+            // Relabelled to the current incarnation: the signature no longer matches.
+            let relabelled = SignedHeaders {
+                incarnation: INC.into(),
+                ..h
+            };
+            assert!(matches!(
+                verify_request(
+                    &relabelled,
+                    lookup,
+                    "POST",
+                    "/v1/pools",
+                    b"{}",
+                    at(now, &mut cache)
+                ),
+                Err(AuthError::BadSignature(_))
+            ));
+        }
+        assert!(cache.is_empty());
+        assert_ne!(new_incarnation().unwrap(), new_incarnation().unwrap());
+    }
+
+    /// An answer verifies only with the caller's key, for the call it answers, unaltered.
+    #[test]
+    fn an_answer_is_bound_to_its_call_and_the_callers_key() {
+        let (who, key) = setup();
+        let h = sign_request(&who, &key, "GET", "/v1/map", b"", 1, INC).unwrap();
+        let sig = sign_reply(&key.mon_key(), &h.nonce_hex, 200, b"{\"auth\":\"sign\"}");
+        verify_reply(&key, &h.nonce_hex, 200, b"{\"auth\":\"sign\"}", &sig).unwrap();
+        let other_call = sign_request(&who, &key, "GET", "/v1/map", b"", 1, INC).unwrap();
+        let other_key = Secret::generate().unwrap();
+        for (k, nonce, status, body) in [
+            (&key, &h.nonce_hex, 200, &b"{\"auth\":\"none\"}"[..]),
+            (&key, &h.nonce_hex, 404, b"{\"auth\":\"sign\"}"),
+            (&key, &other_call.nonce_hex, 200, b"{\"auth\":\"sign\"}"),
+            (&other_key, &h.nonce_hex, 200, b"{\"auth\":\"sign\"}"),
+        ] {
+            assert!(matches!(
+                verify_reply(k, nonce, status, body, &sig),
+                Err(AuthError::BadSignature(_))
+            ));
+        }
+        assert!(matches!(
+            verify_reply(&key, &h.nonce_hex, 200, b"", "not hex"),
+            Err(AuthError::Malformed(_))
+        ));
     }
 
     #[test]

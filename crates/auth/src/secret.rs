@@ -130,17 +130,46 @@ pub fn random_bytes<const N: usize>() -> Result<[u8; N], AuthError> {
 const NONCE_BYTES: usize = 12;
 const TAG_BYTES: usize = 16;
 
-/// Encrypts `plaintext` for the owner of `owner_key` (an entity key or its monitor key):
-/// `nonce (12) || ciphertext || tag (16)`, AES-256-GCM under a key derived from it. Used to
-/// send keys over the monitor API, which is signed but not encrypted.
-pub fn seal_blob(owner_key: &Secret, plaintext: &[u8]) -> Result<Vec<u8>, AuthError> {
+/// What a sealed key is bound to (the AEAD's associated data): the entity it belongs to, its
+/// caps and generation, and the key-table epoch it was sealed at. A sealed key relabelled
+/// (given to another entity, other caps, an older generation or table) does not open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyBinding<'a> {
+    pub entity: &'a str,
+    pub caps: &'a str,
+    pub generation: u64,
+    pub epoch: u64,
+}
+
+impl KeyBinding<'_> {
+    fn aad(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.entity.len() + self.caps.len());
+        out.extend_from_slice(b"fastblock-v2 blob");
+        for text in [self.entity, self.caps] {
+            out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+            out.extend_from_slice(text.as_bytes());
+        }
+        out.extend_from_slice(&self.generation.to_le_bytes());
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out
+    }
+}
+
+/// Encrypts `plaintext` for the owner of `owner_key` (an entity key or its monitor key),
+/// bound to `binding`: `nonce (12) || ciphertext || tag (16)`, AES-256-GCM under a key derived
+/// from it. Used to send keys over the monitor API, which is signed but not encrypted.
+pub fn seal_blob(
+    owner_key: &Secret,
+    plaintext: &[u8],
+    binding: &KeyBinding<'_>,
+) -> Result<Vec<u8>, AuthError> {
     let nonce_bytes = random_bytes::<NONCE_BYTES>()?;
     let key = blob_key(owner_key);
     let mut buf = plaintext.to_vec();
     let tag = key
         .seal_in_place_separate_tag(
             Nonce::assume_unique_for_key(nonce_bytes),
-            aead::Aad::from(b"fastblock-v1 blob"),
+            aead::Aad::from(binding.aad()),
             &mut buf,
         )
         .map_err(|_| AuthError::Random)?;
@@ -151,8 +180,12 @@ pub fn seal_blob(owner_key: &Secret, plaintext: &[u8]) -> Result<Vec<u8>, AuthEr
     Ok(out)
 }
 
-/// Opens what [`seal_blob`] made for `owner_key`.
-pub fn open_blob(owner_key: &Secret, sealed: &[u8]) -> Result<Vec<u8>, AuthError> {
+/// Opens what [`seal_blob`] made for `owner_key` with the same `binding`.
+pub fn open_blob(
+    owner_key: &Secret,
+    sealed: &[u8],
+    binding: &KeyBinding<'_>,
+) -> Result<Vec<u8>, AuthError> {
     if sealed.len() < NONCE_BYTES + TAG_BYTES {
         return Err(AuthError::Malformed(format!(
             "sealed blob of {} bytes is shorter than its nonce and tag",
@@ -165,10 +198,10 @@ pub fn open_blob(owner_key: &Secret, sealed: &[u8]) -> Result<Vec<u8>, AuthError
     let plain = blob_key(owner_key)
         .open_in_place(
             Nonce::assume_unique_for_key(nonce),
-            aead::Aad::from(b"fastblock-v1 blob"),
+            aead::Aad::from(binding.aad()),
             &mut buf,
         )
-        .map_err(|_| AuthError::BadSignature("sealed key".into()))?;
+        .map_err(|_| AuthError::BadSignature(format!("sealed key of {}", binding.entity)))?;
     Ok(plain.to_vec())
 }
 
@@ -212,12 +245,39 @@ mod tests {
     #[test]
     fn a_sealed_blob_opens_only_with_its_owners_key_and_unaltered() {
         let owner = Secret::generate().unwrap();
-        let sealed = seal_blob(&owner, b"the key").unwrap();
-        assert_eq!(open_blob(&owner, &sealed).unwrap(), b"the key");
-        assert!(open_blob(&Secret::generate().unwrap(), &sealed).is_err());
+        let bound = KeyBinding {
+            entity: "client.vm",
+            caps: "pool=a",
+            generation: 3,
+            epoch: 9,
+        };
+        let sealed = seal_blob(&owner, b"the key", &bound).unwrap();
+        assert_eq!(open_blob(&owner, &sealed, &bound).unwrap(), b"the key");
+        assert!(open_blob(&Secret::generate().unwrap(), &sealed, &bound).is_err());
         let mut altered = sealed.clone();
         altered[14] ^= 1;
-        assert!(open_blob(&owner, &altered).is_err());
-        assert!(open_blob(&owner, &sealed[..10]).is_err());
+        assert!(open_blob(&owner, &altered, &bound).is_err());
+        assert!(open_blob(&owner, &sealed[..10], &bound).is_err());
+        // Relabelled: another entity, other caps, an older generation or table.
+        for other in [
+            KeyBinding {
+                entity: "osd.1",
+                ..bound.clone()
+            },
+            KeyBinding {
+                caps: "admin osd",
+                ..bound.clone()
+            },
+            KeyBinding {
+                generation: 2,
+                ..bound.clone()
+            },
+            KeyBinding {
+                epoch: 8,
+                ..bound.clone()
+            },
+        ] {
+            assert!(open_blob(&owner, &sealed, &other).is_err(), "{other:?}");
+        }
     }
 }

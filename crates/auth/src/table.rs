@@ -5,7 +5,7 @@
 use crate::caps::Caps;
 use crate::entity::EntityName;
 use crate::error::AuthError;
-use crate::secret::{open_blob, Secret};
+use crate::secret::{open_blob, KeyBinding, Secret};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use fastblock_types::api::AuthDataKeysResponse;
@@ -38,7 +38,16 @@ impl KeyTable {
             let sealed = STANDARD.decode(&e.sealed_data_key).map_err(|err| {
                 AuthError::Malformed(format!("sealed data key of {entity}: {err}"))
             })?;
-            let plain = open_blob(own_key, &sealed)?;
+            // Bound to its entity, caps, generation and this table's epoch: an entry relabelled
+            // (a client's key named `osd.N` with caps `osd`) or taken from an older table does
+            // not open.
+            let binding = KeyBinding {
+                entity: &e.entity,
+                caps: &e.caps,
+                generation: e.generation,
+                epoch: resp.epoch,
+            };
+            let plain = open_blob(own_key, &sealed, &binding)?;
             let bytes: [u8; 32] = plain.as_slice().try_into().map_err(|_| {
                 AuthError::Malformed(format!("data key of {entity} is {} bytes", plain.len()))
             })?;
@@ -73,7 +82,7 @@ impl KeyTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secret::seal_blob;
+    use crate::secret::{seal_blob, KeyBinding};
     use fastblock_types::api::AuthDataKeyEntry;
 
     #[test]
@@ -87,8 +96,19 @@ mod tests {
                 entity: "client.vm".into(),
                 caps: "pool=a".into(),
                 generation: 2,
-                sealed_data_key: STANDARD
-                    .encode(seal_blob(&osd_key, client_key.data_key().as_bytes()).unwrap()),
+                sealed_data_key: STANDARD.encode(
+                    seal_blob(
+                        &osd_key,
+                        client_key.data_key().as_bytes(),
+                        &KeyBinding {
+                            entity: "client.vm",
+                            caps: "pool=a",
+                            generation: 2,
+                            epoch: 4,
+                        },
+                    )
+                    .unwrap(),
+                ),
             }],
         };
         let t = KeyTable::from_response(&resp, &osd_key).unwrap();
@@ -97,5 +117,13 @@ mod tests {
         assert!(t.still_valid(&vm, 2) && !t.still_valid(&vm, 1));
         assert!(!t.still_valid(&EntityName::admin(), 0));
         assert!(KeyTable::from_response(&resp, &Secret::generate().unwrap()).is_err());
+        // Relabelled as an OSD with caps osd, or replayed as another table: refused.
+        let mut relabelled = resp.clone();
+        relabelled.entities[0].entity = "osd.3".into();
+        relabelled.entities[0].caps = "osd".into();
+        assert!(KeyTable::from_response(&relabelled, &osd_key).is_err());
+        let mut replayed = resp.clone();
+        replayed.epoch = 5;
+        assert!(KeyTable::from_response(&replayed, &osd_key).is_err());
     }
 }

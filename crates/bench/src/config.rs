@@ -134,6 +134,10 @@ pub struct Args {
     /// /etc/fastblock/keyring, if it exists; docs/security.md).
     #[arg(long)]
     pub keyring: Option<std::path::PathBuf>,
+    /// The weakest auth mode accepted from the monitor (none, sign, secure) [env:
+    /// FASTBLOCK_AUTH_FLOOR; default: sign with a key, else none].
+    #[arg(long, env = "FASTBLOCK_AUTH_FLOOR", value_name = "MODE")]
+    pub auth_floor: Option<fastblock_types::auth::AuthMode>,
     /// The entity to act as.
     #[arg(long, default_value = "client.admin")]
     pub name: String,
@@ -222,6 +226,7 @@ pub struct BenchConfig {
     pub seed: Option<u64>,
     /// Keyring and entity for a cluster that authenticates (`None`: the default location).
     pub keyring: Option<std::path::PathBuf>,
+    pub auth_floor: Option<fastblock_types::auth::AuthMode>,
     pub entity: String,
     /// Worker threads of the runtime.
     pub threads: usize,
@@ -369,6 +374,7 @@ fn merge(file: FileConfig, args: &Args) -> Result<BenchConfig> {
         json: args.json,
         seed: args.seed,
         keyring: args.keyring.clone(),
+        auth_floor: args.auth_floor,
         entity: args.name.clone(),
         threads: args.threads.unwrap_or(1),
         unknown_keys,

@@ -65,6 +65,7 @@ fn run(args: &Args) -> Result<i32> {
         let client = ClientConfig {
             keyring: config.keyring.clone(),
             entity: config.entity.clone(),
+            auth_floor: config.auth_floor,
             ..ClientConfig::new(config.monitors.clone())
         };
         let cluster = Cluster::connect(client.clone())

@@ -179,6 +179,8 @@ pub struct Invocation {
     pub timeout: Duration,
     /// `--keyring` (else `$FASTBLOCK_KEYRING`, else `/etc/fastblock/keyring`).
     pub keyring: Option<PathBuf>,
+    /// `--auth-floor` (else `$FASTBLOCK_AUTH_FLOOR`; None: `sign` with a key, else `none`).
+    pub auth_floor: Option<fastblock_types::auth::AuthMode>,
     /// `--name`: the entity whose key signs the calls.
     pub name: String,
 }

@@ -81,6 +81,7 @@ pub async fn execute(inv: &Invocation, out: &mut dyn Write) -> Result<()> {
         }
         crate::auth::Credentials::Missing { hint } => Some(hint),
     };
+    let client = client.with_auth_floor(inv.auth_floor);
     match run(inv, &client, out).await {
         Err(e) => match (e.downcast_ref::<MonError>().and_then(MonError::code), hint) {
             (Some(ErrorCode::AuthRequired), Some(hint)) => {

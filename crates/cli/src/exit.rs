@@ -68,8 +68,10 @@ pub fn code_status(code: ErrorCode) -> i32 {
         | EntityNotFound | SnapNotFound | SnapTrimNotFound => EXIT_NOT_FOUND,
         InvalidArgument | PoolExists | ImageExists | UuidExists | UuidMismatch | OsdDown
         | NotEnoughDomains | NotEnoughOsds | TooManyPgs | ShrinkRefused | TooLarge
-        | PoolDamaged | IncompatibleConfig | AuthRequired | AuthFailed | PermissionDenied
-        | EntityExists | SnapExists | SnapInUse | SnapNotReady | OsdInUse => EXIT_REFUSED,
+        | PoolDamaged | IncompatibleConfig | AuthRequired | AuthFailed | StaleIncarnation
+        | PermissionDenied | EntityExists | SnapExists | SnapInUse | SnapNotReady | OsdInUse => {
+            EXIT_REFUSED
+        }
         NoLeader | Unavailable | Conflict | ReclaimPending | OsdTimedOut | Busy | MonStoreFull => {
             EXIT_UNREACHABLE
         }

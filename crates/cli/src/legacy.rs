@@ -34,6 +34,7 @@ const VALUE_FLAGS: &[&str] = &[
     "conf",
     "timeout",
     "keyring",
+    "auth_floor",
     "name",
 ];
 const BOOL_FLAGS: &[&str] = &["detail", "force", "allow_shrink", "json"];
@@ -149,6 +150,14 @@ pub fn parse(argv: &[String]) -> Result<Invocation, String> {
         monitors,
         timeout,
         keyring: f.get("keyring").map(std::path::PathBuf::from),
+        auth_floor: match f
+            .get("auth_floor")
+            .map(str::to_string)
+            .or_else(|| std::env::var("FASTBLOCK_AUTH_FLOOR").ok())
+        {
+            Some(text) => Some(text.parse().map_err(|e| format!("-auth_floor: {e}"))?),
+            None => None,
+        },
         name: f.get("name").unwrap_or(DEFAULT_ENTITY).to_string(),
     })
 }

@@ -39,6 +39,11 @@ struct Cli {
     /// Keyring holding the key of --name [env: FASTBLOCK_KEYRING; default /etc/fastblock/keyring].
     #[arg(long, global = true)]
     keyring: Option<PathBuf>,
+    /// The weakest auth mode accepted from the monitor (none, sign, secure) [default: sign
+    /// with a key, else none]: an answer or map in a weaker mode is refused as a downgrade.
+    /// Lower it only to use a cluster in a weaker mode on purpose.
+    #[arg(long, global = true, env = "FASTBLOCK_AUTH_FLOOR", value_name = "MODE")]
+    auth_floor: Option<fastblock_types::auth::AuthMode>,
     /// The entity to act as.
     #[arg(long = "name", id = "entity_name", value_name = "ENTITY", global = true, default_value = DEFAULT_ENTITY)]
     entity_name: String,
@@ -810,6 +815,7 @@ pub fn parse(argv: &[String]) -> Result<Invocation, (i32, String)> {
         },
         timeout: cli.timeout,
         keyring: cli.keyring,
+        auth_floor: cli.auth_floor,
         name: cli.entity_name,
     })
 }

@@ -407,6 +407,7 @@ pub(crate) async fn connect(inv: &Invocation, client: &MonClient) -> Result<Arc<
         op_deadline: inv.timeout,
         entity: inv.name.clone(),
         credentials: client.credentials().cloned(),
+        auth_floor: Some(client.auth_floor()),
         ..ClientConfig::new(inv.monitors.clone())
     };
     Ok(Cluster::connect(config).await?)

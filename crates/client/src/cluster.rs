@@ -113,14 +113,19 @@ impl Cluster {
         if let Some((entity, key)) = config.credentials.clone() {
             mon = mon.with_credentials(entity, key);
         }
+        let mon = mon.with_auth_floor(config.auth_floor);
         // The pools' records and every other section, but no PG map until an image of the
         // pool is opened (`Cluster::follow_pool`).
-        let mut follower = MapFollower::new(MapScope::Pools(BTreeSet::new()));
+        let mut follower =
+            MapFollower::new(MapScope::Pools(BTreeSet::new())).with_auth_floor(mon.auth_floor());
         let response = mon
             .map_update(follower.epoch(), follower.scope(), Duration::ZERO)
             .await?;
         let map = match follower.apply(response.into_update()) {
             Ok(Some(map)) => (*map).clone(),
+            Err(refused @ fastblock_types::map_delta::MapRefused::BelowFloor { .. }) => {
+                return Err(ClientError::Config(refused.to_string()))
+            }
             _ => {
                 return Err(ClientError::Protocol(
                     "the monitor answered a map fetch without a map".to_string(),
@@ -216,8 +221,12 @@ impl Cluster {
             }
             match f.0.apply(response.into_update()) {
                 Ok(map) => map,
-                Err(gap) => {
+                Err(gap @ fastblock_types::map_delta::MapRefused::Gap(_)) => {
                     tracing::debug!("cluster map: {gap}; fetching the whole map");
+                    None
+                }
+                Err(refused) => {
+                    tracing::error!("cluster map: {refused}");
                     None
                 }
             }

@@ -36,6 +36,10 @@ pub struct ClientConfig {
     /// Who this client is, for monitor calls and OSD connections, when the cluster's auth mode
     /// is `sign` or `secure`. See [`ClientConfig::with_keyring`].
     pub credentials: Option<Credentials>,
+    /// The weakest auth mode this client accepts from the monitor (`None`: `sign` when it has
+    /// a key, else `none`): a map or answer in a weaker mode is refused as a downgrade
+    /// (`fastblock_auth::floor`, `docs/security.md`, "No downgrade").
+    pub auth_floor: Option<fastblock_types::auth::AuthMode>,
 }
 
 impl ClientConfig {
@@ -91,6 +95,7 @@ impl Default for ClientConfig {
             keyring: None,
             entity: "client.admin".to_string(),
             credentials: None,
+            auth_floor: None,
         }
     }
 }

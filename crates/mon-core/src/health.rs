@@ -291,6 +291,47 @@ impl Health {
         self.push(check("PG_INCONSISTENT", Severity::Err, summary, all));
     }
 
+    /// Adds `AUTH_DOWNGRADE_REFUSED` for the up OSDs whose auth floor (from their heartbeats:
+    /// `floors`) is above the cluster's mode in `map`: they refuse the maps and answers of a
+    /// mode weaker than their floor (`docs/security.md`, "No downgrade"), so they keep the last
+    /// map they accepted and fall behind. ERR: either someone lowered the mode (on purpose or
+    /// not), or their floor is wrong.
+    pub fn add_auth_downgrade_refused(
+        &mut self,
+        map: &ClusterMap,
+        floors: &BTreeMap<OsdId, fastblock_types::auth::AuthMode>,
+    ) {
+        let mode = map.auth.mode;
+        let refusing: Vec<(&OsdId, &fastblock_types::auth::AuthMode)> = floors
+            .iter()
+            .filter(|(osd, floor)| **floor > mode && map.osds.get(osd).is_some_and(|o| o.up))
+            .collect();
+        if refusing.is_empty() {
+            return;
+        }
+        let names: Vec<String> = refusing.iter().map(|(o, _)| format!("osd.{o}")).collect();
+        let summary = format!(
+            "{} refuse{} the cluster's auth mode {mode} as a downgrade: set the mode back \
+             (fastblock-client auth mode ...), or lower their --auth-floor on purpose",
+            names.join(","),
+            if refusing.len() == 1 { "s" } else { "" }
+        );
+        let lines = refusing
+            .iter()
+            .map(|(osd, floor)| {
+                format!(
+                    "osd.{osd} has auth floor {floor} and keeps its last map of a mode it accepts"
+                )
+            })
+            .collect();
+        self.push(check(
+            "AUTH_DOWNGRADE_REFUSED",
+            Severity::Err,
+            summary,
+            lines,
+        ));
+    }
+
     /// Adds `SLOW_OPS` for the OSDs whose last op tracker report (`slow`: the fresh reports
     /// of up OSDs) counts ops in flight past the complaint time: one detail line per OSD with
     /// its oldest op's age and stage. WARN, as Ceph's: the IO is late, not lost.
@@ -398,6 +439,38 @@ impl Health {
 mod tests {
     use super::*;
     use fastblock_types::{OsdId, PgId, PoolId};
+
+    #[test]
+    fn an_osd_whose_floor_is_above_the_mode_raises_an_error() {
+        use fastblock_types::auth::AuthMode;
+        let mut s = active_cluster();
+        let osds: Vec<OsdId> = s.map.osds.keys().copied().collect();
+        s.mark_down(osds[2]).unwrap();
+        let floors: BTreeMap<OsdId, AuthMode> = [
+            (osds[0], AuthMode::Sign),
+            (osds[1], AuthMode::None),
+            (osds[2], AuthMode::Secure),
+        ]
+        .into();
+        s.map.auth.mode = AuthMode::Sign;
+        let mut h = health(&s, &[]);
+        let before = h.checks.len();
+        h.add_auth_downgrade_refused(&s.map, &floors);
+        assert_eq!(h.checks.len(), before, "{:?}", h.checks);
+        s.map.auth.mode = AuthMode::None;
+        let mut h = health(&s, &[]);
+        h.add_auth_downgrade_refused(&s.map, &floors);
+        let c = h.checks.last().unwrap();
+        assert_eq!(
+            (c.code.as_str(), c.severity),
+            ("AUTH_DOWNGRADE_REFUSED", Severity::Err)
+        );
+        assert_eq!(h.status, "HEALTH_ERR");
+        // Only the up OSD above the mode is named (the down one is not).
+        let first = format!("osd.{} refuses the cluster's auth mode none", osds[0]);
+        assert!(c.summary.starts_with(&first), "{}", c.summary);
+        assert_eq!(c.detail.len(), 1, "{:?}", c.detail);
+    }
 
     #[test]
     fn a_refused_backfill_warns_naming_the_pg_the_osd_and_the_sizes() {

@@ -4,8 +4,13 @@
 //! [`authenticate`] runs where a call is served (on the leader, after a follower forwarded
 //! it unchanged: method, path with query, body and the `x-fastblock-*` headers), so the nonce
 //! is recorded once, by the monitor that acts on the call. It checks the signature with the
-//! entity's monitor key from the table, then the capability the route needs ([`need_of`]),
-//! and hands the entity and its key to the handler as request extensions.
+//! entity's monitor key from the table, the incarnation the call was signed for (this
+//! process's: a call captured before a restart or a change of leader is refused), then the
+//! capability the route needs ([`need_of`]), and hands the entity and its key to the handler
+//! as request extensions. The handler's answer is signed for the caller, bound to the call's
+//! nonce ([`fastblock_auth::request::sign_reply`]), so that nobody between the two can forge
+//! or alter it (a map in mode `none`, a relabelled key). Every answer names this monitor's
+//! incarnation.
 
 use crate::http::{ApiErr, AppState};
 use axum::body::{Body, Bytes};
@@ -16,8 +21,10 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use fastblock_auth::request::{verify_request, SignedHeaders};
-use fastblock_auth::{seal_blob, Caps, EntityName, Secret};
+use fastblock_auth::request::{
+    sign_reply, verify_request, SignedHeaders, Verifier, HEADER_INCARNATION, HEADER_REPLY_SIGNATURE,
+};
+use fastblock_auth::{seal_blob, Caps, EntityName, KeyBinding, Secret};
 use fastblock_mon_core::auth_ops::{parse_caps, parse_entity, AuthEntity};
 use fastblock_types::api::*;
 use fastblock_types::auth::{AuthMode, AuthSettings};
@@ -25,6 +32,9 @@ use std::sync::Arc;
 
 /// Largest request body read to check its signature (the same bound forwarding uses).
 const SIGNED_BODY_BYTES_MAX: usize = 16 << 20;
+/// Largest answer signed: the most a relay or the monitor client accepts (a whole unscoped
+/// map at 131,072 PGs is some 21 MB).
+const SIGNED_ANSWER_BYTES_MAX: usize = 256 << 20;
 
 /// The entity a call was authenticated as; `None` in auth mode `none`. The PG report
 /// handlers receive it to check reports against their sender.
@@ -88,20 +98,51 @@ fn denied(msg: String) -> Response {
     ApiErr(ApiError::new(ErrorCode::PermissionDenied, msg)).into_response()
 }
 
-/// Verifies the call's signature and capability (see the module doc).
+/// Verifies the call's signature and capability and signs the answer (see the module doc).
 pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let incarnation = app.incarnation.clone();
+    let mut resp = authenticate_and_serve(app, req, next).await;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&incarnation) {
+        resp.headers_mut().insert(HEADER_INCARNATION, v);
+    }
+    resp
+}
+
+/// Signs `resp` for the caller whose monitor key is `mon_key`, bound to its call's nonce.
+async fn signed_answer(resp: Response, mon_key: &Secret, nonce_hex: &str) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let body = match axum::body::to_bytes(body, SIGNED_ANSWER_BYTES_MAX).await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiErr(ApiError::new(
+                ErrorCode::Internal,
+                format!("answer too large to sign: {e}"),
+            ))
+            .into_response()
+        }
+    };
+    let signature = sign_reply(mon_key, nonce_hex, parts.status.as_u16(), &body);
+    if let Ok(v) = axum::http::HeaderValue::from_str(&signature) {
+        parts.headers.insert(HEADER_REPLY_SIGNATURE, v);
+    }
+    Response::from_parts(parts, Body::from(body))
+}
+
+async fn authenticate_and_serve(app: Arc<AppState>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_default();
     let need = need_of(req.method(), &route);
-    if need == Need::Nothing {
-        return next.run(req).await;
-    }
     let (mut parts, body) = req.into_parts();
     let headers =
         SignedHeaders::from_lookup(|h| parts.headers.get(h).and_then(|v| v.to_str().ok()));
+    // An open route serves anyone; a signed call to it is verified and answered signed like
+    // any other, since its caller accepts only signed answers (`fastblock_auth::floor`).
+    if need == Need::Nothing && matches!(headers, Ok(None)) {
+        return next.run(Request::from_parts(parts, body)).await;
+    }
     let claimed = headers
         .as_ref()
         .ok()
@@ -143,7 +184,9 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
             ))
             .into_response()
         }
-        Err(e) => return ApiErr(ApiError::new(ErrorCode::AuthFailed, e.to_string())).into_response(),
+        Err(e) => {
+            return ApiErr(ApiError::new(ErrorCode::AuthFailed, e.to_string())).into_response()
+        }
     };
     if let Some(e) = purged {
         tracing::info!(entity = %headers.entity, "refused call of a purged osd");
@@ -174,45 +217,65 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
             parts.method.as_str(),
             &path,
             &body,
-            now_unix_s(),
-            &mut replays,
+            Verifier {
+                now_unix_s: now_unix_s(),
+                incarnation: &app.incarnation,
+                replays: &mut replays,
+            },
         )
     };
     let entity = match verified {
         Ok(e) => e,
+        Err(e @ fastblock_auth::AuthError::StaleIncarnation { .. }) => {
+            tracing::debug!(entity = %headers.entity, %path, "call for another incarnation: {e}");
+            return ApiErr(ApiError::new(ErrorCode::StaleIncarnation, e.to_string()))
+                .into_response();
+        }
         Err(e) => {
             tracing::info!(entity = %headers.entity, %path, "refused call: {e}");
             return ApiErr(ApiError::new(ErrorCode::AuthFailed, e.to_string())).into_response();
         }
     };
     let (key, caps) = record.expect("verified against this record");
+    let mon_key = key.mon_key();
+    let refused = check_need(need, &entity, &caps, &parts);
+    let resp = match refused {
+        Some(refusal) => refusal,
+        None => {
+            parts.extensions.insert(Authenticated(Some(entity)));
+            parts.extensions.insert(CallerKey(Some(key)));
+            next.run(Request::from_parts(parts, Body::from(body))).await
+        }
+    };
+    signed_answer(resp, &mon_key, &headers.nonce_hex).await
+}
+
+/// The refusal of a verified call whose entity lacks what the route needs, if it does.
+fn check_need(
+    need: Need,
+    entity: &EntityName,
+    caps: &Caps,
+    parts: &axum::http::request::Parts,
+) -> Option<Response> {
     let what = format!("{} {}", parts.method, parts.uri.path());
     match need {
-        Need::Nothing | Need::Any => {}
-        Need::Admin if caps.admin => {}
-        Need::Admin => {
-            return denied(format!(
-                "{entity} (caps {:?}) may not call {what}: it needs caps admin",
-                caps.to_string()
-            ))
-        }
-        Need::OsdCap if caps.osd => {}
-        Need::OsdCap => {
-            return denied(format!(
-                "{entity} (caps {:?}) may not call {what}: only OSDs (caps osd) may",
-                caps.to_string()
-            ))
-        }
+        Need::Nothing | Need::Any => None,
+        Need::Admin if caps.admin => None,
+        Need::Admin => Some(denied(format!(
+            "{entity} (caps {:?}) may not call {what}: it needs caps admin",
+            caps.to_string()
+        ))),
+        Need::OsdCap if caps.osd => None,
+        Need::OsdCap => Some(denied(format!(
+            "{entity} (caps {:?}) may not call {what}: only OSDs (caps osd) may",
+            caps.to_string()
+        ))),
         Need::OsdSelf => {
             let id = parts.uri.path().split('/').nth(3).unwrap_or("");
-            if !caps.osd || entity.to_string() != format!("osd.{id}") {
-                return denied(format!("{entity} may not call {what}: only osd.{id} may"));
-            }
+            (!caps.osd || entity.to_string() != format!("osd.{id}"))
+                .then(|| denied(format!("{entity} may not call {what}: only osd.{id} may")))
         }
     }
-    parts.extensions.insert(Authenticated(Some(entity)));
-    parts.extensions.insert(CallerKey(Some(key)));
-    next.run(Request::from_parts(parts, Body::from(body))).await
 }
 
 type App = State<Arc<AppState>>;
@@ -236,19 +299,28 @@ fn internal(e: fastblock_auth::AuthError) -> ApiErr {
 fn key_response(
     entity: &EntityName,
     e: &AuthEntity,
+    epoch: u64,
     caller: &CallerKey,
 ) -> Result<AuthKeyResponse, ApiErr> {
+    let (name, caps) = (entity.to_string(), e.caps.to_string());
+    let binding = KeyBinding {
+        entity: &name,
+        caps: &caps,
+        generation: e.generation,
+        epoch,
+    };
     let (sealed_key, key) = match &caller.0 {
         Some(k) => (
-            STANDARD.encode(seal_blob(k, e.key.as_bytes()).map_err(internal)?),
+            STANDARD.encode(seal_blob(k, e.key.as_bytes(), &binding).map_err(internal)?),
             None,
         ),
         None => (String::new(), Some(e.key.to_base64())),
     };
     Ok(AuthKeyResponse {
-        entity: entity.to_string(),
-        caps: e.caps.to_string(),
+        entity: name.clone(),
+        caps: caps.clone(),
         generation: e.generation,
+        epoch,
         sealed_key,
         key,
     })
@@ -286,10 +358,10 @@ pub async fn auth_add(
         .mon
         .apply(|s, _| {
             s.auth_add(&entity, caps.clone(), key.clone())?;
-            Ok(s.auth.entities[&entity].clone())
+            Ok((s.auth.entities[&entity].clone(), s.map.auth.epoch))
         })
         .await?;
-    Ok(Json(key_response(&entity, &e, &caller)?))
+    Ok(Json(key_response(&entity, &e.0, e.1, &caller)?))
 }
 
 pub async fn auth_get_or_create(
@@ -304,9 +376,12 @@ pub async fn auth_get_or_create(
     let key = Secret::generate().map_err(internal)?;
     let e = app
         .mon
-        .apply(|s, _| s.auth_get_or_create(&entity, caps.clone(), key.clone()))
+        .apply(|s, _| {
+            let e = s.auth_get_or_create(&entity, caps.clone(), key.clone())?;
+            Ok((e, s.map.auth.epoch))
+        })
         .await?;
-    Ok(Json(key_response(&entity, &e, &caller)?))
+    Ok(Json(key_response(&entity, &e.0, e.1, &caller)?))
 }
 
 pub async fn auth_caps(
@@ -338,9 +413,12 @@ pub async fn auth_rotate(
     let key = Secret::generate().map_err(internal)?;
     let e = app
         .mon
-        .apply(|s, _| s.auth_rotate(&entity, key.clone()))
+        .apply(|s, _| {
+            let e = s.auth_rotate(&entity, key.clone())?;
+            Ok((e, s.map.auth.epoch))
+        })
         .await?;
-    Ok(Json(key_response(&entity, &e, &caller)?))
+    Ok(Json(key_response(&entity, &e.0, e.1, &caller)?))
 }
 
 pub async fn auth_rm(State(app): App, Path(entity): Path<String>) -> ApiResult<EpochResponse> {
@@ -381,10 +459,18 @@ pub async fn auth_data_keys(
         .await?;
     let mut out = Vec::with_capacity(entities.len());
     for (name, e) in &entities {
-        let sealed = seal_blob(&osd_key, e.key.data_key().as_bytes()).map_err(internal)?;
+        let (entity, caps) = (name.to_string(), e.caps.to_string());
+        let binding = KeyBinding {
+            entity: &entity,
+            caps: &caps,
+            generation: e.generation,
+            epoch: settings.epoch,
+        };
+        let sealed =
+            seal_blob(&osd_key, e.key.data_key().as_bytes(), &binding).map_err(internal)?;
         out.push(AuthDataKeyEntry {
-            entity: name.to_string(),
-            caps: e.caps.to_string(),
+            entity,
+            caps,
             generation: e.generation,
             sealed_data_key: STANDARD.encode(sealed),
         });

@@ -2,7 +2,8 @@
 //! every call. A forwarded request carries `x-fastblock-forwarded`; a monitor that receives one
 //! but does not lead (leadership moved meanwhile) answers `no_leader` instead of forwarding
 //! again, so requests never loop. The call is relayed byte for byte (method, path with query,
-//! body, content type and signature headers), so the leader verifies its signature.
+//! body, content type and signature headers), so the leader verifies its signature; the
+//! answer comes back with the leader's signature and incarnation, which the caller checks.
 
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, StatusCode};
@@ -15,11 +16,17 @@ use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
 pub const FORWARDED_HEADER: &str = "x-fastblock-forwarded";
-const SIGNATURE_HEADERS: [&str; 4] = [
+const SIGNATURE_HEADERS: [&str; 5] = [
     fastblock_auth::request::HEADER_ENTITY,
     fastblock_auth::request::HEADER_TIME,
     fastblock_auth::request::HEADER_NONCE,
+    fastblock_auth::request::HEADER_INCARNATION,
     fastblock_auth::request::HEADER_SIGNATURE,
+];
+/// The leader's answer headers the caller checks: its incarnation and its signature.
+const ANSWER_HEADERS: [&str; 2] = [
+    fastblock_auth::request::HEADER_INCARNATION,
+    fastblock_auth::request::HEADER_REPLY_SIGNATURE,
 ];
 /// Largest request body relayed (requests are small: a full batch of 4,096 PG reports is
 /// about 1.2 MB).
@@ -99,6 +106,12 @@ impl Forwarder {
         let mut resp = Response::builder().status(parts.status);
         if let Some(ct) = parts.headers.get(axum::http::header::CONTENT_TYPE) {
             resp = resp.header(axum::http::header::CONTENT_TYPE, ct);
+        }
+        // The leader signed its answer for the caller: relayed unchanged, with the signature.
+        for name in ANSWER_HEADERS {
+            if let Some(v) = parts.headers.get(name) {
+                resp = resp.header(name, v);
+            }
         }
         Ok(resp
             .body(Body::from(body))

@@ -46,6 +46,10 @@ pub struct AppState {
     pub tasks: Arc<Supervisor>,
     /// Nonces of signed calls served within the clock-skew window (`crate::auth_http`).
     pub replays: std::sync::Mutex<fastblock_auth::request::ReplayCache>,
+    /// This process's incarnation, drawn at start: calls must be signed for it, so that a
+    /// call captured before a restart or a change of leader is not served again
+    /// (`crate::auth_http`).
+    pub incarnation: String,
     /// The monitors' names from `--initial-cluster`, for `MON_DOWN`; `None` with an external
     /// etcd, where the monitor cannot know how many monitors there should be.
     pub expected_mons: Option<Vec<String>>,
@@ -348,6 +352,7 @@ fn full_health(
     h.add_too_many_pgs(&s.map, app.mon.pg_per_osd_max());
     let fresh_ms = ctx.liveness.config().osd_down_after_ms;
     h.add_slow_ops(&ctx.stats.ops.slow(&s.map, now_ms, fresh_ms));
+    h.add_auth_downgrade_refused(&s.map, &ctx.stats.auth_floors);
     h.add_etcd(&app.mon.upkeep.status());
     h
 }
@@ -588,6 +593,9 @@ async fn heartbeat(
             side.stats
                 .record(id, side.now_ms, &req.pgs, &req.backfill_toofull, req.space);
             side.stats.ops.record(id, side.now_ms, req.ops.clone());
+            if let Some(floor) = req.auth_floor {
+                side.stats.auth_floors.insert(id, floor);
+            }
             s.record_scrub_reports(id, &req.pgs, side.scrubs, side.unix_ms);
             Ok(s.heartbeat_changes(id, &req))
         })

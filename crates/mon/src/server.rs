@@ -286,6 +286,8 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         forwarder: Forwarder::default(),
         tasks: tasks.clone(),
         replays: Default::default(),
+        incarnation: fastblock_auth::request::new_incarnation()
+            .map_err(|e| anyhow::anyhow!("drawing the monitor's incarnation: {e}"))?,
         config_relay: Default::default(),
         expected_mons: config
             .etcd_member

@@ -54,6 +54,8 @@ pub struct IoStats {
     pgs: BTreeMap<PgId, PgHeld>,
     /// The OSDs' op tracker reports (slow ops).
     pub ops: crate::op_reports::OpReports,
+    /// Each OSD's auth floor, from its last heartbeat (health `AUTH_DOWNGRADE_REFUSED`).
+    pub auth_floors: BTreeMap<OsdId, fastblock_types::auth::AuthMode>,
 }
 
 fn rate(now: u64, before: u64, dt_ms: u64) -> f64 {

@@ -9,8 +9,10 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use bytes::Bytes;
-use fastblock_auth::request::sign_request;
-use fastblock_auth::{open_blob, EntityName, Secret};
+use fastblock_auth::request::{
+    sign_request, verify_reply, HEADER_INCARNATION, HEADER_REPLY_SIGNATURE, INCARNATION_UNKNOWN,
+};
+use fastblock_auth::{open_blob, EntityName, KeyBinding, Secret};
 use fastblock_types::api::*;
 use fastblock_types::auth::{AuthMode, AuthSettings};
 use fastblock_types::map::{
@@ -78,10 +80,20 @@ enum Attempt {
     Retry(String, Option<ApiError>),
 }
 
+/// Longest text of a monitor incarnation taken from an answer (the monitor's are 32 hex
+/// digits); anything else is not remembered.
+const INCARNATION_CHARS_MAX: usize = 64;
+
 pub struct MonClient {
     endpoints: Vec<String>,
     /// Who signs the calls, with its entity key; `None`: unsigned (auth mode `none`).
     credentials: Option<(EntityName, Secret)>,
+    /// The weakest mode accepted, if set (`fastblock_auth::floor`; else the default for what
+    /// this client holds): with a floor above `none`, an answer to a signed call must carry
+    /// the monitor's valid signature.
+    floor: Option<AuthMode>,
+    /// The leading monitor's incarnation as last heard, which calls are signed for.
+    incarnation: std::sync::Mutex<String>,
     /// The endpoint that answered last: tried first next time.
     preferred: AtomicUsize,
     http: Client<HttpConnector, Full<Bytes>>,
@@ -108,6 +120,8 @@ impl MonClient {
         MonClient {
             endpoints,
             credentials: None,
+            floor: None,
+            incarnation: std::sync::Mutex::new(INCARNATION_UNKNOWN.to_string()),
             preferred: AtomicUsize::new(0),
             http: Client::builder(TokioExecutor::new()).build(connector),
             deadline: Duration::from_secs(30),
@@ -116,10 +130,31 @@ impl MonClient {
     }
 
     /// Signs every call as `entity` with its entity key (`docs/mon-api.md`,
-    /// "Authentication").
+    /// "Authentication"), and accepts only answers the monitor signed (unless
+    /// [`MonClient::with_auth_floor`] lowers the floor).
     pub fn with_credentials(mut self, entity: EntityName, key: Secret) -> Self {
         self.credentials = Some((entity, key));
         self
+    }
+
+    /// Sets the weakest auth mode accepted (`None`: the default, `sign` with credentials and
+    /// `none` without). Below `sign`, unsigned answers are taken (a cluster in mode `none`); a
+    /// signature that is present is checked in every case.
+    pub fn with_auth_floor(mut self, floor: Option<AuthMode>) -> Self {
+        self.floor = floor;
+        self
+    }
+
+    pub fn auth_floor(&self) -> AuthMode {
+        self.floor
+            .unwrap_or_else(|| fastblock_auth::floor::default_floor(self.credentials.is_some()))
+    }
+
+    fn incarnation(&self) -> String {
+        self.incarnation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn credentials(&self) -> Option<&(EntityName, Secret)> {
@@ -136,7 +171,33 @@ impl MonClient {
         &self.endpoints
     }
 
+    /// One call to `endpoint`, signed again at once if the monitor answers that it was signed
+    /// for another incarnation (the first call of a client, or one after a monitor restart or
+    /// a change of leader).
     async fn attempt(
+        &self,
+        endpoint: &str,
+        method: &Method,
+        path: &str,
+        body: &Option<Bytes>,
+        timeout: Duration,
+    ) -> Result<Bytes, Attempt> {
+        // Twice at most: once more for the incarnation the refusal named; a monitor that
+        // refuses that too changed again meanwhile, and the caller's retry loop takes over.
+        let mut result = self
+            .attempt_once(endpoint, method, path, body, timeout)
+            .await;
+        if let Err(Attempt::Retry(_, Some(answer))) = &result {
+            if answer.code == ErrorCode::StaleIncarnation {
+                result = self
+                    .attempt_once(endpoint, method, path, body, timeout)
+                    .await;
+            }
+        }
+        result
+    }
+
+    async fn attempt_once(
         &self,
         endpoint: &str,
         method: &Method,
@@ -152,10 +213,20 @@ impl MonClient {
         }
         // Signed per attempt: each carries a fresh nonce and the current time, so a retry is
         // not refused as a replay of the first attempt.
+        let mut nonce = None;
         if let Some((entity, key)) = &self.credentials {
             let body_bytes: &[u8] = body.as_deref().unwrap_or(&[]);
-            let signed = sign_request(entity, key, method.as_str(), path, body_bytes, now_unix_s())
-                .map_err(|e| Attempt::Final(protocol(endpoint, e.to_string())))?;
+            let signed = sign_request(
+                entity,
+                key,
+                method.as_str(),
+                path,
+                body_bytes,
+                now_unix_s(),
+                &self.incarnation(),
+            )
+            .map_err(|e| Attempt::Final(protocol(endpoint, e.to_string())))?;
+            nonce = Some(signed.nonce_hex.clone());
             for (name, value) in signed.pairs() {
                 req = req.header(name, value);
             }
@@ -174,6 +245,14 @@ impl MonClient {
             Ok(Ok(resp)) => resp,
         };
         let status = resp.status();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let (incarnation, reply_signature) =
+            (header(HEADER_INCARNATION), header(HEADER_REPLY_SIGNATURE));
         let bytes = match tokio::time::timeout(
             timeout,
             Limited::new(resp.into_body(), RESPONSE_BYTES_MAX).collect(),
@@ -194,6 +273,35 @@ impl MonClient {
                 ))
             }
         };
+        // Unsigned: taken as what it claims to be only below floor `sign`, or when it is an
+        // error (a refusal before the call was verified cannot be signed; a forged one can
+        // only fail the call, as dropping it would).
+        if let (Some((_, key)), Some(nonce)) = (&self.credentials, &nonce) {
+            match &reply_signature {
+                Some(sig) => verify_reply(key, nonce, status.as_u16(), &bytes, sig).map_err(|e| {
+                    Attempt::Final(protocol(
+                        endpoint,
+                        format!("{e}: refused (someone between this client and the monitor, or a monitor that is not ours)"),
+                    ))
+                })?,
+                None if status.is_success() && self.auth_floor().authenticates() => {
+                    return Err(Attempt::Final(protocol(
+                        endpoint,
+                        format!(
+                            "the answer is not signed: the cluster runs auth mode none, or \
+                             someone between this client and the monitor removed the signature; \
+                             refused below this client's auth floor {} (--auth-floor)",
+                            self.auth_floor()
+                        ),
+                    )));
+                }
+                None => {}
+            }
+        }
+        if let Some(inc) = incarnation.filter(|i| !i.is_empty() && i.len() <= INCARNATION_CHARS_MAX)
+        {
+            *self.incarnation.lock().unwrap_or_else(|p| p.into_inner()) = inc;
+        }
         if status.is_success() {
             return Ok(bytes);
         }
@@ -764,7 +872,13 @@ impl MonClient {
                 let sealed = STANDARD
                     .decode(&r.sealed_key)
                     .map_err(|e| bad(e.to_string()))?;
-                let plain = open_blob(own, &sealed).map_err(|e| bad(e.to_string()))?;
+                let binding = KeyBinding {
+                    entity: &r.entity,
+                    caps: &r.caps,
+                    generation: r.generation,
+                    epoch: r.epoch,
+                };
+                let plain = open_blob(own, &sealed, &binding).map_err(|e| bad(e.to_string()))?;
                 let bytes: [u8; 32] = plain
                     .as_slice()
                     .try_into()

@@ -17,7 +17,7 @@ use fastblock_types::api::{
     BootRequest, ErrorCode, HeartbeatRequest, OsdReport, OsdSpace, ReportBatch, ReportBatchResponse,
 };
 use fastblock_types::lease::LeaseTiming;
-use fastblock_types::map_delta::{MapFollower, MapScope};
+use fastblock_types::map_delta::{MapFollower, MapRefused, MapScope};
 use fastblock_types::OsdId;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,6 +84,9 @@ pub struct OsdConfig {
     /// The OSD's keyring (`--keyring`; default `<data>.keyring`, see [`crate::keys`]): its
     /// key signs the monitor calls and proves the OSD on its peer links.
     pub keyring: Option<PathBuf>,
+    /// The weakest auth mode accepted from the monitor (`--auth-floor`; None: `sign` with a
+    /// key, else `none`; `fastblock_auth::floor`).
+    pub auth_floor: Option<fastblock_types::auth::AuthMode>,
     /// Test-only (`--fault-injection-file`, [`crate::faults`]): the file of disk faults to
     /// inject, polled while the OSD runs. The binary refuses it without
     /// `FASTBLOCK_TEST_FAULTS=1`.
@@ -113,7 +116,8 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     if let Some((entity, key)) = credentials.clone() {
         mon = mon.with_credentials(entity, key);
     }
-    let mon = Arc::new(mon);
+    let mon = Arc::new(mon.with_auth_floor(config.auth_floor));
+    tracing::info!(floor = %mon.auth_floor(), "auth floor");
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let seed = u64::from_le_bytes(identity.uuid_bytes()?[..8].try_into().expect("8 bytes"))
         ^ std::time::SystemTime::now()
@@ -367,7 +371,7 @@ async fn follow_map(
     key_table: SharedKeyTable,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut follower = MapFollower::new(MapScope::Osd(osd));
+    let mut follower = MapFollower::new(MapScope::Osd(osd)).with_auth_floor(mon.auth_floor());
     // The key-table epoch last fetched; `None` until the first fetch succeeds.
     let mut keys_epoch: Option<u64> = None;
     while !*stop.borrow() {
@@ -405,7 +409,15 @@ async fn follow_map(
             }
             Ok(None) => {}
             // The next request asks for a whole map.
-            Err(gap) => tracing::warn!("map watch: {gap}; fetching the whole map"),
+            Err(MapRefused::Gap(gap)) => {
+                tracing::warn!("map watch: {gap}; fetching the whole map")
+            }
+            // The map held stays; health says so from the floor in the heartbeats. Paced: the
+            // monitor answers at once while the OSD's epoch is behind.
+            Err(refused @ MapRefused::BelowFloor { .. }) => {
+                tracing::error!("map watch: {refused}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     }
 }
@@ -525,6 +537,7 @@ async fn heartbeat(
             space: (shards_answered == shards.len()).then_some(space),
             ops: op_reports.collect(),
             config_replies: std::mem::take(&mut config_replies),
+            auth_floor: Some(mon.auth_floor()),
         };
         match mon.heartbeat(identity.id, &req).await {
             Ok(answer) => {

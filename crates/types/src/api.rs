@@ -59,6 +59,12 @@ pub enum ErrorCode {
     /// The call's authentication failed: unknown or removed entity, wrong key, a time too far
     /// from the monitor's clock, or a replayed request. The message names which.
     AuthFailed,
+    /// The call was signed for another monitor incarnation: the leading monitor restarted or
+    /// leadership moved since the caller last heard, and the new leader cannot know which
+    /// calls the old one served. The answer's `x-fastblock-incarnation` header names the
+    /// current one; the caller signs the call again for it (the monitor client does this by
+    /// itself).
+    StaleIncarnation,
     /// The authenticated entity lacks the capability the call needs (or, for an OSD, is not
     /// the OSD the call speaks for, as a PG report naming another OSD as its leader).
     PermissionDenied,
@@ -108,6 +114,7 @@ impl ErrorCode {
                 | ErrorCode::Unavailable
                 | ErrorCode::ReclaimPending
                 | ErrorCode::MonStoreFull
+                | ErrorCode::StaleIncarnation
         )
     }
 
@@ -122,7 +129,7 @@ impl ErrorCode {
             | ErrorCode::TooLarge
             | ErrorCode::UuidMismatch
             | ErrorCode::OsdDown => 400,
-            ErrorCode::AuthRequired | ErrorCode::AuthFailed => 401,
+            ErrorCode::AuthRequired | ErrorCode::AuthFailed | ErrorCode::StaleIncarnation => 401,
             ErrorCode::PermissionDenied => 403,
             ErrorCode::PoolNotFound
             | ErrorCode::ImageNotFound
@@ -292,6 +299,11 @@ pub struct HeartbeatRequest {
     /// none; monitors that predate the relay ignore it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub config_replies: Vec<OsdConfigReply>,
+    /// The weakest auth mode the OSD accepts (its `--auth-floor`): with the cluster's mode
+    /// below it, the OSD refuses the monitor's maps and answers and health says so
+    /// (`AUTH_DOWNGRADE_REFUSED`). Absent from OSDs that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_floor: Option<crate::auth::AuthMode>,
 }
 
 /// Answer to a heartbeat: the epoch (the OSD fetches a newer map when it moved), and the config
@@ -724,6 +736,10 @@ pub struct AuthKeyResponse {
     pub entity: String,
     pub caps: String,
     pub generation: u64,
+    /// The key table's epoch after the change (the sealed key is bound to it, with the
+    /// entity, caps and generation).
+    #[serde(default)]
+    pub epoch: u64,
     /// Base64 of `seal_blob(calling entity's key, new key)`; empty when the call was not
     /// authenticated (auth mode `none`), and then `key` carries it.
     pub sealed_key: String,

@@ -146,6 +146,22 @@ pub struct MapDelta {
     pub scrub_requests: KeyedDelta<u64, ScrubRequest>,
 }
 
+/// Why a [`MapFollower`] did not take an update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MapRefused {
+    /// The delta does not follow the map held: the holder must fetch a whole map.
+    #[error(transparent)]
+    Gap(#[from] DeltaGap),
+    /// The map it would make is in an auth mode weaker than the holder's floor (a downgrade;
+    /// `docs/security.md`, "No downgrade"): the map held stays.
+    #[error("the map of epoch {epoch} is in auth mode {mode}, below this end's auth floor {floor}: refused (a downgrade; lower the floor with --auth-floor only on purpose)")]
+    BelowFloor {
+        epoch: Epoch,
+        mode: crate::auth::AuthMode,
+        floor: crate::auth::AuthMode,
+    },
+}
+
 /// A delta that does not follow the map it is applied to: the holder must fetch a whole map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("a map delta from epoch {from} does not apply to a map at epoch {have}")]
@@ -478,11 +494,34 @@ pub enum MapUpdate {
 pub struct MapFollower {
     scope: MapScope,
     map: Option<std::sync::Arc<ClusterMap>>,
+    /// The weakest auth mode a map it takes may be in.
+    floor: crate::auth::AuthMode,
 }
 
 impl MapFollower {
     pub fn new(scope: MapScope) -> Self {
-        MapFollower { scope, map: None }
+        MapFollower {
+            scope,
+            map: None,
+            floor: crate::auth::AuthMode::None,
+        }
+    }
+
+    /// Refuses, from then on, every map in an auth mode weaker than `floor`.
+    pub fn with_auth_floor(mut self, floor: crate::auth::AuthMode) -> Self {
+        self.floor = floor;
+        self
+    }
+
+    fn admit(&self, map: &ClusterMap) -> Result<(), MapRefused> {
+        if map.auth.mode < self.floor {
+            return Err(MapRefused::BelowFloor {
+                epoch: map.epoch,
+                mode: map.auth.mode,
+                floor: self.floor,
+            });
+        }
+        Ok(())
     }
 
     pub fn scope(&self) -> &MapScope {
@@ -507,18 +546,20 @@ impl MapFollower {
     }
 
     /// Takes an update. Returns the new map if the update moved it forward; a whole map not
-    /// newer than the one held is ignored; a delta that does not follow it is a [`DeltaGap`]
-    /// (the map is dropped, so the next request asks for a whole one).
+    /// newer than the one held is ignored; a delta that does not follow it is a
+    /// [`MapRefused::Gap`] (the map is dropped, so the next request asks for a whole one); a
+    /// map below the auth floor is [`MapRefused::BelowFloor`] (the map held stays).
     pub fn apply(
         &mut self,
         update: MapUpdate,
-    ) -> Result<Option<std::sync::Arc<ClusterMap>>, DeltaGap> {
+    ) -> Result<Option<std::sync::Arc<ClusterMap>>, MapRefused> {
         match update {
             MapUpdate::UpToDate => Ok(None),
             MapUpdate::Full(mut map) => {
                 if self.map.as_ref().is_some_and(|m| m.epoch >= map.epoch) {
                     return Ok(None);
                 }
+                self.admit(&map)?;
                 self.scope.prune(&mut map);
                 let map = std::sync::Arc::new(map);
                 self.map = Some(map.clone());
@@ -529,7 +570,8 @@ impl MapFollower {
                     return Err(DeltaGap {
                         from: delta.from,
                         have: Epoch(0),
-                    });
+                    }
+                    .into());
                 };
                 if delta.to <= current.epoch {
                     return Ok(None);
@@ -537,8 +579,9 @@ impl MapFollower {
                 let mut next = (**current).clone();
                 if let Err(gap) = delta.apply(&mut next) {
                     self.map = None;
-                    return Err(gap);
+                    return Err(gap.into());
                 }
+                self.admit(&next)?;
                 self.scope.prune(&mut next);
                 let next = std::sync::Arc::new(next);
                 self.map = Some(next.clone());

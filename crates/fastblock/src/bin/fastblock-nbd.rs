@@ -35,6 +35,10 @@ struct Args {
     /// /etc/fastblock/keyring, if it exists; docs/security.md).
     #[arg(long, global = true)]
     keyring: Option<PathBuf>,
+    /// The weakest auth mode accepted from the monitor (none, sign, secure) [default: sign
+    /// with a key, else none]: a map or answer in a weaker mode is refused as a downgrade.
+    #[arg(long, global = true, value_name = "MODE")]
+    auth_floor: Option<fastblock_types::auth::AuthMode>,
     /// The entity to act as towards the cluster.
     #[arg(long, global = true, default_value = "client.admin")]
     name: String,
@@ -136,6 +140,7 @@ struct AccessArgs {
 struct Credentials {
     keyring: Option<PathBuf>,
     name: String,
+    auth_floor: Option<fastblock_types::auth::AuthMode>,
 }
 
 fn allow_rule(s: &str) -> Result<AllowRule, String> {
@@ -178,6 +183,7 @@ async fn run(args: Args, settings: Vec<Setting>, log_level: LogLevel) -> Result<
     let who = Credentials {
         keyring: args.keyring,
         name: args.name,
+        auth_floor: args.auth_floor,
     };
     match args.command {
         Cmd::Serve {
@@ -211,6 +217,7 @@ async fn connect(mon: Vec<String>, who: &Credentials) -> Result<ClusterExports> 
     let config = ClientConfig {
         keyring: who.keyring.clone(),
         entity: who.name.clone(),
+        auth_floor: who.auth_floor,
         ..ClientConfig::new(mon)
     };
     let cluster = Cluster::connect(config)

@@ -43,6 +43,12 @@ struct Args {
     /// own keyring [default: <data>.keyring, written by --mkfs].
     #[arg(long)]
     keyring: Option<PathBuf>,
+    /// The weakest auth mode this OSD accepts (none, sign, secure) [default: sign when it has a
+    /// key, else none]. A map or monitor answer in a weaker mode is refused as a downgrade
+    /// (the OSD keeps its last map; health says AUTH_DOWNGRADE_REFUSED): lower it only to run
+    /// a cluster in a weaker mode on purpose (docs/security.md, "No downgrade").
+    #[arg(long, value_name = "MODE")]
+    auth_floor: Option<fastblock_types::auth::AuthMode>,
     /// Format the device and register a new OSD id, then exit.
     #[arg(long)]
     mkfs: bool,
@@ -367,6 +373,7 @@ async fn main() {
                 },
                 host_space_reserve_bytes: args.host_space_reserve,
                 keyring: args.keyring,
+                auth_floor: args.auth_floor,
                 fault_injection_file: args.fault_injection_file,
                 config_handler,
             },

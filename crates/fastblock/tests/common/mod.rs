@@ -379,9 +379,17 @@ impl MonCluster {
         let ring = fastblock_auth::Keyring::load(&path).expect("loading the test keyring");
         let entity: fastblock_auth::EntityName = entity.parse().expect("entity name");
         match ring.get(&entity) {
-            Some(e) => client.with_credentials(entity, e.key.clone()),
+            Some(e) => client
+                .with_credentials(entity, e.key.clone())
+                .with_auth_floor(self.auth_floor()),
             None => client,
         }
+    }
+
+    /// The auth floor of this cluster's clients: lowered to `none` on purpose for a cluster
+    /// created in mode `none` (its keyring is for later), the default otherwise.
+    pub fn auth_floor(&self) -> Option<fastblock_auth::AuthMode> {
+        (self.options.auth_mode == "none").then_some(fastblock_auth::AuthMode::None)
     }
 
     pub fn initial_cluster(&self) -> String {
@@ -606,6 +614,8 @@ pub struct FakeOsd {
     endpoints: Vec<String>,
     /// `osd.N`'s key (created with the admin key), `None` in auth mode `none`.
     pub key: Option<fastblock_auth::Secret>,
+    /// The cluster's client floor (`MonCluster::auth_floor`).
+    pub auth_floor: Option<fastblock_auth::AuthMode>,
 }
 
 impl FakeOsd {
@@ -631,6 +641,7 @@ impl FakeOsd {
             task: None,
             endpoints: mons.endpoints(),
             key,
+            auth_floor: mons.auth_floor(),
         };
         osd.boot().await;
         osd
@@ -640,7 +651,9 @@ impl FakeOsd {
     pub fn client(&self) -> MonClient {
         let c = MonClient::new(self.endpoints.clone());
         match &self.key {
-            Some(k) => c.with_credentials(fastblock_auth::EntityName::Osd(self.id), k.clone()),
+            Some(k) => c
+                .with_credentials(fastblock_auth::EntityName::Osd(self.id), k.clone())
+                .with_auth_floor(self.auth_floor),
             None => c,
         }
     }

@@ -296,3 +296,46 @@ fn an_osd_learns_it_left_a_pg() {
     scope.prune(&mut held);
     assert!(held.pg(PgId::new(PoolId(1), 0)).is_none());
 }
+
+/// A follower with floor `sign` takes no map in mode `none`, whole or by delta, and keeps the
+/// map it has; the same update is taken by a follower without a floor.
+#[test]
+fn a_map_below_the_auth_floor_is_refused_and_the_held_map_stays() {
+    use crate::auth::AuthMode;
+    let mut signed = base();
+    signed.auth.mode = AuthMode::Sign;
+    let mut downgraded = signed.clone();
+    downgraded.epoch = Epoch(signed.epoch.0 + 1);
+    downgraded.auth.mode = AuthMode::None;
+    let mut follower = MapFollower::new(MapScope::All).with_auth_floor(AuthMode::Sign);
+    assert!(matches!(
+        follower.apply(MapUpdate::Full(downgraded.clone())),
+        Err(MapRefused::BelowFloor {
+            mode: AuthMode::None,
+            floor: AuthMode::Sign,
+            ..
+        })
+    ));
+    assert_eq!(follower.epoch(), Epoch(0));
+    follower
+        .apply(MapUpdate::Full(signed.clone()))
+        .unwrap()
+        .expect("a signed map is taken");
+    let delta = MapDelta::between(&signed, &downgraded);
+    let refused = follower.apply(MapUpdate::Delta(delta.clone()));
+    assert!(
+        matches!(refused, Err(MapRefused::BelowFloor { epoch, .. }) if epoch == downgraded.epoch),
+        "{refused:?}"
+    );
+    assert_eq!(*follower.map().unwrap(), signed, "the held map stays");
+    let mut open = MapFollower::new(MapScope::All);
+    open.apply(MapUpdate::Full(signed)).unwrap();
+    assert_eq!(
+        open.apply(MapUpdate::Delta(delta))
+            .unwrap()
+            .unwrap()
+            .auth
+            .mode,
+        AuthMode::None
+    );
+}
