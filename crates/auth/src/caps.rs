@@ -4,8 +4,9 @@
 //! - `admin`: every monitor call (pools, images, OSDs, flags, keys) and IO on every pool.
 //! - `osd`: what an OSD daemon does: boot and heartbeat as itself, report the PGs it leads,
 //!   read the key table, and speak to other OSDs. Given only to `osd.N` entities.
-//! - `pool=NAME` / `pool=*`: read and write the images of pool NAME (or of every pool), and
-//!   read the cluster map and image records (which a client needs to route IO).
+//! - `pool=NAME` / `pool=*`: read and write the images of pool NAME (or of every pool), read
+//!   the image records of those pools, and read the cluster map (which a client needs to route
+//!   IO).
 //!
 //! Every authenticated entity may read the map, health and status.
 

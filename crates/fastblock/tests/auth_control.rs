@@ -417,3 +417,88 @@ async fn mode_none_works_without_keys() {
     assert_eq!(err.code(), Some(ErrorCode::AuthRequired), "{err}");
     assert_eq!(mons.client().pools().await.unwrap().len(), 1);
 }
+
+/// A client limited to pool `a` lists, reads and follows the image records of `a` only:
+/// pool `b`'s images are neither listed nor shown, nor are its snapshots or its clones of
+/// `a`'s snapshots; the admin sees everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_limited_client_sees_only_its_pools_images() {
+    use fastblock_types::api::CreateImageRequest;
+    let mons = MonCluster::start(1, MonOptions::default()).await;
+    let dir = TempDir::new("pool-limited");
+    // Real OSDs: a snapshot is created once every PG leader applied its mark.
+    let _osds = start_osds(&mons, dir.path(), 3, "256M", 1, Duration::from_secs(60)).await;
+    let admin = mons.client();
+    for (p, image) in [("a", "x"), ("b", "y")] {
+        admin.create_pool(&pool(p)).await.unwrap();
+        admin
+            .create_image(&CreateImageRequest {
+                pool: p.into(),
+                name: image.into(),
+                size_bytes: 1 << 20,
+                object_size_bytes: None,
+            })
+            .await
+            .unwrap();
+    }
+    let tenant = admin.auth_add("client.t", "pool=a").await.unwrap();
+    let as_tenant = MonClient::new(mons.endpoints())
+        .with_deadline(Duration::from_secs(5))
+        .with_credentials(tenant.entity.clone(), tenant.key.clone());
+    let names = |images: Vec<fastblock_types::map::ImageInfo>| -> Vec<String> {
+        images
+            .into_iter()
+            .map(|i| format!("{}/{}", i.pool_name, i.name))
+            .collect()
+    };
+    assert_eq!(names(as_tenant.images(None).await.unwrap()), ["a/x"]);
+    assert_eq!(names(as_tenant.images(Some("a")).await.unwrap()), ["a/x"]);
+    assert_eq!(names(admin.images(None).await.unwrap()), ["a/x", "b/y"]);
+    assert_eq!(as_tenant.image("a", "x").await.unwrap().name, "x");
+    for err in [
+        as_tenant.images(Some("b")).await.unwrap_err(),
+        as_tenant.image("b", "y").await.unwrap_err(),
+        as_tenant.snaps("b", "y").await.unwrap_err(),
+    ] {
+        assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
+        assert!(err.to_string().contains("do not allow pool \"b\""), "{err}");
+    }
+    // A clone in b of a's snapshot: listed as a child to the admin, not to the tenant.
+    wait_all_active(&admin, Duration::from_secs(60)).await;
+    admin.create_snap("a", "x", "s").await.unwrap();
+    admin.protect_snap("a", "x", "s").await.unwrap();
+    admin.clone_snap("a", "x", "s", "b", "z").await.unwrap();
+    assert_eq!(
+        names(admin.snap_children("a", "x", "s").await.unwrap()),
+        ["b/z"]
+    );
+    assert!(as_tenant
+        .snap_children("a", "x", "s")
+        .await
+        .unwrap()
+        .is_empty());
+    // The CLI as the tenant lists the same.
+    let ring = mons.dir.path().join("t.keyring");
+    mons.cli(&[
+        "auth",
+        "get-or-create",
+        "client.t",
+        "--caps",
+        "pool=a",
+        "-o",
+        ring.to_str().unwrap(),
+    ])
+    .ok();
+    let ls = mons
+        .cli(&[
+            "--keyring",
+            ring.to_str().unwrap(),
+            "--name",
+            "client.t",
+            "image",
+            "ls",
+        ])
+        .ok()
+        .to_string();
+    assert!(ls.contains("a/x") && !ls.contains("b/y"), "{ls}");
+}

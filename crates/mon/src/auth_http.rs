@@ -45,6 +45,33 @@ pub struct Authenticated(pub Option<EntityName>);
 #[derive(Clone)]
 pub struct CallerKey(pub Option<Secret>);
 
+/// The calling entity's caps (`None` in auth mode `none`, where everything is open): image
+/// records are shown only for the pools they allow.
+#[derive(Clone, Debug)]
+pub struct CallerCaps(pub Option<Caps>);
+
+impl CallerCaps {
+    /// Whether the caller may see the image records of pool `name` (every caller that may do
+    /// IO on it: admins, OSDs, `pool=*`, `pool=NAME`).
+    pub fn sees_pool(&self, name: &str) -> bool {
+        self.0.as_ref().is_none_or(|c| c.allows_pool(name))
+    }
+
+    /// The refusal of a look at pool `name`'s image records, if the caller may not.
+    pub fn check_pool(&self, name: &str) -> Result<(), ApiErr> {
+        match &self.0 {
+            Some(caps) if !caps.allows_pool(name) => Err(ApiErr(ApiError::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "caps {:?} do not allow pool {name:?}: its images are not shown",
+                    caps.to_string()
+                ),
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// What a route asks of its caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need {
@@ -173,6 +200,7 @@ async fn authenticate_and_serve(app: Arc<AppState>, req: Request, next: Next) ->
     if !mode.authenticates() {
         parts.extensions.insert(Authenticated(None));
         parts.extensions.insert(CallerKey(None));
+        parts.extensions.insert(CallerCaps(None));
         return next.run(Request::from_parts(parts, body)).await;
     }
     let headers = match headers {
@@ -244,6 +272,7 @@ async fn authenticate_and_serve(app: Arc<AppState>, req: Request, next: Next) ->
         None => {
             parts.extensions.insert(Authenticated(Some(entity)));
             parts.extensions.insert(CallerKey(Some(key)));
+            parts.extensions.insert(CallerCaps(Some(caps)));
             next.run(Request::from_parts(parts, Body::from(body))).await
         }
     };

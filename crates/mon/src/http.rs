@@ -937,7 +937,24 @@ async fn pg_report<T>(
     }))
 }
 
-async fn list_images(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<ImageList> {
+/// The caller's caps, for the image-record routes (always set by `auth_http::authenticate`
+/// on them; absent only if a route skipped it, which then sees everything as in mode none).
+type Caller = Option<Extension<crate::auth_http::CallerCaps>>;
+
+fn caller_caps(caller: Caller) -> crate::auth_http::CallerCaps {
+    caller.map_or(crate::auth_http::CallerCaps(None), |Extension(c)| c)
+}
+
+/// The images of the pools the caller may see (`pool`: of that pool only).
+async fn list_images(
+    State(app): App,
+    caller: Caller,
+    Query(q): Query<PoolQuery>,
+) -> ApiResult<ImageList> {
+    let caller = caller_caps(caller);
+    if let Some(pool) = &q.pool {
+        caller.check_pool(pool)?;
+    }
     let images = app
         .mon
         .read(|s, _| {
@@ -949,6 +966,7 @@ async fn list_images(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<I
                 s.images
                     .values()
                     .filter(|i| pool_id.is_none_or(|p| p == i.pool))
+                    .filter(|i| caller.sees_pool(&i.pool_name))
                     .cloned()
                     .collect(),
             )
@@ -964,8 +982,10 @@ async fn create_image(State(app): App, body: Bytes) -> ApiResult<ImageInfo> {
 
 async fn get_image(
     State(app): App,
+    caller: Caller,
     Path((pool, name)): Path<(String, String)>,
 ) -> ApiResult<ImageInfo> {
+    caller_caps(caller).check_pool(&pool)?;
     Ok(Json(
         app.mon
             .read(|s, _| s.image(&pool, &name).cloned())
@@ -1109,8 +1129,10 @@ async fn reclaim_pg_done(
 
 async fn list_snaps(
     State(app): App,
+    caller: Caller,
     Path((pool, name)): Path<(String, String)>,
 ) -> ApiResult<Vec<SnapInfo>> {
+    caller_caps(caller).check_pool(&pool)?;
     Ok(Json(
         app.mon.read(|s, _| s.list_snaps(&pool, &name)).await??,
     ))
@@ -1205,15 +1227,20 @@ async fn unprotect_snap(
     ))
 }
 
+/// The clones of a snapshot, in the pools the caller may see.
 async fn snap_children(
     State(app): App,
+    caller: Caller,
     Path((pool, name, snap)): Path<(String, String, String)>,
 ) -> ApiResult<Vec<ImageInfo>> {
-    Ok(Json(
-        app.mon
-            .read(|s, _| s.snap_children(&pool, &name, &snap))
-            .await??,
-    ))
+    let caller = caller_caps(caller);
+    caller.check_pool(&pool)?;
+    let mut children = app
+        .mon
+        .read(|s, _| s.snap_children(&pool, &name, &snap))
+        .await??;
+    children.retain(|c| caller.sees_pool(&c.pool_name));
+    Ok(Json(children))
 }
 
 async fn clone_snap(
