@@ -115,14 +115,18 @@ impl Flags {
 /// Parses the reference syntax into an invocation rendered in the reference's output shapes.
 pub fn parse(argv: &[String]) -> Result<Invocation, String> {
     let f = Flags(collect(argv)?);
+    let known = |flag: &str| {
+        flag.parse::<fastblock_types::map::Flag>()
+            .map(|_| flag.to_string())
+    };
     let command = if let Some(flag) = f.get("set") {
         Command::Flag {
-            flag: flag.to_string(),
+            flag: known(flag)?,
             set: true,
         }
     } else if let Some(flag) = f.get("unset") {
         Command::Flag {
-            flag: flag.to_string(),
+            flag: known(flag)?,
             set: false,
         }
     } else {
@@ -298,6 +302,9 @@ mod tests {
             .unwrap_err()
             .contains("not supported"));
         assert!(p(&["-op=frobnicate"]).unwrap_err().contains("unknown op"));
+        assert!(p(&["-set=foo"])
+            .unwrap_err()
+            .contains("expected noout or norebalance"));
         assert!(p(&["-op=status", "-bogus=1"])
             .unwrap_err()
             .contains("unknown flag"));

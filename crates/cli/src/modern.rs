@@ -14,6 +14,13 @@ use fastblock_types::{OsdId, PgId};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// A cluster flag's name, checked here so that a typo is a usage error (status 2), not the
+/// monitor's refusal.
+fn flag_arg(s: &str) -> Result<String, String> {
+    s.parse::<fastblock_types::map::Flag>()?;
+    Ok(s.to_string())
+}
+
 fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
@@ -78,11 +85,13 @@ enum Top {
     /// Set a cluster flag (noout, norebalance).
     Set {
         /// noout or norebalance.
+        #[arg(value_parser = flag_arg)]
         flag: String,
     },
     /// Clear a cluster flag.
     Unset {
         /// noout or norebalance.
+        #[arg(value_parser = flag_arg)]
         flag: String,
     },
     /// Print the cluster map.
@@ -895,6 +904,16 @@ mod tests {
     #[test]
     fn usage_errors_exit_2() {
         assert_eq!(p(&["pool", "create", "x"]).unwrap_err().0, EXIT_USAGE);
+        // An unknown cluster flag is a usage error, not the monitor's refusal (status 4).
+        for verb in ["set", "unset"] {
+            let (code, text) = p(&[verb, "foo"]).unwrap_err();
+            assert_eq!(code, EXIT_USAGE);
+            assert!(text.contains("expected noout or norebalance"), "{text}");
+        }
+        assert!(matches!(
+            p(&["set", "noRebalance"]).unwrap().command,
+            Command::Flag { set: true, .. }
+        ));
         assert_eq!(
             p(&["image", "create", "novolume", "--size", "1G"])
                 .unwrap_err()

@@ -11,24 +11,9 @@ use fastblock_types::map::OsdInfo;
 use fastblock_types::{Epoch, OsdId};
 use std::net::IpAddr;
 
-/// Cluster flags settable by operators.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flag {
-    NoOut,
-    NoRebalance,
-}
-
-impl std::str::FromStr for Flag {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        // The reference spells it "noReblance"; accept that too.
-        match s.to_ascii_lowercase().as_str() {
-            "noout" => Ok(Flag::NoOut),
-            "norebalance" | "noreblance" => Ok(Flag::NoRebalance),
-            _ => Err(format!("unknown flag {s:?}: expected noout or norebalance")),
-        }
-    }
-}
+/// Cluster flags settable by operators (defined beside the map's [`fastblock_types::map::Flags`],
+/// so that the CLI refuses an unknown one as the monitor does).
+pub use fastblock_types::map::Flag;
 
 /// Accepts the canonical textual UUID form (8-4-4-4-12 hex digits).
 pub fn is_valid_uuid(s: &str) -> bool {

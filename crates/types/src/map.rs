@@ -198,6 +198,25 @@ pub struct Flags {
     pub norebalance: bool,
 }
 
+/// One cluster flag settable by operators (`fastblock-client set|unset FLAG`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flag {
+    NoOut,
+    NoRebalance,
+}
+
+impl std::str::FromStr for Flag {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // The reference spells it "noReblance"; accept that too.
+        match s.to_ascii_lowercase().as_str() {
+            "noout" => Ok(Flag::NoOut),
+            "norebalance" | "noreblance" => Ok(Flag::NoRebalance),
+            _ => Err(format!("unknown flag {s:?}: expected noout or norebalance")),
+        }
+    }
+}
+
 /// The full ratio's default: past 95 % used, an OSD takes no more writes.
 pub const FULL_RATIO_PPM_DEFAULT: u32 = 950_000;
 /// The nearfull ratio's default: past 85 % used, health warns (`OSD_NEARFULL`).
