@@ -145,6 +145,19 @@ pub async fn run_phase(
             cores_seen: recorder.cores_seen.iter().copied().collect(),
         });
     }
+    // Every IO fell inside the warm-up: there is nothing to report, and zeros would read as
+    // a measurement.
+    if total > 0 && all.count() == 0 {
+        return (
+            Err(format!(
+                "all {total} {} IOs completed within the {:?} warm-up (deferred_time): nothing \
+                 was measured; shorten the warm-up or run longer (io_count, runtime)",
+                if write { "write" } else { "read" },
+                cx.options.deferred
+            )),
+            clients,
+        );
+    }
     let last_end = ends.iter().copied().max().unwrap_or(end);
     let result = PhaseResult {
         name: if write { "write" } else { "read" },

@@ -208,6 +208,33 @@ async fn io_errors_stop_the_run() {
     assert!(osd.io_count() < 100, "the run stopped early");
 }
 
+/// Every IO inside the warm-up: the run fails saying so, instead of reporting zeros.
+#[tokio::test]
+async fn a_run_that_ends_within_its_warm_up_fails_saying_so() {
+    let osd = FakeOsd::start(1).await;
+    let image = image(&osd, 64 * KIB).await;
+    let outcome = run(
+        &image,
+        &RunOptions {
+            deferred: Duration::from_secs(60),
+            verify: false,
+            ..options(IoType::Write, 16)
+        },
+    )
+    .await;
+    let error = outcome.error.clone().expect("nothing measured is an error");
+    assert!(
+        error.contains("all 16 write IOs completed within the 60s warm-up"),
+        "{error}"
+    );
+    assert_eq!(outcome.exit_code(), 1);
+    assert!(
+        outcome.phases.is_empty(),
+        "no figures: {:?}",
+        outcome.text()
+    );
+}
+
 fn bench(args: &[&str]) -> (i32, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_block_bench"))
         .args(args)
