@@ -196,7 +196,7 @@ impl Cluster {
         };
         let (have, scope, generation) = self.follow_point();
         match mon.map_update(have, &scope, wait).await {
-            Ok(response) => Ok(self.take_update(response, generation)),
+            Ok(response) => Ok(self.take_update(response, generation).unwrap_or(false)),
             Err(e) => {
                 tracing::warn!(epoch = %have, "cluster map fetch failed: {e}");
                 Err(())
@@ -211,13 +211,19 @@ impl Cluster {
     }
 
     /// Takes the monitor's answer to a request made at scope generation `generation`, and
-    /// installs the map it makes. Returns whether a map was installed.
-    fn take_update(&self, response: MapResponse, generation: u64) -> bool {
+    /// installs the map it makes. Returns whether a map was installed, or the refusal of a map
+    /// below this client's auth floor (logged; the caller pauses before asking again, as the
+    /// monitor would answer at once).
+    fn take_update(
+        &self,
+        response: MapResponse,
+        generation: u64,
+    ) -> Result<bool, fastblock_types::map_delta::MapRefused> {
         let map = {
             let mut f = lock_follower(&self.follower);
             if f.1 != generation {
                 // The scope changed meanwhile: this answer is for the old one.
-                return false;
+                return Ok(false);
             }
             match f.0.apply(response.into_update()) {
                 Ok(map) => map,
@@ -227,17 +233,17 @@ impl Cluster {
                 }
                 Err(refused) => {
                     tracing::error!("cluster map: {refused}");
-                    None
+                    return Err(refused);
                 }
             }
         };
-        let Some(map) = map else { return false };
+        let Some(map) = map else { return Ok(false) };
         // A wider scope can come at the same epoch: replaced, not only installed when newer.
         let done = self.cache.replace((*map).clone());
         if done {
             Counters::bump(&self.counters.map_updates);
         }
-        done
+        Ok(done)
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -581,7 +587,10 @@ async fn watch_map_loop(me: Weak<Cluster>, mon: Arc<MonClient>, timeout: Duratio
         match mon.map_update(have, &scope, timeout).await {
             Ok(response) => {
                 let Some(cluster) = me.upgrade() else { return };
-                cluster.take_update(response, generation);
+                if cluster.take_update(response, generation).is_err() {
+                    drop(cluster);
+                    tokio::time::sleep(WATCH_RETRY_PAUSE).await;
+                }
             }
             Err(e) => {
                 tracing::warn!(epoch = %have, "cluster map watch failed: {e}");
