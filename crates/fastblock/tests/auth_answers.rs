@@ -245,21 +245,6 @@ async fn a_forged_altered_or_replayed_monitor_answer_is_refused() {
     );
 }
 
-/// The leading monitor's incarnation, from an open call's answer.
-async fn incarnation(addr: &str) -> String {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let answer = String::from_utf8_lossy(&read_message(&mut s, false).await).to_string();
-    answer
-        .lines()
-        .find_map(|l| l.strip_prefix("x-fastblock-incarnation: "))
-        .unwrap_or_else(|| panic!("no incarnation in {answer}"))
-        .trim()
-        .to_string()
-}
-
 /// `POST /v1/pools` creating `name`, signed as the admin for incarnation `inc`: the bytes an
 /// attacker on the path would capture.
 fn captured_pool_create(key: &Secret, inc: &str, name: &str) -> Vec<u8> {
@@ -327,7 +312,7 @@ async fn a_call_captured_before_a_restart_or_a_leader_change_is_refused_after_it
     let leader_addr = mons.specs[leader].api.clone();
 
     // Restart: captured, served, undone; the leader restarts (it leads again or not).
-    let captured = captured_pool_create(&key, &incarnation(&leader_addr).await, "p");
+    let captured = captured_pool_create(&key, &mon_incarnation(&leader_addr).await, "p");
     let first = send(&leader_addr, &captured).await;
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
     admin.delete_pool("p", true).await.unwrap();
@@ -344,7 +329,7 @@ async fn a_call_captured_before_a_restart_or_a_leader_change_is_refused_after_it
     // Leader change: captured at the leader, which then dies; replayed to the survivors.
     let leader = mons.wait_leader(Duration::from_secs(60)).await;
     let leader_addr = mons.specs[leader].api.clone();
-    let captured = captured_pool_create(&key, &incarnation(&leader_addr).await, "q");
+    let captured = captured_pool_create(&key, &mon_incarnation(&leader_addr).await, "q");
     let first = send(&leader_addr, &captured).await;
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
     admin.delete_pool("q", true).await.unwrap();

@@ -28,21 +28,6 @@ fn now_s() -> u64 {
         .as_secs()
 }
 
-/// The leading monitor's incarnation, as an open call's answer names it.
-async fn incarnation(addr: &str) -> String {
-    let answer = raw(
-        addr,
-        b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    )
-    .await;
-    answer
-        .lines()
-        .find_map(|l| l.strip_prefix("x-fastblock-incarnation: "))
-        .unwrap_or_else(|| panic!("no incarnation in {answer}"))
-        .trim()
-        .to_string()
-}
-
 /// An HTTP/1.1 request, signed as `who` for monitor incarnation `inc` if given.
 fn request(
     method: &str,
@@ -156,7 +141,7 @@ async fn forged_reports_and_boots_are_refused_and_change_nothing() {
     assert!(answer.contains("\"code\":\"auth_required\""), "{answer}");
     // Signed by the admin (no osd cap): forbidden too.
     let key = admin_key(&mons);
-    let inc = incarnation(addr).await;
+    let inc = mon_incarnation(addr).await;
     let answer = raw(
         addr,
         &request(
@@ -347,7 +332,7 @@ async fn caps_rotation_removal_and_replays() {
     // The same signed request twice: the second is a replay.
     let key = admin_key(&mons);
     let addr = &mons.specs[0].api;
-    let inc = incarnation(addr).await;
+    let inc = mon_incarnation(addr).await;
     let req = request(
         "GET",
         "/v1/pools",
@@ -374,7 +359,7 @@ async fn a_forwarded_signed_call_is_served_once() {
         FakeOsd::register(&mons, "h2").await,
     ];
     let addr = &mons.specs[follower].api;
-    let inc = incarnation(addr).await;
+    let inc = mon_incarnation(addr).await;
     let req = request(
         "POST",
         "/v1/pools",

@@ -518,6 +518,20 @@ impl MonCluster {
     }
 }
 
+/// The leading monitor's incarnation, as the answer to an open call to the monitor at `addr`
+/// names it (`x-fastblock-incarnation`): what a signed call must be signed for.
+pub async fn mon_incarnation(addr: &str) -> String {
+    let answer = http_get(&format!("http://{addr}/v1/health"))
+        .await
+        .expect("GET /v1/health");
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix("x-fastblock-incarnation: "))
+        .unwrap_or_else(|| panic!("no incarnation in {answer}"))
+        .trim()
+        .to_string()
+}
+
 /// Minimal HTTP GET over a raw socket (the harness must not depend on the code under test).
 pub async fn http_get(url: &str) -> std::io::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
