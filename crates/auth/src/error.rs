@@ -41,13 +41,6 @@ pub enum AuthError {
     /// since the caller last heard): sign it again for `current`.
     #[error("the call was signed for another monitor incarnation (the monitor restarted or the leader changed); sign it again for {current}")]
     StaleIncarnation { current: String },
-    /// A mode below the local floor was offered (a map, an answer, a peer).
-    #[error("{what} is in auth mode {offered}, below this end's floor {floor} (refused: a downgrade; lower the floor with --auth-floor only on purpose)")]
-    BelowFloor {
-        what: String,
-        offered: String,
-        floor: String,
-    },
     #[error("malformed authentication message: {0}")]
     Malformed(String),
     #[error("the peer wants auth mode {peer}, this end runs {ours}")]

@@ -6,7 +6,7 @@
 //!   per-purpose keys derived from an entity key (one for the monitor, one for the data plane),
 //!   and [`seal_blob`]/[`open_blob`] for sending a key to its owner encrypted, bound to its
 //!   entity, caps, generation and table epoch ([`KeyBinding`]).
-//! - [`floor`]: the weakest auth mode an end accepts ([`floor::check`]): no downgrade.
+//! - [`floor`]: the weakest auth mode an end accepts by default ([`floor::default_floor`]).
 //! - [`entity`]: [`EntityName`] (`client.admin`, `client.NAME`, `osd.N`).
 //! - [`caps`]: [`Caps`], what an entity may do (`admin`, `osd`, `pool=NAME`, `pool=*`).
 //! - [`keyring`]: the keyring file (format, mode 0600, default location).
