@@ -222,8 +222,12 @@ async fn a_client_limited_to_a_pool_cannot_touch_another_and_is_cut_when_removed
     a.write(4096, data.clone()).await.unwrap();
     assert_eq!(a.read(4096, 8192).await.unwrap(), data);
 
-    // Pool b: the image opens (the map and image records are readable), its IO is refused.
-    let b = cluster.open_image("b", "img").await.unwrap();
+    // Pool b: the monitor does not show its image records to this key (so it does not
+    // open by name); opened from the admin's record, its IO is refused by the OSDs.
+    let e = cluster.open_image("b", "img").await.unwrap_err();
+    assert!(e.to_string().contains("do not allow pool \"b\""), "{e}");
+    let info = admin.image("b", "img").await.unwrap();
+    let b = cluster.open_image_info(info).await.unwrap();
     let e = b.write(0, pattern(1, 4096)).await.unwrap_err();
     assert_eq!(auth_status(&e), Some(Status::PermissionDenied), "{e}");
     let e = b.read(0, 4096).await.unwrap_err();
