@@ -226,7 +226,15 @@ impl<D: Disk + 'static> ShardCore<D> {
             let mut extents: BTreeMap<fastblock_store::ObjectId, u64> = store
                 .object_sizes(pg)
                 .into_iter()
-                .map(|(o, size)| (o, size.next_multiple_of(BLOCK_SIZE_BYTES)))
+                // At least one block each: an object that exists with no byte (a member that
+                // received a hole-only object records it at size 0) must still be named to
+                // the receiver, which creates it; a plan of 0 bytes would skip it, and the
+                // object would be missing there (found by the simulator, seed
+                // 11519488835606117001, `--membership --bad-blocks`).
+                .map(|(o, size)| {
+                    let size = size.next_multiple_of(BLOCK_SIZE_BYTES);
+                    (o, size.max(BLOCK_SIZE_BYTES))
+                })
                 .collect();
             match store.kept_extents(pg) {
                 Ok(kept) => {

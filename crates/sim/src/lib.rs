@@ -166,9 +166,17 @@ pub struct Profile {
 }
 
 impl Profile {
+    pub const NONE: Profile = Profile {
+        membership: false,
+        bad_blocks: false,
+    };
     pub const MEMBERSHIP: Profile = Profile {
         membership: true,
         bad_blocks: false,
+    };
+    pub const MEMBERSHIP_BAD_BLOCKS: Profile = Profile {
+        membership: true,
+        bad_blocks: true,
     };
 
     /// The `vopr` flags that select it, each after a space.

@@ -7,7 +7,8 @@
 //! (each of the two tests runs half). Overnight runs use `scripts/sim.sh --seeds N --random`.
 
 use fastblock_sim::{
-    known_open, run_seed, run_seed_membership, seeds_from, Probes, RunSummary, SimFailure,
+    known_open, run_seed, run_seed_membership, run_seed_profile, seeds_from, Probes, Profile,
+    RunSummary, SimFailure,
 };
 
 /// The base every CI run derives its seeds from.
@@ -169,47 +170,48 @@ fn same_seed_same_run() {
 /// Seeds of bugs found by overnight runs and fixed since, run as they are: each failed before
 /// its fix (see the tables in `docs/design/simulator.md`). A change to the simulator's
 /// choices may send a seed down another path; it then stays a seed like any other.
-const FIXED_SEEDS: &[(u64, bool)] = &[
+/// Each with the profile it failed in (`Profile::flags`).
+const FIXED_SEEDS: &[(u64, Profile)] = &[
     // A removed member refused the vote its still-joint peers needed.
-    (3277779685366851248, true),
+    (3277779685366851248, Profile::MEMBERSHIP),
     // A follower took in more appends during a slow commit than its WAL could hold.
-    (14852178357259321636, true),
+    (14852178357259321636, Profile::MEMBERSHIP),
     // WAL relief abandoned every snapshot transfer before it could finish, and the
     // receiver's aborted stagings were never freed.
-    (624121348245308800, false),
+    (624121348245308800, Profile::NONE),
     // A move replayed from a start checkpoint dropped the entries after it (WAL corrupt).
-    (16595073271290314718, false),
+    (16595073271290314718, Profile::NONE),
     // A member whose log the leader over-counted dropped its heartbeats and stalled.
-    (10816532062083025736, true),
+    (10816532062083025736, Profile::MEMBERSHIP),
     // A leader reported its new configuration before the commit index that applied it was
     // durable; the dropped member deleted its replica, the leader crashed and came back
     // needing that member's vote.
-    (9952412769498548792, true),
+    (9952412769498548792, Profile::MEMBERSHIP),
     // A snapshot did not create an object that held only a hole (a tail cut by a reclaim),
     // so the replicas listed different objects.
-    (4196678801671490556, true),
+    (4196678801671490556, Profile::MEMBERSHIP),
     // The monitor refused a genuine report: the leader left a joint configuration towards a
     // target the monitor had cancelled, and its joint report had been superseded.
-    (17722765049566651514, true),
+    (17722765049566651514, Profile::MEMBERSHIP),
     // A snapshot installed for one PG flushed another's applied index before the hard state
     // carrying its commit index was staged; a crash left it past the log's commit index.
-    (249999389376033725, false),
+    (249999389376033725, Profile::NONE),
     // A leader's report of leaving a joint state was held at an LSN taken before the round
     // staged the commit index that applied it; the leader crashed and came back joint.
-    (3856582366863085052, true),
+    (3856582366863085052, Profile::MEMBERSHIP),
+    // A member that had received a hole-only object (size 0 there) left it out of the
+    // snapshots it sent in turn, so the next member lacked the object.
+    (11519488835606117001, Profile::MEMBERSHIP_BAD_BLOCKS),
 ];
 
 #[test]
 fn fixed_seeds_run_clean() {
     let failures: Vec<String> = FIXED_SEEDS
         .iter()
-        .filter_map(|&(seed, membership)| {
-            let run = if membership {
-                run_seed_membership
-            } else {
-                run_seed
-            };
-            run(seed, false).err().map(|f| f.report())
+        .filter_map(|&(seed, profile)| {
+            run_seed_profile(seed, false, profile)
+                .err()
+                .map(|f| f.report())
         })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
