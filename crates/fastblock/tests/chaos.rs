@@ -500,7 +500,20 @@ async fn reader(mut target: Target, leg: Arc<Leg>, mut rng: Prng, stop: Arc<Atom
     while !stop.load(Ordering::Relaxed) {
         let extent = rng.pick(&leg.extents);
         let (first, count) = pick_range(&mut rng, extent);
-        read_and_check(&mut target, &leg, first, count, "read").await;
+        // Which PG answered, for a violation's report (an extent may span two objects).
+        let what = match &target {
+            Target::Library(image) => {
+                let os = image.info().object_size_bytes;
+                let (a, b) = (first * SECTOR / os, ((first + count) * SECTOR - 1) / os);
+                format!(
+                    "read (pg {} .. pg {})",
+                    image.object_pg(a),
+                    image.object_pg(b)
+                )
+            }
+            Target::Nbd(_) => "read".to_string(),
+        };
+        read_and_check(&mut target, &leg, first, count, &what).await;
     }
 }
 
