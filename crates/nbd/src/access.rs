@@ -85,6 +85,16 @@ pub struct Peer {
     pub addr: Option<IpAddr>,
     /// The common name of the client certificate, once TLS verified it (`--tls-verify-peer`).
     pub common_name: Option<String>,
+    /// Set for a connection from this host (the Unix socket, or TCP from a loopback address),
+    /// which the local-users gate judges (`local_users`).
+    pub local: Option<LocalPeer>,
+}
+
+/// A client on this host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalPeer {
+    /// Its user id, when the server could find it (`None`: unknown, which is refused).
+    pub uid: Option<u32>,
 }
 
 /// One way to name a client in an allow list.
@@ -257,6 +267,7 @@ mod tests {
         Peer {
             addr: Some(addr.parse().unwrap()),
             common_name: cn.map(str::to_owned),
+            local: None,
         }
     }
 

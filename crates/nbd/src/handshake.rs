@@ -17,6 +17,7 @@
 use crate::access::{gate, AllowList, Gate, Peer, TlsMode};
 use crate::backend::{Export, ExportError, Exports};
 use crate::consts::*;
+use crate::local_users::LocalUsers;
 use crate::option::{meta_contexts, parse_client_flags, parse_option, ClientOption};
 use crate::option::{OptionError, OptionHeader};
 use crate::option_reply as out;
@@ -82,11 +83,15 @@ impl State {
     }
 }
 
-/// Who may do what on this server: the TLS mode and the allow lists.
+/// Who may do what on this server: the TLS mode, the allow lists and the users of this host
+/// let in.
 #[derive(Clone, Copy)]
 pub struct Policy<'a> {
     pub tls: TlsMode,
     pub allow: &'a AllowList,
+    pub local_users: &'a LocalUsers,
+    /// The server's own user id (let in by the local-users gate).
+    pub server_uid: u32,
 }
 
 /// The handshake of one connection, kept across the TLS upgrade.
@@ -175,6 +180,22 @@ impl<'a, E: Exports> Handshake<'a, E> {
         buf: &mut BytesMut,
     ) -> Result<Option<Outcome<E::Export>>, HandshakeError> {
         let code = header.option;
+        if let Some(why) = self.local_refusal(code) {
+            if code == OPT_EXPORT_NAME {
+                return Err(HandshakeError::ExportName {
+                    name: String::from_utf8_lossy(payload).into_owned(),
+                    why: format!("{why}; disconnecting (EXPORT_NAME cannot carry an error)"),
+                });
+            }
+            if !std::mem::replace(&mut self.refusal_logged, true) {
+                tracing::warn!(
+                    peer = self.label,
+                    "option {code} refused: {why}; replied NBD_REP_ERR_POLICY"
+                );
+            }
+            out::put_error(buf, code, REP_ERR_POLICY, &why);
+            return Ok(None);
+        }
         match gate(self.policy.tls, self.tls_active, code) {
             Gate::Proceed => {}
             Gate::TlsRequired => {
@@ -227,6 +248,32 @@ impl<'a, E: Exports> Handshake<'a, E> {
             Err(e) => return Err(e.into()),
         };
         self.on_option(option, code, buf).await
+    }
+
+    /// Why the local-users gate refuses option `code` of this client, if it does: a client
+    /// on this host whose user the server does not let in (`--local-users`), unless it
+    /// proved itself with a verified certificate. `ABORT` and `STARTTLS` pass, so that such
+    /// a client can still authenticate with its certificate.
+    fn local_refusal(&self, code: u32) -> Option<String> {
+        let local = self.peer.local?;
+        if code == OPT_ABORT
+            || code == OPT_STARTTLS
+            || self.peer.common_name.is_some()
+            || self
+                .policy
+                .local_users
+                .admits(local.uid, self.policy.server_uid)
+        {
+            return None;
+        }
+        let who = match local.uid {
+            Some(uid) => format!("local user uid {uid}"),
+            None => "a local client whose user could not be found".to_string(),
+        };
+        Some(format!(
+            "{who} may not use this server: it lets in root, its own user and the users \
+             --local-users names (or a client certificate, with --tls-verify-peer)"
+        ))
     }
 
     /// Whether the allow lists let this client use `name`; logs the (first) refusal if not.

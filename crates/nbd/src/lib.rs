@@ -36,6 +36,8 @@
 //!   `/metrics` endpoint.
 //! - `testing` (feature `test-util`): a raw NBD client and a server on in-memory exports.
 //! - [`kernel`], [`map`]: attaching an export to `/dev/nbdX` through the kernel driver.
+//! - [`local_users`]: which users of this host may connect (`--local-users`), and how the
+//!   server finds a local client's user.
 //!
 //! Invariants:
 //! - Nothing a client sends is unwrapped or trusted: every length is checked before use, and
@@ -79,6 +81,8 @@ pub mod handshake;
 mod intake;
 #[cfg(feature = "server")]
 pub mod kernel;
+#[cfg(feature = "server")]
+pub mod local_users;
 #[cfg(feature = "server")]
 pub mod map;
 #[cfg(feature = "server")]

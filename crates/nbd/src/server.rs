@@ -2,9 +2,10 @@
 //! if the client asks for it, then transmission), and shutdown: stop accepting, let every
 //! connection finish the requests it admitted, close.
 
-use crate::access::{AllowList, Peer, TlsMode};
+use crate::access::{AllowList, LocalPeer, Peer, TlsMode};
 use crate::backend::Exports;
 use crate::handshake::{Handshake, Outcome, Policy};
+use crate::local_users::{is_loopback, server_uid, tcp_peer_uid, LocalUsers};
 use crate::tls::TlsCredentials;
 use crate::transmission::{serve, Limits};
 use std::net::SocketAddr;
@@ -37,6 +38,9 @@ pub struct ServerConfig {
     pub tls_handshake_timeout: Duration,
     /// Per-export allow lists (`docs/nbd.md`, "Allow lists").
     pub allow: AllowList,
+    /// The users of this host let in besides root and the server's own (`docs/nbd.md`,
+    /// "Local users").
+    pub local_users: LocalUsers,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +55,7 @@ impl Default for ServerConfig {
             tls_credentials: None,
             tls_handshake_timeout: Duration::from_secs(10),
             allow: AllowList::default(),
+            local_users: LocalUsers::default(),
         }
     }
 }
@@ -146,14 +151,18 @@ impl<E: Exports> Server<E> {
                 accepted = accept_tcp(self.tcp.as_ref()) => match accepted {
                     Ok((stream, peer)) => {
                         let _ = stream.set_nodelay(true);
-                        let who = Peer { addr: Some(peer.ip()), common_name: None };
+                        let local = is_loopback(peer.ip()).then(|| LocalPeer {
+                            uid: stream.local_addr().ok().and_then(|l| tcp_peer_uid(peer, l)),
+                        });
+                        let who = Peer { addr: Some(peer.ip()), common_name: None, local };
                         self.spawn(&mut connections, stream, who, peer.to_string(), &stop_rx);
                     }
                     Err(e) => accept_failed(e).await,
                 },
                 accepted = accept_unix(self.unix.as_ref()) => match accepted {
                     Ok(stream) => {
-                        let who = Peer::default();
+                        let uid = stream.peer_cred().ok().map(|c| c.uid());
+                        let who = Peer { local: Some(LocalPeer { uid }), ..Peer::default() };
                         self.spawn(&mut connections, stream, who, "unix".into(), &stop_rx);
                     }
                     Err(e) => accept_failed(e).await,
@@ -251,6 +260,8 @@ where
     let policy = Policy {
         tls: config.tls_mode,
         allow: &config.allow,
+        local_users: &config.local_users,
+        server_uid: server_uid(),
     };
     let mut handshake = Handshake::new(exports, policy, peer, label);
     let phase = tokio::time::timeout(

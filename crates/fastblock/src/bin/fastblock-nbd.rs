@@ -11,6 +11,7 @@ use fastblock::metrics_arg::MetricsArg;
 use fastblock_client::{ClientConfig, Cluster};
 use fastblock_nbd::access::{parse_allow_rule, AllowList, AllowRule, TlsMode};
 use fastblock_nbd::cluster::ClusterExports;
+use fastblock_nbd::local_users::{parse_local_users, LocalUsers};
 use fastblock_nbd::metrics::{Metered, NbdMetrics};
 use fastblock_nbd::tls::TlsCredentials;
 use fastblock_nbd::{certs, kernel, map, Server, ServerConfig};
@@ -134,6 +135,11 @@ struct AccessArgs {
     /// an address, a CIDR range, or a client certificate common name. Repeatable.
     #[arg(long, value_name = "EXPORT=ID[,ID...]", value_parser = allow_rule)]
     allow: Vec<AllowRule>,
+    /// Users of this host let in besides root and the server's own user, over the Unix socket
+    /// or loopback TCP: user names and uid:N, comma-separated, or `any` (docs/nbd.md, "Local
+    /// users"). Clients with a verified certificate pass whatever their user.
+    #[arg(long, value_name = "USER[,USER...]|any", value_parser = parse_local_users)]
+    local_users: Option<LocalUsers>,
 }
 
 /// Where the client's key comes from (`--keyring`, `--name`).
@@ -259,6 +265,7 @@ async fn serve(
         tls_mode: access.tls,
         tls_credentials,
         allow: AllowList::new(access.allow),
+        local_users: access.local_users.clone().unwrap_or_default(),
         ..ServerConfig::default()
     };
     // Before reaching the cluster, which can take its 30 s when the monitors are down.
