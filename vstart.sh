@@ -185,6 +185,9 @@ fi
 if ! "$BIN/fastblock-client" image ls "$POOL" | grep -q "^$POOL/$IMAGE "; then
   "$BIN/fastblock-client" image create "$POOL/$IMAGE" --size "$IMAGE_SIZE"
 fi
+# The NBD server's own key (what `fastblock-nbd serve` acts as by default), beside the admin's
+# in the same keyring; limited to images, not the cluster's administration.
+"$BIN/fastblock-client" auth get-or-create client.nbd --caps 'pool=*' -o "$FASTBLOCK_KEYRING" >/dev/null
 
 echo -n "waiting for all PGs to be active"
 for _ in $(seq 1 600); do

@@ -1484,7 +1484,10 @@ async fn start_nbd(net: &NetCluster, dir: &TempDir) -> (Proc, SocketAddr) {
     cmd.arg("serve")
         .args(["--mon", &net.mons.endpoints().join(",")])
         .args(["--bind", &addr.to_string()])
-        .env("FASTBLOCK_KEYRING", net.mons.keyring())
+        .env(
+            "FASTBLOCK_KEYRING",
+            net.mons.nbd_keyring(dir.path(), "pool=*"),
+        )
         .env("FASTBLOCK_RUN_DIR", dir.path().join("run"))
         .env("RUST_LOG", "info");
     let nbd = Proc::spawn("fastblock-nbd", cmd, dir.path().join("nbd.log"));

@@ -355,7 +355,7 @@ async fn dashboard_and_alert_metrics_are_exported_by_a_running_cluster() {
     cmd.arg("serve")
         .args(["--mon", &mons.endpoints().join(",")])
         .args(["--bind", &nbd_addr.to_string()])
-        .env("FASTBLOCK_KEYRING", mons.keyring())
+        .env("FASTBLOCK_KEYRING", mons.nbd_keyring(dir.path(), "pool=*"))
         .env("RUST_LOG", "info");
     let _nbd = Proc::spawn("fastblock-nbd", cmd, dir.path().join("nbd.log"));
     wait_until(Duration::from_secs(20), "the NBD server", || async {

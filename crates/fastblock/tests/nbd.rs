@@ -85,7 +85,7 @@ impl Setup {
             .arg("--socket")
             .arg(dir.path().join("nbd.sock"))
             .args(serve_args)
-            .env("FASTBLOCK_KEYRING", mons.keyring())
+            .env("FASTBLOCK_KEYRING", mons.nbd_keyring(dir.path(), "pool=*"))
             .env("FASTBLOCK_RUN_DIR", dir.path().join("run"))
             .env("RUST_LOG", "info");
         let nbd = Proc::spawn("fastblock-nbd", cmd, dir.path().join("nbd.log"));
@@ -450,6 +450,7 @@ async fn kernel_map_and_unmap() {
     s.image("fb3", "kern", 16 * MIB, 4 * MIB).await;
     let out = Command::new(bin("fastblock-nbd"))
         .args(["map", "fb3/kern", "--mon", &s.mons.endpoints().join(",")])
+        .env("FASTBLOCK_KEYRING", s.dir.path().join("nbd.keyring"))
         .output()
         .unwrap();
     assert!(
@@ -694,7 +695,7 @@ async fn tls_and_allow_lists_with_qemu_and_libnbd() {
     let mut cmd = Command::new(bin("fastblock-nbd"));
     cmd.arg("serve")
         .args(["--mon", &s.mons.endpoints().join(",")])
-        .env("FASTBLOCK_KEYRING", s.mons.keyring())
+        .env("FASTBLOCK_KEYRING", s.dir.path().join("nbd.keyring"))
         .env("FASTBLOCK_RUN_DIR", s.dir.path().join("run-wide"))
         .args(["--bind", &format!("0.0.0.0:{}", free_port())])
         .args(["--metrics-addr", "none"]);
@@ -959,4 +960,85 @@ async fn a_clone_reads_through_takes_its_own_writes_and_survives_flatten() {
     );
     same_bytes(want_path, &s.uri("fb1/kid"));
     same_bytes(want_path, &s.uri("fb1/kid@k1"));
+}
+
+/// The NBD server acts as a key of its own (`client.nbd` by default, issue 37): without one in
+/// its keyring it stops at start and says how to make it (the admin key in the keyring is not
+/// taken instead), and with one limited to a pool it lists and opens that pool's images only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_acts_as_its_own_key_limited_to_its_pools() {
+    let s = Setup::start().await;
+    s.image("fb1", "mine", 4 * MIB, MIB).await;
+    s.image("fb3", "other", 4 * MIB, MIB).await;
+    let serve = |keyring: &Path, name: Option<&str>, port: u16, log: &str| {
+        let mut cmd = Command::new(bin("fastblock-nbd"));
+        cmd.arg("serve")
+            .args(["--mon", &s.mons.endpoints().join(",")])
+            .args(["--bind", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-addr", "none"])
+            .env("FASTBLOCK_KEYRING", keyring)
+            .env("FASTBLOCK_RUN_DIR", s.dir.path().join(format!("run-{log}")));
+        if let Some(name) = name {
+            cmd.args(["--name", name]);
+        }
+        Proc::spawn(
+            "fastblock-nbd",
+            cmd,
+            s.dir.path().join(format!("{log}.log")),
+        )
+    };
+
+    // Only the admin key at hand: the default entity has none, and the server says so.
+    let mut admin_only = serve(&s.mons.keyring(), None, free_port(), "admin-only");
+    let status = admin_only
+        .wait_exit(Duration::from_secs(30))
+        .expect("the server stops when its key is missing");
+    assert!(!status.success());
+    let log = std::fs::read_to_string(&admin_only.log).unwrap();
+    assert!(
+        log.contains("auth get-or-create client.nbd") && log.contains("has no key for client.nbd"),
+        "{log}"
+    );
+
+    // A key limited to pool fb1: fb1's image is listed and opens; fb3's is neither.
+    let out = s.mons.cli(&[
+        "auth",
+        "get-or-create",
+        "client.nbd-fb1",
+        "--caps",
+        "pool=fb1",
+        "-o",
+        s.dir.path().join("fb1.keyring").to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let _limited = serve(
+        &s.dir.path().join("fb1.keyring"),
+        Some("client.nbd-fb1"),
+        port,
+        "limited",
+    );
+    wait_until(Duration::from_secs(20), "the limited server", || async {
+        accepts(addr).await.then_some(())
+    })
+    .await;
+    let mut c = RawClient::connect(addr).await;
+    let listed: Vec<String> = c
+        .option(OPT_LIST, &[])
+        .await
+        .iter()
+        .filter(|r| r.kind == REP_SERVER)
+        .map(|r| String::from_utf8_lossy(&r.payload[4..]).into_owned())
+        .collect();
+    assert!(listed.contains(&"fb1/mine".to_string()), "{listed:?}");
+    assert!(
+        listed.iter().all(|n| n.starts_with("fb1/")),
+        "a server limited to fb1 lists {listed:?}"
+    );
+    let (size, _) = c.go("fb1/mine").await.expect("fb1/mine opens");
+    assert_eq!(size, 4 * MIB);
+    let mut c = RawClient::connect(addr).await;
+    let refused = c.go("fb3/other").await;
+    assert!(refused.is_err(), "fb3/other opened: {refused:?}");
 }

@@ -40,8 +40,10 @@ struct Args {
     /// with a key, else none]: a map or answer in a weaker mode is refused as a downgrade.
     #[arg(long, global = true, value_name = "MODE")]
     auth_floor: Option<fastblock_types::auth::AuthMode>,
-    /// The entity to act as towards the cluster.
-    #[arg(long, global = true, default_value = "client.admin")]
+    /// The entity to act as towards the cluster: by default a key of the server's own,
+    /// limited to the pools it serves (`fastblock-client auth get-or-create client.nbd --caps
+    /// pool=NAME -o KEYRING`; docs/nbd.md, "Its key").
+    #[arg(long, global = true, default_value = NBD_ENTITY)]
     name: String,
     /// Worker threads serving the exports. One keeps each request, its IO to the OSDs and
     /// its reply on one thread (no wake-up across threads per request): on a small machine
@@ -219,6 +221,9 @@ async fn run(args: Args, settings: Vec<Setting>, log_level: LogLevel) -> Result<
     }
 }
 
+/// The entity the server acts as unless `--name` says otherwise.
+const NBD_ENTITY: &str = "client.nbd";
+
 async fn connect(mon: Vec<String>, who: &Credentials) -> Result<ClusterExports> {
     let config = ClientConfig {
         keyring: who.keyring.clone(),
@@ -226,9 +231,18 @@ async fn connect(mon: Vec<String>, who: &Credentials) -> Result<ClusterExports> 
         auth_floor: who.auth_floor,
         ..ClientConfig::new(mon)
     };
-    let cluster = Cluster::connect(config)
-        .await
-        .context("connecting to the cluster")?;
+    let cluster = match Cluster::connect(config).await {
+        Ok(cluster) => cluster,
+        Err(e) if who.name == NBD_ENTITY && e.to_string().contains("has no key for") => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "the NBD server acts as {NBD_ENTITY}, a key of its own limited to the pools it \
+                 serves: create it with `fastblock-client auth get-or-create {NBD_ENTITY} \
+                 --caps pool=NAME -o KEYRING` (KEYRING: --keyring, $FASTBLOCK_KEYRING or \
+                 /etc/fastblock/keyring), or choose another entity with --name"
+            )))
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context("connecting to the cluster")),
+    };
     Ok(ClusterExports::new(cluster))
 }
 

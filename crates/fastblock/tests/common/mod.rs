@@ -516,6 +516,24 @@ impl MonCluster {
             .expect("running fastblock-client");
         CliOutput::from(out)
     }
+
+    /// A keyring at `dir/nbd.keyring` holding `client.nbd`, the NBD server's own key, with
+    /// `caps` (`pool=*`, `pool=NAME`): what `fastblock-nbd` acts as by default.
+    pub fn nbd_keyring(&self, dir: &Path, caps: &str) -> PathBuf {
+        let path = dir.join("nbd.keyring");
+        let path_text = path.display().to_string();
+        let out = self.cli(&[
+            "auth",
+            "get-or-create",
+            "client.nbd",
+            "--caps",
+            caps,
+            "-o",
+            &path_text,
+        ]);
+        assert_eq!(out.code, 0, "creating client.nbd: {}", out.stderr);
+        path
+    }
 }
 
 /// The leading monitor's incarnation, as the answer to an open call to the monitor at `addr`
