@@ -9,9 +9,10 @@
 //! with a verified certificate (`--tls-verify-peer`) passes whatever its user.
 //!
 //! How the server knows the user: on the Unix socket, the kernel's peer credentials
-//! (`SO_PEERCRED`); over loopback TCP, the owner of the client's socket in
-//! `/proc/net/tcp` (or `tcp6`), the same table `ss -e` reads. A local connection whose user
-//! cannot be found is refused (never guessed).
+//! (`SO_PEERCRED`); over TCP, the owner of the client's socket in `/proc/net/tcp` (or `tcp6`),
+//! the same table `ss -e` reads: a client whose end is in this host's table is local, whichever
+//! address it connected to (loopback or the host's own external address). A loopback
+//! connection whose user cannot be found is refused (never guessed).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -99,8 +100,8 @@ pub fn is_loopback(ip: IpAddr) -> bool {
     ip.to_canonical().is_loopback()
 }
 
-/// The owner of the client end of the loopback TCP connection `peer` → `local` (the
-/// server's end), from `/proc/net/tcp` and `/proc/net/tcp6`; `None` if it is not there.
+/// The owner of the client end of the TCP connection `peer` → `local` (the server's end), from
+/// `/proc/net/tcp` and `/proc/net/tcp6`; `None` if it is not there (a client on another host).
 pub fn tcp_peer_uid(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().find_map(|path| {
         let table = std::fs::read_to_string(path).ok()?;

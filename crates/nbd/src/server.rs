@@ -151,9 +151,7 @@ impl<E: Exports> Server<E> {
                 accepted = accept_tcp(self.tcp.as_ref()) => match accepted {
                     Ok((stream, peer)) => {
                         let _ = stream.set_nodelay(true);
-                        let local = is_loopback(peer.ip()).then(|| LocalPeer {
-                            uid: stream.local_addr().ok().and_then(|l| tcp_peer_uid(peer, l)),
-                        });
+                        let local = local_peer(peer, stream.local_addr().ok());
                         let who = Peer { addr: Some(peer.ip()), common_name: None, local };
                         self.spawn(&mut connections, stream, who, peer.to_string(), &stop_rx);
                     }
@@ -357,6 +355,16 @@ async fn accept_unix(listener: Option<&UnixListener>) -> std::io::Result<tokio::
         Some(l) => l.accept().await.map(|(s, _)| s),
         None => std::future::pending().await,
     }
+}
+
+/// Whether the TCP client at `peer` runs on this host, and as whom: its end of the connection
+/// is in this host's socket table (whatever address it used: a local user may connect to the
+/// host's own external address as well as to loopback); a loopback peer whose end is not found
+/// is local with an unknown user (refused). A client on another host (or in another network
+/// namespace) is not local.
+fn local_peer(peer: SocketAddr, ours: Option<SocketAddr>) -> Option<LocalPeer> {
+    let uid = ours.and_then(|ours| tcp_peer_uid(peer, ours));
+    (uid.is_some() || is_loopback(peer.ip())).then_some(LocalPeer { uid })
 }
 
 /// Accept errors (out of file descriptors, a connection reset before accept) are not fatal:

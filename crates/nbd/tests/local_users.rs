@@ -128,3 +128,79 @@ async fn a_local_user_is_refused_unless_let_in() {
         drop(s);
     }
 }
+
+/// An address of this host that is not loopback, on an interface made for the test (root),
+/// removed on drop.
+struct HostAddress {
+    link: String,
+    ip: String,
+}
+
+impl HostAddress {
+    fn new() -> HostAddress {
+        let pid = std::process::id();
+        let link = format!("fbnbd{}", pid % 100_000);
+        let ip = format!("10.254.{}.{}", (pid >> 8) & 0xff, (pid & 0xff).max(1));
+        let ip_cmd = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("running ip");
+            assert!(
+                out.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let _ = Command::new("ip").args(["link", "del", &link]).output();
+        // A veth pair (the dummy driver is not in every kernel); one end holds the address.
+        ip_cmd(&[
+            "link",
+            "add",
+            &link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("{link}p"),
+        ]);
+        let a = HostAddress { link, ip };
+        ip_cmd(&["addr", "add", &format!("{}/32", a.ip), "dev", &a.link]);
+        ip_cmd(&["link", "set", &a.link, "up"]);
+        a
+    }
+}
+
+impl Drop for HostAddress {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.link])
+            .output();
+    }
+}
+
+/// A local user who connects to one of the host's own external addresses instead of loopback
+/// is still a local user: its socket is in this host's table, and it is refused the same way.
+#[tokio::test]
+async fn a_local_user_on_the_hosts_own_address_is_still_local() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "run it as root, as the suite does"
+    );
+    let host = HostAddress::new();
+    let exports = MemoryExports::new().with(MemoryExport::new("fb/disk", 1 << 20));
+    let config = ServerConfig {
+        tcp: Some(format!("{}:0", host.ip).parse().unwrap()),
+        ..ServerConfig::default()
+    };
+    let server = fastblock_nbd::Server::bind(config, exports).await.unwrap();
+    let to = server.tcp_addr().unwrap().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(server.run(async move {
+        let _ = stopped.await;
+    }));
+    let (_, _, kind, _) = list_as(NOBODY, to.clone()).await.unwrap();
+    assert_eq!(kind, REP_ERR_POLICY, "uid {NOBODY} through {to}");
+    let (_, _, kind, _) = list_as(0, to.clone()).await.unwrap();
+    assert_eq!(kind, REP_SERVER, "root through {to}");
+    let _ = stop.send(());
+    task.await.unwrap();
+}
