@@ -137,9 +137,9 @@ struct AccessArgs {
     /// an address, a CIDR range, or a client certificate common name. Repeatable.
     #[arg(long, value_name = "EXPORT=ID[,ID...]", value_parser = allow_rule)]
     allow: Vec<AllowRule>,
-    /// Users of this host let in besides root and the server's own user, over the Unix socket
-    /// or loopback TCP: user names and uid:N, comma-separated, or `any` (docs/nbd.md, "Local
-    /// users"). Clients with a verified certificate pass whatever their user.
+    /// Users of this host let in besides root and the server's own user (over the Unix socket,
+    /// or TCP from this host): user names and uid:N, comma-separated, or `any` (docs/nbd.md,
+    /// "Local users"). Clients with a verified certificate pass whatever their user.
     #[arg(long, value_name = "USER[,USER...]|any", value_parser = parse_local_users)]
     local_users: Option<LocalUsers>,
 }
@@ -225,25 +225,45 @@ async fn run(args: Args, settings: Vec<Setting>, log_level: LogLevel) -> Result<
 const NBD_ENTITY: &str = "client.nbd";
 
 async fn connect(mon: Vec<String>, who: &Credentials) -> Result<ClusterExports> {
+    check_own_key(who)?;
     let config = ClientConfig {
         keyring: who.keyring.clone(),
         entity: who.name.clone(),
         auth_floor: who.auth_floor,
         ..ClientConfig::new(mon)
     };
-    let cluster = match Cluster::connect(config).await {
-        Ok(cluster) => cluster,
-        Err(e) if who.name == NBD_ENTITY && e.to_string().contains("has no key for") => {
-            return Err(anyhow::Error::new(e).context(format!(
-                "the NBD server acts as {NBD_ENTITY}, a key of its own limited to the pools it \
-                 serves: create it with `fastblock-client auth get-or-create {NBD_ENTITY} \
-                 --caps pool=NAME -o KEYRING` (KEYRING: --keyring, $FASTBLOCK_KEYRING or \
-                 /etc/fastblock/keyring), or choose another entity with --name"
-            )))
-        }
-        Err(e) => return Err(anyhow::Error::new(e).context("connecting to the cluster")),
-    };
+    let cluster = Cluster::connect(config)
+        .await
+        .context("connecting to the cluster")?;
     Ok(ClusterExports::new(cluster))
+}
+
+/// Acting as [`NBD_ENTITY`] with a keyring that holds no key for it (one holding only
+/// `client.admin`, say): refused with the command that makes the key, rather than the bare
+/// "no key" of the client library. Any other problem with the keyring is the library's to
+/// report.
+fn check_own_key(who: &Credentials) -> Result<()> {
+    if who.name != NBD_ENTITY {
+        return Ok(());
+    }
+    let path = match &who.keyring {
+        Some(path) => path.clone(),
+        None => fastblock_auth::keyring::resolve_path(None),
+    };
+    let Ok(keyring) = fastblock_auth::Keyring::load(&path) else {
+        return Ok(());
+    };
+    let entity: fastblock_auth::EntityName = NBD_ENTITY.parse().expect("a valid entity name");
+    if keyring.get(&entity).is_some() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "keyring {} has no key for {NBD_ENTITY}, which the NBD server acts as: a key of its own, \
+         limited to the pools it serves. Create it with `fastblock-client auth get-or-create \
+         {NBD_ENTITY} --caps pool=NAME -o {}`, or choose another entity with --name",
+        path.display(),
+        path.display()
+    )
 }
 
 /// Where `serve` listens.
