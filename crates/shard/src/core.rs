@@ -42,7 +42,7 @@ use fastblock_wire::{LeaderHint, ObjectAddr, RaftEnvelope, Reply, Request, Statu
 use protobuf::Message as _;
 use raft::GetEntriesContext;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -654,7 +654,11 @@ impl<D: Disk + 'static> ShardCore<D> {
         if writes.is_empty() || self.failed.is_some() {
             return;
         }
-        let mut result = self.stage_once(&writes, eff);
+        // Snapshots installed by an attempt (pg, index): a retry after a full WAL must not
+        // install one again, since the first install consumed its staging, and a second
+        // would replace the PG's objects with nothing.
+        let mut installed = BTreeSet::new();
+        let mut result = self.stage_once(&writes, &mut installed, eff);
         if let Err(fastblock_store::Error::NoSpace {
             area: fastblock_store::SpaceArea::Wal,
             ..
@@ -662,8 +666,11 @@ impl<D: Disk + 'static> ShardCore<D> {
         {
             // The WAL is full of entries kept for lagging followers or behind snapshots being
             // sent: abandon the transfers (Raft asks again later, from a newer index), flush,
-            // compact everything applied, and retry once. Nothing was written by the failed
-            // attempt. Found by the simulator (seed 7164261484067460021).
+            // compact everything applied, and retry once (seed 7164261484067460021). What the
+            // failed attempt appended is appended again, the same entries replacing
+            // themselves; but a snapshot it installed stays installed and consumed its
+            // staging, so the retry skips it (`installed`) instead of replacing the PG's
+            // objects with nothing.
             let abandoned = self.abandon_all_sends();
             eff.probes.wal_full += 1;
             eff.probes.transfers_abandoned += abandoned as u64;
@@ -672,7 +679,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                 .flush_and_compact(crate::flush::Keep::Nothing)
                 .map_err(|e| ShardFailure::store(Operation::Flush, None, e));
             result = match compacted {
-                Ok(()) => self.stage_once(&writes, eff),
+                Ok(()) => self.stage_once(&writes, &mut installed, eff),
                 Err(f) => {
                     self.fail(f, eff);
                     return;
@@ -699,10 +706,12 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
     }
 
-    /// Appends the records; returns the round and whether it needs a sync.
+    /// Appends the records; returns the round and whether it needs a sync. `installed`
+    /// holds the snapshots installed so far, by this attempt or an earlier one of the round.
     fn stage_once(
         &mut self,
         writes: &[(PgId, Vec<LogWrite>)],
+        installed: &mut BTreeSet<(PgId, u64)>,
         eff: &mut Effects,
     ) -> fastblock_store::Result<(Round, bool)> {
         let mut round = Round {
@@ -722,9 +731,12 @@ impl<D: Disk + 'static> ShardCore<D> {
                     // Replaces the PG's objects with the staged ones (made durable here, in
                     // one metadata commit) and restarts its log after the snapshot.
                     let md = snap.get_metadata();
-                    with_room(&mut store, |s| {
-                        s.install_snapshot(*pg, md.index, md.term, md.get_conf_state())
-                    })?;
+                    if !installed.contains(&(*pg, md.index)) {
+                        with_room(&mut store, |s| {
+                            s.install_snapshot(*pg, md.index, md.term, md.get_conf_state())
+                        })?;
+                        installed.insert((*pg, md.index));
+                    }
                     round.installed.push((*pg, md.index));
                     needs_sync = true;
                 }
