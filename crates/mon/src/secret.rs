@@ -8,8 +8,7 @@
 //! that leaks (the password, typed into an `etcdctl`) tells nothing of the others.
 //!
 //! The derivation is standard HKDF (RFC 5869) with the salt [`HKDF_SALT`], so it can be
-//! reproduced outside this crate (`docs/operations.md` gives a `python3` line for the
-//! password).
+//! reproduced outside this crate (`scripts/mon-etcdctl.sh` derives the password in python3).
 
 use ring::hkdf;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -243,7 +242,7 @@ mod tests {
     }
 
     /// The derivation is RFC 5869 HKDF-SHA256: one block, T(1) = HMAC(PRK, info || 0x01), with
-    /// PRK = HMAC(salt, secret), which `docs/operations.md` reproduces in python3.
+    /// PRK = HMAC(salt, secret), which `scripts/mon-etcdctl.sh` reproduces in python3.
     #[test]
     fn derived_values_are_hkdf_and_distinct_per_label() {
         use ring::hmac;
