@@ -207,7 +207,8 @@ cat <<MSG
 
 fastblock is running from $STATE:
   monitor   http://$MON  (log: $STATE/log/mon.a.log)
-  etcd      http://127.0.0.1:$ETCD_PORT  (etcdctl --endpoints 127.0.0.1:$ETCD_PORT get --prefix /fastblock)
+  etcd      http://127.0.0.1:$ETCD_PORT  (authenticated; as its root user:
+            scripts/mon-etcdctl.sh $STATE/mon.a/mon.secret 127.0.0.1:$ETCD_PORT get --prefix /fastblock)
 
   osds      $COUNT x $OSD_SIZE under $STATE (logs: $STATE/log/osd.N.log)
             metrics: curl http://127.0.0.1:$((OSD_PORT + 10 + 9))/metrics (osd N: port $OSD_PORT + 10*N + 9)

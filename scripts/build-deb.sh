@@ -102,6 +102,8 @@ for doc in "${DOCS[@]}"; do
   install -m 0644 "$doc" "$root/usr/share/doc/fastblock/$(basename "$doc")"
 done
 install -m 0644 deploy/examples/*.env "$root/usr/share/doc/fastblock/examples/"
+# etcdctl as the monitors' etcd root user, the password derived from the monitor secret.
+install -m 0755 scripts/mon-etcdctl.sh "$root/usr/share/doc/fastblock/examples/mon-etcdctl.sh"
 cat >"$root/usr/share/doc/fastblock/copyright" <<EOF
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: fastblock
@@ -134,7 +136,8 @@ Description: distributed block store: monitor, OSD, admin CLI and NBD server
  systemd units: fastblock-mon@NAME, fastblock-osd@NAME and fastblock-nbd@NAME,
  configured in /etc/fastblock (see /usr/share/doc/fastblock/operations.md).
  fastblock-mon runs its own etcd member unless given --etcd-endpoints: it needs
- the etcd binary (etcd-server).
+ the etcd binary (etcd-server). Every monitor of a cluster needs the same
+ monitor secret file (see operations.md, "Multi-host setup").
 EOF
 
 cat >"$root/DEBIAN/postinst" <<'EOF'

@@ -183,6 +183,7 @@ fn debian_package_holds_binaries_units_docs_and_postinst() {
         "security.md",
         "copyright",
         "examples/osd-disk1.env",
+        "examples/mon-etcdctl.sh",
     ] {
         wanted.push(format!("./usr/share/doc/fastblock/{d}"));
     }

@@ -71,10 +71,11 @@ async fn restart_keeps_state_and_ids_continue() {
     assert!(osd2.id > osd.id);
 }
 
-fn etcdctl_members(endpoint: &str) -> String {
-    let out = std::process::Command::new("etcdctl")
-        .args(["--endpoints", endpoint, "member", "list"])
-        .env("ETCDCTL_API", "3")
+/// `etcdctl member list` against monitor `i`'s etcd member, logged in as its root.
+fn etcdctl_members(mons: &MonCluster, i: usize) -> String {
+    let out = mons
+        .etcdctl(i)
+        .args(["member", "list"])
         .output()
         .expect("running etcdctl (install with scripts/install-deps.sh)");
     assert!(
@@ -88,7 +89,7 @@ fn etcdctl_members(endpoint: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_monitors_survive_the_leader_sigkill() {
     let mut mons = MonCluster::start(3, MonOptions::default()).await;
-    let members = etcdctl_members(&mons.specs[0].etcd_client);
+    let members = etcdctl_members(&mons, 0);
     assert_eq!(
         members.lines().count(),
         3,
@@ -157,12 +158,7 @@ async fn three_monitors_survive_the_leader_sigkill() {
     })
     .await;
     let alive = (0..3).find(|i| *i != leader).unwrap();
-    assert_eq!(
-        etcdctl_members(&mons.specs[alive].etcd_client)
-            .lines()
-            .count(),
-        3
-    );
+    assert_eq!(etcdctl_members(&mons, alive).lines().count(), 3);
 
     // The killed monitor rejoins with its existing etcd data.
     mons.restart(leader);

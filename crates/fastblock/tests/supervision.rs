@@ -22,13 +22,12 @@ const WAIT: Duration = Duration::from_secs(30);
 /// The monitors' `--osd-down-after` (`MonOptions::default()`).
 const DOWN_AFTER: Duration = Duration::from_secs(2);
 
-/// Runs `etcdctl ARGS` against `endpoint`; returns its stdout.
-fn etcdctl(endpoint: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new("etcdctl")
-        .arg("--endpoints")
-        .arg(endpoint)
+/// Runs `etcdctl ARGS` against monitor `i`'s etcd member (logged in as its root); returns
+/// its stdout.
+fn etcdctl(mons: &MonCluster, i: usize, args: &[&str]) -> String {
+    let out = mons
+        .etcdctl(i)
         .args(args)
-        .env("ETCDCTL_API", "3")
         .output()
         .expect("running etcdctl (install with scripts/install-deps.sh)");
     assert!(
@@ -102,11 +101,10 @@ async fn a_missing_pg_map_is_reported_not_fatal() {
     write_blocks(&open(&mons, "bad").await, 1).await;
 
     // The bad pool's PG map key is lost; the monitor finds out when it loads the state.
-    let etcd = mons.specs[0].etcd_client.clone();
     let key = format!("/fastblock/pgmaps/{}", bad.id);
-    let saved = etcdctl(&etcd, &["get", &key, "--print-value-only"]);
+    let saved = etcdctl(&mons, 0, &["get", &key, "--print-value-only"]);
     assert!(saved.contains("\"pgs\""), "the PG map: {saved}");
-    assert_eq!(etcdctl(&etcd, &["del", &key]).trim(), "1");
+    assert_eq!(etcdctl(&mons, 0, &["del", &key]).trim(), "1");
     restart_monitor(&mut mons).await;
 
     // Reported: an error naming the pool and the key.
@@ -170,7 +168,7 @@ async fn a_missing_pg_map_is_reported_not_fatal() {
     write_blocks(&good, 3).await;
 
     // The key is put back: the pool returns with its data, which the OSDs kept.
-    etcdctl(&etcd, &["put", &key, saved.trim_end()]);
+    etcdctl(&mons, 0, &["put", &key, saved.trim_end()]);
     restart_monitor(&mut mons).await;
     let (_, checks) = health_checks(&client).await;
     assert!(

@@ -4,7 +4,9 @@
 //! A backup is every key of the cluster's state as one etcd revision held it, read in pages at
 //! that revision ([`read`]); the election's `mon/` keys are left out (they belong to the
 //! monitors running now). It is JSON ([`MonBackup`]), so it can be read and checked with any
-//! tool, and it holds the key table: it is as secret as a keyring.
+//! tool, and it holds the key table as etcd does, each key sealed under the monitor secret
+//! (`crate::key_seal`): a restore needs the same secret file, and the backup is as secret as
+//! the map (the keys stay sealed, their names and caps are readable).
 //!
 //! A restore ([`restore`], `fastblock-mon --restore-from FILE`) writes a backup into an etcd
 //! that holds no cluster, before the monitor first campaigns. The daemons carry on from a later
@@ -161,11 +163,14 @@ pub fn restored_state(
             found: backup.format.clone(),
         });
     }
-    let kvs: BTreeMap<String, String> = backup
+    let mut kvs: BTreeMap<String, String> = backup
         .keys
         .iter()
         .map(|(k, v)| (format!("{}{k}", keys.root()), v.clone()))
         .collect();
+    // A backup holds the key table as etcd did: sealed (under the secret of the monitors it
+    // was taken from, which the restoring monitor must have), or in clear if older.
+    keys.open_stored(&mut kvs).map_err(RestoreError::Damaged)?;
     let mut state = keys.decode(&kvs).map_err(RestoreError::Damaged)?;
     let elapsed_ms = now_unix_ms.saturating_sub(backup.taken_unix_ms).max(1);
     let elapsed_us = elapsed_ms.saturating_mul(1000);
@@ -322,8 +327,10 @@ pub async fn restore(
     let body = encoded
         .iter()
         .filter(|(k, _)| **k != epoch_key)
-        .map(|(k, v)| (k.clone(), v.clone()));
-    put_all(client, body).await?;
+        .map(|(k, v)| Ok((k.clone(), keys.stored_value(k, v)?)))
+        .collect::<Result<Vec<_>, KeyError>>()
+        .map_err(RestoreError::Damaged)?;
+    put_all(client, body.into_iter()).await?;
     // The epoch last, with the marker: only a complete state has an epoch key.
     let epoch_value = encoded
         .get(&epoch_key)

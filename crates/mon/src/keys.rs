@@ -20,7 +20,8 @@
 //! <prefix>/scrub/next-id           {"next_id":N}          next scrub request id (once used)
 //! <prefix>/scrub/requests/<id>     ScrubRequest           a PG scrub an operator asked for
 //! <prefix>/auth/config             AuthSettings           auth mode and key-table epoch
-//! <prefix>/auth/entities/<entity>  {key,caps,generation}  one entity's key (base64)
+//! <prefix>/auth/entities/<entity>  {sealed,caps,generation} one entity's key, sealed
+//!                                                         (`crate::key_seal`)
 //! <prefix>/mon/leader              MonMember              held with the leader's lease
 //! <prefix>/mon/members/<name>      MonMember              each monitor, with its own lease
 //! <prefix>/mon/restore             RestoreMarker          the backup a restore wrote (once)
@@ -30,6 +31,7 @@
 //! commit rewrites the chunks whose PGs changed, not the pool's whole PG map
 //! ([`Keyspace::changes`]); the keys of the other records are small.
 
+use crate::key_seal::{open_value, ClearEntity, KeyTableSeal};
 use fastblock_mon_core::auth_ops::AuthEntity;
 use fastblock_mon_core::state::{MonState, Pending};
 use fastblock_types::auth::AuthSettings;
@@ -42,10 +44,15 @@ use fastblock_types::pg_table::{PgTable, CHUNK_PGS};
 use fastblock_types::{Epoch, PoolId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
+/// The keys under one prefix. Its values are the clear forms; with a seal (every monitor
+/// has one, from its secret: `crate::server`), what goes to etcd is sealed
+/// ([`Keyspace::stored_value`]) and what comes from it opened ([`Keyspace::open_stored`]).
 #[derive(Clone, Debug)]
 pub struct Keyspace {
     prefix: String,
+    seal: Option<Arc<KeyTableSeal>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -61,15 +68,6 @@ struct ScrubCounterValue {
     next_id: u64,
 }
 
-/// One entity of the key table as stored: the entity key in base64 (etcd is bound to loopback
-/// or secured with its own TLS and auth: `docs/security.md`).
-#[derive(Debug, Serialize, Deserialize)]
-struct AuthEntityValue {
-    key: String,
-    caps: String,
-    generation: u64,
-}
-
 /// A key the monitor did not expect or could not parse: the state in etcd is damaged or was
 /// written by something else. The monitor refuses to lead on it rather than guess.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +81,59 @@ impl Keyspace {
     pub fn new(prefix: &str) -> Self {
         Keyspace {
             prefix: prefix.trim_end_matches('/').to_string(),
+            seal: None,
         }
+    }
+
+    /// This keyspace with the key table sealed under `seal` in etcd.
+    pub fn with_seal(mut self, seal: Arc<KeyTableSeal>) -> Self {
+        self.seal = Some(seal);
+        self
+    }
+
+    /// The entity whose key table entry `key` is, if it is one.
+    pub fn entity_of<'k>(&self, key: &'k str) -> Option<&'k str> {
+        key.strip_prefix(&self.prefix)?
+            .strip_prefix("/auth/entities/")
+            .filter(|e| !e.is_empty() && !e.contains('/'))
+    }
+
+    /// What to put in etcd for `key` with the clear form `value`: a key table entry sealed
+    /// (a fresh nonce each time), any other value as it is. Without a seal (tests of the
+    /// store that have no secret) the entry goes in clear.
+    pub fn stored_value(&self, key: &str, value: &str) -> Result<String, KeyError> {
+        match (self.entity_of(key), &self.seal) {
+            (Some(entity), Some(seal)) => seal.seal_value(entity, value).map_err(|e| KeyError {
+                key: key.to_string(),
+                reason: e.to_string(),
+            }),
+            _ => Ok(value.to_string()),
+        }
+    }
+
+    /// Brings the key table entries among `kvs` (as read from etcd) to their clear forms, in
+    /// place; returns the keys that were stored in clear (by a monitor before the seal),
+    /// which the next commit rewrites sealed. An entry that does not open (another secret,
+    /// or altered) is an error naming it: never dropped, never served.
+    pub fn open_stored(
+        &self,
+        kvs: &mut BTreeMap<String, String>,
+    ) -> Result<BTreeSet<String>, KeyError> {
+        let mut clear = BTreeSet::new();
+        for (key, value) in kvs.iter_mut() {
+            let Some(entity) = self.entity_of(key) else {
+                continue;
+            };
+            let opened = open_value(self.seal.as_deref(), entity, value).map_err(|e| KeyError {
+                key: key.clone(),
+                reason: e.to_string(),
+            })?;
+            if opened.was_clear {
+                clear.insert(key.clone());
+            }
+            *value = opened.clear;
+        }
+        Ok(clear)
     }
 
     /// The prefix of the whole cluster state (everything but `mon/`).
@@ -184,7 +234,7 @@ impl Keyspace {
         for (entity, e) in &state.auth.entities {
             out.insert(
                 format!("{p}/auth/entities/{entity}"),
-                json(&AuthEntityValue {
+                json(&ClearEntity {
                     key: e.key.to_base64(),
                     caps: e.caps.to_string(),
                     generation: e.generation,
@@ -398,7 +448,7 @@ impl Keyspace {
                     state.auth.configured = true;
                 }
                 ["auth", "entities", name] => {
-                    let v: AuthEntityValue = serde_json::from_str(value).map_err(parse_err)?;
+                    let v: ClearEntity = serde_json::from_str(value).map_err(parse_err)?;
                     let entity: fastblock_auth::EntityName =
                         name.parse().map_err(|e| bad(format!("{e}")))?;
                     let key = fastblock_auth::Secret::from_base64(&v.key)

@@ -3,7 +3,11 @@
 //! Module map:
 //! - [`etcd_proc`]: starts and supervises the monitor's own etcd member (the default) and
 //!   stops it on exit; [`etcd_identity`] checks that the etcd at its addresses is really it.
-//! - [`keys`]: the etcd keyspace, one JSON value per key (`docs/etcd-keys.md`).
+//! - [`secret`]: the monitor secret, the same file on every monitor, and what is derived from
+//!   it; [`etcd_auth`]: etcd's authentication, on in the own member, and the monitor's
+//!   credentials.
+//! - [`keys`]: the etcd keyspace, one JSON value per key (`docs/etcd-keys.md`); [`key_seal`]:
+//!   the key table sealed at rest under a key derived from the monitor secret.
 //! - [`store`]: loading the state and committing changes in revision-guarded transactions.
 //! - [`etcd_maint`]: etcd's upkeep: compaction of its history, defragmentation of its members,
 //!   recovery from its out-of-space alarm, and the view `status` and health show.
@@ -33,16 +37,19 @@
 pub mod auth_http;
 pub mod backup;
 pub mod election;
+pub mod etcd_auth;
 pub mod etcd_identity;
 pub mod etcd_maint;
 pub mod etcd_proc;
 pub mod forward;
 pub mod http;
+pub mod key_seal;
 pub mod keys;
 pub mod metrics;
 pub mod op_reports;
 pub mod osd_config;
 pub mod report_queue;
+pub mod secret;
 pub mod server;
 pub mod service;
 pub mod stats;

@@ -3,14 +3,17 @@
 //! cannot be retried.
 
 use crate::election::{Election, Role};
+use crate::etcd_auth::{self, EtcdAuthError, EtcdCredentials};
 use crate::etcd_identity;
 use crate::etcd_maint::policy::UpkeepSettings;
 use crate::etcd_maint::{EtcdUpkeep, OwnMember};
 use crate::etcd_proc::{self, EtcdMemberConfig};
 use crate::forward::Forwarder;
 use crate::http::{router, AppState};
+use crate::key_seal::KeyTableSeal;
 use crate::keys::Keyspace;
 use crate::metrics::Metrics;
+use crate::secret::MonSecret;
 use crate::service::Monitor;
 use crate::supervise::{Misconfiguration, Policy, Supervisor};
 use anyhow::Context;
@@ -47,15 +50,42 @@ pub struct MonConfig {
     /// A backup to write into etcd before the first campaign, if etcd holds no cluster yet
     /// (`crate::backup`).
     pub restore_from: Option<std::path::PathBuf>,
+    /// The monitor secret (`crate::secret`): the same file on every monitor.
+    pub mon_secret_file: std::path::PathBuf,
+    /// With an external etcd, the user to log in as (`--etcd-user`); the own member is
+    /// always logged in to as `root` (`crate::etcd_auth`).
+    pub etcd_credentials: Option<EtcdCredentials>,
 }
 
-async fn connect(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+/// How long the monitor waits for an external etcd to answer at its start.
+const CONNECT_WAIT: Duration = Duration::from_secs(60);
+
+fn connect_options() -> etcd_client::ConnectOptions {
+    etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(5))
+        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+}
+
+/// Connects to the own member as `root` (turning etcd's authentication on if it is off,
+/// `crate::etcd_auth`), or to the external etcd with the operator's credentials if any. A
+/// member set up with another monitor secret, or a foreign etcd at the member's address, is a
+/// misconfiguration (status 2).
+async fn connect(
+    member: Option<&EtcdMemberConfig>,
+    endpoints: &[String],
+    credentials: Option<&EtcdCredentials>,
+) -> anyhow::Result<etcd_client::Client> {
+    if let (Some(member), Some(credentials)) = (member, credentials) {
+        return match etcd_auth::connect_own_member(member, credentials, connect_options()).await {
+            Ok(client) => Ok(client),
+            Err(e @ EtcdAuthError::Etcd { .. }) => Err(e.into()),
+            Err(e) => Err(Misconfiguration::new(e).into()),
+        };
+    }
+    let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
     loop {
-        let opts = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(Duration::from_secs(5))
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        let opts = etcd_auth::with_credentials(connect_options(), credentials);
         match etcd_client::Client::connect(endpoints, Some(opts)).await {
             Ok(client) => return Ok(client),
             Err(e) if tokio::time::Instant::now() < deadline => {
@@ -65,6 +95,33 @@ async fn connect(endpoints: &[String]) -> anyhow::Result<etcd_client::Client> {
             Err(e) => return Err(e).context(format!("connecting to etcd at {endpoints:?}")),
         }
     }
+}
+
+/// Checks at start that every key table entry in etcd opens with this monitor's secret, so
+/// a monitor given another secret file says so and exits (status 2) instead of failing
+/// each time it would lead. etcd not answering only warns: the leader's load checks again.
+async fn check_key_table(client: &mut etcd_client::Client, keys: &Keyspace) -> anyhow::Result<()> {
+    let prefix = format!("{}auth/entities/", keys.root());
+    let get = client.get(prefix, Some(etcd_client::GetOptions::new().with_prefix()));
+    let resp = match tokio::time::timeout(Duration::from_secs(10), get).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not read the key table to check the monitor secret");
+            return Ok(());
+        }
+        Err(_) => {
+            tracing::warn!("etcd did not answer; the key table is checked when this monitor leads");
+            return Ok(());
+        }
+    };
+    let mut kvs = std::collections::BTreeMap::new();
+    for kv in resp.kvs() {
+        if let (Ok(k), Ok(v)) = (kv.key_str(), kv.value_str()) {
+            kvs.insert(k.to_string(), v.to_string());
+        }
+    }
+    keys.open_stored(&mut kvs).map_err(Misconfiguration::new)?;
+    Ok(())
 }
 
 /// How long a restore waits for etcd to take writes (a majority of its members up), or for
@@ -142,6 +199,23 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&config.api_addr)
         .await
         .with_context(|| format!("binding the API address {}", config.api_addr))?;
+    // The secret first: without it nothing in etcd is readable, so nothing is started.
+    // Only a monitor alone in its cluster may make one; several must share one file.
+    let sole_member = match &config.etcd_member {
+        Some(m) => matches!(
+            etcd_proc::member_names(&m.initial_cluster).as_slice(),
+            [only] if *only == config.name
+        ),
+        None => true,
+    };
+    let secret = MonSecret::load_or_create(&config.mon_secret_file, sole_member)
+        .map_err(Misconfiguration::new)?;
+    let seal = Arc::new(KeyTableSeal::new(&secret));
+    let credentials = match &config.etcd_member {
+        Some(_) => Some(EtcdCredentials::root(&secret)),
+        None => config.etcd_credentials.clone(),
+    };
+    drop(secret);
     let (tasks, mut fatal) = Supervisor::new(shutdown_rx.clone());
     let mut handles = Vec::new();
     if let Some(member) = config.etcd_member.clone() {
@@ -162,10 +236,11 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     };
     // An etcd member that cannot start ends the wait at once, not after the connect timeout.
     let client = tokio::select! {
-        client = connect(&endpoints) => client?,
+        client = connect(config.etcd_member.as_ref(), &endpoints, credentials.as_ref()) => client?,
         Some(failure) = fatal.recv() => return Err(failure.into()),
     };
-    let keys = Keyspace::new(&config.key_prefix);
+    let keys = Keyspace::new(&config.key_prefix).with_seal(seal);
+    check_key_table(&mut client.clone(), &keys).await?;
     if let Some(path) = &config.restore_from {
         // The etcd at the member's URL must be the own member before anything is written.
         if let Some(member) = &config.etcd_member {
@@ -182,6 +257,7 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
             name: m.name.clone(),
             endpoint: m.client_url(),
         }),
+        credentials.clone(),
     ));
     let me = MonMember {
         name: config.name.clone(),

@@ -181,6 +181,9 @@ impl Monitor {
                 if !snapshot.state.auth.configured {
                     self.bootstrap_auth(fence, &mut snapshot).await?;
                 }
+                if !snapshot.clear_entities.is_empty() {
+                    self.reseal_clear_entities(fence, &mut snapshot).await;
+                }
                 let mut liveness = Liveness::new(self.liveness_config);
                 let now = self.now_ms();
                 // Every OSD gets a fresh grace period under a new leader.
@@ -239,6 +242,28 @@ impl Monitor {
                 ErrorCode::Conflict,
                 "another monitor is setting up authentication; retry",
             )),
+            Err(e @ CommitError::Seal(_)) => Err(ApiError::new(ErrorCode::Internal, e.to_string())),
+        }
+    }
+
+    /// Rewrites sealed the key table entries etcd holds in clear (written by a monitor
+    /// before the seal, `crate::key_seal`), once this monitor leads. A failure only warns:
+    /// the entries stay in `clear_entities`, so the next commit writes them.
+    async fn reseal_clear_entities(&self, fence: Fence, snapshot: &mut Snapshot) {
+        let count = snapshot.clear_entities.len();
+        let same = snapshot.state.clone();
+        match self.store().commit(fence, snapshot, same).await {
+            Ok(written) => {
+                if let Some(w) = written {
+                    self.upkeep.record_commit(fence, w.revision, w.bytes);
+                }
+                tracing::warn!(count, "key table entries stored in clear rewritten sealed");
+            }
+            Err(e) => tracing::warn!(
+                count, error = %e,
+                "could not rewrite sealed the key table entries stored in clear; the next \
+                 commit will"
+            ),
         }
     }
 
@@ -287,6 +312,9 @@ impl Monitor {
                         *guard = None;
                     }
                     return Err(e);
+                }
+                Err(e @ CommitError::Seal(_)) => {
+                    return Err(ApiError::new(ErrorCode::Internal, e.to_string()));
                 }
                 Err(CommitError::Conflict) => {
                     tracing::warn!(attempt, "commit conflict; reloading state");

@@ -11,7 +11,7 @@
 use crate::keys::{KeyError, Keyspace};
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use fastblock_mon_core::MonState;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Proof of leadership: the create revision of the leader key this monitor put.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +30,9 @@ pub struct Snapshot {
     /// one key, fields added since), or edited by hand. The next commit compares every key
     /// and so writes the state as this version encodes it.
     pub dirty: bool,
+    /// Key table entries etcd holds in clear (written by a monitor before the seal,
+    /// `crate::key_seal`): the next commit puts them sealed, whatever else it changes.
+    pub clear_entities: BTreeSet<String>,
 }
 
 /// Keys per page when loading: a page of PG chunks is some 2.5 MB, below the 4 MiB a gRPC
@@ -43,6 +46,14 @@ pub enum CommitError {
     Conflict,
     #[error("etcd: {0}")]
     Etcd(etcd_client::Error),
+    #[error("sealing the key table: {0}")]
+    Seal(KeyError),
+}
+
+impl From<KeyError> for CommitError {
+    fn from(e: KeyError) -> Self {
+        CommitError::Seal(e)
+    }
 }
 
 // The message includes the cause's, so the cause is not also its `source()` (a printed
@@ -103,6 +114,7 @@ impl EtcdStore {
             revisions.insert(key.clone(), kv.mod_revision());
             kvs.insert(key, value);
         }
+        let clear_entities = self.keys.open_stored(&mut kvs)?;
         let state = self.keys.decode(&kvs)?;
         let orphans = self.keys.orphan_chunks(&kvs);
         let dirty = self.keys.encode(&state)
@@ -122,6 +134,7 @@ impl EtcdStore {
             kvs,
             revisions,
             dirty,
+            clear_entities,
         })
     }
 
@@ -135,7 +148,7 @@ impl EtcdStore {
         snapshot: &mut Snapshot,
         next: MonState,
     ) -> Result<Option<Written>, CommitError> {
-        let (puts, deletes) = if snapshot.dirty {
+        let (mut puts, deletes) = if snapshot.dirty {
             full_changes(&self.keys, &snapshot.kvs, &self.keys.encode(&next))
         } else {
             let changes = self.keys.changes(&snapshot.state, &snapshot.kvs, &next);
@@ -155,6 +168,15 @@ impl EtcdStore {
             }
             changes
         };
+        // Entries still in clear in etcd go sealed with this commit, unchanged or not.
+        for key in &snapshot.clear_entities {
+            let unput = !puts.iter().any(|(k, _)| k == key);
+            if let (true, Some(value)) = (unput, snapshot.kvs.get(key)) {
+                if !deletes.contains(key) {
+                    puts.push((key.clone(), value.clone()));
+                }
+            }
+        }
         let mut compares = vec![Compare::create_revision(
             self.keys.leader(),
             CompareOp::Equal,
@@ -169,8 +191,9 @@ impl EtcdStore {
                 }
                 None => compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
             }
-            ops.push(TxnOp::put(key.clone(), value.clone(), None));
-            put_bytes += (key.len() + value.len()) as u64;
+            let stored = self.keys.stored_value(key, value)?;
+            put_bytes += (key.len() + stored.len()) as u64;
+            ops.push(TxnOp::put(key.clone(), stored, None));
         }
         // Images of a deleted pool go with one range delete, and the snapshots of each of
         // them with one more, so a pool with many images and snapshots does not exceed etcd's
@@ -241,6 +264,7 @@ impl EtcdStore {
             .retain(|k, _| !range_deleted.iter().any(|p| k.starts_with(p)));
         snapshot.state = next;
         snapshot.dirty = false;
+        snapshot.clear_entities.clear();
         Ok(Some(Written {
             revision: u64::try_from(revision).unwrap_or(0),
             bytes: put_bytes,

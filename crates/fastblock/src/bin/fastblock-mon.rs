@@ -4,6 +4,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use fastblock::admin_socket::{serve_or_warn, RuntimeConfig};
 use fastblock::config::{load_or_exit, Daemon, DaemonArgs};
 use fastblock::logging::LogLevel;
+use fastblock_mon::etcd_auth::EtcdCredentials;
 use fastblock_mon::etcd_maint::policy::UpkeepSettings;
 use fastblock_mon::etcd_proc::EtcdMemberConfig;
 use fastblock_mon::server::{run, MonConfig};
@@ -123,6 +124,19 @@ struct Args {
     /// (docs/operations.md, "Backing up and restoring the monitors").
     #[arg(long)]
     restore_from: Option<PathBuf>,
+    /// The monitor secret: 32 random bytes, mode 0600, the same file on every monitor (copy
+    /// the first monitor's). The key table in etcd is sealed under it and the own etcd
+    /// member's root password derived from it. Made if missing only by a monitor alone in its
+    /// --initial-cluster (or with --etcd-endpoints). Default: <data-dir>/mon.secret.
+    #[arg(long)]
+    mon_secret_file: Option<PathBuf>,
+    /// With --etcd-endpoints: the etcd user to log in as (with --etcd-password-file). The
+    /// own etcd member is always logged in to as its root user.
+    #[arg(long, requires = "etcd_password_file")]
+    etcd_user: Option<String>,
+    /// With --etcd-user: a file holding that user's password (its first line).
+    #[arg(long, requires = "etcd_user")]
+    etcd_password_file: Option<PathBuf>,
 }
 
 /// A byte size (`2GiB`, `512M`, `4096`).
@@ -223,6 +237,23 @@ const DAEMON: Daemon = Daemon {
 async fn main() {
     let loaded = load_or_exit(&DAEMON, Args::command());
     let args = Args::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
+    let etcd_credentials = match (&args.etcd_user, &args.etcd_password_file) {
+        (Some(_), _) if args.etcd_endpoints.is_empty() => {
+            eprintln!("error: --etcd-user is for an external etcd (--etcd-endpoints)");
+            std::process::exit(2);
+        }
+        (Some(user), Some(path)) => match std::fs::read_to_string(path) {
+            Ok(text) => Some(EtcdCredentials {
+                user: user.clone(),
+                password: text.lines().next().unwrap_or("").to_string(),
+            }),
+            Err(e) => {
+                eprintln!("error: --etcd-password-file {}: {e}", path.display());
+                std::process::exit(2);
+            }
+        },
+        _ => None,
+    };
     let log_level = LogLevel::init(&args.daemon.log_level);
     loaded.log_file();
     let (compact_interval, compact_interval_rx) = watch::channel(args.etcd_compact_interval);
@@ -302,6 +333,10 @@ async fn main() {
         },
         etcd_compact_interval: compact_interval_rx,
         restore_from: args.restore_from,
+        mon_secret_file: args
+            .mon_secret_file
+            .unwrap_or_else(|| args.data_dir.join("mon.secret")),
+        etcd_credentials,
     };
     if let Err(e) = run(config).await {
         eprintln!("error: {e:#}");

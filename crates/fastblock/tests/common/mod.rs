@@ -321,6 +321,11 @@ impl MonCluster {
             procs: Vec::new(),
             options,
         };
+        if n > 1 {
+            // Several monitors share one secret, as an operator copies the first one's: none
+            // of them may make its own.
+            cluster.write_mon_secret();
+        }
         for i in 0..n {
             let p = cluster.spawn(i);
             cluster.procs.push(Some(p));
@@ -392,6 +397,45 @@ impl MonCluster {
         (self.options.auth_mode == "none").then_some(fastblock_auth::AuthMode::None)
     }
 
+    /// The monitors' `--mon-secret-file`, one file for all of them (a lone monitor makes it
+    /// at its first start).
+    pub fn mon_secret(&self) -> PathBuf {
+        self.dir.path().join("mon.secret")
+    }
+
+    /// Writes a fresh monitor secret (32 random bytes, mode 0600) at `path`.
+    pub fn write_secret_file(path: &Path) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let bytes = *fastblock_auth::Secret::generate()
+            .expect("random bytes")
+            .as_bytes();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .expect("creating a monitor secret");
+        std::io::Write::write_all(&mut f, &bytes).expect("writing a monitor secret");
+    }
+
+    fn write_mon_secret(&self) {
+        MonCluster::write_secret_file(&self.mon_secret());
+    }
+
+    /// `etcdctl` against monitor `i`'s etcd member, logged in as its `root` user with the
+    /// password derived from the monitors' secret (`fastblock_mon::secret`).
+    pub fn etcdctl(&self, i: usize) -> Command {
+        let password = fastblock_mon::secret::etcd_root_password(&self.mon_secret())
+            .expect("the monitors' secret");
+        let mut cmd = Command::new("etcdctl");
+        cmd.arg("--endpoints")
+            .arg(&self.specs[i].etcd_client)
+            .arg("--user")
+            .arg(format!("root:{password}"))
+            .env("ETCDCTL_API", "3");
+        cmd
+    }
+
     pub fn initial_cluster(&self) -> String {
         self.specs
             .iter()
@@ -429,6 +473,8 @@ impl MonCluster {
             .arg(self.keyring())
             .arg("--snap-create-timeout-ms")
             .arg(self.options.snap_create_timeout_ms.to_string())
+            .arg("--mon-secret-file")
+            .arg(self.mon_secret())
             .args(&self.options.extra_args)
             .env("FASTBLOCK_RUN_DIR", self.run_dir())
             .env("RUST_LOG", "info");

@@ -25,6 +25,7 @@ pub mod observe;
 pub mod policy;
 
 use crate::election::Role;
+use crate::etcd_auth::EtcdCredentials;
 use crate::keys::Keyspace;
 use crate::store::Fence;
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType, Client, CompactionOptions};
@@ -65,6 +66,8 @@ pub struct EtcdUpkeep {
     /// socket's setter sends on the other end.
     compact_interval: watch::Receiver<Duration>,
     own: Option<OwnMember>,
+    /// What the upkeep's clients of each member log in with (`crate::etcd_auth`).
+    credentials: Option<EtcdCredentials>,
     /// The commits of the current leadership (the fence they were made under).
     log: Mutex<(Option<Fence>, CommitLog)>,
     /// Starts a round now: a commit wrote past the budget.
@@ -80,11 +83,13 @@ impl EtcdUpkeep {
         settings: UpkeepSettings,
         compact_interval: watch::Receiver<Duration>,
         own: Option<OwnMember>,
+        credentials: Option<EtcdCredentials>,
     ) -> Self {
         EtcdUpkeep {
             settings,
             compact_interval,
             own,
+            credentials,
             log: Mutex::new((None, CommitLog::default())),
             wake: Notify::new(),
             view: watch::channel(EtcdStatus::default()).0,
@@ -150,7 +155,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let mut rounds = Rounds {
         started: Instant::now(),
-        clients: MemberClients::default(),
+        clients: MemberClients::new(upkeep.credentials.clone()),
         compacted: None,
         last_compaction: None,
         defragged: BTreeMap::new(),

@@ -7,6 +7,7 @@
 //! clients on a loopback address of its host (`docs/security.md`), so the others' sizes come
 //! from their monitors' `GET /v1/mon` ([`peer_member_status`]).
 
+use crate::etcd_auth::{with_credentials, EtcdCredentials};
 use bytes::Bytes;
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType, Client, ConnectOptions};
 use fastblock_types::api::MonMember;
@@ -32,12 +33,20 @@ pub struct Member {
 
 /// Clients connected to one member each (the maintenance calls act on the member a client is
 /// connected to), made on first use and kept.
-#[derive(Default)]
 pub struct MemberClients {
     clients: BTreeMap<String, Client>,
+    credentials: Option<EtcdCredentials>,
 }
 
 impl MemberClients {
+    /// Clients that log in with `credentials` (`crate::etcd_auth`), if any.
+    pub fn new(credentials: Option<EtcdCredentials>) -> Self {
+        MemberClients {
+            clients: BTreeMap::new(),
+            credentials,
+        }
+    }
+
     pub async fn get(&mut self, endpoint: &str) -> Result<Client, String> {
         if let Some(c) = self.clients.get(endpoint) {
             return Ok(c.clone());
@@ -45,7 +54,10 @@ impl MemberClients {
         // No request timeout on the client: each call is bounded by its caller, a status by
         // ETCD_CALL_TIMEOUT, a defragmentation (which takes as long as the data it copies) by
         // far longer.
-        let opts = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+        let opts = with_credentials(
+            ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)),
+            self.credentials.as_ref(),
+        );
         let client = Client::connect([endpoint], Some(opts))
             .await
             .map_err(|e| format!("connecting to {endpoint}: {e}"))?;
