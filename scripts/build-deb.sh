@@ -125,7 +125,7 @@ Maintainer: fastblock developers <fastblock@fastblock.invalid>
 Installed-Size: $installed_kib
 Depends: $depends
 Recommends: etcd-server
-Suggests: qemu-utils, nbd-client
+Suggests: qemu-utils, nbd-client, python3
 Section: admin
 Priority: optional
 Description: distributed block store: monitor, OSD, admin CLI and NBD server

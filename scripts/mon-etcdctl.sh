@@ -8,7 +8,8 @@
 # it (crates/mon/src/secret.rs): HKDF-SHA256 (RFC 5869) with salt "fastblock monitor secret
 # v1" and info "fastblock etcd root password v1", 32 bytes, in hex. Whoever can read the
 # secret file can run this; nobody else can read or write the monitors' etcd
-# (docs/security.md, "etcd"). Entity keys stay sealed in what etcdctl shows.
+# (docs/security.md, "etcd"). Entity keys stay sealed in what etcdctl shows. Needs etcdctl and
+# python3 (its standard library only).
 set -euo pipefail
 if [[ $# -lt 3 ]]; then
   sed -n '2,5p' "$0" >&2
