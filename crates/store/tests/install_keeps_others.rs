@@ -1,6 +1,9 @@
 //! Installing one PG's snapshot flushes the whole store (`Store::install_snapshot`): what
 //! another PG wrote since the last flush, and while a flush of its own was still running on
 //! the flusher thread, must read back unchanged before and after.
+// raft-rs messages (rust-protobuf) are built field by field, as raft-rs itself does.
+#![allow(clippy::field_reassign_with_default)]
+
 mod common;
 use common::*;
 use raft::eraftpb::ConfState;
