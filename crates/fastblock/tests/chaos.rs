@@ -41,7 +41,7 @@ mod common;
 
 use bytes::{Bytes, BytesMut};
 use common::faults::{use_fault_file, write_fault_file};
-use common::model::{Floor, Model, Outcome};
+use common::model::{Floor, Model, Outcome, WallClock};
 use common::netns::NetCluster;
 use common::{
     all_pgs, bin, free_ports, stamped, wait_osds_up, wait_until, MonOptions, Proc, TempDir,
@@ -529,10 +529,13 @@ async fn read_and_check(
         let model = leg.model.lock().unwrap();
         (first..first + count).map(|u| model.floor(u)).collect()
     };
+    let started = WallClock::now();
     match target.read(first * SECTOR, count * SECTOR).await {
         Ok(got) => {
             leg.stats.reads_ok.fetch_add(1, Ordering::Relaxed);
-            leg.check(first, &floors, &got, what);
+            // When it ran, on the daemons' log clock, for a violation's report.
+            let what = format!("{what} [{started:?} .. {:?}]", WallClock::now());
+            leg.check(first, &floors, &got, &what);
             true
         }
         Err(e) => {

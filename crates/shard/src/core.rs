@@ -942,6 +942,23 @@ impl<D: Disk + 'static> ShardCore<D> {
                     {
                         reclaim_epochs.push((*pg, Epoch(*epoch)));
                     }
+                    if let Apply::Op {
+                        op:
+                            ClientOp::Write {
+                                object: o,
+                                offset,
+                                data,
+                            },
+                        ..
+                    } = a
+                    {
+                        // Off unless asked for (`fastblock_io=debug`): with the read trace in
+                        // `reads.rs`, what a stale read's diagnosis needs.
+                        tracing::debug!(
+                            target: "fastblock_io", %pg, index, image = %o.image,
+                            object = o.index, offset, len = data.len(), "write applied"
+                        );
+                    }
                     let r = match a {
                         Apply::Op { op, .. } => apply_op(&mut store, *pg, op),
                         Apply::Noop {

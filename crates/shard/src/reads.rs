@@ -77,6 +77,24 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
     }
 
+    /// The read trace (`fastblock_io=debug`, off by default): which replica answered each
+    /// read, in which term and at which applied indexes.
+    fn trace_reads(&self, reads: &[ReadyRead]) {
+        let store = self.store.borrow();
+        for r in reads {
+            let Some(h) = self.pgs.get(&r.addr.pg) else {
+                continue;
+            };
+            tracing::debug!(
+                target: "fastblock_io", pg = %r.addr.pg, image = %r.addr.image,
+                object = r.addr.object_index, offset = r.offset, len = r.length,
+                term = h.replica.term().0, leader = h.replica.is_leader(),
+                applied = h.replica.applied().0, commit = h.replica.commit_index().0,
+                stored = store.applied_index(r.addr.pg), request = r.request_id, "read served"
+            );
+        }
+    }
+
     /// Reads every read of the step in one batch and answers each. If the batch fails, each
     /// read is retried alone, so that an error (a bad checksum, a fatal disk error) is
     /// answered to the reads it concerns only and the others still get their data.
@@ -110,6 +128,9 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
         if batch.is_err() {
             eff.probes.read_batches_retried += 1;
+        }
+        if tracing::enabled!(target: "fastblock_io", tracing::Level::DEBUG) {
+            self.trace_reads(&reads);
         }
         for (r, buf) in reads.into_iter().zip(bufs) {
             let result = match &batch {

@@ -242,6 +242,13 @@ where
     }
 }
 
+/// The log filter of the OSDs the tests start: `info`, or `FASTBLOCK_TEST_OSD_LOG` to chase a
+/// failure (`info,fastblock_io=debug` adds every applied write and served read,
+/// docs/testing.md).
+pub fn osd_log_filter() -> String {
+    std::env::var("FASTBLOCK_TEST_OSD_LOG").unwrap_or_else(|_| "info".to_string())
+}
+
 pub fn bin(name: &str) -> PathBuf {
     match name {
         "fastblock-mon" => PathBuf::from(env!("CARGO_BIN_EXE_fastblock-mon")),
@@ -934,7 +941,7 @@ impl OsdProc {
             .args(&self.extra_args)
             .env("FASTBLOCK_MON", self.endpoints.join(","))
             .env("FASTBLOCK_RUN_DIR", self.run_dir())
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", osd_log_filter())
             // The measurement-only mode without flushes is acknowledged only by a test that
             // asks for it (`extra_env`), never by the environment the tests run in.
             .env_remove(fastblock_osd::no_flush::ACKNOWLEDGEMENT_VAR)

@@ -18,11 +18,42 @@
 use super::{stamped, BLOCK};
 use std::collections::{BTreeMap, VecDeque};
 
-/// One write the model knows of: its generation and how it ended so far.
+/// One write the model knows of: its generation, how it ended so far, and when it was issued
+/// and ended (UTC wall clock), so that a violation's report places the writes it names on the
+/// daemons' log timestamps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Write {
     pub generation: u64,
     pub outcome: Outcome,
+    pub issued: WallClock,
+    pub ended: Option<WallClock>,
+}
+
+/// A UTC time of day in milliseconds, shown as the daemons' logs show it (`17:40:37.853`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct WallClock(u64);
+
+impl WallClock {
+    pub fn now() -> WallClock {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        WallClock(ms % 86_400_000)
+    }
+}
+
+impl std::fmt::Debug for WallClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = self.0;
+        write!(
+            f,
+            "{:02}:{:02}:{:02}.{:03}",
+            ms / 3_600_000,
+            ms / 60_000 % 60,
+            ms / 1000 % 60,
+            ms % 1000
+        )
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +125,7 @@ impl Model {
     }
 
     pub fn issue(&mut self, unit: u64, generation: u64) {
+        let issued = WallClock::now();
         let history = self.units.entry(unit).or_default();
         let writes = &mut history.writes;
         assert!(
@@ -111,10 +143,13 @@ impl Model {
         writes.push_back(Write {
             generation,
             outcome: Outcome::InFlight,
+            issued,
+            ended: None,
         });
     }
 
     pub fn complete(&mut self, unit: u64, generation: u64, outcome: Outcome) {
+        let ended = WallClock::now();
         let last = self
             .units
             .get_mut(&unit)
@@ -123,6 +158,7 @@ impl Model {
         assert_eq!(last.generation, generation, "unit {unit}");
         assert_eq!(last.outcome, Outcome::InFlight, "unit {unit}");
         last.outcome = outcome;
+        last.ended = Some(ended);
     }
 
     pub fn floor(&self, unit: u64) -> Floor {
