@@ -160,6 +160,15 @@ impl Conn {
         if let Err(e) = stream.set_nodelay(true) {
             return Err(retry(format!("TCP_NODELAY on {peer}: {e}")));
         }
+        // Closing aborts (RST), and the kernel drops what it has not delivered. A request is
+        // given up only by closing its connection (see `PendingGuard`), and the caller then
+        // sends it again elsewhere; with an orderly close, the kernel kept retransmitting the
+        // given-up bytes, and once a partition healed they reached their OSD, which may lead
+        // the PG again by then and apply the old write over newer acknowledged ones (the
+        // chaos run's stale reads of 2026-11-27 and -28).
+        if let Err(e) = stream.set_zero_linger() {
+            return Err(retry(format!("SO_LINGER on {peer}: {e}")));
+        }
         let mut buffer = BytesMut::with_capacity(READ_CHUNK_BYTES);
         let (sealer, opener) = if mode.authenticates() {
             let Some(credentials) = credentials else {
@@ -243,8 +252,8 @@ impl Conn {
             state.pending.insert(id, reply_tx);
             id
         };
-        // Removes the waiter if this future is dropped (the caller gave up or was aborted), so
-        // the pending table never keeps entries for requests nobody waits for.
+        // If this future is dropped before the reply (the caller gave up or was aborted), the
+        // guard closes the connection: see `PendingGuard`.
         let _pending = PendingGuard {
             shared: &self.shared,
             request_id,
@@ -279,9 +288,27 @@ struct PendingGuard<'a> {
     request_id: u64,
 }
 
+/// Removes a call's waiter when the call ends. A call that ends without its reply (its future
+/// dropped: the caller gave up, say because the PG's leader moved, or was aborted) also closes
+/// the connection. The request may still be in the socket's buffers, and its caller will send
+/// it again elsewhere or report its outcome unknown; delivered later, after newer writes of the
+/// same blocks were acknowledged, it would overwrite them. Closing aborts the connection
+/// (`SO_LINGER` 0): the kernel discards every byte the OSD has not acknowledged. The other
+/// requests on the connection fail retryably, as on any close; giving up is rare.
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        self.shared.lock().pending.remove(&self.request_id);
+        let abandoned = self
+            .shared
+            .lock()
+            .pending
+            .remove(&self.request_id)
+            .is_some();
+        if abandoned {
+            self.shared.close(format!(
+                "request {} was given up before its reply",
+                self.request_id
+            ));
+        }
     }
 }
 
@@ -544,5 +571,114 @@ impl ConnPool {
         );
         *current = Some(conn.clone());
         Ok((conn, true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastblock_types::{Epoch, ImageId, PgId, PoolId};
+    use fastblock_wire::ObjectAddr;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    /// A call given up before its reply aborts its connection: the OSD's end sees a reset,
+    /// not an orderly end, so the kernel dropped whatever of the request it had not
+    /// delivered (the stale-read fix: a given-up write must never arrive later).
+    #[tokio::test]
+    async fn a_call_given_up_before_its_reply_aborts_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let conn = Conn::connect(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(5),
+            None,
+            AuthMode::None,
+        )
+        .await
+        .unwrap();
+        let (mut osd, _) = listener.accept().await.unwrap();
+        let request = Request::Write {
+            addr: ObjectAddr {
+                pg: PgId {
+                    pool: PoolId(1),
+                    seq: 0,
+                },
+                image: ImageId(1),
+                object_index: 0,
+            },
+            offset: 0,
+            epoch: Epoch(1),
+            data: bytes::Bytes::from(vec![7u8; 4096]),
+        };
+        // The OSD stays silent; the caller gives up long before the call's own timeout.
+        let given_up = tokio::time::timeout(
+            Duration::from_millis(200),
+            conn.call(&request, Duration::from_secs(30)),
+        )
+        .await;
+        assert!(given_up.is_err(), "the silent OSD answered: {given_up:?}");
+        assert!(conn.is_closed(), "giving up left the connection open");
+        // The OSD's end: the request's bytes, then a reset (an orderly close reads as 0).
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        let end = loop {
+            match tokio::time::timeout(Duration::from_secs(5), osd.read(&mut buf)).await {
+                Err(_) => panic!("the connection stayed open after the call was given up"),
+                Ok(Ok(0)) => break Ok(()),
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                Ok(Err(e)) => break Err(e),
+            }
+        };
+        assert!(got.len() >= request.frame_len(), "{} bytes", got.len());
+        match end {
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+            Ok(()) => panic!("an orderly close: undelivered bytes would still be sent"),
+        }
+    }
+
+    /// A call answered in time leaves its connection open for the next.
+    #[tokio::test]
+    async fn a_call_answered_keeps_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let conn = Conn::connect(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(5),
+            None,
+            AuthMode::None,
+        )
+        .await
+        .unwrap();
+        let (mut osd, _) = listener.accept().await.unwrap();
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut decoder = FrameDecoder::default();
+            let mut buf = BytesMut::with_capacity(1 << 16);
+            loop {
+                if osd.read_buf(&mut buf).await.unwrap() == 0 {
+                    panic!("closed before a request");
+                }
+                if let Some(frame) = decoder.decode(&mut buf).unwrap() {
+                    let mut out = BytesMut::new();
+                    Reply::Ok.encode(frame.request_id, &mut out);
+                    osd.write_all(&out).await.unwrap();
+                    return osd;
+                }
+            }
+        });
+        let request = Request::GetLeader {
+            pg: PgId {
+                pool: PoolId(1),
+                seq: 0,
+            },
+            epoch: Epoch(1),
+        };
+        let reply = conn.call(&request, Duration::from_secs(5)).await;
+        assert!(matches!(reply, Ok(Reply::Ok)), "{reply:?}");
+        let _osd = server.await.unwrap();
+        assert!(!conn.is_closed());
     }
 }

@@ -119,8 +119,9 @@ impl Cluster {
         let epoch = sent.epoch;
         // A leader cut off from the network answers nothing: without the race below the
         // request would wait out its whole attempt timeout even after the map shows the PG's
-        // new leader. Abandoning the call is as safe as its timing out (the request may still
-        // be applied by the old leader; every retry is, see docs/data-path.md).
+        // new leader. Abandoning the call closes its connection with a reset, as a timeout
+        // does, so the request's undelivered bytes never reach the old leader after the retry
+        // (`conn::PendingGuard`, docs/data-path.md section 4).
         let request = build(epoch);
         let reply = tokio::select! {
             result = conn.call(&request, timeout) => match result {
