@@ -22,8 +22,7 @@ use crate::entity::EntityName;
 use crate::error::AuthError;
 use crate::secret::Secret;
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_KEYRING_PATH: &str = "/etc/fastblock/keyring";
@@ -180,33 +179,16 @@ impl Keyring {
 
     /// Writes the keyring with mode 0600 (to a temporary file, synced, then renamed over).
     pub fn save(&self, path: &Path) -> Result<(), AuthError> {
-        let err = |why: String| AuthError::Keyring {
+        crate::private_file::write_private(
+            path,
+            self.to_text().as_bytes(),
+            crate::private_file::Existing::Replace,
+        )
+        .map(|_| ())
+        .map_err(|e| AuthError::Keyring {
             path: path.display().to_string(),
-            why,
-        };
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        if let Some(dir) = dir {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| err(format!("creating its directory: {e}")))?;
-        }
-        let tmp = path.with_extension("tmp");
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| err(format!("creating {}: {e}", tmp.display())))?;
-        f.write_all(self.to_text().as_bytes())
-            .and_then(|_| f.sync_all())
-            .map_err(|e| err(e.to_string()))?;
-        std::fs::rename(&tmp, path).map_err(|e| err(e.to_string()))?;
-        if let Some(dir) = dir {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
-        Ok(())
+            why: e.to_string(),
+        })
     }
 }
 

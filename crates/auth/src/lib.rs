@@ -10,6 +10,7 @@
 //! - [`entity`]: [`EntityName`] (`client.admin`, `client.NAME`, `osd.N`).
 //! - [`caps`]: [`Caps`], what an entity may do (`admin`, `osd`, `pool=NAME`, `pool=*`).
 //! - [`keyring`]: the keyring file (format, mode 0600, default location).
+//! - [`private_file`]: [`write_private`], the one writer of files only their owner may read.
 //! - [`request`]: signatures of monitor API requests and responses, and the replay cache.
 //! - [`handshake`]: the data-plane challenge-response handshake (sans-IO: both ends are pure
 //!   state machines fed with the peer's messages and with nonces drawn by the caller).
@@ -28,6 +29,7 @@ pub mod floor;
 pub mod frame;
 pub mod handshake;
 pub mod keyring;
+pub mod private_file;
 pub mod request;
 pub mod secret;
 pub mod table;
@@ -37,5 +39,6 @@ pub use entity::EntityName;
 pub use error::AuthError;
 pub use fastblock_types::auth::{AuthMode, AuthSettings};
 pub use keyring::{Keyring, KeyringEntry};
+pub use private_file::{write_private, Existing};
 pub use secret::{open_blob, random_bytes, seal_blob, KeyBinding, Secret};
 pub use table::KeyTable;

@@ -6,7 +6,6 @@ use anyhow::{Context, Result};
 use fastblock_monclient::MonClient;
 use fastblock_types::units::format_size;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 pub async fn execute(inv: &Invocation, client: &MonClient, out: &mut dyn Write) -> Result<()> {
@@ -46,33 +45,9 @@ pub async fn execute(inv: &Invocation, client: &MonClient, out: &mut dyn Write) 
 /// over `path` and the directory synced, so that a crash leaves the old file or the new one,
 /// never a part.
 fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .with_context(|| format!("{} is not a file name", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(&dir)?.sync_all()
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::Error::from(e).context(format!("writing the backup to {}", path.display()))
-    })
+    fastblock_auth::write_private(path, bytes, fastblock_auth::Existing::Replace)
+        .map(|_| ())
+        .with_context(|| format!("writing the backup to {}", path.display()))
 }
 
 #[cfg(test)]

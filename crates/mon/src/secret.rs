@@ -10,13 +10,12 @@
 //! The derivation is standard HKDF (RFC 5869) with the salt [`HKDF_SALT`], so it can be
 //! reproduced outside this crate (`scripts/mon-etcdctl.sh` derives the password in python3).
 
+use fastblock_auth::{write_private, Existing, Secret};
 use ring::hkdf;
-use ring::rand::{SecureRandom, SystemRandom};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-pub const MON_SECRET_BYTES: usize = 32;
+pub const MON_SECRET_BYTES: usize = fastblock_auth::secret::SECRET_BYTES;
 /// HKDF's salt for every derivation from the monitor secret.
 pub const HKDF_SALT: &[u8] = b"fastblock monitor secret v1";
 /// HKDF info of the key that seals the key table (`crate::key_seal`).
@@ -55,27 +54,13 @@ pub enum SecretError {
     Random,
 }
 
-/// The secret. `Debug` never prints it; it is wiped when dropped.
-pub struct MonSecret([u8; MON_SECRET_BYTES]);
-
-impl std::fmt::Debug for MonSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MonSecret(..)")
-    }
-}
-
-impl Drop for MonSecret {
-    fn drop(&mut self) {
-        for b in self.0.iter_mut() {
-            // SAFETY: `b` is a valid, aligned, exclusive reference into our own array.
-            unsafe { std::ptr::write_volatile(b, 0) };
-        }
-    }
-}
+/// The secret: a [`Secret`], whose `Debug` never prints it and which is wiped when dropped.
+#[derive(Debug)]
+pub struct MonSecret(Secret);
 
 impl MonSecret {
     pub fn from_bytes(bytes: [u8; MON_SECRET_BYTES]) -> MonSecret {
-        MonSecret(bytes)
+        MonSecret(Secret::from_bytes(bytes))
     }
 
     /// Reads the secret at `path`: a file of exactly [`MON_SECRET_BYTES`] bytes that neither
@@ -109,7 +94,7 @@ impl MonSecret {
                     path: path.to_path_buf(),
                     len: bytes.len(),
                 })?;
-        Ok(MonSecret(bytes))
+        Ok(MonSecret::from_bytes(bytes))
     }
 
     /// Reads the secret at `path`, or, if there is none and `may_create`, makes one there
@@ -120,21 +105,22 @@ impl MonSecret {
             Err(SecretError::Missing { .. }) if may_create => {}
             other => return other,
         }
-        let mut bytes = [0u8; MON_SECRET_BYTES];
-        SystemRandom::new()
-            .fill(&mut bytes)
-            .map_err(|_| SecretError::Random)?;
-        let secret = MonSecret(bytes);
-        create_exclusive(path, &secret.0).map_err(|source| SecretError::Create {
-            path: path.to_path_buf(),
-            source,
+        let secret = Secret::generate().map_err(|_| SecretError::Random)?;
+        let created = write_private(path, secret.as_bytes(), Existing::Keep).map_err(|source| {
+            SecretError::Create {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
+        if !created {
+            // Another process created it first: read what is there, which is what every
+            // later start reads.
+            return MonSecret::load(path);
+        }
         tracing::warn!(
             path = %path.display(),
             "created a new monitor secret: keep it, every monitor of this cluster needs it"
         );
-        // Another process may have created it first (the link refused ours): read what is
-        // there, which is what every later start reads.
         MonSecret::load(path)
     }
 
@@ -152,7 +138,7 @@ impl MonSecret {
     }
 
     fn derive(&self, label: &[u8]) -> [u8; 32] {
-        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, HKDF_SALT).extract(&self.0);
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, HKDF_SALT).extract(self.0.as_bytes());
         let mut out = [0u8; 32];
         prk.expand(&[label], hkdf::HKDF_SHA256)
             .and_then(|okm| okm.fill(&mut out))
@@ -165,33 +151,6 @@ impl MonSecret {
 /// a tool gives `etcdctl --user root --password`.
 pub fn etcd_root_password(path: &Path) -> Result<String, SecretError> {
     Ok(MonSecret::load(path)?.etcd_root_password())
-}
-
-/// Writes `bytes` to `path` only if nothing is there, never leaving a partial file under
-/// `path`: written and synced under a temporary name, then hard-linked into place (a link
-/// fails if `path` exists, so a concurrent creator's file is never replaced).
-fn create_exclusive(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp.{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    let linked = written.and_then(|()| match std::fs::hard_link(&tmp, path) {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        other => other,
-    });
-    let _ = std::fs::remove_file(&tmp);
-    linked
 }
 
 #[cfg(test)]
@@ -247,7 +206,10 @@ mod tests {
     fn derived_values_are_hkdf_and_distinct_per_label() {
         use ring::hmac;
         let secret = MonSecret::from_bytes([1u8; MON_SECRET_BYTES]);
-        let prk = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, HKDF_SALT), &secret.0);
+        let prk = hmac::sign(
+            &hmac::Key::new(hmac::HMAC_SHA256, HKDF_SALT),
+            secret.0.as_bytes(),
+        );
         let prk = hmac::Key::new(hmac::HMAC_SHA256, prk.as_ref());
         let t1 = |label: &[u8]| {
             let mut msg = label.to_vec();
