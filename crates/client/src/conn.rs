@@ -582,11 +582,8 @@ mod tests {
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
-    /// A call given up before its reply aborts its connection: the OSD's end sees a reset,
-    /// not an orderly end, so the kernel dropped whatever of the request it had not
-    /// delivered (the stale-read fix: a given-up write must never arrive later).
-    #[tokio::test]
-    async fn a_call_given_up_before_its_reply_aborts_the_connection() {
+    /// A connection without auth to a listener of this test, and the listener's end of it.
+    async fn connected() -> (Conn, tokio::net::TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let conn = Conn::connect(
@@ -598,7 +595,16 @@ mod tests {
         )
         .await
         .unwrap();
-        let (mut osd, _) = listener.accept().await.unwrap();
+        let (osd, _) = listener.accept().await.unwrap();
+        (conn, osd)
+    }
+
+    /// A call given up before its reply aborts its connection: the OSD's end sees a reset,
+    /// not an orderly end, so the kernel dropped whatever of the request it had not
+    /// delivered (the stale-read fix: a given-up write must never arrive later).
+    #[tokio::test]
+    async fn a_call_given_up_before_its_reply_aborts_the_connection() {
+        let (conn, mut osd) = connected().await;
         let request = Request::Write {
             addr: ObjectAddr {
                 pg: PgId {
@@ -641,18 +647,7 @@ mod tests {
     /// A call answered in time leaves its connection open for the next.
     #[tokio::test]
     async fn a_call_answered_keeps_the_connection() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let conn = Conn::connect(
-            "127.0.0.1",
-            port,
-            Duration::from_secs(5),
-            None,
-            AuthMode::None,
-        )
-        .await
-        .unwrap();
-        let (mut osd, _) = listener.accept().await.unwrap();
+        let (conn, mut osd) = connected().await;
         let server = tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
             let mut decoder = FrameDecoder::default();
