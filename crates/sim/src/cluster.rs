@@ -48,6 +48,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 mod bad_blocks;
+mod client_net;
 mod scrubs;
 
 const IMAGE: ImageId = ImageId(1);
@@ -302,6 +303,10 @@ pub struct Cluster {
     /// Nodes with a batch the monitor has not answered yet, and the life that sent it.
     reports_in_flight: BTreeMap<OsdId, u64>,
     partition: Option<BTreeSet<OsdId>>,
+    /// Nodes the clients cannot reach, and the client requests to them waiting for that to
+    /// heal (`client_net.rs`).
+    clients_cut: BTreeSet<OsdId>,
+    held_client_sends: Vec<client_net::HeldSend>,
     faults_on: bool,
     faults_end_us: u64,
     clients: Vec<Client>,
@@ -498,6 +503,8 @@ impl Cluster {
             report_tick_pending: BTreeSet::new(),
             reports_in_flight: BTreeMap::new(),
             partition: None,
+            clients_cut: BTreeSet::new(),
+            held_client_sends: Vec::new(),
             faults_on: true,
             faults_end_us: o.fault_phase_us,
             clients: (0..o.clients).map(|_| Client::default()).collect(),
@@ -727,7 +734,10 @@ impl Cluster {
                     self.crash_and_restart_later(node);
                 }
             }
-            Ev::Heal => self.partition = None,
+            Ev::Heal => {
+                self.partition = None;
+                self.set_clients_cut(BTreeSet::new());
+            }
             Ev::BadBlock { node, kind, tries } => self.on_bad_block(node, kind, tries),
             Ev::Heartbeat => {
                 self.heartbeat();
@@ -934,6 +944,18 @@ impl Cluster {
     /// A client's request reaches a node: stepped at once (the core queues it while a commit
     /// blocks it), or refused while the node is down ("connection refused").
     fn on_client_send(&mut self, id: OsdId, tag: ClientTag, req: Request) {
+        if self.send_given_up(tag) {
+            // Its client aborted the connection before it arrived (`client_net.rs`).
+            self.probes.hit("net.client_given_up_discarded");
+            return;
+        }
+        if self.cut_from_clients(id) {
+            self.hold_client_send(id, tag, req);
+            return;
+        }
+        if !self.current_attempt(tag) {
+            self.probes.hit("net.client_given_up_delivered");
+        }
         if !self.nodes[&id].is_up() {
             let d = self.client_delay();
             let reply = ClientReply::Refused(format!("osd {id} is down"));
@@ -1954,7 +1976,15 @@ impl Cluster {
                 if side.is_empty() || side.len() == ids.len() {
                     side = BTreeSet::from([self.rng.pick(&ids)]);
                 }
+                // One node isolated is cut off from the clients too (its link is down);
+                // groups of nodes apart still reach them.
+                let cut = if side.len() == 1 {
+                    side.clone()
+                } else {
+                    BTreeSet::new()
+                };
                 self.partition = Some(side);
+                self.set_clients_cut(cut);
                 let d = self.rng.range(100 * MS, self.o.partition_us_max);
                 self.after(d, Ev::Heal);
             }
@@ -2137,6 +2167,7 @@ impl Cluster {
     fn on_faults_end(&mut self) {
         self.faults_on = false;
         self.partition = None;
+        self.set_clients_cut(BTreeSet::new());
         for (id, _) in std::mem::take(&mut self.map_stalled) {
             if let Some(n) = self.nodes.get(&id) {
                 let life = n.incarnation;
@@ -2749,6 +2780,11 @@ impl Cluster {
 
     pub fn set_partition(&mut self, side: Option<BTreeSet<OsdId>>) {
         self.partition = side;
+    }
+
+    /// Cuts the clients off from `nodes` (empty: heals; see `client_net.rs`).
+    pub fn cut_clients(&mut self, nodes: BTreeSet<OsdId>) {
+        self.set_clients_cut(nodes);
     }
 
     /// Node `id`'s runtime samples the file system holding its metadata: `free_bytes` free

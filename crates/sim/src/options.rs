@@ -54,6 +54,11 @@ pub struct SimOptions {
     /// [`SimOptions::lease_ms`]). Drawn apart from the other options, so seeds drew the same
     /// configurations before it existed.
     pub lease_reads: bool,
+    /// Clients close connections in an orderly way, so that a request they gave up still
+    /// reaches its node once a partition heals (`cluster/client_net.rs`): how the client
+    /// library behaved before it aborted them. Never drawn; a scenario sets it to show the
+    /// stale overwrite it allowed.
+    pub client_close_orderly: bool,
     pub flush_us: u64,
     /// WAL commits written and not yet durable before the core waits (1 or 2; the core's
     /// `ShardConfig::wal_commits_in_flight_max`). With 2, a slow disk has a second commit
@@ -256,6 +261,7 @@ impl SimOptions {
             tick_us: 100 * MS,
             tick_jitter_pct: r.pick(&[0, 5, 10]),
             lease_reads: SplitMix64::new(seed ^ 0x1EA5_E0F0_0000_0001).chance_pct(75),
+            client_close_orderly: false,
             flush_us: r.pick(&[50 * MS, 200 * MS, 1000 * MS]),
             wal_commits_in_flight_max: if SplitMix64::new(seed ^ 0xC0_3317_F11E_0002).chance_pct(50)
             {

@@ -64,6 +64,22 @@ pub const PROBES: &[(&str, &str)] = &[
     ),
     ("net.partition_drop", "a partition dropped a message"),
     (
+        "net.client_held",
+        "a client request to a node cut off from the clients waited for the partition to heal",
+    ),
+    (
+        "net.client_given_up_discarded",
+        "a client request was discarded with the connection its client aborted on giving up",
+    ),
+    (
+        "net.client_given_up_delivered",
+        "a client request given up was delivered anyway (orderly closes only)",
+    ),
+    (
+        "net.client_held_reset",
+        "a held client request found its node restarted (reset, not delivered)",
+    ),
+    (
         "slow.commit",
         "a WAL commit was slow (in flight until its simulated fdatasync completed)",
     ),

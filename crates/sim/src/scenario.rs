@@ -111,6 +111,16 @@ impl Scenario {
             .is_some_and(|r| r.is_leader())
     }
 
+    /// The Raft term `node`'s replica of the PG is in (0: none open).
+    pub fn term(&self, node: OsdId) -> u64 {
+        let pg = self.pg();
+        self.c
+            .node(node)
+            .core()
+            .and_then(|core| core.replica(pg))
+            .map_or(0, |r| r.term().0)
+    }
+
     /// The members that believe they lead (more than one during a stale leadership).
     pub fn leaders(&self) -> Vec<OsdId> {
         self.members()
@@ -127,14 +137,22 @@ impl Scenario {
         Ok(self.leaders()[0])
     }
 
-    /// Cuts `nodes` off from the other nodes (clients still reach everyone).
+    /// Cuts `nodes` off from the other nodes (clients still reach them: see
+    /// [`Scenario::cut_clients`]).
     pub fn isolate(&mut self, nodes: &[OsdId]) {
         self.c
             .set_partition(Some(nodes.iter().copied().collect::<BTreeSet<_>>()));
     }
 
+    /// Cuts the clients off from `nodes` as well: their requests to them wait, as TCP
+    /// retransmits them, until [`Scenario::heal`].
+    pub fn cut_clients(&mut self, nodes: &[OsdId]) {
+        self.c.cut_clients(nodes.iter().copied().collect());
+    }
+
     pub fn heal(&mut self) {
         self.c.set_partition(None);
+        self.c.cut_clients(BTreeSet::new());
     }
 
     /// The file system holding `node`'s metadata has `free_bytes` free, from now on.
