@@ -35,6 +35,21 @@ pub struct LeaderCtx {
     pub scrubs: ScrubStats,
 }
 
+impl LeaderCtx {
+    /// The persisted state an operation decides on, and the leader-only bookkeeping beside it
+    /// (at `now_ms` of the monitor's clock, `unix_ms` of the wall clock).
+    fn split(&mut self, now_ms: u64, unix_ms: u64) -> (&Snapshot, LeaderSide<'_>) {
+        let side = LeaderSide {
+            now_ms,
+            unix_ms,
+            liveness: &mut self.liveness,
+            stats: &mut self.stats,
+            scrubs: &mut self.scrubs,
+        };
+        (&self.snapshot, side)
+    }
+}
+
 /// How this monitor sets up authentication if it creates the cluster (etcd holds no auth
 /// config yet). Ignored once the cluster has one.
 #[derive(Clone, Debug)]
@@ -276,15 +291,9 @@ impl Monitor {
         let mut guard = self.leader_ctx().await?;
         for attempt in 1..=COMMIT_ATTEMPTS_MAX {
             let ctx = guard.as_mut().ok_or_else(no_leader)?;
-            let before = &ctx.snapshot.state;
+            let (snapshot, mut side) = ctx.split(self.now_ms(), self.unix_ms());
+            let before = &snapshot.state;
             let mut next = before.clone();
-            let mut side = LeaderSide {
-                now_ms: self.now_ms(),
-                unix_ms: self.unix_ms(),
-                liveness: &mut ctx.liveness,
-                stats: &mut ctx.stats,
-                scrubs: &mut ctx.scrubs,
-            };
             let out = op(&mut next, &mut side)?;
             if !next.finish(before) {
                 return Ok(out);
@@ -356,14 +365,8 @@ impl Monitor {
     ) -> OpResult<T> {
         let mut guard = self.leader_ctx().await?;
         let ctx = guard.as_mut().ok_or_else(no_leader)?;
-        let mut side = LeaderSide {
-            now_ms: self.now_ms(),
-            unix_ms: self.unix_ms(),
-            liveness: &mut ctx.liveness,
-            stats: &mut ctx.stats,
-            scrubs: &mut ctx.scrubs,
-        };
-        f(&ctx.snapshot.state, &mut side)
+        let (snapshot, mut side) = ctx.split(self.now_ms(), self.unix_ms());
+        f(&snapshot.state, &mut side)
     }
 
     /// Turns heartbeat silence into down/up/out every `interval`, while leading, and aborts
