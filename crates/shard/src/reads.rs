@@ -53,9 +53,10 @@ impl ReadyReads {
 impl<D: Disk + 'static> ShardCore<D> {
     /// A read is answered from the store once the replica's applied index passed its barrier;
     /// the store's own applied index must then be at least as far (the core sets it before it
-    /// tells the replica; an installed snapshot moves it first). Logged, not asserted: it is a
-    /// lead for the stale reads seen twice in the chaos run under CPU contention (stop 44's
-    /// note), which served a store older than the replica's state.
+    /// tells the replica; an installed snapshot moves it first). Logged, not asserted: added
+    /// while the chaos run's stale reads were chased (their cause was a given-up request
+    /// delivered late, `docs/data-path.md` section 4), it did not fire in the runs whose logs
+    /// were kept, and a store behind its replica would serve old data without it saying so.
     fn check_store_applied(&self, reads: &[ReadyRead]) {
         let store = self.store.borrow();
         let mut last = None;
