@@ -103,22 +103,19 @@ impl Scenario {
 
     /// Whether `node` currently believes it leads the PG.
     pub fn leads(&self, node: OsdId) -> bool {
-        let pg = self.pg();
-        self.c
-            .node(node)
-            .core()
-            .and_then(|core| core.replica(pg))
-            .is_some_and(|r| r.is_leader())
+        self.role(node).is_some_and(|(leads, _)| leads)
     }
 
     /// The Raft term `node`'s replica of the PG is in (0: none open).
     pub fn term(&self, node: OsdId) -> u64 {
+        self.role(node).map_or(0, |(_, term)| term)
+    }
+
+    /// Whether `node`'s replica of the PG leads, and its term, if it has one open.
+    fn role(&self, node: OsdId) -> Option<(bool, u64)> {
         let pg = self.pg();
-        self.c
-            .node(node)
-            .core()
-            .and_then(|core| core.replica(pg))
-            .map_or(0, |r| r.term().0)
+        let core = self.c.node(node).core()?;
+        core.replica(pg).map(|r| (r.is_leader(), r.term().0))
     }
 
     /// The members that believe they lead (more than one during a stale leadership).
