@@ -202,6 +202,7 @@ mod tests {
             },
             offset: 0,
             epoch: fastblock_types::Epoch(1),
+            term: 0,
             data: bytes::Bytes::from(vec![0x5a; 4096]),
         };
         let frames = 20_000u32;
@@ -216,7 +217,7 @@ mod tests {
                 seal_frame(&mut out, 0, &mut sealer);
                 let frame = decoder.decode_mut(&mut out).unwrap().unwrap();
                 let frame = open_frame(frame, &mut opener).unwrap();
-                assert_eq!(frame.payload.len(), 40 + 4096);
+                assert_eq!(frame.payload.len(), 48 + 4096);
             }
             let per = started.elapsed() / frames;
             println!("{mode}: seal + open of a 4 KiB write frame (with encode/decode): {per:?}");

@@ -616,6 +616,7 @@ mod tests {
             },
             offset: 0,
             epoch: Epoch(1),
+            term: 0,
             data: bytes::Bytes::from(vec![7u8; 4096]),
         };
         // The OSD stays silent; the caller gives up long before the call's own timeout.

@@ -276,6 +276,7 @@ impl Image {
                             addr,
                             offset,
                             epoch,
+                            term: 0,
                             data: piece.clone(),
                         };
                         self.expect_ok(addr.pg, &build).await?;
@@ -283,7 +284,11 @@ impl Image {
                     at += piece_len;
                 }
             }
-            let done = move |epoch| Request::CopyUpDone { addr, epoch };
+            let done = move |epoch| Request::CopyUpDone {
+                addr,
+                epoch,
+                term: 0,
+            };
             self.expect_ok(addr.pg, &done).await?;
         }
         link.copied
@@ -736,11 +741,17 @@ impl Image {
                 length,
                 epoch,
             },
-            Op::Rollback => Request::Rollback { addr, epoch, snap },
+            Op::Rollback => Request::Rollback {
+                addr,
+                epoch,
+                term: 0,
+                snap,
+            },
             Op::Write => Request::Write {
                 addr,
                 offset,
                 epoch,
+                term: 0,
                 data: data.clone(),
             },
             Op::Discard => Request::Discard {
@@ -748,12 +759,14 @@ impl Image {
                 offset,
                 length,
                 epoch,
+                term: 0,
             },
             Op::WriteZeroes => Request::WriteZeroes {
                 addr,
                 offset,
                 length,
                 epoch,
+                term: 0,
             },
             Op::Allocation => Request::Allocation {
                 addr,

@@ -80,7 +80,10 @@ impl MapCache {
                 return false;
             }
             match route::target_in_map(&map, target.osd, *pg) {
-                Some(fresh) => {
+                Some(mut fresh) => {
+                    // The later of the two leaderships the client knows of on this OSD: a
+                    // hint may be newer than the map, or the map newer than the hint.
+                    fresh.term = fresh.term.max(target.term);
                     *target = fresh;
                     true
                 }

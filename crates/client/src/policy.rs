@@ -25,7 +25,8 @@ const _: () = assert!(BACKOFF_FIRST.as_nanos() <= BACKOFF_MAX.as_nanos());
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Done,
-    /// `NotLeader` with a hint naming another OSD: follow it.
+    /// `NotLeader` with a hint naming another OSD, or the same OSD in a newer term than the
+    /// request named (the term fence): follow it, naming the hint's term.
     Redirect(LeaderHint),
     /// The OSD may not lead the PG (any more): forget the cached leader, back off, rediscover.
     Rediscover,
@@ -38,8 +39,14 @@ pub enum Verdict {
     Fail(Status, String),
 }
 
-/// Classifies `reply`, which OSD `asked` sent.
-pub fn classify(reply: &Reply, asked: OsdId) -> Verdict {
+/// Classifies `reply`, which OSD `asked` sent to a request naming leader term `term` (0:
+/// unknown, and for requests that name none).
+///
+/// A `NotLeader` naming `asked` itself in a newer term is a redirect to the same OSD: it
+/// leads, in another term than the request named (`docs/wire-protocol.md` 3.1, "Term
+/// fencing"). It cannot loop: each such redirect names a strictly newer term than the last
+/// attempt, and [`Pacer`] backs off after [`REDIRECTS_IMMEDIATE_MAX`] redirects in a row.
+pub fn classify(reply: &Reply, asked: OsdId, term: u64) -> Verdict {
     let Reply::Error {
         status,
         leader,
@@ -53,6 +60,7 @@ pub fn classify(reply: &Reply, asked: OsdId) -> Verdict {
             Some(hint) if hint.osd.get() != 0 && hint.osd != asked => {
                 Verdict::Redirect(hint.clone())
             }
+            Some(hint) if hint.osd == asked && hint.term > term => Verdict::Redirect(hint.clone()),
             _ => Verdict::Rediscover,
         },
         // Not active yet (electing, recovering): the leader may be about to change.
@@ -151,45 +159,87 @@ mod tests {
             osd: OsdId(osd),
             address: "127.0.0.1".into(),
             port: 2,
+            term: 0,
         }
+    }
+
+    fn hint_in(osd: u32, term: u64) -> LeaderHint {
+        LeaderHint { term, ..hint(osd) }
+    }
+
+    #[test]
+    fn the_same_osd_in_a_newer_term_is_followed_at_once_and_an_older_one_is_not() {
+        let asked = OsdId(1);
+        // The leader refused the request's term 3 (or an unknown term) and names its own, 5.
+        for sent in [0, 3] {
+            assert_eq!(
+                classify(&error(Status::NotLeader, Some(hint_in(1, 5))), asked, sent),
+                Verdict::Redirect(hint_in(1, 5))
+            );
+        }
+        // Not newer than what was sent: no news, so no immediate retry.
+        for sent in [5, 6] {
+            assert_eq!(
+                classify(&error(Status::NotLeader, Some(hint_in(1, 5))), asked, sent),
+                Verdict::Rediscover
+            );
+        }
+        // Another OSD is followed whatever its term.
+        assert_eq!(
+            classify(&error(Status::NotLeader, Some(hint_in(2, 1))), asked, 5),
+            Verdict::Redirect(hint_in(2, 1))
+        );
+        // Redirects, of the same OSD or not, are counted: a leader whose term keeps moving
+        // gets a few immediate retries, then backoff.
+        let mut pacer = Pacer::new(3);
+        for _ in 0..REDIRECTS_IMMEDIATE_MAX {
+            assert_eq!(pacer.pause(Retry::Now), Duration::ZERO);
+        }
+        assert!(pacer.pause(Retry::Now) > Duration::ZERO);
     }
 
     #[test]
     fn classification_follows_the_data_path_table() {
         let t = OsdId(1);
-        assert_eq!(classify(&Reply::Ok, t), Verdict::Done);
-        assert_eq!(classify(&Reply::Data(Default::default()), t), Verdict::Done);
+        assert_eq!(classify(&Reply::Ok, t, 0), Verdict::Done);
         assert_eq!(
-            classify(&error(Status::NotLeader, Some(hint(2))), t),
+            classify(&Reply::Data(Default::default()), t, 0),
+            Verdict::Done
+        );
+        assert_eq!(
+            classify(&error(Status::NotLeader, Some(hint(2))), t, 0),
             Verdict::Redirect(hint(2))
         );
         // A hint naming the OSD that refused, or nobody, is no hint.
         assert_eq!(
-            classify(&error(Status::NotLeader, Some(hint(1))), t),
+            classify(&error(Status::NotLeader, Some(hint(1))), t, 0),
             Verdict::Rediscover
         );
         assert_eq!(
-            classify(&error(Status::NotLeader, Some(hint(0))), t),
+            classify(&error(Status::NotLeader, Some(hint(0))), t, 0),
             Verdict::Rediscover
         );
         assert_eq!(
-            classify(&error(Status::NotLeader, None), t),
+            classify(&error(Status::NotLeader, None), t, 0),
             Verdict::Rediscover
         );
         assert_eq!(
-            classify(&error(Status::NotReady, None), t),
+            classify(&error(Status::NotReady, None), t, 0),
             Verdict::Rediscover
         );
         assert_eq!(
-            classify(&error(Status::NoSuchPg, None), t),
+            classify(&error(Status::NoSuchPg, None), t, 0),
             Verdict::RefreshMap
         );
         assert_eq!(
-            classify(&error(Status::StaleEpoch, None), t),
+            classify(&error(Status::StaleEpoch, None), t, 0),
             Verdict::RefreshMap
         );
-        assert_eq!(classify(&error(Status::Busy, None), t), Verdict::BackOff);
-        assert_eq!(classify(&error(Status::Timeout, None), t), Verdict::BackOff);
+        assert_eq!(classify(&error(Status::Busy, None), t, 0), Verdict::BackOff);
+        assert_eq!(
+            classify(&error(Status::Timeout, None), t, 0),
+            Verdict::BackOff
+        );
         for status in [
             Status::InvalidArgument,
             Status::OutOfRange,
@@ -201,13 +251,13 @@ mod tests {
             Status::NoSuchImage,
         ] {
             assert_eq!(
-                classify(&error(status, None), t),
+                classify(&error(status, None), t, 0),
                 Verdict::Fail(status, "m".into())
             );
         }
         // Every retryable status is retried, every other one fails.
         for status in Status::ALL.into_iter().filter(|s| *s != Status::Ok) {
-            let verdict = classify(&error(status, None), t);
+            let verdict = classify(&error(status, None), t, 0);
             assert_eq!(
                 matches!(verdict, Verdict::Fail(..)),
                 !status.is_retryable(),

@@ -26,8 +26,9 @@ pub(crate) enum Step {
 
 impl Cluster {
     /// Runs one object request for `pg` to completion. `build` makes the request for the
-    /// current map epoch (it is rebuilt for every attempt). Holds one in-flight slot for the
-    /// whole time.
+    /// current map epoch (it is rebuilt for every attempt; a mutation's term is set here, to
+    /// the term of the leader each attempt goes to). Holds one in-flight slot for the whole
+    /// time.
     pub(crate) async fn execute(
         &self,
         pg: PgId,
@@ -122,7 +123,9 @@ impl Cluster {
         // new leader. Abandoning the call closes its connection with a reset, as a timeout
         // does, so the request's undelivered bytes never reach the old leader after the retry
         // (`conn::PendingGuard`, docs/data-path.md section 4).
-        let request = build(epoch);
+        // A mutation names the term of the leadership it is sent to; the leader refuses any
+        // other (`docs/wire-protocol.md` 3.1, "Term fencing").
+        let request = build(epoch).with_term(target.term);
         let reply = tokio::select! {
             result = conn.call(&request, timeout) => match result {
                 Ok(reply) => reply,
@@ -140,7 +143,7 @@ impl Cluster {
     }
 
     async fn on_reply(&self, pg: PgId, target: &Target, epoch: Epoch, reply: Reply) -> Step {
-        match classify(&reply, target.osd) {
+        match classify(&reply, target.osd, target.term) {
             Verdict::Done => Step::Done(reply),
             Verdict::Redirect(hint) => {
                 Counters::bump(&self.counters.redirects);

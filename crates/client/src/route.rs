@@ -6,12 +6,15 @@ use fastblock_types::{ImageId, OsdId, PgId, PoolId};
 use fastblock_wire::LeaderHint;
 use std::fmt;
 
-/// Where a request for one PG is sent: an OSD and its shard port for that PG.
+/// Where a request for one PG is sent: an OSD and its shard port for that PG, and the Raft
+/// term of its leadership as far as the client knows (0: unknown), which mutations name (the
+/// leader refuses any other: `docs/wire-protocol.md` 3.1, "Term fencing").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Target {
     pub osd: OsdId,
     pub address: String,
     pub port: u16,
+    pub term: u64,
 }
 
 impl fmt::Display for Target {
@@ -25,27 +28,43 @@ pub(crate) fn object_pg(pool: PoolId, pg_count: u32, image: ImageId, index: u64)
     fastblock_types::route::object_pg(pool, pg_count, image, index)
 }
 
-/// Where `osd` serves `pg` according to the map, if the map knows the OSD and its address.
+/// Where `osd` serves `pg` according to the map, if the map knows the OSD and its address;
+/// with the map's `leader_term` if the map records `osd` as the PG's leader, else term 0.
 pub(crate) fn target_in_map(map: &ClusterMap, osd: OsdId, pg: PgId) -> Option<Target> {
     let info = map.osds.get(&osd)?;
     if info.address.is_empty() || info.port == 0 {
         return None;
     }
+    let term = map_leader_term(map, pg, osd);
     Some(Target {
         osd,
         address: info.address.clone(),
         port: info.port_for(pg),
+        term,
     })
+}
+
+/// The term of `osd`'s leadership of `pg` as the map records it: the map's `leader_term` if
+/// it records `osd` as the leader, else 0 (unknown). What a mutation routed by the map alone
+/// names (`docs/wire-protocol.md` 3.1, "Term fencing").
+pub fn map_leader_term(map: &ClusterMap, pg: PgId, osd: OsdId) -> u64 {
+    map.pg(pg)
+        .filter(|p| p.leader == Some(osd))
+        .map_or(0, |p| p.leader_term.0)
 }
 
 /// Where a leader hint points. The map is preferred for the address (it is what the OSD
 /// registered); the hint's own address is used for an OSD the map does not know yet (the
-/// caller then refreshes the map). `None` for an empty hint (`osd` 0).
+/// caller then refreshes the map). `None` for an empty hint (`osd` 0). The term is the
+/// hint's when it names one, else the map's.
 pub(crate) fn target_from_hint(map: &ClusterMap, hint: &LeaderHint, pg: PgId) -> Option<Target> {
     if hint.osd.get() == 0 {
         return None;
     }
-    if let Some(target) = target_in_map(map, hint.osd, pg) {
+    if let Some(mut target) = target_in_map(map, hint.osd, pg) {
+        if hint.term != 0 {
+            target.term = hint.term;
+        }
         return Some(target);
     }
     if hint.address.is_empty() || hint.port == 0 {
@@ -55,6 +74,7 @@ pub(crate) fn target_from_hint(map: &ClusterMap, hint: &LeaderHint, pg: PgId) ->
         osd: hint.osd,
         address: hint.address.clone(),
         port: hint.port,
+        term: hint.term,
     })
 }
 
@@ -192,6 +212,21 @@ mod tests {
     }
 
     #[test]
+    fn a_target_has_the_map_term_only_if_the_map_records_it_as_leader() {
+        let mut map = MapBuilder::new(1)
+            .osd(1, 7001)
+            .osd(2, 7002)
+            .members(&[1, 2])
+            .build();
+        let pg = PgId::new(POOL, 0);
+        let info = map.pgmaps.get_mut(&POOL).unwrap().pgs.get_mut(&0).unwrap();
+        info.leader = Some(OsdId(2));
+        info.leader_term = fastblock_types::Term(6);
+        assert_eq!(target_in_map(&map, OsdId(2), pg).unwrap().term, 6);
+        assert_eq!(target_in_map(&map, OsdId(1), pg).unwrap().term, 0);
+    }
+
+    #[test]
     fn hints_prefer_the_map_and_fall_back_to_their_address() {
         let map = MapBuilder::new(1).osd(1, 7000).members(&[1]).build();
         let pg = PgId::new(POOL, 0);
@@ -199,13 +234,15 @@ mod tests {
             osd: OsdId(osd),
             address: "10.0.0.9".into(),
             port,
+            term: 4,
         };
-        assert_eq!(
-            target_from_hint(&map, &hint(1, 9999), pg).unwrap().port,
-            7000
-        );
+        let known = target_from_hint(&map, &hint(1, 9999), pg).unwrap();
+        assert_eq!((known.port, known.term), (7000, 4));
         let unknown = target_from_hint(&map, &hint(5, 9999), pg).unwrap();
-        assert_eq!((unknown.address.as_str(), unknown.port), ("10.0.0.9", 9999));
+        assert_eq!(
+            (unknown.address.as_str(), unknown.port, unknown.term),
+            ("10.0.0.9", 9999, 4)
+        );
         assert!(target_from_hint(&map, &hint(0, 9999), pg).is_none());
         assert!(target_from_hint(&map, &hint(5, 0), pg).is_none());
     }

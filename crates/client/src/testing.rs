@@ -38,6 +38,9 @@ struct FakeState {
     silent: bool,
 }
 
+/// The term a fake OSD's leader hints name (it does not fence mutations by term).
+pub const FAKE_TERM: u64 = 1;
+
 /// A fake OSD listening on 127.0.0.1 (a random port). Stops when dropped.
 pub struct FakeOsd {
     pub id: OsdId,
@@ -62,6 +65,7 @@ impl FakeOsd {
                 osd: OsdId(id),
                 address: address.ip().to_string(),
                 port: address.port(),
+                term: FAKE_TERM,
             }),
             ..FakeState::default()
         }));
@@ -89,6 +93,7 @@ impl FakeOsd {
             osd: self.id,
             address: self.address.ip().to_string(),
             port: self.address.port(),
+            term: FAKE_TERM,
         }
     }
 
@@ -188,6 +193,7 @@ fn reply_to(state: &mut FakeState, request: Request) -> Reply {
             osd: OsdId(0),
             address: String::new(),
             port: 0,
+            term: 0,
         });
         return Reply::Leader(hint);
     }

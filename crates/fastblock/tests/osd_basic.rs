@@ -37,6 +37,12 @@ async fn cluster(n: usize, pg_count: u32, size: u32) -> (MonCluster, TempDir, Ve
     (mons, dir, osds)
 }
 
+/// The term of the PG's leadership as the map records it: what a mutation names (the
+/// leader refuses any other, `docs/wire-protocol.md` 3.1, "Term fencing").
+fn leader_term(map: &ClusterMap, pg: PgId) -> u64 {
+    map.pg(pg).unwrap().leader_term.0
+}
+
 fn leader_addr(map: &ClusterMap, pg: PgId) -> String {
     let leader = map
         .pg(pg)
@@ -68,6 +74,7 @@ async fn replicated_write_read_and_identical_replicas() {
             addr,
             offset: 4096,
             epoch: map.epoch,
+            term: leader_term(&map, pg),
             data: data.clone(),
         };
         assert_eq!(conn.call(&write).await, Reply::Ok, "write to pg {pg}");
@@ -157,6 +164,7 @@ async fn bad_input_gets_clear_errors_and_the_osd_keeps_serving() {
         addr,
         offset: 0,
         epoch: Epoch(1),
+        term: leader_term(&map, pg),
         data: Bytes::from(vec![1u8; 4096]),
     }
     .encode(1, &mut frame);
@@ -234,6 +242,7 @@ async fn bad_input_gets_clear_errors_and_the_osd_keeps_serving() {
         addr,
         offset: 0,
         epoch: Epoch(1),
+        term: leader_term(&map, pg),
         data: Bytes::from(vec![5u8; 4096]),
     };
     assert_eq!(conn.call(&write).await, Reply::Ok, "the OSD still serves");
@@ -245,6 +254,7 @@ async fn bad_input_gets_clear_errors_and_the_osd_keeps_serving() {
         },
         offset: 0,
         epoch: Epoch(1),
+        term: leader_term(&map, pg),
         data: Bytes::from(vec![6u8; 4096]),
     };
     assert!(matches!(

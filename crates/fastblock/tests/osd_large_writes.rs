@@ -45,6 +45,7 @@ async fn large_writes_fit_the_wal_or_are_refused() {
         addr,
         offset: 0,
         epoch: map.epoch,
+        term: map.pg(pg).unwrap().leader_term.0,
         data: Bytes::from(vec![3u8; 4 * MIB as usize]),
     };
     match conn.call(&huge).await {
@@ -59,6 +60,7 @@ async fn large_writes_fit_the_wal_or_are_refused() {
         addr,
         offset: 0,
         epoch: map.epoch,
+        term: map.pg(pg).unwrap().leader_term.0,
         data: Bytes::from(vec![4u8; MIB as usize]),
     };
     assert_eq!(conn.call(&fits).await, Reply::Ok);

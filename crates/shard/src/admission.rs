@@ -46,15 +46,16 @@ struct Mutation {
     offset: u32,
     length: u32,
     epoch: Epoch,
+    /// The leader's term the client addressed (0: unknown); see [`ShardCore::stale_term`].
+    term: u64,
     op: ClientOp,
 }
 
 /// A discard or zeroing: a range and no data.
 fn range_op(
     addr: ObjectAddr,
-    offset: u32,
-    length: u32,
-    epoch: Epoch,
+    (offset, length): (u32, u32),
+    (epoch, term): (Epoch, u64),
     op: impl FnOnce(ObjectRef) -> ClientOp,
 ) -> Mutation {
     Mutation {
@@ -62,6 +63,7 @@ fn range_op(
         offset,
         length,
         epoch,
+        term,
         op: op(ObjectRef {
             image: addr.image,
             index: addr.object_index,
@@ -80,12 +82,14 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
             addr,
             offset,
             epoch,
+            term,
             data,
         } => Ok(Mutation {
             addr,
             offset,
             length: u32::try_from(data.len()).unwrap_or(u32::MAX),
             epoch,
+            term,
             op: ClientOp::Write {
                 object: object(&addr),
                 offset,
@@ -97,7 +101,8 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
             offset,
             length,
             epoch,
-        } => Ok(range_op(addr, offset, length, epoch, |object| {
+            term,
+        } => Ok(range_op(addr, (offset, length), (epoch, term), |object| {
             ClientOp::Discard {
                 object,
                 offset,
@@ -109,7 +114,8 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
             offset,
             length,
             epoch,
-        } => Ok(range_op(addr, offset, length, epoch, |object| {
+            term,
+        } => Ok(range_op(addr, (offset, length), (epoch, term), |object| {
             ClientOp::WriteZeroes {
                 object,
                 offset,
@@ -120,12 +126,14 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
             addr,
             offset,
             epoch,
+            term,
             data,
         } => Ok(Mutation {
             addr,
             offset,
             length: u32::try_from(data.len()).unwrap_or(u32::MAX),
             epoch,
+            term,
             // Placed by the leader once admitted (`ShardCore::place_copy_up`).
             op: ClientOp::CopyUp {
                 object: object(&addr),
@@ -134,20 +142,27 @@ fn mutation(req: Request) -> Result<Mutation, Request> {
                 runs: Vec::new(),
             },
         }),
-        Request::CopyUpDone { addr, epoch } => Ok(Mutation {
+        Request::CopyUpDone { addr, epoch, term } => Ok(Mutation {
             addr,
             offset: 0,
             length: 0,
             epoch,
+            term,
             op: ClientOp::CopyUpDone {
                 object: object(&addr),
             },
         }),
-        Request::Rollback { addr, epoch, snap } => Ok(Mutation {
+        Request::Rollback {
+            addr,
+            epoch,
+            term,
+            snap,
+        } => Ok(Mutation {
             addr,
             offset: 0,
             length: 0,
             epoch,
+            term,
             op: ClientOp::Rollback {
                 object: object(&addr),
                 snap,
@@ -306,6 +321,7 @@ impl<D: Disk + 'static> ShardCore<D> {
                             osd: fastblock_types::OsdId(0),
                             address: String::new(),
                             port: 0,
+                            term: 0,
                         }))
                     }
                 };
@@ -528,6 +544,35 @@ impl<D: Disk + 'static> ShardCore<D> {
         msg
     }
 
+    /// Whether a leader refused a mutation because it names another term than the leader's
+    /// current one (0, unknown, included): the client addressed an earlier leadership (its
+    /// request may have waited in a socket buffer across a leadership change and back), or
+    /// never learned the term. The answer is `NotLeader` with a hint naming this OSD and its
+    /// term, which the client follows at once (`fastblock_client::policy`). A follower lets
+    /// the mutation through: proposing it answers `NotLeader` naming the leader it knows.
+    fn stale_term(
+        &mut self,
+        conn: ConnId,
+        request_id: u64,
+        pg: PgId,
+        term: u64,
+        eff: &mut Effects,
+    ) -> bool {
+        let Some(h) = self.pgs.get(&pg) else {
+            return false;
+        };
+        let current = h.replica.term().0;
+        if !h.replica.is_leader() || term == current {
+            return false;
+        }
+        eff.probes.stale_term += 1;
+        let hint = self.leader_hint(pg, Some(self.cfg.osd));
+        let m = format!("pg {pg}: the request names term {term}, this leader's term is {current}");
+        eff.replies
+            .push((conn, request_id, Reply::error(Status::NotLeader, hint, m)));
+        true
+    }
+
     /// Checks shared by every client operation: range, connection limit, the PG, epochs.
     fn admit(
         &mut self,
@@ -630,6 +675,7 @@ impl<D: Disk + 'static> ShardCore<D> {
         }
         let is_copy_up = matches!(m.op, ClientOp::CopyUp { .. } | ClientOp::CopyUpDone { .. });
         if !self.admit(conn, request_id, pg, (m.offset, m.length), m.epoch, eff)
+            || self.stale_term(conn, request_id, pg, m.term, eff)
             || !self.fence(
                 conn,
                 request_id,

@@ -1066,12 +1066,22 @@ impl<D: Disk + 'static> ShardCore<D> {
             .push((Stage::Flush, self.metrics_now().since(start)));
     }
 
+    /// Where `leader` serves `pg`, from this shard's map, with the leadership's term: this
+    /// replica's term when `leader` is the leader it knows of (Raft learns a leader only in
+    /// the leader's own term), else 0 (unknown).
     pub(crate) fn leader_hint(&self, pg: PgId, leader: Option<OsdId>) -> Option<LeaderHint> {
-        let osd = self.map.osds.get(&leader?)?;
+        let leader = leader?;
+        let osd = self.map.osds.get(&leader)?;
+        let term = self
+            .pgs
+            .get(&pg)
+            .filter(|h| h.replica.leader() == Some(leader))
+            .map_or(0, |h| h.replica.term().0);
         Some(LeaderHint {
             osd: osd.id,
             address: osd.address.clone(),
             port: osd.port_for(pg),
+            term,
         })
     }
 

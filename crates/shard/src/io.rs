@@ -190,6 +190,8 @@ pub struct Probes {
     pub log_rewrites_skipped: u64,
     /// Requests answered `StaleEpoch`.
     pub stale_epoch: u64,
+    /// Mutations a leader refused because they named another term than its own (or none).
+    pub stale_term: u64,
     /// Pending mutations dropped by a leader change (their outcome unknown to the client).
     pub writes_dropped: u64,
     /// Appends whose entries did not all fit the WAL's room and were trimmed.

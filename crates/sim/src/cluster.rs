@@ -21,7 +21,7 @@ use crate::options::{RngExt, SimOptions, MS, SEC};
 use crate::probes::Probes;
 use bytes::{Bytes, BytesMut};
 use fastblock_client::policy::{classify, Pacer, Retry, Verdict};
-use fastblock_client::route::leader_candidates;
+use fastblock_client::route::{leader_candidates, map_leader_term};
 use fastblock_mon_core::map_log::MapLog;
 use fastblock_mon_core::scrub_ops::ScrubStats;
 use fastblock_mon_core::snap_ops::SnapAbort;
@@ -238,11 +238,13 @@ struct ClientOp {
 struct Client {
     op: Option<ClientOp>,
     attempt: u64,
-    /// Where the current attempt went: the OSD `policy::classify` weighs a hint against.
-    asked: Option<OsdId>,
+    /// Where the current attempt went, and the leader term it named: what `policy::classify`
+    /// weighs a hint against.
+    asked: Option<(OsdId, u64)>,
     /// The pacing of the current operation's attempts (the client library's, per request).
     pacer: Option<Pacer>,
-    hints: BTreeMap<PgId, OsdId>,
+    /// The leader last heard of per PG, with its term (0: unknown), as the library caches it.
+    hints: BTreeMap<PgId, (OsdId, u64)>,
     /// The map the client routes by, and whose epoch its requests carry: the monitor's at the
     /// start of each operation and at each back-off (the client library's map watch delivers
     /// new maps meanwhile); redirects follow without a new map.
@@ -1129,6 +1131,7 @@ impl Cluster {
         self.probes
             .add("snapshot.dropped_unstaged", p.snapshots_unstaged);
         self.probes.add("admission.stale_epoch", p.stale_epoch);
+        self.probes.add("admission.stale_term", p.stale_term);
         self.probes.add("client.dropped", p.writes_dropped);
         self.probes.add("wal.append_trimmed", p.appends_trimmed);
         self.probes.add("admission.pg_log_full", p.pg_log_full);
@@ -2359,19 +2362,23 @@ impl Cluster {
     /// leader first, then the up members). The library asks the candidates `GetLeader` in
     /// order; the simulator sends the request itself, to the first candidate most of the
     /// time and to any other now and then, so requests reach non-leaders too. `None` when
-    /// no member is up in the client's map.
-    fn target(&mut self, client: u32, pg: PgId) -> Option<OsdId> {
+    /// no member is up in the client's map. With the term the library would name: the
+    /// hint's, else the map's (`route::map_leader_term`, 0 unless the map records the node as
+    /// leader).
+    fn target(&mut self, client: u32, pg: PgId) -> Option<(OsdId, u64)> {
         let c = &self.clients[client as usize];
         if let Some(h) = c.hints.get(&pg) {
             return Some(*h);
         }
         let candidates = leader_candidates(&c.map, pg);
         let first = *candidates.first()?;
-        Some(if self.rng.chance_pct(70) {
+        let node = if self.rng.chance_pct(70) {
             first
         } else {
             self.rng.pick(&candidates)
-        })
+        };
+        let c = &self.clients[client as usize];
+        Some((node, map_leader_term(&c.map, pg, node)))
     }
 
     fn send_attempt(&mut self, client: u32) {
@@ -2382,13 +2389,13 @@ impl Cluster {
         let op = self.clients[c].op.as_mut().expect("an operation");
         op.attempt_started = now;
         let op = op.clone();
-        let Some(node) = self.target(client, op.pg) else {
+        let Some((node, term)) = self.target(client, op.pg) else {
             // The library's discovery finds no member up: it retries after a pause.
             self.probes.hit("client.no_member_up");
             self.back_off(client);
             return;
         };
-        self.clients[c].asked = Some(node);
+        self.clients[c].asked = Some((node, term));
         // The request carries the epoch of the map the client routes by: an OSD whose map is
         // older or newer and that does not host the PG answers `StaleEpoch`.
         let epoch = self.clients[c].map.epoch;
@@ -2402,6 +2409,7 @@ impl Cluster {
                 addr,
                 offset: op.offset,
                 epoch,
+                term,
                 data: data.clone(),
             },
             ClientOpKind::Read => Request::Read {
@@ -2570,8 +2578,8 @@ impl Cluster {
                 self.finish_op(tag.client);
             }
             (ClientReply::Osd(reply), kind) => {
-                let asked = self.clients[c].asked.expect("an attempt was sent");
-                self.on_client_error(tag.client, &op, kind, classify(&reply, asked));
+                let (asked, term) = self.clients[c].asked.expect("an attempt was sent");
+                self.on_client_error(tag.client, &op, kind, classify(&reply, asked, term));
             }
             // As the library on a connection error: forget the leader, retry after a pause.
             (ClientReply::Refused(_), _) => self.back_off(tag.client),
@@ -2585,7 +2593,7 @@ impl Cluster {
         let retry = match v {
             Verdict::Done => unreachable!("an error reply is never Done"),
             Verdict::Redirect(hint) => {
-                self.clients[c].hints.insert(op.pg, hint.osd);
+                self.clients[c].hints.insert(op.pg, (hint.osd, hint.term));
                 Retry::Now
             }
             Verdict::Rediscover => {
@@ -2704,6 +2712,19 @@ impl Cluster {
         self.clients.len() as u32 - 1
     }
 
+    /// The term a scripted client names for `node`: what `GetLeader` would answer there now
+    /// (the node's term if its replica knows itself as the leader, else 0), as a library
+    /// client that has just asked. A scenario addresses a node it chose, often one the map
+    /// does not record as leader yet; its one attempt must reach the node as such a client's
+    /// would.
+    fn learned_term(&self, node: OsdId, pg: PgId) -> u64 {
+        self.node(node)
+            .core()
+            .and_then(|core| core.replica(pg))
+            .filter(|r| r.leader() == Some(node))
+            .map_or(0, |r| r.term().0)
+    }
+
     /// Sends one operation of a scripted client to `node`: a write of a fresh stamp, or a
     /// read, of block `block` of object `object`.
     pub fn submit(&mut self, client: u32, node: OsdId, write: bool, object: u64, block: u64) {
@@ -2714,7 +2735,8 @@ impl Cluster {
         assert!(self.clients[c].op.is_none(), "client {client} is busy");
         let op = self.new_op(write, object, block, 1);
         self.clients[c].result = None;
-        self.clients[c].hints.insert(op.pg, node);
+        let term = self.learned_term(node, op.pg);
+        self.clients[c].hints.insert(op.pg, (node, term));
         self.clients[c].op = Some(op);
         self.clients[c].pacer = Some(Pacer::new(self.rng.next_u64()));
         self.clients[c].map = self.current_map();
@@ -2737,7 +2759,8 @@ impl Cluster {
         let blocks_per_object = self.o.object_bytes / BLOCK_BYTES as u64;
         let op = self.snap_read_op(snap, object * blocks_per_object + block, 1);
         self.clients[c].result = None;
-        self.clients[c].hints.insert(op.pg, node);
+        let term = self.learned_term(node, op.pg);
+        self.clients[c].hints.insert(op.pg, (node, term));
         self.start_op(client, op);
     }
 
@@ -3287,9 +3310,10 @@ fn trace_line(ev: &Ev) -> String {
                     addr,
                     offset,
                     epoch,
+                    term,
                     data,
                 } => format!(
-                    "pg {} write obj {} off {offset} len {} epoch {}",
+                    "pg {} write obj {} off {offset} len {} epoch {} term {term}",
                     addr.pg,
                     addr.object_index,
                     data.len(),

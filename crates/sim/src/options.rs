@@ -56,8 +56,8 @@ pub struct SimOptions {
     pub lease_reads: bool,
     /// Clients close connections in an orderly way, so that a request they gave up still
     /// reaches its node once a partition heals (`cluster/client_net.rs`): how the client
-    /// library behaved before it aborted them. Never drawn; a scenario sets it to show the
-    /// stale overwrite it allowed.
+    /// library behaved before it aborted them. Never drawn; a scenario sets it to show that
+    /// the term fence refuses such a late request (before the fence it overwrote newer data).
     pub client_close_orderly: bool,
     pub flush_us: u64,
     /// WAL commits written and not yet durable before the core waits (1 or 2; the core's

@@ -227,6 +227,10 @@ pub const PROBES: &[(&str, &str)] = &[
         "a request was refused with StaleEpoch (the client's and the OSD's maps disagree)",
     ),
     (
+        "admission.stale_term",
+        "a leader refused a mutation naming another term than its own (the client re-sends)",
+    ),
+    (
         "admission.pg_log_full",
         "a write was refused because its PG's uncommitted writes reached their share of the WAL",
     ),

@@ -100,6 +100,17 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A reserved 64-bit field; see [`Reader::zero_u8`].
+    pub(crate) fn zero_u64(&mut self, what: &'static str) -> Result<(), WireError> {
+        match self.u64(what)? {
+            0 => Ok(()),
+            value => Err(WireError::Invalid(format!(
+                "{}: {what} is {value:#x}, expected 0",
+                self.message
+            ))),
+        }
+    }
+
     /// `count` bytes as a zero-copy slice of the payload.
     pub(crate) fn bytes(&mut self, count: usize, what: &'static str) -> Result<Bytes, WireError> {
         let have = self.remaining();

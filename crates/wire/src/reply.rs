@@ -27,8 +27,10 @@ const PREFIX_BYTES: usize = 4;
 const OBJECT_DIGEST_BYTES: usize = 28;
 /// Bytes of a `Digest` reply before its entries.
 const DIGEST_FIXED_BYTES: usize = PREFIX_BYTES + 4 + 8;
+/// Bytes of the fixed part of a leader hint: osd u32, port u16, address_len u16, term u64.
+const HINT_FIXED_BYTES: usize = 16;
 /// Bytes of an `Error` reply before its address and message.
-const ERROR_FIXED_BYTES: usize = PREFIX_BYTES + 4 + 8;
+const ERROR_FIXED_BYTES: usize = PREFIX_BYTES + 4 + HINT_FIXED_BYTES;
 /// Bytes of an `Allocated` reply before its ranges: prefix, count u32.
 const ALLOCATED_FIXED_BYTES: usize = PREFIX_BYTES + 4;
 /// Bytes of one encoded [`AllocatedRange`]: offset u32, length u32.
@@ -177,11 +179,14 @@ impl Status {
 }
 
 /// Where the leader of a PG can be reached. `address` is IP text; `osd` 0 means unknown.
+/// `term` is the Raft term of that leadership (0: unknown): the term a client puts in its
+/// mutations for this leader (see [`crate::Request`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaderHint {
     pub osd: OsdId,
     pub address: String,
     pub port: u16,
+    pub term: u64,
 }
 
 /// One object's applied state on one replica.
@@ -367,9 +372,14 @@ impl Reply {
                 Reply::Data(reader.bytes(reader.remaining(), "data")?)
             }
             TAG_LEADER => {
-                let (osd, port, address_len) = read_hint_fixed(&mut reader)?;
+                let (osd, port, address_len, term) = read_hint_fixed(&mut reader)?;
                 let address = reader.string(address_len, ADDRESS_BYTES_MAX, "leader address")?;
-                Reply::Leader(LeaderHint { osd, address, port })
+                Reply::Leader(LeaderHint {
+                    osd,
+                    address,
+                    port,
+                    term,
+                })
             }
             TAG_DIGEST => read_digest(&mut reader)?,
             TAG_ALLOCATED => read_allocated(&mut reader)?,
@@ -419,7 +429,7 @@ impl Reply {
         match self {
             Reply::Ok => PREFIX_BYTES,
             Reply::Data(data) => (PREFIX_BYTES + 4).saturating_add(data.len()),
-            Reply::Leader(hint) => PREFIX_BYTES + 8 + hint.address.len(),
+            Reply::Leader(hint) => PREFIX_BYTES + HINT_FIXED_BYTES + hint.address.len(),
             Reply::Digest { objects, .. } => {
                 DIGEST_FIXED_BYTES.saturating_add(OBJECT_DIGEST_BYTES.saturating_mul(objects.len()))
             }
@@ -447,21 +457,24 @@ fn put_prefix(writer: &mut FrameWriter<'_>, tag: u8, status: Status) {
     writer.put_u16(status as u16);
 }
 
-/// The fixed 8 bytes of a leader hint: osd u32, port u16, address_len u16. Returns the
-/// address length; the caller places the address text where its layout says.
+/// The fixed 16 bytes of a leader hint: osd u32, port u16, address_len u16, term u64.
+/// Returns the address length; the caller places the address text where its layout says.
 fn put_hint_fixed(writer: &mut FrameWriter<'_>, hint: &LeaderHint) -> u16 {
     let address_len = len_u16(hint.address.len(), ADDRESS_BYTES_MAX, "leader address");
     writer.put_u32(hint.osd.get());
     writer.put_u16(hint.port);
     writer.put_u16(address_len);
+    writer.put_u64(hint.term);
     address_len
 }
 
-fn read_hint_fixed(reader: &mut Reader<'_>) -> Result<(OsdId, u16, u16), WireError> {
+/// The hint's osd, port, address length and term.
+fn read_hint_fixed(reader: &mut Reader<'_>) -> Result<(OsdId, u16, u16, u64), WireError> {
     let osd = reader.osd("leader osd")?;
     let port = reader.u16("leader port")?;
     let address_len = reader.u16("leader address length")?;
-    Ok((osd, port, address_len))
+    let term = reader.u64("leader term")?;
+    Ok((osd, port, address_len, term))
 }
 
 /// Offsets 4..8 count u32, 8..16 applied_index u64, then `count` entries of 28 bytes.
@@ -555,8 +568,8 @@ fn read_allocated(reader: &mut Reader<'_>) -> Result<Reply, WireError> {
     Ok(Reply::Allocated(ranges))
 }
 
-/// Offsets 4 has_leader u8, 5 reserved u8, 6 message_len u16, 8..16 the hint's fixed part
-/// (all zero without a hint), 16 the address text, then the message text.
+/// Offsets 4 has_leader u8, 5 reserved u8, 6 message_len u16, 8..24 the hint's fixed part
+/// (all zero without a hint), 24 the address text, then the message text.
 fn put_error(
     writer: &mut FrameWriter<'_>,
     status: Status,
@@ -578,7 +591,7 @@ fn put_error(
             put_hint_fixed(writer, hint);
             writer.put_slice(hint.address.as_bytes());
         }
-        None => writer.put_slice(&[0u8; 8]),
+        None => writer.put_slice(&[0u8; HINT_FIXED_BYTES]),
     }
     writer.put_slice(message.as_bytes());
 }
@@ -587,11 +600,16 @@ fn read_error(reader: &mut Reader<'_>, status: Status) -> Result<Reply, WireErro
     let has_leader = reader.u8("has leader")?;
     reader.zero_u8("reserved")?;
     let message_len = reader.u16("message length")?;
-    let (osd, port, address_len) = read_hint_fixed(reader)?;
+    let (osd, port, address_len, term) = read_hint_fixed(reader)?;
     let address = reader.string(address_len, ADDRESS_BYTES_MAX, "leader address")?;
     let leader = match has_leader {
-        1 => Some(LeaderHint { osd, address, port }),
-        0 if osd.get() == 0 && port == 0 && address.is_empty() => None,
+        1 => Some(LeaderHint {
+            osd,
+            address,
+            port,
+            term,
+        }),
+        0 if osd.get() == 0 && port == 0 && address.is_empty() && term == 0 => None,
         0 => {
             return Err(WireError::Invalid(
                 "Reply: Error without a leader hint has non-zero hint fields".to_owned(),

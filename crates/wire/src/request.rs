@@ -13,16 +13,17 @@ pub const RAFT_BATCH_ENVELOPES_MAX: u32 = 1 << 16;
 
 /// Bytes of an encoded [`ObjectAddr`].
 const OBJECT_ADDR_BYTES: usize = 24;
-/// Bytes of the fixed part of Write/Read/Discard/WriteZeroes: address, epoch, offset, length.
-pub(crate) const OBJECT_OP_BYTES: usize = OBJECT_ADDR_BYTES + 8 + 4 + 4;
+/// Bytes of the fixed part of Write/Read/Discard/WriteZeroes: address, epoch, term, offset,
+/// length.
+pub(crate) const OBJECT_OP_BYTES: usize = OBJECT_ADDR_BYTES + 8 + 8 + 4 + 4;
 /// Bytes of `RaftBatch` before its envelope table.
 const RAFT_BATCH_FIXED_BYTES: usize = 16;
 /// Bytes of one entry of the `RaftBatch` envelope table: pool, seq, message length.
 const RAFT_ENVELOPE_ENTRY_BYTES: usize = 12;
 
 // Write data starts right after the fixed part; keeping it at a multiple of 8 from the frame
-// start (header 32 + 40) lets a receiver that reads into an aligned buffer keep data aligned.
-const _: () = assert!(OBJECT_OP_BYTES == 40);
+// start (header 32 + 48) lets a receiver that reads into an aligned buffer keep data aligned.
+const _: () = assert!(OBJECT_OP_BYTES == 48);
 const _: () = assert!((crate::HEADER_BYTES + OBJECT_OP_BYTES) % 8 == 0);
 // A batch with the maximum number of (empty) envelopes must still fit in the default payload
 // limit, or the envelope limit would be unreachable and meaningless.
@@ -48,6 +49,12 @@ pub struct RaftEnvelope {
 }
 
 /// Client → OSD requests (and OSD ↔ OSD). `epoch` is the sender's cluster-map epoch.
+///
+/// Every mutation (Write, Discard, WriteZeroes, CopyUp, CopyUpDone, Rollback) carries `term`:
+/// the Raft term of the leadership the client believes it addresses (0: unknown). A leader
+/// refuses a mutation whose term is not its current one (`NotLeader`, with a hint naming
+/// itself and its term), so a request delayed across a leadership change is never applied
+/// by a later leadership of the same OSD (`docs/data-path.md` section 4).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     /// Writes `data` at `offset` in the object. `data` is a zero-copy slice of the frame
@@ -56,6 +63,7 @@ pub enum Request {
         addr: ObjectAddr,
         offset: u32,
         epoch: Epoch,
+        term: u64,
         data: Bytes,
     },
     Read {
@@ -69,12 +77,14 @@ pub enum Request {
         offset: u32,
         length: u32,
         epoch: Epoch,
+        term: u64,
     },
     WriteZeroes {
         addr: ObjectAddr,
         offset: u32,
         length: u32,
         epoch: Epoch,
+        term: u64,
     },
     GetLeader {
         pg: PgId,
@@ -114,6 +124,7 @@ pub enum Request {
     Rollback {
         addr: ObjectAddr,
         epoch: Epoch,
+        term: u64,
         snap: u64,
     },
     /// Reads a clone's object if the clone holds its own copy of it (copied up); otherwise
@@ -131,12 +142,14 @@ pub enum Request {
         addr: ObjectAddr,
         offset: u32,
         epoch: Epoch,
+        term: u64,
         data: Bytes,
     },
     /// The clone object's copy-up is complete: mark it copied, through the log.
     CopyUpDone {
         addr: ObjectAddr,
         epoch: Epoch,
+        term: u64,
     },
     /// The data blocks the PG holds of `image` (its head, and those kept for each of its
     /// snapshots), or of every image (`image` 0), as the replica that receives it has
@@ -327,6 +340,35 @@ const SNAP_CHUNK_FIXED_BYTES: usize = 80;
 const SNAP_ACK_BYTES: usize = 40;
 
 impl Request {
+    /// The leader's term a mutation names; `None` for every other request.
+    pub fn term(&self) -> Option<u64> {
+        match self {
+            Request::Write { term, .. }
+            | Request::Discard { term, .. }
+            | Request::WriteZeroes { term, .. }
+            | Request::Rollback { term, .. }
+            | Request::CopyUp { term, .. }
+            | Request::CopyUpDone { term, .. } => Some(*term),
+            _ => None,
+        }
+    }
+
+    /// The same request naming `term` if it is a mutation; any other request as it was. A
+    /// client builds a request once per attempt and names the term of the leader that
+    /// attempt goes to.
+    pub fn with_term(mut self, new: u64) -> Request {
+        match &mut self {
+            Request::Write { term, .. }
+            | Request::Discard { term, .. }
+            | Request::WriteZeroes { term, .. }
+            | Request::Rollback { term, .. }
+            | Request::CopyUp { term, .. }
+            | Request::CopyUpDone { term, .. } => *term = new,
+            _ => {}
+        }
+        self
+    }
+
     /// The frame kind this request is sent as.
     pub fn kind(&self) -> Kind {
         match self {
@@ -368,35 +410,40 @@ impl Request {
                 addr,
                 offset,
                 epoch,
+                term,
                 data,
             }
             | Request::CopyUp {
                 addr,
                 offset,
                 epoch,
+                term,
                 data,
             } => {
                 let length = len_u32(data.len(), "Write data");
-                put_object_op(&mut writer, addr, *epoch, *offset, length);
+                put_object_op(&mut writer, addr, (*epoch, *term), *offset, length);
                 writer.put_slice(data);
             }
-            Request::CopyUpDone { addr, epoch } => {
+            Request::CopyUpDone { addr, epoch, term } => {
                 put_addr(&mut writer, addr);
                 writer.put_u64(epoch.get());
+                writer.put_u64(*term);
             }
-            Request::Read {
+            Request::Discard {
                 addr,
                 offset,
                 length,
                 epoch,
-            }
-            | Request::Discard {
-                addr,
-                offset,
-                length,
-                epoch,
+                term,
             }
             | Request::WriteZeroes {
+                addr,
+                offset,
+                length,
+                epoch,
+                term,
+            } => put_object_op(&mut writer, addr, (*epoch, *term), *offset, *length),
+            Request::Read {
                 addr,
                 offset,
                 length,
@@ -413,7 +460,7 @@ impl Request {
                 offset,
                 length,
                 epoch,
-            } => put_object_op(&mut writer, addr, *epoch, *offset, *length),
+            } => put_object_op(&mut writer, addr, (*epoch, 0), *offset, *length),
             Request::GetLeader { pg, epoch } => {
                 writer.put_pg(*pg);
                 writer.put_u64(epoch.get());
@@ -439,12 +486,18 @@ impl Request {
                 epoch,
                 snap,
             } => {
-                put_object_op(&mut writer, addr, *epoch, *offset, *length);
+                put_object_op(&mut writer, addr, (*epoch, 0), *offset, *length);
                 writer.put_u64(*snap);
             }
-            Request::Rollback { addr, epoch, snap } => {
+            Request::Rollback {
+                addr,
+                epoch,
+                term,
+                snap,
+            } => {
                 put_addr(&mut writer, addr);
                 writer.put_u64(epoch.get());
+                writer.put_u64(*term);
                 writer.put_u64(*snap);
             }
             Request::ShardSpace => {}
@@ -532,7 +585,7 @@ impl Request {
         let request = match frame.kind {
             Kind::Write => {
                 let mut reader = Reader::new(payload, "Write");
-                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                let (addr, epoch, term, offset, length) = read_object_op(&mut reader)?;
                 reader.expect_rest(length, "data length")?;
                 let data = reader.bytes(reader.remaining(), "data")?;
                 reader.finish()?;
@@ -540,12 +593,13 @@ impl Request {
                     addr,
                     offset,
                     epoch,
+                    term,
                     data,
                 }
             }
             Kind::Read => {
                 let mut reader = Reader::new(payload, "Read");
-                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                let (addr, epoch, offset, length) = read_read_op(&mut reader)?;
                 reader.finish()?;
                 Request::Read {
                     addr,
@@ -556,24 +610,26 @@ impl Request {
             }
             Kind::Discard => {
                 let mut reader = Reader::new(payload, "Discard");
-                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                let (addr, epoch, term, offset, length) = read_object_op(&mut reader)?;
                 reader.finish()?;
                 Request::Discard {
                     addr,
                     offset,
                     length,
                     epoch,
+                    term,
                 }
             }
             Kind::WriteZeroes => {
                 let mut reader = Reader::new(payload, "WriteZeroes");
-                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                let (addr, epoch, term, offset, length) = read_object_op(&mut reader)?;
                 reader.finish()?;
                 Request::WriteZeroes {
                     addr,
                     offset,
                     length,
                     epoch,
+                    term,
                 }
             }
             Kind::GetLeader => {
@@ -603,7 +659,7 @@ impl Request {
             }
             Kind::Allocation => {
                 let mut reader = Reader::new(payload, "Allocation");
-                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                let (addr, epoch, offset, length) = read_read_op(&mut reader)?;
                 reader.finish()?;
                 Request::Allocation {
                     addr,
@@ -618,7 +674,7 @@ impl Request {
             }
             Kind::SnapRead => {
                 let mut reader = Reader::new(payload, "SnapRead");
-                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                let (addr, epoch, offset, length) = read_read_op(&mut reader)?;
                 let snap = reader.u64("snap")?;
                 reader.finish()?;
                 Request::SnapRead {
@@ -638,7 +694,7 @@ impl Request {
             }
             Kind::CloneRead => {
                 let mut reader = Reader::new(payload, "CloneRead");
-                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                let (addr, epoch, offset, length) = read_read_op(&mut reader)?;
                 reader.finish()?;
                 Request::CloneRead {
                     addr,
@@ -649,7 +705,7 @@ impl Request {
             }
             Kind::CopyUp => {
                 let mut reader = Reader::new(payload, "CopyUp");
-                let (addr, epoch, offset, length) = read_object_op(&mut reader)?;
+                let (addr, epoch, term, offset, length) = read_object_op(&mut reader)?;
                 reader.expect_rest(length, "data length")?;
                 let data = reader.bytes(reader.remaining(), "data")?;
                 reader.finish()?;
@@ -657,6 +713,7 @@ impl Request {
                     addr,
                     offset,
                     epoch,
+                    term,
                     data,
                 }
             }
@@ -664,16 +721,23 @@ impl Request {
                 let mut reader = Reader::new(payload, "CopyUpDone");
                 let addr = read_addr(&mut reader)?;
                 let epoch = reader.epoch()?;
+                let term = reader.u64("term")?;
                 reader.finish()?;
-                Request::CopyUpDone { addr, epoch }
+                Request::CopyUpDone { addr, epoch, term }
             }
             Kind::Rollback => {
                 let mut reader = Reader::new(payload, "Rollback");
                 let addr = read_addr(&mut reader)?;
                 let epoch = reader.epoch()?;
+                let term = reader.u64("term")?;
                 let snap = reader.u64("snap")?;
                 reader.finish()?;
-                Request::Rollback { addr, epoch, snap }
+                Request::Rollback {
+                    addr,
+                    epoch,
+                    term,
+                    snap,
+                }
             }
             Kind::Hello => {
                 let mut reader = Reader::new(payload, "Hello");
@@ -867,14 +931,14 @@ impl Request {
             }
             Request::CloneRead { .. } => OBJECT_OP_BYTES,
             Request::Usage { .. } => 16,
-            Request::CopyUpDone { .. } => OBJECT_ADDR_BYTES + 8,
+            Request::CopyUpDone { .. } => OBJECT_ADDR_BYTES + 16,
             Request::Read { .. }
             | Request::Discard { .. }
             | Request::WriteZeroes { .. }
             | Request::Allocation { .. } => OBJECT_OP_BYTES,
             Request::ShardSpace => 0,
             Request::SnapRead { .. } => OBJECT_OP_BYTES + 8,
-            Request::Rollback { .. } => OBJECT_ADDR_BYTES + 16,
+            Request::Rollback { .. } => OBJECT_ADDR_BYTES + 24,
             Request::GetLeader { .. } | Request::Hello { .. } => 16,
             Request::ReplicaRead { .. } => OBJECT_ADDR_BYTES + 8,
             Request::ReplicaDigest { .. } => 8,
@@ -922,26 +986,42 @@ fn read_addr(reader: &mut Reader<'_>) -> Result<ObjectAddr, WireError> {
     })
 }
 
-/// The shared 40-byte fixed part of the object IO requests: address 0..24, epoch 24..32,
-/// offset 32..36, length 36..40.
+/// The shared 48-byte fixed part of the object IO requests: address 0..24, epoch 24..32,
+/// term 32..40 (a mutation's; 0 in reads), offset 40..44, length 44..48.
 fn put_object_op(
     writer: &mut FrameWriter<'_>,
     addr: &ObjectAddr,
-    epoch: Epoch,
+    (epoch, term): (Epoch, u64),
     offset: u32,
     length: u32,
 ) {
     let start = writer.payload_len();
     put_addr(writer, addr);
     writer.put_u64(epoch.get());
+    writer.put_u64(term);
     writer.put_u32(offset);
     writer.put_u32(length);
     assert_eq!(writer.payload_len() - start, OBJECT_OP_BYTES);
 }
 
-fn read_object_op(reader: &mut Reader<'_>) -> Result<(ObjectAddr, Epoch, u32, u32), WireError> {
+/// A mutation's object op: address, epoch, term, offset, length.
+fn read_object_op(
+    reader: &mut Reader<'_>,
+) -> Result<(ObjectAddr, Epoch, u64, u32, u32), WireError> {
     let addr = read_addr(reader)?;
     let epoch = reader.epoch()?;
+    let term = reader.u64("term")?;
+    let offset = reader.u32("offset")?;
+    let length = reader.u32("length")?;
+    Ok((addr, epoch, term, offset, length))
+}
+
+/// A read's object op: the term field is reserved and must be zero (reads are fenced by the
+/// leader's read barrier, not by the client's term), so each read has one encoding.
+fn read_read_op(reader: &mut Reader<'_>) -> Result<(ObjectAddr, Epoch, u32, u32), WireError> {
+    let addr = read_addr(reader)?;
+    let epoch = reader.epoch()?;
+    reader.zero_u64("term (reserved in a read)")?;
     let offset = reader.u32("offset")?;
     let length = reader.u32("length")?;
     Ok((addr, epoch, offset, length))

@@ -252,6 +252,7 @@ pub fn write(pg: PgId, object: u64, offset: u32, data: &[u8], epoch: u64) -> Req
         addr: addr(pg, object),
         offset,
         epoch: Epoch(epoch),
+        term: 0,
         data: bytes::Bytes::copy_from_slice(data),
     }
 }
@@ -411,8 +412,38 @@ impl Cluster {
         self.effects.entry(osd).or_default().push(summary);
     }
 
-    /// Sends a client request to `id`; returns its request id.
+    /// A mutation that names no term (0) as a client that learned the term of `id`'s
+    /// replica of the PG names it: the tests of everything but the term fence address the
+    /// leader as it is now. A term set by the test is kept ([`Cluster::request_as_is`] sends
+    /// a 0 too).
+    pub fn stamp_term(&self, id: u32, req: Request) -> Request {
+        let pg = match &req {
+            Request::Write { addr, .. }
+            | Request::Discard { addr, .. }
+            | Request::WriteZeroes { addr, .. }
+            | Request::Rollback { addr, .. }
+            | Request::CopyUp { addr, .. }
+            | Request::CopyUpDone { addr, .. } => addr.pg,
+            _ => return req,
+        };
+        if req.term() != Some(0) {
+            return req;
+        }
+        match self.core(id).replica(pg) {
+            Some(r) => req.with_term(r.term().0),
+            None => req,
+        }
+    }
+
+    /// Sends a client request to `id`; returns its request id. A mutation naming no term
+    /// names the replica's current one ([`Cluster::stamp_term`]).
     pub fn request(&mut self, id: u32, req: Request) -> u64 {
+        let req = self.stamp_term(id, req);
+        self.request_as_is(id, req)
+    }
+
+    /// Sends a client request to `id` exactly as given (a mutation's term included).
+    pub fn request_as_is(&mut self, id: u32, req: Request) -> u64 {
         let request_id = self.next_request;
         self.next_request += 1;
         let arrived = self.now;
@@ -479,6 +510,7 @@ impl Cluster {
         let mut ids = Vec::new();
         let mut inputs = Vec::new();
         for req in reqs {
+            let req = self.stamp_term(id, req);
             let request_id = self.next_request;
             self.next_request += 1;
             ids.push(request_id);

@@ -81,6 +81,72 @@ fn reads_ready_in_one_step_are_read_in_one_batch_and_each_gets_its_own_data() {
     assert_eq!(c.probe(1, |p| p.read_batches_retried), 0);
 }
 
+/// Goal: a mutation sent to one leadership of a PG is never applied by another, even a later
+/// leadership of the same OSD (bytes that waited in its socket buffer while it lost and
+/// regained leadership: `docs/data-path.md` section 4). Method: one OSD leads in term t1 and
+/// applies a write naming t1; it restarts and leads again in a later term; a write naming t1,
+/// and one naming no term, are refused with `NotLeader` naming the OSD and its new term, and
+/// leave the object as it was; the same write naming the new term is applied.
+#[test]
+fn a_leader_refuses_a_mutation_naming_another_term_and_applies_one_naming_its_own() {
+    let mut c = single();
+    let t1 = c.core(1).replica(pg(0)).unwrap().term().0;
+    assert!(t1 > 0);
+    let w = c.request(1, write(pg(0), 3, 0, &[1u8; 4096], 1).with_term(t1));
+    assert_eq!(c.reply(w), Some(&Reply::Ok));
+    c.crash_and_restart(1);
+    c.elect(1, pg(0));
+    let t2 = c.core(1).replica(pg(0)).unwrap().term().0;
+    assert!(t2 > t1, "a new leadership, a new term ({t1} then {t2})");
+    let fenced = |c: &Cluster, request_id: u64| match c.reply(request_id) {
+        Some(Reply::Error {
+            status: Status::NotLeader,
+            leader: Some(hint),
+            ..
+        }) => hint.osd == OsdId(1) && hint.term == t2,
+        _ => false,
+    };
+    let late = c.request(1, write(pg(0), 3, 0, &[2u8; 4096], 1).with_term(t1));
+    c.settle();
+    assert!(fenced(&c, late), "{:?}", c.reply(late));
+    let unknown = c.request_as_is(1, write(pg(0), 3, 0, &[3u8; 4096], 1));
+    c.settle();
+    assert!(fenced(&c, unknown), "{:?}", c.reply(unknown));
+    let newer = c.request(1, write(pg(0), 3, 0, &[4u8; 4096], 1).with_term(t2 + 1));
+    c.settle();
+    assert!(fenced(&c, newer), "{:?}", c.reply(newer));
+    assert_eq!(c.probe(1, |p| p.stale_term), 3);
+    let read_back = |c: &mut Cluster| {
+        let r = c.request(1, read(pg(0), 3, 0, 4096, 1));
+        for _ in 0..5 {
+            c.settle();
+            if c.reply(r).is_some() {
+                break;
+            }
+            c.tick();
+        }
+        c.reply(r).cloned()
+    };
+    assert_eq!(read_back(&mut c), Some(Reply::Data(vec![1u8; 4096].into())));
+    // The hint's term is what the client names next: applied.
+    let retry = c.request(1, write(pg(0), 3, 0, &[2u8; 4096], 1).with_term(t2));
+    c.settle();
+    assert_eq!(c.reply(retry), Some(&Reply::Ok));
+    assert_eq!(read_back(&mut c), Some(Reply::Data(vec![2u8; 4096].into())));
+    // GetLeader names the term too.
+    let g = c.request(
+        1,
+        Request::GetLeader {
+            pg: pg(0),
+            epoch: fastblock_types::Epoch(1),
+        },
+    );
+    match c.reply(g) {
+        Some(Reply::Leader(hint)) => assert_eq!((hint.osd, hint.term), (OsdId(1), t2)),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn malformed_and_misrouted_requests_are_refused_with_their_status() {
     let mut c = single();
@@ -1386,6 +1452,7 @@ fn a_snapshot_is_marked_holds_writes_until_created_reads_as_taken_and_is_trimmed
         Request::Rollback {
             addr: harness::addr(pg(0), 0),
             epoch: fastblock_types::Epoch(4),
+            term: 0,
             snap: 1,
         },
     );
@@ -1408,6 +1475,7 @@ fn a_snapshot_is_marked_holds_writes_until_created_reads_as_taken_and_is_trimmed
         Request::Rollback {
             addr: harness::addr(pg(0), 0),
             epoch: fastblock_types::Epoch(5),
+            term: 0,
             snap: 1,
         },
     );
@@ -1439,6 +1507,7 @@ fn copy_up(object: u64, offset: u32, data: &[u8], epoch: u64) -> Request {
         addr: harness::addr(pg(0), object),
         offset,
         epoch: fastblock_types::Epoch(epoch),
+        term: 0,
         data: data.to_vec().into(),
     }
 }
@@ -1495,6 +1564,7 @@ fn snapshot_reads_of_a_clone_go_to_the_parent_until_a_copy_up_placed_for_every_v
         Request::CopyUpDone {
             addr: harness::addr(pg(0), 1),
             epoch: fastblock_types::Epoch(4),
+            term: 0,
         },
     );
     assert_eq!(c.reply(done), Some(&Reply::Ok));

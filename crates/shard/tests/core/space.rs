@@ -92,6 +92,7 @@ fn a_full_host_file_system_refuses_writes_until_a_sample_shows_room() {
             offset: 0,
             length: 4096,
             epoch: Epoch(1),
+            term: 0,
         },
     );
     assert_eq!(
@@ -171,6 +172,7 @@ fn space_freed_by_a_discard_is_writable_before_the_next_flush() {
             offset: 0,
             length: 2 << 20,
             epoch: Epoch(1),
+            term: 0,
         },
     );
     assert_eq!(c.reply(discard), Some(&Reply::Ok));
@@ -235,6 +237,7 @@ fn a_member_past_the_full_ratio_stops_writes_to_its_pgs_until_the_map_clears_it(
             offset: 0,
             length: 4096,
             epoch: Epoch(2),
+            term: 0,
         },
     );
     assert_eq!(answer(&mut c, discard), Some(Reply::Ok), "discards go on");
@@ -315,6 +318,7 @@ fn rollbacks_admitted_together_never_overrun_the_data_region() {
                 offset: 0,
                 length: OBJECT_BYTES as u32,
                 epoch: Epoch(4),
+                term: 0,
             },
         );
         assert_eq!(c.reply(d), Some(&Reply::Ok));
@@ -340,6 +344,7 @@ fn rollbacks_admitted_together_never_overrun_the_data_region() {
         .map(|object| Request::Rollback {
             addr: addr(pg(0), object),
             epoch: Epoch(4),
+            term: 0,
             snap: 1,
         })
         .collect();
@@ -375,6 +380,7 @@ fn unaligned_discards_admitted_together_never_overrun_the_data_region() {
             offset: 1,
             length: 4096 + 2,
             epoch: Epoch(1),
+            term: 0,
         })
         .collect();
     let ids = c.request_batch(1, burst);

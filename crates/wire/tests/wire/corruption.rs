@@ -172,9 +172,9 @@ fn an_oversized_payload_is_rejected_before_it_is_buffered() {
 #[test]
 fn truncated_and_overlong_payloads_are_typed() {
     let payload = one_frame(&read_frame()).expect("valid").payload.to_vec();
-    assert_eq!(payload.len(), 40);
+    assert_eq!(payload.len(), 48);
     assert_eq!(
-        Request::decode(&frame(Kind::Read, payload[..39].to_vec())),
+        Request::decode(&frame(Kind::Read, payload[..47].to_vec())),
         Err(WireError::Truncated {
             what: "length",
             need: 4,
@@ -201,6 +201,41 @@ fn truncated_and_overlong_payloads_are_typed() {
     ));
 }
 
+/// Reads carry no term: the field is reserved, so a read has exactly one encoding.
+#[test]
+fn a_read_with_a_term_is_invalid() {
+    let mut payload = one_frame(&read_frame()).expect("valid").payload.to_vec();
+    for kind in [Kind::Read, Kind::Allocation, Kind::CloneRead] {
+        assert!(Request::decode(&frame(kind, payload.clone())).is_ok());
+    }
+    payload[32..40].copy_from_slice(&5u64.to_le_bytes());
+    for kind in [Kind::Read, Kind::Allocation, Kind::CloneRead] {
+        assert!(is_invalid(
+            Request::decode(&frame(kind, payload.clone())),
+            "term (reserved in a read) is 0x5, expected 0"
+        ));
+    }
+    // The same bytes as a Discard name term 5.
+    let Ok(Request::Discard { term, .. }) = Request::decode(&frame(Kind::Discard, payload)) else {
+        panic!("not a discard");
+    };
+    assert_eq!(term, 5);
+}
+
+/// An error reply without a hint has an all-zero hint part, the term included.
+#[test]
+fn an_error_without_a_hint_but_a_term_is_invalid() {
+    let mut out = BytesMut::new();
+    Reply::error(Status::NotLeader, None, "m").encode(1, &mut out);
+    let mut payload = one_frame(&out).expect("valid").payload.to_vec();
+    assert!(Reply::decode(&frame(Kind::Reply, payload.clone())).is_ok());
+    payload[16..24].copy_from_slice(&2u64.to_le_bytes());
+    assert!(is_invalid(
+        Reply::decode(&frame(Kind::Reply, payload)),
+        "non-zero hint fields"
+    ));
+}
+
 #[test]
 fn a_write_whose_length_disagrees_with_its_data_is_invalid() {
     let mut out = BytesMut::new();
@@ -212,16 +247,17 @@ fn a_write_whose_length_disagrees_with_its_data_is_invalid() {
         },
         offset: 0,
         epoch: Epoch(1),
+        term: 3,
         data: Bytes::from_static(b"0123456789"),
     }
     .encode(1, &mut out);
     let mut payload = one_frame(&out).expect("valid").payload.to_vec();
-    payload[36..40].copy_from_slice(&11u32.to_le_bytes());
+    payload[44..48].copy_from_slice(&11u32.to_le_bytes());
     assert!(is_invalid(
         Request::decode(&frame(Kind::Write, payload.clone())),
         "data length says 11 bytes but 10 bytes follow"
     ));
-    payload[36..40].copy_from_slice(&u32::MAX.to_le_bytes());
+    payload[44..48].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(is_invalid(
         Request::decode(&frame(Kind::Write, payload)),
         "data length"
@@ -288,7 +324,7 @@ fn bad_enum_values_are_invalid() {
         let mut payload = vec![4, 0];
         payload.extend_from_slice(&status.to_le_bytes());
         payload.extend_from_slice(&[has_leader, 0, 0, 0]);
-        payload.extend_from_slice(&[0; 8]);
+        payload.extend_from_slice(&[0; 16]);
         Reply::decode(&frame(Kind::Reply, payload))
     };
     assert!(is_invalid(error_with(0, 0), "status Ok"));
@@ -336,6 +372,7 @@ fn invalid_utf8_is_invalid() {
     payload.extend_from_slice(&1u32.to_le_bytes());
     payload.extend_from_slice(&80u16.to_le_bytes());
     payload.extend_from_slice(&2u16.to_le_bytes());
+    payload.extend_from_slice(&0u64.to_le_bytes()); // term
     payload.extend_from_slice(&[0xC3, 0x28]);
     assert!(is_invalid(
         Reply::decode(&frame(Kind::Reply, payload)),
@@ -357,7 +394,7 @@ fn invalid_utf8_is_invalid() {
 fn string_lengths_over_their_limit_are_invalid() {
     let mut payload = vec![4, 0, 12, 0, 0, 0];
     payload.extend_from_slice(&1025u16.to_le_bytes());
-    payload.extend_from_slice(&[0; 8]);
+    payload.extend_from_slice(&[0; 16]);
     payload.extend_from_slice(&[b'x'; 1025]);
     assert!(is_invalid(
         Reply::decode(&frame(Kind::Reply, payload)),
@@ -453,6 +490,7 @@ fn encoding_an_overlong_address_panics() {
         osd: OsdId(1),
         address: "1".repeat(256),
         port: 1,
+        term: 1,
     })
     .encode(1, &mut BytesMut::new());
 }

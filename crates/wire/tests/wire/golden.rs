@@ -38,19 +38,62 @@ fn read_request_bytes() {
         "02",
         "0000",
         "2a00000000000000",
-        // payload_len 40, payload_crc, reserved 0, header_crc
-        "28000000",
-        "aee31d0e",
+        // payload_len 48, payload_crc, reserved 0, header_crc
+        "30000000",
+        "85418744",
         "00000000",
-        "d834e04f",
-        // payload: pool 1, seq 2, image 3, object 4, epoch 5, offset 4096, length 8192
+        "1a887db1",
+        // payload: pool 1, seq 2, image 3, object 4, epoch 5, term 0 (reserved in a read),
+        // offset 4096, length 8192
         "01000000",
         "02000000",
         "0300000000000000",
         "0400000000000000",
         "0500000000000000",
+        "0000000000000000",
         "00100000",
         "00200000",
+    );
+    assert_eq!(hex(&out), expected);
+}
+
+#[test]
+fn write_request_bytes_carry_the_term() {
+    let mut out = BytesMut::new();
+    Request::Write {
+        addr: ObjectAddr {
+            pg: PgId::new(PoolId(1), 2),
+            image: ImageId(3),
+            object_index: 4,
+        },
+        offset: 4096,
+        epoch: Epoch(5),
+        term: 9,
+        data: bytes::Bytes::from_static(b"abcd"),
+    }
+    .encode(42, &mut out);
+    let expected = concat!(
+        // header: kind 1 (Write), request id 42, payload_len 52
+        "4642424b",
+        "01",
+        "01",
+        "0000",
+        "2a00000000000000",
+        "34000000",
+        "89ce9297",
+        "00000000",
+        "8e0f652c",
+        // payload: pool 1, seq 2, image 3, object 4, epoch 5, term 9, offset 4096, length 4,
+        // then the data
+        "01000000",
+        "02000000",
+        "0300000000000000",
+        "0400000000000000",
+        "0500000000000000",
+        "0900000000000000",
+        "00100000",
+        "04000000",
+        "61626364",
     );
     assert_eq!(hex(&out), expected);
 }
@@ -64,21 +107,22 @@ fn not_leader_reply_bytes() {
             osd: OsdId(2),
             address: "10.0.0.2".to_owned(),
             port: 6800,
+            term: 7,
         }),
         message: "not leader".to_owned(),
     }
     .encode(42, &mut out);
     let expected = concat!(
-        // header: kind 128 (Reply), request id 42, payload_len 34
+        // header: kind 128 (Reply), request id 42, payload_len 42
         "4642424b",
         "01",
         "80",
         "0000",
         "2a00000000000000",
-        "22000000",
-        "4362fd94",
+        "2a000000",
+        "3a910298",
         "00000000",
-        "76278731",
+        "35b0d125",
         // tag 4 (Error), reserved, status 1 (NotLeader), has_leader 1, reserved, message_len 10
         "04",
         "00",
@@ -86,10 +130,11 @@ fn not_leader_reply_bytes() {
         "01",
         "00",
         "0a00",
-        // leader osd 2, port 6800, address_len 8, address, message
+        // leader osd 2, port 6800, address_len 8, term 7, address, message
         "02000000",
         "901a",
         "0800",
+        "0700000000000000",
         "31302e302e302e32",
         "6e6f74206c6561646572",
     );
@@ -111,23 +156,24 @@ fn allocation_request_bytes() {
     }
     .encode(9, &mut out);
     let expected = concat!(
-        // header: kind 8 (Allocation), request id 9, payload_len 40
+        // header: kind 8 (Allocation), request id 9, payload_len 48
         "4642424b",
         "01",
         "08",
         "0000",
         "0900000000000000",
-        "28000000",
-        "1824158c",
+        "30000000",
+        "33868fc6",
         "00000000",
-        "4c3e974b",
+        "8e820ab5",
         // payload: the object op layout of Read: pool 1, seq 2, image 3, object 4, epoch 5,
-        // offset 0, length 4 MiB
+        // term 0, offset 0, length 4 MiB
         "01000000",
         "02000000",
         "0300000000000000",
         "0400000000000000",
         "0500000000000000",
+        "0000000000000000",
         "00000000",
         "00004000",
     );

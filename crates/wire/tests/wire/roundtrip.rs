@@ -120,6 +120,7 @@ fn write_data_is_a_slice_of_the_read_buffer() {
         addr: addr(),
         offset: 0,
         epoch: Epoch(7),
+        term: 2,
         data,
     };
     let mut read_buf = BytesMut::new();
@@ -136,10 +137,10 @@ fn write_data_is_a_slice_of_the_read_buffer() {
     };
     assert_eq!(decoded.len(), 4 << 20);
     assert_within(&decoded, &frame.payload);
-    // The data is the payload's tail, right after the 40 fixed bytes.
-    assert_eq!(decoded.as_ptr(), frame.payload[40..].as_ptr());
+    // The data is the payload's tail, right after the 48 fixed bytes.
+    assert_eq!(decoded.as_ptr(), frame.payload[48..].as_ptr());
     assert_eq!(
-        HEADER_BYTES + 40 + (4 << 20),
+        HEADER_BYTES + 48 + (4 << 20),
         allocation.end as usize - allocation.start as usize
     );
 }
@@ -198,4 +199,26 @@ fn frames_append_to_an_existing_buffer() {
     assert_eq!((one.kind, one.request_id), (Kind::Reply, 1));
     assert_eq!((two.kind, two.request_id), (Kind::ReplicaDigest, 2));
     assert_eq!(decoder.decode(&mut out), Ok(None));
+}
+
+/// Every mutation names a term, and only mutations do: `with_term` sets it, `term` reads it.
+#[test]
+fn mutations_and_only_mutations_carry_a_term() {
+    let write = Request::Write {
+        addr: addr(),
+        offset: 0,
+        epoch: Epoch(1),
+        term: 0,
+        data: Bytes::from_static(b"x"),
+    };
+    assert_eq!(write.term(), Some(0));
+    assert_eq!(write.with_term(6).term(), Some(6));
+    let read = Request::Read {
+        addr: addr(),
+        offset: 0,
+        length: 1,
+        epoch: Epoch(1),
+    };
+    assert_eq!(read.clone().with_term(6), read);
+    assert_eq!(read.term(), None);
 }

@@ -34,13 +34,34 @@ pub fn epoch() -> impl Strategy<Value = Epoch> {
 pub fn request() -> impl Strategy<Value = Request> {
     let object_op = || (addr(), any::<u32>(), any::<u32>(), epoch());
     prop_oneof![
-        (addr(), any::<u32>(), epoch(), data()).prop_map(|(addr, offset, epoch, data)| {
-            Request::Write {
+        (addr(), any::<u32>(), epoch(), any::<u64>(), data()).prop_map(
+            |(addr, offset, epoch, term, data)| Request::Write {
                 addr,
                 offset,
                 epoch,
+                term,
                 data,
             }
+        ),
+        (addr(), any::<u32>(), epoch(), any::<u64>(), data()).prop_map(
+            |(addr, offset, epoch, term, data)| Request::CopyUp {
+                addr,
+                offset,
+                epoch,
+                term,
+                data,
+            }
+        ),
+        (addr(), epoch(), any::<u64>()).prop_map(|(addr, epoch, term)| Request::CopyUpDone {
+            addr,
+            epoch,
+            term
+        }),
+        object_op().prop_map(|(addr, offset, length, epoch)| Request::CloneRead {
+            addr,
+            offset,
+            length,
+            epoch
         }),
         object_op().prop_map(|(addr, offset, length, epoch)| Request::Read {
             addr,
@@ -48,17 +69,23 @@ pub fn request() -> impl Strategy<Value = Request> {
             length,
             epoch
         }),
-        object_op().prop_map(|(addr, offset, length, epoch)| Request::Discard {
-            addr,
-            offset,
-            length,
-            epoch
+        (object_op(), any::<u64>()).prop_map(|((addr, offset, length, epoch), term)| {
+            Request::Discard {
+                addr,
+                offset,
+                length,
+                epoch,
+                term,
+            }
         }),
-        object_op().prop_map(|(addr, offset, length, epoch)| Request::WriteZeroes {
-            addr,
-            offset,
-            length,
-            epoch
+        (object_op(), any::<u64>()).prop_map(|((addr, offset, length, epoch), term)| {
+            Request::WriteZeroes {
+                addr,
+                offset,
+                length,
+                epoch,
+                term,
+            }
         }),
         (pg(), epoch()).prop_map(|(pg, epoch)| Request::GetLeader { pg, epoch }),
         (addr(), any::<u32>(), any::<u32>()).prop_map(|(addr, offset, length)| {
@@ -84,10 +111,13 @@ pub fn request() -> impl Strategy<Value = Request> {
                 snap,
             }
         }),
-        (addr(), epoch(), any::<u64>()).prop_map(|(addr, epoch, snap)| Request::Rollback {
-            addr,
-            epoch,
-            snap
+        (addr(), epoch(), any::<u64>(), any::<u64>()).prop_map(|(addr, epoch, term, snap)| {
+            Request::Rollback {
+                addr,
+                epoch,
+                term,
+                snap,
+            }
         }),
         (pg(), any::<u64>()).prop_map(|(pg, image)| Request::Usage {
             pg,
@@ -280,11 +310,13 @@ pub fn leader_hint() -> impl Strategy<Value = LeaderHint> {
         any::<u32>(),
         text(fastblock_wire::ADDRESS_BYTES_MAX),
         any::<u16>(),
+        any::<u64>(),
     )
-        .prop_map(|(osd, address, port)| LeaderHint {
+        .prop_map(|(osd, address, port, term)| LeaderHint {
             osd: OsdId(osd),
             address,
             port,
+            term,
         })
 }
 
