@@ -80,6 +80,48 @@ async fn follows_not_leader_hint_then_retries_busy() {
     );
 }
 
+/// Goal: a leader that refuses a mutation for its term (the term fence, docs/data-path.md
+/// section 4) is retried at once with the term its hint names, and the client keeps that term
+/// for the next mutations. Method: OSD 1's GetLeader names term 1 (`FAKE_TERM`, as a stale
+/// answer would), but it leads in term 7: it refuses mutations naming any other term with
+/// NotLeader naming itself and term 7. The write must land on the second attempt with term
+/// 7, and the next write must name 7 at once; reads name no term.
+#[tokio::test]
+async fn a_refusal_for_the_term_is_retried_at_once_with_the_leaders_term() {
+    let a = FakeOsd::start(1).await;
+    let mut hint_now = a.hint();
+    hint_now.term = 7;
+    a.set_handler(move |r| match r.term() {
+        Some(term) if term != 7 => Some(not_leader(Some(hint_now.clone()))),
+        _ => None,
+    });
+    let map = MapBuilder::new(1).osd(1, a.port()).members(&[1]).build();
+    let (cluster, image) = open(map, Duration::from_secs(5), 16 * MIB, 4 * MIB).await;
+
+    let data = Bytes::from(vec![0x5au8; 4096]);
+    image.write(0, data.clone()).await.unwrap();
+    image.write(4096, data.clone()).await.unwrap();
+    assert_eq!(image.read(0, 4096).await.unwrap(), data);
+    let terms: Vec<Option<u64>> = a
+        .requests()
+        .iter()
+        .filter(|r| is_io(r))
+        .map(Request::term)
+        .collect();
+    assert_eq!(
+        terms,
+        [
+            Some(fastblock_client::testing::FAKE_TERM),
+            Some(7),
+            Some(7),
+            None
+        ]
+    );
+    let stats = cluster.stats();
+    assert_eq!(stats.redirects, 1, "one refusal for the term, followed");
+    assert_eq!(stats.retries, 1, "and retried once");
+}
+
 /// Goal: a hint naming an OSD the map does not know is still followed, at the hint's address.
 #[tokio::test]
 async fn follows_a_hint_to_an_osd_the_map_does_not_know() {
