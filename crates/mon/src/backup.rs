@@ -44,10 +44,6 @@ use std::collections::BTreeMap;
 /// Keys read per page of a backup: small enough for etcd-client's 4 MiB answer limit with
 /// values of the size the monitor writes (a pool's PG map is the largest).
 pub const BACKUP_PAGE_KEYS: i64 = 4;
-/// Bytes of keys and values per restore transaction, below etcd's 1.5 MiB request limit.
-pub const RESTORE_TXN_BYTES_MAX: usize = 1 << 20;
-/// Operations per restore transaction, below etcd's `--max-txn-ops` default of 128.
-pub const RESTORE_TXN_OPS_MAX: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
@@ -355,27 +351,17 @@ pub async fn restore(
     })
 }
 
-/// Puts `kvs` in transactions bounded by [`RESTORE_TXN_OPS_MAX`] and [`RESTORE_TXN_BYTES_MAX`].
+/// Puts `kvs` in transactions that each fit etcd's limits (`crate::txn_limits`).
 async fn put_all(
     client: &mut Client,
     kvs: impl Iterator<Item = (String, String)>,
 ) -> Result<(), etcd_client::Error> {
-    let mut ops = Vec::new();
-    let mut bytes = 0usize;
-    for (key, value) in kvs {
-        let size = key.len() + value.len();
-        if !ops.is_empty()
-            && (ops.len() >= RESTORE_TXN_OPS_MAX || bytes + size > RESTORE_TXN_BYTES_MAX)
-        {
-            client
-                .txn(Txn::new().and_then(std::mem::take(&mut ops)))
-                .await?;
-            bytes = 0;
-        }
-        bytes += size;
-        ops.push(TxnOp::put(key, value, None));
-    }
-    if !ops.is_empty() {
+    let kvs: Vec<(String, String)> = kvs.collect();
+    for run in crate::txn_limits::batches(kvs, |(k, v)| k.len() + v.len()) {
+        let ops: Vec<TxnOp> = run
+            .into_iter()
+            .map(|(key, value)| TxnOp::put(key, value, None))
+            .collect();
         client.txn(Txn::new().and_then(ops)).await?;
     }
     Ok(())

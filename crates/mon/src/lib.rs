@@ -8,7 +8,8 @@
 //!   credentials.
 //! - [`keys`]: the etcd keyspace, one JSON value per key (`docs/etcd-keys.md`); [`key_seal`]:
 //!   the key table sealed at rest under a key derived from the monitor secret.
-//! - [`store`]: loading the state and committing changes in revision-guarded transactions.
+//! - [`store`]: loading the state and committing changes in revision-guarded transactions;
+//!   [`txn_limits`]: what one etcd transaction may carry, and the cutting of a large write.
 //! - [`etcd_maint`]: etcd's upkeep: compaction of its history, defragmentation of its members,
 //!   recovery from its out-of-space alarm, and the view `status` and health show.
 //! - [`backup`]: a backup of the state, and its restore into an empty etcd.
@@ -56,3 +57,4 @@ pub mod stats;
 pub mod status_page;
 pub mod store;
 pub mod supervise;
+pub mod txn_limits;
