@@ -265,15 +265,7 @@ async fn lead_or_forward(State(app): App, req: Request, next: Next) -> Response 
 
 async fn get_metrics(State(app): App) -> Response {
     let upkeep = &app.mon.upkeep;
-    app.metrics.set_etcd(
-        &upkeep.status(),
-        upkeep
-            .compactions_total
-            .load(std::sync::atomic::Ordering::Relaxed),
-        upkeep
-            .defrags_total
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
+    app.metrics.set_etcd(&upkeep.status(), &upkeep.counts());
     let tasks = app.tasks.checks();
     let mons = members(&app).await;
     let text = match app

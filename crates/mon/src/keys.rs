@@ -170,6 +170,18 @@ impl Keyspace {
         format!("{}/snaps/{image}/", self.prefix)
     }
 
+    /// The map epoch's key.
+    pub fn epoch_key(&self) -> String {
+        format!("{}/epoch", self.prefix)
+    }
+
+    /// Whether `key` is a PG chunk key (`pgmaps/<pool>/<chunk>`).
+    pub fn is_pg_chunk(&self, key: &str) -> bool {
+        key.strip_prefix(&self.prefix)
+            .and_then(|rest| rest.strip_prefix("/pgmaps/"))
+            .is_some_and(|rest| rest.contains('/'))
+    }
+
     /// Serializes the state into its keys and JSON values.
     pub fn encode(&self, state: &MonState) -> BTreeMap<String, String> {
         let p = &self.prefix;
@@ -262,11 +274,6 @@ impl Keyspace {
     ) -> (Vec<(String, String)>, Vec<String>) {
         let mut puts = Vec::new();
         let mut deletes = Vec::new();
-        let chunks_root = format!("{}/pgmaps/", self.prefix);
-        let is_chunk = |key: &str| {
-            key.strip_prefix(&chunks_root)
-                .is_some_and(|rest| rest.contains('/'))
-        };
         // Every record but the PG chunks: small, encoded whole.
         let small = self.encode_without_chunks(next);
         for (key, value) in &small {
@@ -275,7 +282,7 @@ impl Keyspace {
             }
         }
         for key in prev_kvs.keys() {
-            if !is_chunk(key) && !small.contains_key(key) {
+            if !self.is_pg_chunk(key) && !small.contains_key(key) {
                 deletes.push(key.clone());
             }
         }
@@ -310,14 +317,41 @@ impl Keyspace {
         (puts, deletes)
     }
 
-    /// The PG chunk keys among `kvs` whose pool has no PG map key (`pgmaps/<pool>`): a damaged
-    /// pool's PGs, which neither a load nor a commit touches.
+    /// The PG chunk keys among `kvs` whose pool has no PG map key (`pgmaps/<pool>`) but was
+    /// created (its id is below the pool counter): a damaged pool's PGs, which neither a load
+    /// nor a commit touches.
     pub fn orphan_chunks(&self, kvs: &BTreeMap<String, String>) -> BTreeSet<String> {
+        let next_pool = self.next_pool_id(kvs);
         self.chunk_keys_by_pool(kvs)
             .into_iter()
+            .filter(|(pool, _)| next_pool.is_none_or(|next| pool.0 < next))
             .filter(|(pool, _)| !kvs.contains_key(&format!("{}/pgmaps/{pool}", self.prefix)))
             .flat_map(|(_, keys)| keys.into_iter().map(|(_, k)| k))
             .collect()
+    }
+
+    /// The PG chunk keys among `kvs` of a pool never created (its id is at or above the pool
+    /// counter): a large creation cut short after its chunks went ahead of the pool's own
+    /// keys (`crate::store`, "Large commits"). Not part of the state; a commit after the load
+    /// deletes them. None if the counters key is missing or unreadable (the load then fails
+    /// or the pools are judged as damage instead).
+    pub fn abandoned_chunks(&self, kvs: &BTreeMap<String, String>) -> BTreeSet<String> {
+        let Some(next_pool) = self.next_pool_id(kvs) else {
+            return BTreeSet::new();
+        };
+        self.chunk_keys_by_pool(kvs)
+            .into_iter()
+            .filter(|(pool, _)| pool.0 >= next_pool)
+            .flat_map(|(_, keys)| keys.into_iter().map(|(_, k)| k))
+            .collect()
+    }
+
+    /// The pool counter as `kvs` store it.
+    fn next_pool_id(&self, kvs: &BTreeMap<String, String>) -> Option<u32> {
+        let counters = kvs.get(&format!("{}/counters", self.prefix))?;
+        serde_json::from_str::<Counters>(counters)
+            .ok()
+            .map(|c| c.next_pool_id)
     }
 
     /// The chunk keys among `kvs`, by pool: (chunk index, key).
@@ -493,10 +527,12 @@ impl Keyspace {
         // JSON whose id differs from its key) would otherwise be silently moved.
         let encoded = self.encode(&state);
         let orphans = self.orphan_chunks(kvs);
+        let abandoned = self.abandoned_chunks(kvs);
         for key in kvs.keys() {
             let skip = key.starts_with(&format!("{}/mon/", self.prefix))
                 || key.ends_with("/readiness-probe")
-                || orphans.contains(key);
+                || orphans.contains(key)
+                || abandoned.contains(key);
             if !skip && !encoded.contains_key(key) {
                 return Err(KeyError {
                     key: key.clone(),

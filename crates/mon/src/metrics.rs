@@ -128,6 +128,8 @@ struct EtcdGauges {
     alarm: Family<AlarmLabels, Gauge>,
     compactions: Counter,
     defrags: Counter,
+    commit_transactions: Counter,
+    txn_bytes_max: Gauge<u64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -215,6 +217,17 @@ impl Metrics {
             "Defragmentations of etcd members this monitor made",
             e.defrags.clone(),
         );
+        r.register(
+            "etcd_commit_transactions",
+            "etcd transactions this monitor's commits made (a commit too large for one makes \
+             several)",
+            e.commit_transactions.clone(),
+        );
+        r.register(
+            "etcd_txn_bytes_max",
+            "Bytes of keys and values put by the largest etcd transaction this monitor made",
+            e.txn_bytes_max.clone(),
+        );
         let r = &mut m.cluster;
         r.register("epoch", "Cluster map epoch", m.epoch.clone());
         r.register("osds", "OSDs known", m.osds.clone());
@@ -264,7 +277,7 @@ impl Metrics {
     }
 
     /// Sets the etcd gauges from what the upkeep last saw, and its counts so far.
-    pub fn set_etcd(&self, etcd: &EtcdStatus, compactions_total: u64, defrags_total: u64) {
+    pub fn set_etcd(&self, etcd: &EtcdStatus, counts: &crate::etcd_maint::UpkeepCounts) {
         let e = &self.etcd;
         e.db_size_bytes.clear();
         e.db_size_in_use_bytes.clear();
@@ -295,8 +308,10 @@ impl Metrics {
         let add = |c: &Counter, total: u64| {
             c.inc_by(total.saturating_sub(c.get()));
         };
-        add(&e.compactions, compactions_total);
-        add(&e.defrags, defrags_total);
+        add(&e.compactions, counts.compactions);
+        add(&e.defrags, counts.defrags);
+        add(&e.commit_transactions, counts.commit_transactions);
+        e.txn_bytes_max.set(counts.txn_bytes_max);
     }
 
     /// Refreshes the gauges from the leader's state (or zeroes leadership on a follower) and

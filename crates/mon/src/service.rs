@@ -186,7 +186,11 @@ impl Monitor {
                 Err(no_leader())
             }
             Role::Leader { fence } => {
-                if guard.as_ref().is_some_and(|c| c.fence == fence) {
+                // A commit dropped while it waited leaves its snapshot in doubt: reloaded.
+                if guard
+                    .as_ref()
+                    .is_some_and(|c| c.fence == fence && !c.snapshot.in_doubt)
+                {
                     return Ok(guard);
                 }
                 let mut snapshot = self.store().load().await.map_err(|e| match e {
@@ -247,7 +251,7 @@ impl Monitor {
         match self.store().commit(fence, snapshot, next).await {
             Ok(written) => {
                 if let Some(w) = written {
-                    self.upkeep.record_commit(fence, w.revision, w.bytes);
+                    self.upkeep.record_commit(fence, &w);
                 }
                 tracing::info!(mode = %boot.mode, keyring = ?boot.keyring, "authentication set up");
                 Ok(())
@@ -270,7 +274,7 @@ impl Monitor {
         match self.store().commit(fence, snapshot, same).await {
             Ok(written) => {
                 if let Some(w) = written {
-                    self.upkeep.record_commit(fence, w.revision, w.bytes);
+                    self.upkeep.record_commit(fence, &w);
                 }
                 tracing::warn!(count, "key table entries stored in clear rewritten sealed");
             }
@@ -293,9 +297,13 @@ impl Monitor {
             let ctx = guard.as_mut().ok_or_else(no_leader)?;
             let (snapshot, mut side) = ctx.split(self.now_ms(), self.unix_ms());
             let before = &snapshot.state;
-            let mut next = before.clone();
-            let out = op(&mut next, &mut side)?;
-            if !next.finish(before) {
+            let (next, out, changed) = crate::cpu::heavy(|| {
+                let mut next = before.clone();
+                let out = op(&mut next, &mut side)?;
+                let changed = next.finish(before);
+                Ok::<_, ApiError>((next, out, changed))
+            })?;
+            if !changed {
                 return Ok(out);
             }
             let epoch = next.map.epoch;
@@ -306,7 +314,15 @@ impl Monitor {
             {
                 Ok(written) => {
                     if let Some(w) = written {
-                        self.upkeep.record_commit(ctx.fence, w.revision, w.bytes);
+                        if w.transactions > 1 {
+                            tracing::info!(
+                                epoch = %epoch,
+                                transactions = w.transactions,
+                                bytes = w.bytes,
+                                "a large commit went in several etcd transactions"
+                            );
+                        }
+                        self.upkeep.record_commit(ctx.fence, &w);
                     }
                     self.record_map(&ctx.snapshot.state.map);
                     self.epoch.send_replace(epoch);

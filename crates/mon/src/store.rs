@@ -7,11 +7,30 @@
 //! each touched key's mod revision with the one last read, so an update made by anyone else
 //! (another monitor, an operator with etcdctl) is never overwritten blindly: the commit fails
 //! with [`CommitError::Conflict`] and the caller reloads and retries.
+//!
+//! ## Large commits
+//!
+//! A commit that would not fit one etcd transaction (`crate::txn_limits`: a pool of many PGs
+//! created, or an event that moves PGs in many chunks) writes its PG chunk keys ahead, in as
+//! many transactions as they need, each guarded as above, the first also writing the new
+//! epoch; the last transaction writes everything else. Only the last makes the operation
+//! visible, and only after it does the monitor publish the new epoch. If the monitor stops
+//! or loses leadership in between, the next leader loads what was written:
+//! - chunks of a pool whose creation was cut short have no pool (their id is at or above the
+//!   pool counter, which the last transaction raises): they are not part of the state and
+//!   the next commit deletes them ([`Keyspace::abandoned_chunks`]);
+//! - chunks of existing pools hold PGs that changed ahead of the rest of the operation. Each
+//!   PG on its own is one the monitor could have written (a membership target, state bits,
+//!   a leader), the load derives every PG's state again, and the epoch was already raised,
+//!   so no daemon that saw the old epoch mistakes the loaded map for it: the new leader's
+//!   log starts at the loaded epoch, and a daemon behind it gets a whole map.
 
 use crate::keys::{KeyError, Keyspace};
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use fastblock_mon_core::MonState;
 use std::collections::{BTreeMap, BTreeSet};
+
+use crate::txn_limits::{batches, TXN_BYTES_MAX, TXN_OPS_MAX};
 
 /// Proof of leadership: the create revision of the leader key this monitor put.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +52,10 @@ pub struct Snapshot {
     /// Key table entries etcd holds in clear (written by a monitor before the seal,
     /// `crate::key_seal`): the next commit puts them sealed, whatever else it changes.
     pub clear_entities: BTreeSet<String>,
+    /// A transaction was sent whose outcome this snapshot does not record: the commit making
+    /// it was dropped while it waited (its caller went away). etcd may hold it or not, so the
+    /// snapshot's revisions may be stale: its holder reloads before using it again.
+    pub in_doubt: bool,
 }
 
 /// Keys per page when loading: a page of PG chunks is some 2.5 MB, below the 4 MiB a gRPC
@@ -91,11 +114,25 @@ impl From<etcd_client::Error> for LoadError {
 pub struct EtcdStore {
     client: etcd_client::Client,
     keys: Keyspace,
+    /// Fault injection: a large commit stops after this many of its ahead transactions.
+    stop_after_ahead: Option<usize>,
 }
 
 impl EtcdStore {
     pub fn new(client: etcd_client::Client, keys: Keyspace) -> Self {
-        EtcdStore { client, keys }
+        EtcdStore {
+            client,
+            keys,
+            stop_after_ahead: None,
+        }
+    }
+
+    /// Fault injection for tests: a large commit stops after `runs` of its ahead
+    /// transactions and answers [`CommitError::Conflict`], as a monitor that lost its
+    /// leadership there would ("Large commits" above). The monitor never sets it.
+    pub fn stopping_after_ahead_txns(mut self, runs: usize) -> Self {
+        self.stop_after_ahead = Some(runs);
+        self
     }
 
     pub async fn load(&mut self) -> Result<Snapshot, LoadError> {
@@ -114,15 +151,19 @@ impl EtcdStore {
             revisions.insert(key.clone(), kv.mod_revision());
             kvs.insert(key, value);
         }
-        let clear_entities = self.keys.open_stored(&mut kvs)?;
-        let state = self.keys.decode(&kvs)?;
-        let orphans = self.keys.orphan_chunks(&kvs);
-        let dirty = self.keys.encode(&state)
-            != kvs
-                .iter()
-                .filter(|(k, _)| !orphans.contains(*k))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<BTreeMap<_, _>>();
+        let keys = &self.keys;
+        let (clear_entities, state, dirty) = crate::cpu::heavy(|| {
+            let clear_entities = keys.open_stored(&mut kvs)?;
+            let state = keys.decode(&kvs)?;
+            let orphans = keys.orphan_chunks(&kvs);
+            let dirty = keys.encode(&state)
+                != kvs
+                    .iter()
+                    .filter(|(k, _)| !orphans.contains(*k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<BTreeMap<_, _>>();
+            Ok::<_, LoadError>((clear_entities, state, dirty))
+        })?;
         if dirty {
             tracing::info!(
                 "the state in etcd is not as this version writes it (an older layout): the \
@@ -135,6 +176,7 @@ impl EtcdStore {
             revisions,
             dirty,
             clear_entities,
+            in_doubt: false,
         })
     }
 
@@ -148,26 +190,7 @@ impl EtcdStore {
         snapshot: &mut Snapshot,
         next: MonState,
     ) -> Result<Option<Written>, CommitError> {
-        let (mut puts, deletes) = if snapshot.dirty {
-            full_changes(&self.keys, &snapshot.kvs, &self.keys.encode(&next))
-        } else {
-            let changes = self.keys.changes(&snapshot.state, &snapshot.kvs, &next);
-            #[cfg(debug_assertions)]
-            {
-                let full = full_changes(&self.keys, &snapshot.kvs, &self.keys.encode(&next));
-                let sorted = |(mut p, mut d): (Vec<(String, String)>, Vec<String>)| {
-                    p.sort();
-                    d.sort();
-                    (p, d)
-                };
-                debug_assert_eq!(
-                    sorted(changes.clone()),
-                    sorted(full),
-                    "Keyspace::changes differs from comparing every key"
-                );
-            }
-            changes
-        };
+        let (mut puts, deletes) = crate::cpu::heavy(|| self.changes(snapshot, &next));
         // Entries still in clear in etcd go sealed with this commit, unchanged or not.
         for key in &snapshot.clear_entities {
             let unput = !puts.iter().any(|(k, _)| k == key);
@@ -177,13 +200,22 @@ impl EtcdStore {
                 }
             }
         }
+        let ahead = self.ahead_of_final(&mut puts, deletes.len());
+        let mut txns = TxnSizes::default();
+        for (i, run) in ahead.into_iter().enumerate() {
+            if self.stop_after_ahead == Some(i) {
+                return Err(CommitError::Conflict);
+            }
+            let bytes = self.commit_ahead(fence, snapshot, run).await?;
+            txns.record(bytes);
+        }
         let mut compares = vec![Compare::create_revision(
             self.keys.leader(),
             CompareOp::Equal,
             fence.leader_create_revision,
         )];
         let mut ops = Vec::new();
-        let mut put_bytes = 0u64;
+        let mut final_bytes = 0u64;
         for (key, value) in &puts {
             match snapshot.revisions.get(key) {
                 Some(rev) => {
@@ -192,7 +224,7 @@ impl EtcdStore {
                 None => compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
             }
             let stored = self.keys.stored_value(key, value)?;
-            put_bytes += (key.len() + stored.len()) as u64;
+            final_bytes += (key.len() + stored.len()) as u64;
             ops.push(TxnOp::put(key.clone(), stored, None));
         }
         // Images of a deleted pool go with one range delete, and the snapshots of each of
@@ -239,7 +271,11 @@ impl EtcdStore {
             return Ok(None);
         }
         let txn = Txn::new().when(compares).and_then(ops);
-        let resp = self.client.txn(txn).await?;
+        txns.record(final_bytes);
+        snapshot.in_doubt = true;
+        let resp = self.client.txn(txn).await;
+        snapshot.in_doubt = false;
+        let resp = resp?;
         if !resp.succeeded() {
             return Err(CommitError::Conflict);
         }
@@ -267,18 +303,143 @@ impl EtcdStore {
         snapshot.clear_entities.clear();
         Ok(Some(Written {
             revision: u64::try_from(revision).unwrap_or(0),
-            bytes: put_bytes,
+            bytes: txns.bytes,
+            transactions: txns.count,
+            txn_bytes_max: txns.largest,
         }))
+    }
+
+    /// The keys to put and to delete to go from `snapshot` to `next`.
+    fn changes(
+        &self,
+        snapshot: &Snapshot,
+        next: &MonState,
+    ) -> (Vec<(String, String)>, Vec<String>) {
+        if snapshot.dirty {
+            return full_changes(&self.keys, &snapshot.kvs, &self.keys.encode(next));
+        }
+        let changes = self.keys.changes(&snapshot.state, &snapshot.kvs, next);
+        #[cfg(debug_assertions)]
+        {
+            let full = full_changes(&self.keys, &snapshot.kvs, &self.keys.encode(next));
+            let sorted = |(mut p, mut d): (Vec<(String, String)>, Vec<String>)| {
+                p.sort();
+                d.sort();
+                (p, d)
+            };
+            debug_assert_eq!(
+                sorted(changes.clone()),
+                sorted(full),
+                "Keyspace::changes differs from comparing every key"
+            );
+        }
+        changes
+    }
+
+    /// For a commit too large for one transaction, takes its PG chunk puts out of `puts` (with
+    /// the epoch's, which goes first) and cuts them into runs that each fit one transaction
+    /// ("Large commits" above); `other_ops` counts the final transaction's other operations.
+    /// No run if the commit fits, or has no chunk to move.
+    fn ahead_of_final(
+        &self,
+        puts: &mut Vec<(String, String)>,
+        other_ops: usize,
+    ) -> Vec<Vec<(String, String)>> {
+        let bytes: usize = puts.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if puts.len() + other_ops <= TXN_OPS_MAX && bytes <= TXN_BYTES_MAX {
+            return Vec::new();
+        }
+        let epoch_key = self.keys.epoch_key();
+        let (mut ahead, rest): (Vec<_>, Vec<_>) = std::mem::take(puts)
+            .into_iter()
+            .partition(|(k, _)| self.keys.is_pg_chunk(k) || *k == epoch_key);
+        if !ahead.iter().any(|(k, _)| self.keys.is_pg_chunk(k)) {
+            *puts = rest;
+            puts.append(&mut ahead);
+            return Vec::new();
+        }
+        *puts = rest;
+        // The epoch first: a load after any ahead transaction sees the new epoch.
+        ahead.sort_by_key(|(k, _)| *k != epoch_key);
+        batches(ahead, |(k, v)| k.len() + v.len())
+    }
+
+    /// Writes one run of a large commit's chunk puts under the same guards as the final transaction, and records them in `snapshot`, which from then
+    /// on no longer encodes its state (`dirty`: whatever happens next, the following commit
+    /// compares every key). Returns the bytes put.
+    async fn commit_ahead(
+        &mut self,
+        fence: Fence,
+        snapshot: &mut Snapshot,
+        run: Vec<(String, String)>,
+    ) -> Result<u64, CommitError> {
+        let mut compares = vec![Compare::create_revision(
+            self.keys.leader(),
+            CompareOp::Equal,
+            fence.leader_create_revision,
+        )];
+        let mut ops = Vec::with_capacity(run.len());
+        let mut bytes = 0u64;
+        for (key, value) in &run {
+            compares.push(match snapshot.revisions.get(key) {
+                Some(rev) => Compare::mod_revision(key.clone(), CompareOp::Equal, *rev),
+                None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            });
+            let stored = self.keys.stored_value(key, value)?;
+            bytes += (key.len() + stored.len()) as u64;
+            ops.push(TxnOp::put(key.clone(), stored, None));
+        }
+        snapshot.in_doubt = true;
+        let resp = self
+            .client
+            .txn(Txn::new().when(compares).and_then(ops))
+            .await;
+        // Known: written, refused, or failed (an error the caller reloads after).
+        snapshot.in_doubt = false;
+        let resp = resp?;
+        if !resp.succeeded() {
+            return Err(CommitError::Conflict);
+        }
+        let revision = resp
+            .header()
+            .map(|h| h.revision())
+            .expect("etcd txn responses carry a header");
+        snapshot.dirty = true;
+        for (key, value) in run {
+            snapshot.revisions.insert(key.clone(), revision);
+            snapshot.kvs.insert(key, value);
+        }
+        Ok(bytes)
+    }
+}
+
+/// The transactions of one commit: how many, their bytes, the largest.
+#[derive(Default)]
+struct TxnSizes {
+    count: u32,
+    bytes: u64,
+    largest: u64,
+}
+
+impl TxnSizes {
+    fn record(&mut self, bytes: u64) {
+        self.count += 1;
+        self.bytes += bytes;
+        self.largest = self.largest.max(bytes);
     }
 }
 
 /// What one commit wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Written {
-    /// The etcd revision of the transaction.
+    /// The etcd revision of its (last) transaction.
     pub revision: u64,
-    /// Bytes of the keys and values it put.
+    /// Bytes of the keys and values it put, in all its transactions.
     pub bytes: u64,
+    /// Its transactions: more than one for a large commit ("Large commits" above).
+    pub transactions: u32,
+    /// Bytes put by its largest transaction.
+    pub txn_bytes_max: u64,
 }
 
 /// The keys to put and to delete to go from `old` to `new`, comparing every key; a damaged

@@ -76,6 +76,20 @@ pub struct EtcdUpkeep {
     own_status: Mutex<Option<EtcdMemberStatus>>,
     pub compactions_total: AtomicU64,
     pub defrags_total: AtomicU64,
+    /// etcd transactions the leader's commits made (a large commit makes several:
+    /// `crate::store`, "Large commits").
+    commit_transactions_total: AtomicU64,
+    /// Bytes put by the largest of those transactions.
+    txn_bytes_max: AtomicU64,
+}
+
+/// The upkeep's counts since this monitor started, for `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpkeepCounts {
+    pub compactions: u64,
+    pub defrags: u64,
+    pub commit_transactions: u64,
+    pub txn_bytes_max: u64,
 }
 
 impl EtcdUpkeep {
@@ -96,6 +110,18 @@ impl EtcdUpkeep {
             own_status: Mutex::new(None),
             compactions_total: AtomicU64::new(0),
             defrags_total: AtomicU64::new(0),
+            commit_transactions_total: AtomicU64::new(0),
+            txn_bytes_max: AtomicU64::new(0),
+        }
+    }
+
+    pub fn counts(&self) -> UpkeepCounts {
+        use std::sync::atomic::Ordering::Relaxed;
+        UpkeepCounts {
+            compactions: self.compactions_total.load(Relaxed),
+            defrags: self.defrags_total.load(Relaxed),
+            commit_transactions: self.commit_transactions_total.load(Relaxed),
+            txn_bytes_max: self.txn_bytes_max.load(Relaxed),
         }
     }
 
@@ -103,13 +129,18 @@ impl EtcdUpkeep {
         *self.compact_interval.borrow()
     }
 
-    /// Counts a commit of the leader's: `bytes` of keys and values written at `revision`.
-    pub fn record_commit(&self, fence: Fence, revision: u64, bytes: u64) {
+    /// Counts a commit of the leader's: the bytes of keys and values it wrote, in
+    /// transactions up to `written.revision`.
+    pub fn record_commit(&self, fence: Fence, written: &crate::store::Written) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.commit_transactions_total
+            .fetch_add(u64::from(written.transactions), Relaxed);
+        self.txn_bytes_max.fetch_max(written.txn_bytes_max, Relaxed);
         let mut log = self.log.lock().expect("commit log lock");
         if log.0 != Some(fence) {
             *log = (Some(fence), CommitLog::default());
         }
-        log.1.record(revision, bytes);
+        log.1.record(written.revision, written.bytes);
         if log.1.compaction_due(self.settings.history_bytes) {
             self.wake.notify_one();
         }
