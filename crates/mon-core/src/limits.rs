@@ -2,10 +2,11 @@
 
 use fastblock_types::units::{BLOCK_SIZE_BYTES, KIB, MIB, PIB};
 
-/// PGs per pool: creating a pool writes all its PGs in one etcd transaction (in chunk keys of
-/// 256 PGs, `fastblock_mon::keys`), and etcd's default request limit is 1.5 MiB; at ~150 bytes
-/// of JSON per PG this stays below half of it.
-pub const PG_COUNT_MAX: u32 = 4096;
+/// PGs per pool: placement's bound (one placement of a pool this size takes well under a
+/// second). Such a pool's PGs are some 20 MB of JSON in etcd, written in chunk keys of 256
+/// PGs over as many transactions as etcd's limits need (`fastblock_mon::store`, "Large
+/// commits").
+pub const PG_COUNT_MAX: u32 = fastblock_placement::PG_COUNT_MAX;
 /// PG replicas an OSD may carry when a pool is created (`max_pg_per_osd`, settable on the
 /// monitor), as Ceph's `mon_max_pg_per_osd`: each PG costs an OSD memory, a Raft group and
 /// heartbeats, whatever data it holds.
