@@ -10,7 +10,7 @@
 //! one behind it a whole map.
 
 use fastblock_types::map::ClusterMap;
-use fastblock_types::map_delta::{MapDelta, MapScope, MapUpdate};
+use fastblock_types::map_delta::{MapDelta, MapScope, MapUpdate, PgIndex};
 use fastblock_types::Epoch;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -25,6 +25,8 @@ pub const MAP_LOG_EPOCHS_MAX: usize = 2_000;
 #[derive(Debug)]
 pub struct MapLog {
     current: Arc<ClusterMap>,
+    /// `current`'s PGs by OSD, built at its first use (what scoped deltas cut done sets to).
+    index: std::sync::OnceLock<PgIndex>,
     /// Consecutive deltas, oldest first; the last ends at `current.epoch`.
     deltas: VecDeque<(MapDelta, usize)>,
     entries: usize,
@@ -58,6 +60,7 @@ impl MapLog {
     pub fn new(map: Arc<ClusterMap>) -> Self {
         MapLog {
             current: map,
+            index: std::sync::OnceLock::new(),
             deltas: VecDeque::new(),
             entries: 0,
         }
@@ -80,6 +83,7 @@ impl MapLog {
         self.deltas.push_back((delta, n));
         self.entries += n;
         self.current = next;
+        self.index = std::sync::OnceLock::new();
         while self.entries > MAP_LOG_ENTRIES_MAX || self.deltas.len() > MAP_LOG_EPOCHS_MAX {
             let (_, n) = self.deltas.pop_front().expect("entries count kept deltas");
             self.entries -= n;
@@ -114,7 +118,8 @@ impl MapLog {
         }
         let merged = merged.expect("have is within the kept deltas");
         debug_assert_eq!((merged.from, merged.to), (have, self.current.epoch));
-        MapUpdate::Delta(scope.delta(&merged))
+        let index = self.index.get_or_init(|| PgIndex::of(&self.current));
+        MapUpdate::Delta(scope.delta(&merged, &self.current, index))
     }
 }
 

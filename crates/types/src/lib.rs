@@ -10,6 +10,7 @@
 //!   comparing maps costs what changed, not the pool's size.
 //! - [`map`]: the cluster map model (OSDs, pools, PG maps, flags, images, snapshots) exactly as it is stored
 //!   in etcd as JSON and served by the monitor.
+//! - [`pg_set`]: the bounded JSON form of a set of PG sequence numbers (`done_pgs`).
 //! - [`map_delta`]: incremental maps (what changed from one epoch to a later one) and the
 //!   scope of a map a daemon needs (an OSD's PGs, a client's pools).
 //! - [`rng`]: the seeded SplitMix64 generator used wherever randomness must be replayable.
@@ -38,6 +39,7 @@ pub mod map;
 pub mod map_delta;
 pub mod names;
 pub mod panics;
+pub mod pg_set;
 pub mod pg_state;
 pub mod pg_table;
 pub mod rng;

@@ -314,7 +314,7 @@ pub struct SnapInfo {
     pub protected: bool,
     /// PGs of the pool (by sequence number) whose leaders confirmed the mark; empty once
     /// `created`.
-    #[serde(default)]
+    #[serde(default, with = "crate::pg_set")]
     pub done_pgs: BTreeSet<u32>,
     /// The monitor's clock (Unix milliseconds) when the snapshot was recorded: a snapshot
     /// still `creating` `snap_create_timeout_ms` later is aborted.
@@ -339,7 +339,7 @@ pub struct SnapTrimEntry {
     pub reason: String,
     /// The map epoch that recorded it.
     pub epoch: Epoch,
-    #[serde(default)]
+    #[serde(default, with = "crate::pg_set")]
     pub done_pgs: BTreeSet<u32>,
 }
 
@@ -378,7 +378,7 @@ pub struct ReclaimEntry {
     pub epoch: Epoch,
     /// PGs of the pool (by sequence number) whose leaders confirmed the range is deleted; the
     /// entry goes once every PG of the pool has.
-    #[serde(default)]
+    #[serde(default, with = "crate::pg_set")]
     pub done_pgs: BTreeSet<u32>,
 }
 

@@ -10,6 +10,12 @@
 //!   `s.prune` (a PG a daemon no longer takes part in is in the delta once, with the daemon in
 //!   `left`, so that it learns it was removed; then it is dropped from its map).
 //!
+//! The PGs that confirmed a reclaim entry, a snapshot's mark or a trim (`done_pgs`) are cut to
+//! what the holder needs: an OSD the PGs it takes part in (what its shards check), a client
+//! none; so a reclaim in a pool of 131,072 PGs costs each OSD a few hundred sequence numbers
+//! per epoch, not the pool's. A delta cut for an OSD resends, cut, an entry that did not change
+//! but whose done set holds a PG the delta brings the OSD, so that the scoping rule holds.
+//!
 //! Every section of the map is keyed (OSDs by id, PGs by pool and sequence number, images by
 //! id, ...): a delta carries the entries that changed, whole, and the keys removed. The small
 //! sections (flags, space, auth) go whole when they changed.
@@ -436,7 +442,10 @@ impl MapScope {
     pub fn prune(&self, map: &mut ClusterMap) {
         match self {
             MapScope::All => {}
-            MapScope::Pools(_) => map.pgmaps.retain(|pool, _| self.keeps_pool(*pool)),
+            MapScope::Pools(_) => {
+                map.pgmaps.retain(|pool, _| self.keeps_pool(*pool));
+                for_each_done(map, |_, done| done.clear());
+            }
             MapScope::Osd(osd) => {
                 for pgmap in map.pgmaps.values_mut() {
                     if pgmap.pgs.iter().any(|(_, pg)| !pg.names(*osd)) {
@@ -450,18 +459,26 @@ impl MapScope {
                             .collect();
                     }
                 }
+                let pgmaps = std::mem::take(&mut map.pgmaps);
+                for_each_done(map, |pool, done| {
+                    let held = pgmaps.get(&pool).map(|m| &m.pgs);
+                    done.retain(|seq| held.is_some_and(|pgs| pgs.get(seq).is_some()));
+                });
+                map.pgmaps = pgmaps;
             }
         }
     }
 
-    /// The part of `delta` this scope needs.
-    pub fn delta(&self, delta: &MapDelta) -> MapDelta {
+    /// The part of `delta` this scope needs; `current` is the map the delta ends at and
+    /// `index` its [`PgIndex`] (what an OSD's done sets are cut to).
+    pub fn delta(&self, delta: &MapDelta, current: &ClusterMap, index: &PgIndex) -> MapDelta {
         let mut out = delta.clone();
         match self {
             MapScope::All => {}
             MapScope::Pools(_) => {
                 out.pgmaps.retain(|d| self.keeps_pool(d.pool));
                 out.removed_pgmaps.retain(|p| self.keeps_pool(*p));
+                for_each_done_in_delta(&mut out, |_, done| done.clear());
             }
             MapScope::Osd(osd) => {
                 for d in &mut out.pgmaps {
@@ -469,9 +486,120 @@ impl MapScope {
                         .retain(|e| e.pg.names(*osd) || e.left.contains(osd));
                     // Removals of PGs it never held are harmless; kept (a pool shrink is rare).
                 }
+                // The PGs this delta brings the OSD (some it may have had already): an
+                // unchanged entry whose done set holds one goes again, so the OSD learns it.
+                let brought: BTreeMap<PoolId, BTreeSet<u32>> = out
+                    .pgmaps
+                    .iter()
+                    .map(|d| {
+                        let seqs = d.changed.iter().filter(|e| e.pg.names(*osd));
+                        (d.pool, seqs.map(|e| e.seq).collect())
+                    })
+                    .collect();
+                let names_brought = |pool: PoolId, done: &BTreeSet<u32>| {
+                    brought
+                        .get(&pool)
+                        .is_some_and(|b| b.iter().any(|s| done.contains(s)))
+                };
+                resend_if(&mut out.reclaim, &current.reclaim, |e| {
+                    names_brought(e.pool, &e.done_pgs)
+                });
+                resend_if(&mut out.snaps, &current.snaps, |snaps| {
+                    snaps.iter().any(|s| names_brought(s.pool, &s.done_pgs))
+                });
+                resend_if(&mut out.snap_trims, &current.snap_trims, |t| {
+                    names_brought(t.pool, &t.done_pgs)
+                });
+                for_each_done_in_delta(&mut out, |pool, done| {
+                    *done = index
+                        .pgs(*osd, pool)
+                        .iter()
+                        .filter(|seq| done.contains(seq))
+                        .copied()
+                        .collect();
+                });
             }
         }
         out
+    }
+}
+
+/// The PGs each OSD takes part in, by pool, of one map: built in one pass over its PGs, so
+/// that cutting a done set down to an OSD's PGs costs that OSD's PGs, not the pool's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PgIndex {
+    by_osd: BTreeMap<OsdId, BTreeMap<PoolId, Vec<u32>>>,
+}
+
+impl PgIndex {
+    pub fn of(map: &ClusterMap) -> Self {
+        let mut by_osd: BTreeMap<OsdId, BTreeMap<PoolId, Vec<u32>>> = BTreeMap::new();
+        for (pool, pgmap) in &map.pgmaps {
+            for (seq, pg) in pgmap.pgs.iter() {
+                for osd in pg.members() {
+                    let seqs = by_osd.entry(*osd).or_default().entry(*pool).or_default();
+                    // Members listed twice (in `osdlist` and `learners`, say) count once.
+                    if seqs.last() != Some(seq) {
+                        seqs.push(*seq);
+                    }
+                }
+            }
+        }
+        PgIndex { by_osd }
+    }
+
+    /// The PGs of `pool` that `osd` takes part in, in order.
+    pub fn pgs(&self, osd: OsdId, pool: PoolId) -> &[u32] {
+        self.by_osd
+            .get(&osd)
+            .and_then(|p| p.get(&pool))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Calls `f` with every done set of `map` and its pool.
+fn for_each_done(map: &mut ClusterMap, mut f: impl FnMut(PoolId, &mut BTreeSet<u32>)) {
+    for e in map.reclaim.values_mut() {
+        f(e.pool, &mut e.done_pgs);
+    }
+    for s in map.snaps.values_mut().flatten() {
+        f(s.pool, &mut s.done_pgs);
+    }
+    for t in map.snap_trims.values_mut() {
+        f(t.pool, &mut t.done_pgs);
+    }
+}
+
+/// Calls `f` with every done set a delta carries and its pool.
+fn for_each_done_in_delta(d: &mut MapDelta, mut f: impl FnMut(PoolId, &mut BTreeSet<u32>)) {
+    for (_, e) in &mut d.reclaim.changed {
+        f(e.pool, &mut e.done_pgs);
+    }
+    for (_, snaps) in &mut d.snaps.changed {
+        for s in snaps {
+            f(s.pool, &mut s.done_pgs);
+        }
+    }
+    for (_, t) in &mut d.snap_trims.changed {
+        f(t.pool, &mut t.done_pgs);
+    }
+}
+
+/// Adds to `delta` every entry of `current` it does not carry for which `again` holds.
+fn resend_if<K: Ord + Clone, V: Clone>(
+    delta: &mut KeyedDelta<K, V>,
+    current: &BTreeMap<K, V>,
+    again: impl Fn(&V) -> bool,
+) {
+    let carried: BTreeSet<K> = delta.changed.iter().map(|(k, _)| k.clone()).collect();
+    let extra: Vec<(K, V)> = current
+        .iter()
+        .filter(|(k, v)| !carried.contains(*k) && again(v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !extra.is_empty() {
+        delta.changed.extend(extra);
+        delta.changed.sort_by(|a, b| a.0.cmp(&b.0));
     }
 }
 
