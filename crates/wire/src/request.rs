@@ -340,17 +340,22 @@ const SNAP_CHUNK_FIXED_BYTES: usize = 80;
 const SNAP_ACK_BYTES: usize = 40;
 
 impl Request {
-    /// The leader's term a mutation names; `None` for every other request.
-    pub fn term(&self) -> Option<u64> {
+    /// A mutation's object and the leader's term it names; `None` for every other request.
+    pub fn mutation(&self) -> Option<(&ObjectAddr, u64)> {
         match self {
-            Request::Write { term, .. }
-            | Request::Discard { term, .. }
-            | Request::WriteZeroes { term, .. }
-            | Request::Rollback { term, .. }
-            | Request::CopyUp { term, .. }
-            | Request::CopyUpDone { term, .. } => Some(*term),
+            Request::Write { addr, term, .. }
+            | Request::Discard { addr, term, .. }
+            | Request::WriteZeroes { addr, term, .. }
+            | Request::Rollback { addr, term, .. }
+            | Request::CopyUp { addr, term, .. }
+            | Request::CopyUpDone { addr, term, .. } => Some((addr, *term)),
             _ => None,
         }
+    }
+
+    /// The leader's term a mutation names; `None` for every other request.
+    pub fn term(&self) -> Option<u64> {
+        self.mutation().map(|(_, term)| term)
     }
 
     /// The same request naming `term` if it is a mutation; any other request as it was. A

@@ -417,18 +417,10 @@ impl Cluster {
     /// leader as it is now. A term set by the test is kept ([`Cluster::request_as_is`] sends
     /// a 0 too).
     pub fn stamp_term(&self, id: u32, req: Request) -> Request {
-        let pg = match &req {
-            Request::Write { addr, .. }
-            | Request::Discard { addr, .. }
-            | Request::WriteZeroes { addr, .. }
-            | Request::Rollback { addr, .. }
-            | Request::CopyUp { addr, .. }
-            | Request::CopyUpDone { addr, .. } => addr.pg,
+        let pg = match req.mutation() {
+            Some((addr, 0)) => addr.pg,
             _ => return req,
         };
-        if req.term() != Some(0) {
-            return req;
-        }
         match self.core(id).replica(pg) {
             Some(r) => req.with_term(r.term().0),
             None => req,
