@@ -26,11 +26,10 @@
 //!   log starts at the loaded epoch, and a daemon behind it gets a whole map.
 
 use crate::keys::{KeyError, Keyspace};
+use crate::txn_limits::{batches, TXN_BYTES_MAX, TXN_OPS_MAX};
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use fastblock_mon_core::MonState;
 use std::collections::{BTreeMap, BTreeSet};
-
-use crate::txn_limits::{batches, TXN_BYTES_MAX, TXN_OPS_MAX};
 
 /// Proof of leadership: the create revision of the leader key this monitor put.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,8 +205,9 @@ impl EtcdStore {
             if self.stop_after_ahead == Some(i) {
                 return Err(CommitError::Conflict);
             }
-            let bytes = self.commit_ahead(fence, snapshot, run).await?;
+            let (revision, bytes) = self.commit_ahead(fence, snapshot, run).await?;
             txns.record(bytes);
+            txns.revision = revision;
         }
         let mut compares = vec![Compare::create_revision(
             self.keys.leader(),
@@ -267,8 +267,13 @@ impl EtcdStore {
             ops.push(TxnOp::delete(key.clone(), None));
         }
         if ops.is_empty() {
+            // Nothing to write, or everything went ahead (a change to PG chunks alone).
             snapshot.state = next;
-            return Ok(None);
+            if txns.count == 0 {
+                return Ok(None);
+            }
+            snapshot.dirty = false;
+            return Ok(Some(txns.written()));
         }
         let txn = Txn::new().when(compares).and_then(ops);
         txns.record(final_bytes);
@@ -301,12 +306,8 @@ impl EtcdStore {
         snapshot.state = next;
         snapshot.dirty = false;
         snapshot.clear_entities.clear();
-        Ok(Some(Written {
-            revision: u64::try_from(revision).unwrap_or(0),
-            bytes: txns.bytes,
-            transactions: txns.count,
-            txn_bytes_max: txns.largest,
-        }))
+        txns.revision = revision;
+        Ok(Some(txns.written()))
     }
 
     /// The keys to put and to delete to go from `snapshot` to `next`.
@@ -364,15 +365,16 @@ impl EtcdStore {
         batches(ahead, |(k, v)| k.len() + v.len())
     }
 
-    /// Writes one run of a large commit's chunk puts under the same guards as the final transaction, and records them in `snapshot`, which from then
-    /// on no longer encodes its state (`dirty`: whatever happens next, the following commit
-    /// compares every key). Returns the bytes put.
+    /// Writes one run of a large commit's chunk puts under the same guards as the final
+    /// transaction, and records them in `snapshot`, which from then on no longer encodes its
+    /// state (`dirty`: whatever happens next, the following commit compares every key).
+    /// Returns the transaction's revision and the bytes put.
     async fn commit_ahead(
         &mut self,
         fence: Fence,
         snapshot: &mut Snapshot,
         run: Vec<(String, String)>,
-    ) -> Result<u64, CommitError> {
+    ) -> Result<(i64, u64), CommitError> {
         let mut compares = vec![Compare::create_revision(
             self.keys.leader(),
             CompareOp::Equal,
@@ -409,16 +411,17 @@ impl EtcdStore {
             snapshot.revisions.insert(key.clone(), revision);
             snapshot.kvs.insert(key, value);
         }
-        Ok(bytes)
+        Ok((revision, bytes))
     }
 }
 
-/// The transactions of one commit: how many, their bytes, the largest.
+/// The transactions of one commit: how many, their bytes, the largest, the last revision.
 #[derive(Default)]
 struct TxnSizes {
     count: u32,
     bytes: u64,
     largest: u64,
+    revision: i64,
 }
 
 impl TxnSizes {
@@ -426,6 +429,15 @@ impl TxnSizes {
         self.count += 1;
         self.bytes += bytes;
         self.largest = self.largest.max(bytes);
+    }
+
+    fn written(&self) -> Written {
+        Written {
+            revision: u64::try_from(self.revision).unwrap_or(0),
+            bytes: self.bytes,
+            transactions: self.count,
+            txn_bytes_max: self.largest,
+        }
     }
 }
 

@@ -118,6 +118,27 @@ async fn a_pool_too_large_for_one_transaction_is_written_in_several_and_loads_wh
         !loaded.state.map.osds[&OsdId(1)].up,
         "the OSD's own key went with the last transaction"
     );
+
+    // A change to PG chunks and the epoch alone (no pool version, no other key): every
+    // transaction is an ahead one, and the commit is complete with them.
+    let mut next = snapshot.state.clone();
+    next.map.epoch = Epoch(next.map.epoch.0 + 1);
+    let pgs = &mut next.map.pgmaps.get_mut(&big).unwrap().pgs;
+    let seqs: Vec<u32> = pgs.keys().copied().collect();
+    for seq in seqs {
+        pgs.get_mut(&seq).unwrap().restored = true;
+    }
+    let only_chunks = store
+        .commit(fence, &mut snapshot, next.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(only_chunks.transactions > 1, "{only_chunks:?}");
+    assert!(!snapshot.dirty);
+    assert_eq!(snapshot.state, next);
+    let loaded = load(&client).await;
+    assert!(!loaded.dirty);
+    assert_eq!(loaded.state, next);
 }
 
 /// Goal: a large commit cut short (the monitor lost its leadership, or stopped, between its
