@@ -441,6 +441,18 @@ impl MonClient {
         scope: &fastblock_types::map_delta::MapScope,
         timeout: Duration,
     ) -> Result<MapResponse, MonError> {
+        Ok(self.map_update_sized(have, scope, timeout).await?.0)
+    }
+
+    /// [`MonClient::map_update`], with the byte length of the answer's body as the monitor
+    /// sent it: what a daemon pays to follow the map (the scale harness, `crates/scale`, sums
+    /// it per event).
+    pub async fn map_update_sized(
+        &self,
+        have: Epoch,
+        scope: &fastblock_types::map_delta::MapScope,
+        timeout: Duration,
+    ) -> Result<(MapResponse, usize), MonError> {
         use fastblock_types::map_delta::MapScope;
         let scope = match scope {
             MapScope::All => String::new(),
@@ -462,7 +474,8 @@ impl MonClient {
         let bytes = self
             .call_raw(Method::GET, &path, None, timeout + self.request_timeout)
             .await?;
-        decode(&self.endpoints.join(","), &bytes)
+        let resp = decode(&self.endpoints.join(","), &bytes)?;
+        Ok((resp, bytes.len()))
     }
 
     /// Waits until the epoch passes `after` (the map is returned) or `timeout` passes
