@@ -110,6 +110,7 @@ pub struct Report {
     pub reports_sent: u64,
     pub report_batches: u64,
     pub reports_refused: u64,
+    pub reports_stale: u64,
     pub refusals: Vec<String>,
     /// The error that stopped the run before its last scenario, if any.
     pub error: Option<String>,
@@ -188,8 +189,9 @@ impl Report {
             }
         }
         s.push_str(&format!(
-            "PG reports: {} in {} batches, {} refused\n",
-            self.reports_sent, self.report_batches, self.reports_refused
+            "PG reports: {} in {} batches; refused: {} as stale (sent again before the map \
+             showed them taken), {} otherwise\n",
+            self.reports_sent, self.report_batches, self.reports_stale, self.reports_refused
         ));
         for r in &self.refusals {
             s.push_str(&format!("  refused: {r}\n"));

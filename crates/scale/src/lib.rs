@@ -70,6 +70,7 @@ pub async fn run(opts: &Options) -> Result<Report, ScaleError> {
     report.reports_sent = stats.sent.load(Ordering::Relaxed);
     report.report_batches = stats.batches.load(Ordering::Relaxed);
     report.reports_refused = stats.refused.load(Ordering::Relaxed);
+    report.reports_stale = stats.stale.load(Ordering::Relaxed);
     report.refusals = stats
         .refusals
         .lock()

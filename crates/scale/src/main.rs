@@ -13,6 +13,9 @@ struct Cli {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    json_file: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -33,6 +36,10 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
             return Ok(std::process::ExitCode::from(130));
         }
     };
+    if let Some(path) = &cli.json_file {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
     if cli.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -12,8 +12,8 @@ use crate::follow::follow;
 use crate::leader;
 use fastblock_auth::{EntityName, Secret};
 use fastblock_monclient::MonClient;
-use fastblock_types::api::OsdReport;
 use fastblock_types::api::{BootRequest, HeartbeatRequest, ReportBatch, REPORT_BATCH_ITEMS_MAX};
+use fastblock_types::api::{ErrorCode, OsdReport};
 use fastblock_types::map::ClusterMap;
 use fastblock_types::map_delta::MapScope;
 use fastblock_types::{Epoch, OsdId};
@@ -35,7 +35,11 @@ const REFUSALS_KEPT_MAX: usize = 20;
 #[derive(Default)]
 pub struct ReportStats {
     pub sent: AtomicU64,
+    /// Refused as anything but stale.
     pub refused: AtomicU64,
+    /// Refused as stale (`stale_report`): a report sent again that the monitor had taken
+    /// already, whose epoch had not reached this OSD yet. Harmless, as for a real OSD.
+    pub stale: AtomicU64,
     pub batches: AtomicU64,
     /// The first refusals' messages.
     pub refusals: Mutex<Vec<String>>,
@@ -202,8 +206,12 @@ async fn report(
         match mon.reports(id, &batch).await {
             Ok(resp) => {
                 for (r, result) in batch.reports.iter().zip(resp.results) {
-                    if let Some(e) = result {
-                        stats.refusal(format!("osd.{id} {r:?}: {e}"));
+                    match result {
+                        Some(e) if e.code == ErrorCode::StaleReport => {
+                            stats.stale.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Some(e) => stats.refusal(format!("osd.{id} {r:?}: {e}")),
+                        None => {}
                     }
                 }
             }
