@@ -189,8 +189,8 @@ impl Report {
             }
         }
         s.push_str(&format!(
-            "PG reports: {} in {} batches; refused: {} as stale (sent again before the map \
-             showed them taken), {} otherwise\n",
+            "PG reports: {} in {} batches; refused: {} as stale or late (sent again before \
+             the map showed them taken, or confirming an entry already finished), {} otherwise\n",
             self.reports_sent, self.report_batches, self.reports_stale, self.reports_refused
         ));
         for r in &self.refusals {

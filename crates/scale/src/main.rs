@@ -22,12 +22,18 @@ struct Cli {
 async fn main() -> anyhow::Result<std::process::ExitCode> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("error,fastblock_scale::scenarios=info")
+            }),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // A flag no run can use is a usage error, as clap's own are (status 2).
+    if let Err(e) = cli.options.check() {
+        eprintln!("fastblock-scale: {e}");
+        return Ok(std::process::ExitCode::from(2));
+    }
     // Ctrl-C drops the run: the simulated daemons stop and the monitor is killed by its PID.
     let report = tokio::select! {
         r = fastblock_scale::run(&cli.options) => r?,

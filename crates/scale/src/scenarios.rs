@@ -339,6 +339,14 @@ impl<'a> Run<'a> {
         self.pool()?;
         let start = self.start();
         let image = self.create_image("scale-removed").await?;
+        // The observer must see the image before its removal can be told from its absence.
+        self.fleet
+            .wait_map("the created image in the map", self.opts.wait(), |m| {
+                m.images
+                    .as_ref()
+                    .is_some_and(|t| t.images.contains_key(&image))
+            })
+            .await?;
         let t_rm = Instant::now();
         self.fleet
             .admin
@@ -347,22 +355,20 @@ impl<'a> Run<'a> {
             .map_err(|e| ScaleError::mon("removing image scale-removed", e))?;
         let recorded = self
             .fleet
-            .wait_map(
-                "the reclaim entry of the removed image",
-                self.opts.wait(),
-                |m| {
-                    m.images
-                        .as_ref()
-                        .is_none_or(|t| !t.images.contains_key(&image))
-                },
-            )
+            .wait_map("the removal of the image", self.opts.wait(), |m| {
+                m.images
+                    .as_ref()
+                    .is_none_or(|t| !t.images.contains_key(&image))
+            })
             .await?;
         let done = self
             .fleet
             .wait_map(
                 "the reclaim of the removed image done",
                 self.opts.wait(),
-                |m| !m.reclaim.values().any(|e| e.image == image),
+                // The removal and its reclaim entry are one commit: past the removal, no
+                // entry means every PG confirmed.
+                |m| m.epoch >= recorded.epoch && !m.reclaim.values().any(|e| e.image == image),
             )
             .await?;
         let mut checks = vec![check(
@@ -620,12 +626,24 @@ fn deltas_after_first_contact(fleet: &Fleet, since: Instant) -> Check {
 
 /// The run's scenarios in order; stops at the first error, keeping the rows done.
 pub async fn run_all(run: &mut Run<'_>, rows: &mut Vec<Row>) -> Result<()> {
-    rows.push(run.boot().await?);
-    rows.push(run.pool_create().await?);
-    rows.push(run.host_down_out().await?);
-    rows.push(run.osd_add().await?);
-    rows.push(run.image_remove().await?);
-    rows.push(run.snapshot().await?);
-    rows.push(run.rolling_restart().await?);
+    for step in 0..7 {
+        let row = match step {
+            0 => run.boot().await?,
+            1 => run.pool_create().await?,
+            2 => run.host_down_out().await?,
+            3 => run.osd_add().await?,
+            4 => run.image_remove().await?,
+            5 => run.snapshot().await?,
+            _ => run.rolling_restart().await?,
+        };
+        // Progress on stderr (the binary shows this target at info): a large run takes minutes.
+        tracing::info!(
+            "{} done: {} epochs, settled in {:.1} s",
+            row.scenario,
+            row.epochs,
+            row.settle_ms / 1e3
+        );
+        rows.push(row);
+    }
     Ok(())
 }

@@ -37,8 +37,7 @@ pub struct ReportStats {
     pub sent: AtomicU64,
     /// Refused as anything but stale.
     pub refused: AtomicU64,
-    /// Refused as stale (`stale_report`): a report sent again that the monitor had taken
-    /// already, whose epoch had not reached this OSD yet. Harmless, as for a real OSD.
+    /// Refused as stale or late (see [`harmless`]).
     pub stale: AtomicU64,
     pub batches: AtomicU64,
     /// The first refusals' messages.
@@ -207,7 +206,7 @@ async fn report(
             Ok(resp) => {
                 for (r, result) in batch.reports.iter().zip(resp.results) {
                     match result {
-                        Some(e) if e.code == ErrorCode::StaleReport => {
+                        Some(e) if harmless(e.code) => {
                             stats.stale.fetch_add(1, Ordering::Relaxed);
                         }
                         Some(e) => stats.refusal(format!("osd.{id} {r:?}: {e}")),
@@ -221,4 +220,15 @@ async fn report(
             sent.insert(format!("{r:?}"), now);
         }
     }
+}
+
+/// Refusals a real OSD meets too and drops: a report sent again that the monitor had taken
+/// already, whose epoch had not reached this OSD yet (`stale_report`), and a confirmation of a
+/// reclaim or trim entry that every PG had confirmed meanwhile (the entry is gone: an OSD
+/// behind on the map still saw it).
+fn harmless(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::StaleReport | ErrorCode::ReclaimNotFound | ErrorCode::SnapTrimNotFound
+    )
 }
