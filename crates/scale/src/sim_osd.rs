@@ -11,7 +11,7 @@ use crate::error::{Result, ScaleError};
 use crate::follow::follow;
 use crate::leader;
 use fastblock_auth::{EntityName, Secret};
-use fastblock_monclient::MonClient;
+use fastblock_monclient::{MonClient, MonError};
 use fastblock_types::api::{BootRequest, HeartbeatRequest, ReportBatch, REPORT_BATCH_ITEMS_MAX};
 use fastblock_types::api::{ErrorCode, OsdReport};
 use fastblock_types::map::ClusterMap;
@@ -25,6 +25,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// Boot calls an OSD makes before it gives up (each bounded by the client's 30 s deadline).
+const BOOT_ATTEMPTS_MAX: u32 = 5;
 /// A report the map does not reflect after this long is sent again (the real OSD repeats a
 /// report until it is answered; the monitor refuses a duplicate as stale, harmlessly).
 const REPORT_RESEND_AFTER: Duration = Duration::from_secs(3);
@@ -110,11 +112,24 @@ impl SimOsd {
             config: format!("{{\"simulated_osd\":{}}}", self.id),
             lease_timing: None,
         };
-        let epoch = self
-            .mon
-            .boot(self.id, &req)
-            .await
-            .map_err(|e| ScaleError::mon(format!("boot of osd.{}", self.id), e))?;
+        // An OSD whose boot finds no monitor answering tries again, as `fastblock-osd` does;
+        // bounded here, so that a monitor that never answers ends the run.
+        let mut attempt = 1;
+        let epoch = loop {
+            match self.mon.boot(self.id, &req).await {
+                Ok(epoch) => break epoch,
+                Err(e @ MonError::Unreachable { .. }) if attempt < BOOT_ATTEMPTS_MAX => {
+                    tracing::warn!("osd.{} boot, attempt {attempt}: {e}", self.id);
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(ScaleError::mon(
+                        format!("boot of osd.{} (attempt {attempt})", self.id),
+                        e,
+                    ))
+                }
+            }
+        };
         let (tx, rx) = watch::channel(None);
         self.tasks.push(tokio::spawn(heartbeats(
             self.mon.clone(),
