@@ -196,9 +196,14 @@ impl Report {
         for r in &self.refusals {
             s.push_str(&format!("  refused: {r}\n"));
         }
-        s.push_str(
-            "etcd's largest transaction: not measured (neither the monitor nor etcd exposes it)\n",
-        );
+        let largest = self.rows.iter().filter_map(|r| r.etcd.txn_bytes_max).max();
+        s.push_str(&match largest {
+            Some(b) => format!(
+                "etcd's largest transaction: {:.1} KiB put (fastblock_mon_etcd_txn_bytes_max)\n",
+                b as f64 / 1024.0
+            ),
+            None => "etcd's largest transaction: not read from the monitor\n".to_string(),
+        });
         if let Some(e) = &self.error {
             s.push_str(&format!("STOPPED: {e}\n"));
         }

@@ -31,6 +31,9 @@ pub struct EtcdGauges {
     pub db_size_in_use_bytes: Option<u64>,
     pub revision: Option<u64>,
     pub compacted_revision: Option<u64>,
+    /// Bytes put by the largest etcd transaction the monitor made since it started
+    /// (`fastblock_mon_etcd_txn_bytes_max`).
+    pub txn_bytes_max: Option<u64>,
 }
 
 /// Reads the etcd gauges from the monitor's `/metrics` (each `None` when absent or not read).
@@ -63,6 +66,7 @@ fn parse_etcd_gauges(text: &str) -> EtcdGauges {
         db_size_in_use_bytes: value("etcd_db_size_in_use_bytes"),
         revision: value("etcd_revision"),
         compacted_revision: value("etcd_compacted_revision"),
+        txn_bytes_max: value("etcd_txn_bytes_max"),
     }
 }
 
@@ -74,11 +78,13 @@ mod tests {
     fn gauges_are_read_by_suffix_and_not_confused_with_longer_names() {
         let text = "# HELP x\nfastblock_mon_etcd_db_size_bytes 4096\n\
                     fastblock_mon_etcd_db_size_in_use_bytes 1024\n\
-                    fastblock_mon_etcd_revision 77\n";
+                    fastblock_mon_etcd_revision 77\n\
+                    fastblock_mon_etcd_txn_bytes_max 1000\n";
         let g = parse_etcd_gauges(text);
         assert_eq!(g.db_size_bytes, Some(4096));
         assert_eq!(g.db_size_in_use_bytes, Some(1024));
         assert_eq!(g.revision, Some(77));
         assert_eq!(g.compacted_revision, None);
+        assert_eq!(g.txn_bytes_max, Some(1000));
     }
 }

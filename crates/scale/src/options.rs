@@ -14,8 +14,8 @@ pub struct Options {
     /// Simulated clients following the big pool's map (started once the pool exists).
     #[arg(long, default_value_t = 2)]
     pub clients: u32,
-    /// PGs of the pool the scenarios use (the monitor refuses more than its PG_COUNT_MAX).
-    #[arg(long, default_value_t = fastblock_mon_core::limits::PG_COUNT_MAX)]
+    /// PGs of the pool the scenarios use, at most the monitor's PG_COUNT_MAX (131,072).
+    #[arg(long, default_value_t = 4096)]
     pub pg_count: u32,
     /// Replicas per PG.
     #[arg(long, default_value_t = 3)]
@@ -95,8 +95,9 @@ impl Options {
                 self.pool_size
             ));
         }
-        if self.pg_count == 0 {
-            return bad("--pg-count must be at least 1".into());
+        let pg_max = fastblock_mon_core::limits::PG_COUNT_MAX;
+        if self.pg_count == 0 || self.pg_count > pg_max {
+            return bad(format!("--pg-count must be between 1 and {pg_max}"));
         }
         if self.osd_down_after_secs == 0 || self.osd_out_after_secs == 0 {
             return bad("--osd-down-after-secs and --osd-out-after-secs must be at least 1".into());
