@@ -7,7 +7,9 @@
 //! up to at most [`MAP_LOG_ENTRIES_MAX`] and their count to [`MAP_LOG_EPOCHS_MAX`]; a holder
 //! behind the oldest kept gets the whole map, scoped. A new leader's log starts at the epoch it
 //! loaded (the map at an epoch is the same whoever leads): a holder at that epoch gets deltas,
-//! one behind it a whole map.
+//! one behind it a whole map. A leader that reloads (after a conflict, or a commit dropped while
+//! it waited) keeps its log and appends the loaded map if it is later ([`MapLog::resume`]), so
+//! its daemons stay on deltas.
 
 use fastblock_types::map::ClusterMap;
 use fastblock_types::map_delta::{MapDelta, MapScope, MapUpdate, PgIndex};
@@ -63,6 +65,22 @@ impl MapLog {
             index: std::sync::OnceLock::new(),
             deltas: VecDeque::new(),
             entries: 0,
+        }
+    }
+
+    /// The log for a leader that (re)loaded `map` from etcd, given the log it had (`None`:
+    /// none, or a new leadership). A reload within a leadership (after a conflict, or a commit
+    /// dropped while it waited) keeps the log if `map` is its current map, and appends `map`
+    /// if it is later (a commit whose transactions went in but was never published): the
+    /// holders go on with deltas instead of a whole map each. Anything else starts anew.
+    pub fn resume(previous: Option<MapLog>, map: Arc<ClusterMap>) -> MapLog {
+        match previous {
+            Some(log) if log.current.epoch == map.epoch && *log.current == *map => log,
+            Some(mut log) if log.current.epoch < map.epoch => {
+                log.push(map);
+                log
+            }
+            _ => MapLog::new(map),
         }
     }
 
@@ -181,6 +199,40 @@ mod tests {
         assert!(matches!(
             log.update_for(log.oldest(), &MapScope::All),
             MapUpdate::Delta(_)
+        ));
+    }
+
+    /// Goal: a leader that reloads its state (a conflict, a commit dropped while it waited)
+    /// does not send every daemon a whole map. Method: holders at the log's epochs, the log
+    /// resumed with the same map (kept), a later one (appended: a delta), an earlier or a
+    /// different one at the same epoch (a new log: whole maps).
+    #[test]
+    fn a_reload_resumes_the_log_when_the_map_follows_it() {
+        let mut log = MapLog::new(at(1, false));
+        log.push(at(2, true));
+        let same = MapLog::resume(Some(log), at(2, true));
+        assert_eq!(same.oldest(), Epoch(1), "kept");
+        let later = MapLog::resume(Some(same), at(3, false));
+        assert_eq!(later.current().epoch, Epoch(3));
+        assert!(matches!(
+            later.update_for(Epoch(2), &MapScope::All),
+            MapUpdate::Delta(d) if d.from == Epoch(2) && d.to == Epoch(3)
+        ));
+        assert!(matches!(
+            later.update_for(Epoch(1), &MapScope::All),
+            MapUpdate::Delta(_)
+        ));
+        // Not following: a holder gets a whole map.
+        let other = MapLog::resume(Some(MapLog::new(at(3, true))), at(3, false));
+        assert!(matches!(
+            other.update_for(Epoch(2), &MapScope::All),
+            MapUpdate::Full(_)
+        ));
+        let older = MapLog::resume(Some(MapLog::new(at(5, false))), at(3, false));
+        assert_eq!(older.current().epoch, Epoch(3));
+        assert!(matches!(
+            older.update_for(Epoch(2), &MapScope::All),
+            MapUpdate::Full(_)
         ));
     }
 }

@@ -210,8 +210,13 @@ impl Monitor {
                     liveness.heartbeat(osd.id, now);
                 }
                 tracing::info!(epoch = %snapshot.state.map.epoch, "leading; state loaded");
-                *self.map_log.write().expect("map log lock") =
-                    Some(MapLog::new(Arc::new(snapshot.state.map.clone())));
+                // A reload within a leadership keeps the daemons on deltas (`MapLog::resume`);
+                // losing the leadership dropped the log (`Role::Follower` above).
+                {
+                    let mut log = self.map_log.write().expect("map log lock");
+                    let map = Arc::new(snapshot.state.map.clone());
+                    *log = Some(MapLog::resume(log.take(), map));
+                }
                 self.epoch.send_replace(snapshot.state.map.epoch);
                 *guard = Some(LeaderCtx {
                     fence,

@@ -22,8 +22,9 @@
 //! - chunks of existing pools hold PGs that changed ahead of the rest of the operation. Each
 //!   PG on its own is one the monitor could have written (a membership target, state bits,
 //!   a leader), the load derives every PG's state again, and the epoch was already raised,
-//!   so no daemon that saw the old epoch mistakes the loaded map for it: the new leader's
-//!   log starts at the loaded epoch, and a daemon behind it gets a whole map.
+//!   so no daemon that saw the old epoch mistakes the loaded map for it: a new leader's log
+//!   starts at the loaded epoch (a daemon behind it gets a whole map), and the same leader
+//!   reloading appends the loaded map to its log (`MapLog::resume`: the delta to it).
 
 use crate::keys::{KeyError, Keyspace};
 use crate::txn_limits::{batches, TXN_BYTES_MAX, TXN_OPS_MAX};
