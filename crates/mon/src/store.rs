@@ -272,19 +272,10 @@ impl EtcdStore {
             snapshot.dirty = false;
             return Ok(Some(txns.written()));
         }
-        let txn = Txn::new().when(compares).and_then(ops);
         txns.record(final_bytes);
-        snapshot.in_doubt = true;
-        let resp = self.client.txn(txn).await;
-        snapshot.in_doubt = false;
-        let resp = resp?;
-        if !resp.succeeded() {
-            return Err(CommitError::Conflict);
-        }
-        let revision = resp
-            .header()
-            .map(|h| h.revision())
-            .expect("etcd txn responses carry a header");
+        let revision = self
+            .send(snapshot, Txn::new().when(compares).and_then(ops))
+            .await?;
         for (key, value) in puts {
             snapshot.revisions.insert(key.clone(), revision);
             snapshot.kvs.insert(key, value);
@@ -362,6 +353,23 @@ impl EtcdStore {
         batches(ahead, |(k, v)| k.len() + v.len())
     }
 
+    /// Sends one guarded transaction of a commit; its revision if it went in. `snapshot` is in
+    /// doubt while the answer is awaited: dropped then, the commit leaves it so.
+    async fn send(&mut self, snapshot: &mut Snapshot, txn: Txn) -> Result<i64, CommitError> {
+        snapshot.in_doubt = true;
+        let resp = self.client.txn(txn).await;
+        // Known: written, refused, or failed (an error the caller reloads after).
+        snapshot.in_doubt = false;
+        let resp = resp?;
+        if !resp.succeeded() {
+            return Err(CommitError::Conflict);
+        }
+        Ok(resp
+            .header()
+            .map(|h| h.revision())
+            .expect("etcd txn responses carry a header"))
+    }
+
     /// Writes one run of a large commit's chunk puts under the same guards as the final
     /// transaction, and records them in `snapshot`, which from then on no longer encodes its
     /// state (`dirty`: whatever happens next, the following commit compares every key).
@@ -388,21 +396,9 @@ impl EtcdStore {
             bytes += (key.len() + stored.len()) as u64;
             ops.push(TxnOp::put(key.clone(), stored, None));
         }
-        snapshot.in_doubt = true;
-        let resp = self
-            .client
-            .txn(Txn::new().when(compares).and_then(ops))
-            .await;
-        // Known: written, refused, or failed (an error the caller reloads after).
-        snapshot.in_doubt = false;
-        let resp = resp?;
-        if !resp.succeeded() {
-            return Err(CommitError::Conflict);
-        }
-        let revision = resp
-            .header()
-            .map(|h| h.revision())
-            .expect("etcd txn responses carry a header");
+        let revision = self
+            .send(snapshot, Txn::new().when(compares).and_then(ops))
+            .await?;
         snapshot.dirty = true;
         for (key, value) in run {
             snapshot.revisions.insert(key.clone(), revision);

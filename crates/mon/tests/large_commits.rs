@@ -66,6 +66,27 @@ fn create_big_pool(s: &mut MonState) {
     .unwrap();
 }
 
+/// An etcd with a small cluster committed in it (3 OSDs, a pool of 8 PGs), and the store,
+/// fence and snapshot that committed it.
+async fn started() -> (
+    common::Etcd,
+    etcd_client::Client,
+    Fence,
+    EtcdStore,
+    Snapshot,
+) {
+    let (etcd, mut client) = etcd().await;
+    let fence = fence(&mut client).await;
+    let mut store = EtcdStore::new(client.clone(), Keyspace::new("/fb"));
+    let mut snapshot = store.load().await.unwrap();
+    commit(&mut store, fence, &mut snapshot, |s| {
+        *s = cluster_state(3, 8, 3);
+    })
+    .await
+    .unwrap();
+    (etcd, client, fence, store, snapshot)
+}
+
 async fn load(client: &etcd_client::Client) -> Snapshot {
     EtcdStore::new(client.clone(), Keyspace::new("/fb"))
         .load()
@@ -79,15 +100,7 @@ async fn load(client: &etcd_client::Client) -> Snapshot {
 /// the state loads back as committed.
 #[tokio::test]
 async fn a_pool_too_large_for_one_transaction_is_written_in_several_and_loads_whole() {
-    let (_etcd, mut client) = etcd().await;
-    let fence = fence(&mut client).await;
-    let mut store = EtcdStore::new(client.clone(), Keyspace::new("/fb"));
-    let mut snapshot = store.load().await.unwrap();
-    commit(&mut store, fence, &mut snapshot, |s| {
-        *s = cluster_state(3, 8, 3);
-    })
-    .await
-    .unwrap();
+    let (_etcd, client, fence, mut store, mut snapshot) = started().await;
 
     let created = commit(&mut store, fence, &mut snapshot, create_big_pool)
         .await
@@ -148,16 +161,8 @@ async fn a_pool_too_large_for_one_transaction_is_written_in_several_and_loads_wh
 /// down stops the same way: the load holds the PGs written ahead, under the new epoch.
 #[tokio::test]
 async fn a_large_commit_cut_short_loads_as_a_state_to_lead_on_and_is_cleaned_up() {
-    let (_etcd, mut client) = etcd().await;
-    let fence = fence(&mut client).await;
+    let (_etcd, mut client, fence, mut store, snapshot) = started().await;
     let keys = Keyspace::new("/fb");
-    let mut store = EtcdStore::new(client.clone(), keys.clone());
-    let mut snapshot = store.load().await.unwrap();
-    commit(&mut store, fence, &mut snapshot, |s| {
-        *s = cluster_state(3, 8, 3);
-    })
-    .await
-    .unwrap();
     let epoch_before = snapshot.state.map.epoch;
 
     let mut cut = EtcdStore::new(client.clone(), keys.clone()).stopping_after_ahead_txns(1);
@@ -247,15 +252,7 @@ async fn a_large_commit_cut_short_loads_as_a_state_to_lead_on_and_is_cleaned_up(
 /// after a reload the same operation commits.
 #[tokio::test]
 async fn a_commit_dropped_while_it_waits_leaves_its_snapshot_in_doubt() {
-    let (_etcd, mut client) = etcd().await;
-    let fence = fence(&mut client).await;
-    let mut store = EtcdStore::new(client.clone(), Keyspace::new("/fb"));
-    let mut snapshot = store.load().await.unwrap();
-    commit(&mut store, fence, &mut snapshot, |s| {
-        *s = cluster_state(3, 8, 3);
-    })
-    .await
-    .unwrap();
+    let (_etcd, client, fence, mut store, mut snapshot) = started().await;
     assert!(!snapshot.in_doubt);
     let before = snapshot.state.clone();
     let mut next = before.clone();
