@@ -591,16 +591,28 @@ impl MonCluster {
 
 /// The leading monitor's incarnation, as the answer to an open call to the monitor at `addr`
 /// names it (`x-fastblock-incarnation`): what a signed call must be signed for.
+///
+/// A monitor that does not know the leader yet (a follower just after an election: it learns
+/// the leader key within a moment) answers `no_leader` without one: asked again, for up to
+/// 30 s.
 pub async fn mon_incarnation(addr: &str) -> String {
-    let answer = http_get(&format!("http://{addr}/v1/health"))
-        .await
-        .expect("GET /v1/health");
-    answer
-        .lines()
-        .find_map(|l| l.strip_prefix("x-fastblock-incarnation: "))
-        .unwrap_or_else(|| panic!("no incarnation in {answer}"))
-        .trim()
-        .to_string()
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = http_get(&format!("http://{addr}/v1/health"))
+            .await
+            .expect("GET /v1/health");
+        if let Some(inc) = answer
+            .lines()
+            .find_map(|l| l.strip_prefix("x-fastblock-incarnation: "))
+        {
+            return inc.trim().to_string();
+        }
+        assert!(
+            answer.contains("\"no_leader\"") && Instant::now() < deadline,
+            "no incarnation in {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Minimal HTTP GET over a raw socket (the harness must not depend on the code under test).
