@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{cluster_state, etcd};
+use common::{all_keys, cluster_state, etcd, fence};
 use fastblock_mon::keys::Keyspace;
 use fastblock_mon::store::{CommitError, EtcdStore, Fence, Snapshot, Written};
 use fastblock_mon::txn_limits::TXN_BYTES_MAX;
@@ -19,28 +19,6 @@ use std::collections::BTreeMap;
 
 /// A pool this large is some 5 MB of PG chunks: four or more transactions of at most 1 MiB.
 const BIG_PGS: u32 = 32_768;
-
-async fn fence(client: &mut etcd_client::Client) -> Fence {
-    let put = client.put("/fb/mon/leader", "{}", None).await.unwrap();
-    Fence {
-        leader_create_revision: put.header().unwrap().revision(),
-    }
-}
-
-async fn all_keys(client: &mut etcd_client::Client) -> BTreeMap<String, String> {
-    let resp = client
-        .get("/fb/", Some(etcd_client::GetOptions::new().with_prefix()))
-        .await
-        .unwrap();
-    resp.kvs()
-        .iter()
-        .map(|kv| {
-            let k = kv.key_str().unwrap().to_string();
-            (k, kv.value_str().unwrap().to_string())
-        })
-        .filter(|(k, _)| !k.starts_with("/fb/mon/"))
-        .collect()
-}
 
 /// Runs `op` on a copy of the snapshot's state, as the monitor does, and commits it.
 async fn commit(
@@ -171,7 +149,7 @@ async fn a_large_commit_cut_short_loads_as_a_state_to_lead_on_and_is_cleaned_up(
     assert!(matches!(outcome, Err(CommitError::Conflict)), "{outcome:?}");
     let written = all_keys(&mut client).await;
     let next_pool = snapshot.state.counters.next_pool_id;
-    let leftovers = |kvs: &BTreeMap<String, String>| {
+    let leftovers = |kvs: &BTreeMap<String, (String, i64)>| {
         kvs.keys()
             .filter(|k| k.starts_with(&format!("/fb/pgmaps/{next_pool}/")))
             .count()

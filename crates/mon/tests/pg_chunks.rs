@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{cluster_state, etcd};
+use common::{all_keys, cluster_state, etcd, fence};
 use fastblock_mon::keys::Keyspace;
 use fastblock_mon::store::{EtcdStore, Fence};
 use fastblock_mon_core::MonState;
@@ -17,30 +17,6 @@ const PGS: u32 = 1024;
 
 fn state() -> MonState {
     cluster_state(3, PGS, 3)
-}
-
-async fn all_keys(client: &mut etcd_client::Client) -> BTreeMap<String, (String, i64)> {
-    let resp = client
-        .get("/fb/", Some(etcd_client::GetOptions::new().with_prefix()))
-        .await
-        .unwrap();
-    resp.kvs()
-        .iter()
-        .map(|kv| {
-            (
-                kv.key_str().unwrap().to_string(),
-                (kv.value_str().unwrap().to_string(), kv.mod_revision()),
-            )
-        })
-        .collect()
-}
-
-async fn fence(client: &mut etcd_client::Client) -> Fence {
-    let put = client.put("/fb/mon/leader", "{}", None).await.unwrap();
-    let rev = put.header().unwrap().revision();
-    Fence {
-        leader_create_revision: rev,
-    }
 }
 
 /// Runs `op` on a copy of the snapshot's state, as the monitor does, and commits it.

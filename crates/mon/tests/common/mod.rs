@@ -96,3 +96,32 @@ pub fn cluster_state(osds: u32, pg_count: u32, size: u32) -> MonState {
     s.finish(&MonState::default());
     s
 }
+
+/// Every key under `/fb/` with its value and mod revision.
+#[allow(dead_code)] // not every test file that shares this module reads keys
+pub async fn all_keys(
+    client: &mut etcd_client::Client,
+) -> std::collections::BTreeMap<String, (String, i64)> {
+    let resp = client
+        .get("/fb/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    resp.kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_string(),
+                (kv.value_str().unwrap().to_string(), kv.mod_revision()),
+            )
+        })
+        .collect()
+}
+
+/// Leadership as the store's commits check it: a leader key put now, its create revision.
+#[allow(dead_code)]
+pub async fn fence(client: &mut etcd_client::Client) -> fastblock_mon::store::Fence {
+    let put = client.put("/fb/mon/leader", "{}", None).await.unwrap();
+    fastblock_mon::store::Fence {
+        leader_create_revision: put.header().unwrap().revision(),
+    }
+}
