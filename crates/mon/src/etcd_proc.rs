@@ -1,7 +1,9 @@
 //! Runs and supervises the monitor's own etcd member.
 //!
 //! The member's data lives under the monitor's data dir. The child gets `PR_SET_PDEATHSIG` so
-//! that it dies with the monitor even when the monitor is SIGKILLed; on a clean shutdown the
+//! that it dies with the monitor even when the monitor is SIGKILLed (forked from the thread
+//! `crate::child_anchor` keeps for the monitor's lifetime, since the signal follows the
+//! forking thread); on a clean shutdown the
 //! monitor stops it with SIGTERM and waits. If etcd exits on its own, the supervisor restarts it
 //! with a backoff (and health counts it, `MON_TASK_FAILED: etcd member ...`): the monitor keeps
 //! answering (with `unavailable`) meanwhile. If etcd cannot be started at all, if another
@@ -111,7 +113,9 @@ impl EtcdMemberConfig {
         cmd
     }
 
-    fn spawn(&self) -> anyhow::Result<Child> {
+    /// Starts the member from the anchor thread (`crate::child_anchor`): its
+    /// `PR_SET_PDEATHSIG` must not fire while the monitor runs.
+    async fn spawn(&self) -> anyhow::Result<Child> {
         std::fs::create_dir_all(&self.data_dir)
             .with_context(|| format!("creating etcd data dir {}", self.data_dir.display()))?;
         let log_path = self.data_dir.with_extension("log");
@@ -123,7 +127,7 @@ impl EtcdMemberConfig {
             .with_context(|| format!("opening etcd log {}", log_path.display()))?;
         let mut cmd = self.command();
         cmd.stdout(log.try_clone()?).stderr(log);
-        let child = cmd.spawn().with_context(|| {
+        let child = crate::child_anchor::spawn(cmd).await.with_context(|| {
             format!(
                 "starting etcd ({}); install it with scripts/install-deps.sh",
                 self.binary
@@ -153,7 +157,7 @@ pub async fn supervise(
     mut shutdown: watch::Receiver<bool>,
     on_exit: impl Fn(&str) + Send,
 ) -> anyhow::Result<()> {
-    let mut child = config.spawn()?;
+    let mut child = config.spawn().await?;
     let mut started = tokio::time::Instant::now();
     let mut restarts: u32 = 0;
     let mut quick_exits: u32 = 0;
@@ -194,7 +198,7 @@ pub async fn supervise(
                 );
                 on_exit(&format!("exited ({status}), restarted"));
                 tokio::time::sleep(backoff).await;
-                child = config.spawn()?;
+                child = config.spawn().await?;
                 started = tokio::time::Instant::now();
             }
             _ = shutdown.changed() => {

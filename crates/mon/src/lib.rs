@@ -30,6 +30,9 @@
 //! - [`supervise`]: every background task is supervised: a failure is logged, counted in
 //!   health (`MON_TASK_FAILED`), and the task restarted with a back-off or the monitor
 //!   stopped.
+//! - [`cpu`]: long CPU work (the whole state decoded, an operation decided) run so that the
+//!   lease renewals and the other tasks keep their turn; [`child_anchor`]: the thread the own
+//!   etcd member is forked from, so that it dies with the monitor and only then.
 //! - [`server`]: wiring of all of the above for the binary and for tests.
 //!
 //! Decisions live in `fastblock-mon-core`; this crate only performs them. Only monitors talk
@@ -37,6 +40,8 @@
 
 pub mod auth_http;
 pub mod backup;
+pub mod child_anchor;
+pub mod cpu;
 pub mod election;
 pub mod etcd_auth;
 pub mod etcd_identity;

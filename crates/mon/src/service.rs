@@ -302,9 +302,13 @@ impl Monitor {
             let ctx = guard.as_mut().ok_or_else(no_leader)?;
             let (snapshot, mut side) = ctx.split(self.now_ms(), self.unix_ms());
             let before = &snapshot.state;
-            let mut next = before.clone();
-            let out = op(&mut next, &mut side)?;
-            if !next.finish(before) {
+            let (next, out, changed) = crate::cpu::heavy(|| {
+                let mut next = before.clone();
+                let out = op(&mut next, &mut side)?;
+                let changed = next.finish(before);
+                Ok::<_, ApiError>((next, out, changed))
+            })?;
+            if !changed {
                 return Ok(out);
             }
             let epoch = next.map.epoch;

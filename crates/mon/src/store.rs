@@ -151,15 +151,19 @@ impl EtcdStore {
             revisions.insert(key.clone(), kv.mod_revision());
             kvs.insert(key, value);
         }
-        let clear_entities = self.keys.open_stored(&mut kvs)?;
-        let state = self.keys.decode(&kvs)?;
-        let orphans = self.keys.orphan_chunks(&kvs);
-        let dirty = self.keys.encode(&state)
-            != kvs
-                .iter()
-                .filter(|(k, _)| !orphans.contains(*k))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<BTreeMap<_, _>>();
+        let keys = &self.keys;
+        let (clear_entities, state, dirty) = crate::cpu::heavy(|| {
+            let clear_entities = keys.open_stored(&mut kvs)?;
+            let state = keys.decode(&kvs)?;
+            let orphans = keys.orphan_chunks(&kvs);
+            let dirty = keys.encode(&state)
+                != kvs
+                    .iter()
+                    .filter(|(k, _)| !orphans.contains(*k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<BTreeMap<_, _>>();
+            Ok::<_, LoadError>((clear_entities, state, dirty))
+        })?;
         if dirty {
             tracing::info!(
                 "the state in etcd is not as this version writes it (an older layout): the \
@@ -186,7 +190,7 @@ impl EtcdStore {
         snapshot: &mut Snapshot,
         next: MonState,
     ) -> Result<Option<Written>, CommitError> {
-        let (mut puts, deletes) = self.changes(snapshot, &next);
+        let (mut puts, deletes) = crate::cpu::heavy(|| self.changes(snapshot, &next));
         // Entries still in clear in etcd go sealed with this commit, unchanged or not.
         for key in &snapshot.clear_entities {
             let unput = !puts.iter().any(|(k, _)| k == key);
