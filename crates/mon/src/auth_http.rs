@@ -177,7 +177,7 @@ async fn authenticate_and_serve(app: Arc<AppState>, req: Request, next: Next) ->
         .and_then(|h| h.entity.parse::<EntityName>().ok());
     let looked_up = app
         .mon
-        .read(|s, _| {
+        .read(|s| {
             let record = claimed
                 .as_ref()
                 .and_then(|e| s.auth.entities.get(e))
@@ -358,7 +358,7 @@ fn key_response(
 pub async fn auth_list(State(app): App) -> ApiResult<Vec<AuthEntityInfo>> {
     Ok(Json(
         app.mon
-            .read(|s, _| {
+            .read(|s| {
                 s.auth
                     .entities
                     .iter()
@@ -484,7 +484,7 @@ pub async fn auth_data_keys(
     };
     let (settings, entities) = app
         .mon
-        .read(|s, _| (s.map.auth, s.auth.entities.clone()))
+        .read(|s| (s.map.auth, s.auth.entities.clone()))
         .await?;
     let mut out = Vec::with_capacity(entities.len());
     for (name, e) in &entities {

@@ -5,7 +5,7 @@ use crate::auth_http::{self, Authenticated};
 use crate::election::Role;
 use crate::forward::{status_of, Forwarder, FORWARDED_HEADER};
 use crate::metrics::{ApiLabels, Metrics};
-use crate::service::{LeaderCtx, Monitor};
+use crate::service::{Book, Monitor};
 use crate::supervise::{panic_message, CatchUnwind, Supervisor};
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
@@ -270,7 +270,7 @@ async fn get_metrics(State(app): App) -> Response {
     let mons = members(&app).await;
     let text = match app
         .mon
-        .read(|s, ctx| {
+        .read_with_book(|s, ctx| {
             let now_ms = app.mon.now_ms();
             crate::metrics::Scrape {
                 state: s,
@@ -328,7 +328,7 @@ async fn get_mon(State(app): App) -> Json<MonView> {
 /// inconsistent) and the OSDs' space.
 fn full_health(
     app: &AppState,
-    (s, ctx): (&fastblock_mon_core::MonState, &LeaderCtx),
+    (s, ctx): (&fastblock_mon_core::MonState, &Book),
     tasks: &[DaemonCheck],
     mons: &[MonMember],
 ) -> Health {
@@ -354,7 +354,7 @@ async fn get_health(State(app): App) -> ApiResult<HealthResponse> {
     let mons = members(&app).await;
     let view = app
         .mon
-        .read(|s, ctx| {
+        .read_with_book(|s, ctx| {
             let h = full_health(&app, (s, ctx), &tasks, &mons);
             HealthResponse {
                 status: h.status.to_string(),
@@ -388,7 +388,7 @@ async fn get_status(State(app): App) -> ApiResult<StatusResponse> {
     let tasks = app.tasks.checks();
     let status = app
         .mon
-        .read(|s, ctx| status_view(&app, (s, ctx), &tasks, mons))
+        .read_with_book(|s, ctx| status_view(&app, (s, ctx), &tasks, mons))
         .await?;
     Ok(Json(status))
 }
@@ -397,7 +397,7 @@ async fn get_status(State(app): App) -> ApiResult<StatusResponse> {
 /// cut from it (`crate::status_page`), so both always agree.
 pub(crate) fn status_view(
     app: &AppState,
-    (s, ctx): (&fastblock_mon_core::MonState, &LeaderCtx),
+    (s, ctx): (&fastblock_mon_core::MonState, &Book),
     tasks: &[DaemonCheck],
     mons: Vec<MonMember>,
 ) -> StatusResponse {
@@ -463,7 +463,7 @@ async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapRes
     let mut epochs = app.mon.epoch.subscribe();
     if let Some(after) = q.after {
         // Make sure the state (and so the published epoch) is loaded before waiting on it.
-        app.mon.read(|_, _| ()).await?;
+        app.mon.read(|_| ()).await?;
         let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(LONG_POLL_MS_MAX));
         let waited = tokio::time::timeout(timeout, epochs.wait_for(|e| e.0 > after))
             .await
@@ -479,7 +479,7 @@ async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapRes
     }
     if q.delta {
         // Cut from the log of deltas, outside the state's lock.
-        app.mon.read(|_, _| ()).await?;
+        app.mon.read(|_| ()).await?;
         let have = Epoch(q.after.unwrap_or(0));
         let update = {
             let log = app.mon.map_log.read().expect("map log lock");
@@ -506,7 +506,7 @@ async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapRes
             }));
         }
     }
-    let map = app.mon.read(|s, _| scope.map(&s.map)).await?;
+    let map = app.mon.read(|s| scope.map(&s.map)).await?;
     Ok(Json(MapResponse {
         epoch: map.epoch,
         map: Some(map),
@@ -519,7 +519,7 @@ async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapRes
 async fn get_backup(State(app): App) -> ApiResult<fastblock_types::etcd::MonBackup> {
     // Served by the leader, like every call, so that a backup is never of a monitor that has
     // lost touch with etcd's quorum.
-    app.mon.read(|_, _| ()).await?;
+    app.mon.read(|_| ()).await?;
     let mut client = app.mon.client.clone();
     let backup = crate::backup::read(&mut client, &app.mon.keys, app.mon.unix_ms())
         .await
@@ -539,7 +539,7 @@ async fn get_backup(State(app): App) -> ApiResult<fastblock_types::etcd::MonBack
 async fn list_osds(State(app): App) -> ApiResult<Vec<OsdInfo>> {
     Ok(Json(
         app.mon
-            .read(|s, _| s.map.osds.values().cloned().collect())
+            .read(|s| s.map.osds.values().cloned().collect())
             .await?,
     ))
 }
@@ -556,9 +556,10 @@ async fn boot(State(app): App, Path(id): Path<String>, body: Bytes) -> ApiResult
     app.mon
         .apply(|s, side| {
             s.boot(id, &req)?;
-            side.liveness.heartbeat(id, side.now_ms);
-            side.stats.forget(id);
-            side.scrubs.forget_osd(id);
+            let mut book = side.book();
+            book.liveness.heartbeat(id, side.now_ms);
+            book.stats.forget(id);
+            book.scrubs.forget_osd(id);
             Ok(())
         })
         .await?;
@@ -581,14 +582,15 @@ async fn heartbeat(
         .mon
         .observe(|s, side| {
             s.check_heartbeat(id, &req)?;
-            side.liveness.heartbeat(id, side.now_ms);
-            side.stats
+            let mut book = side.book();
+            book.liveness.heartbeat(id, side.now_ms);
+            book.stats
                 .record(id, side.now_ms, &req.pgs, &req.backfill_toofull, req.space);
-            side.stats.ops.record(id, side.now_ms, req.ops.clone());
+            book.stats.ops.record(id, side.now_ms, req.ops.clone());
             if let Some(floor) = req.auth_floor {
-                side.stats.auth_floors.insert(id, floor);
+                book.stats.auth_floors.insert(id, floor);
             }
-            s.record_scrub_reports(id, &req.pgs, side.scrubs, side.unix_ms);
+            s.record_scrub_reports(id, &req.pgs, &mut book.scrubs, side.unix_ms);
             Ok(s.heartbeat_changes(id, &req))
         })
         .await?;
@@ -623,7 +625,7 @@ async fn osd_config(
     let id = parse_osd(&id)?;
     let request: fastblock_types::daemon_config::AdminRequest = parse(&body)?;
     app.mon
-        .read(|s, _| match s.map.osds.get(&id) {
+        .read(|s| match s.map.osds.get(&id) {
             None => Err(s.missing_osd_error(id)),
             Some(osd) if !osd.up => Err(ApiError::new(
                 ErrorCode::OsdDown,
@@ -680,9 +682,10 @@ async fn osd_purge(State(app): App, Path(id): Path<String>) -> ApiResult<EpochRe
     app.mon
         .apply(|s, side| {
             s.purge_osd(id)?;
-            side.liveness.forget(id);
-            side.stats.forget(id);
-            side.scrubs.forget_osd(id);
+            let mut book = side.book();
+            book.liveness.forget(id);
+            book.stats.forget(id);
+            book.scrubs.forget_osd(id);
             Ok(())
         })
         .await?;
@@ -695,7 +698,7 @@ async fn osd_purge(State(app): App, Path(id): Path<String>) -> ApiResult<EpochRe
 async fn list_pools(State(app): App) -> ApiResult<PoolList> {
     let (pools, usage) = app
         .mon
-        .read(|s, ctx| {
+        .read_with_book(|s, ctx| {
             let pools = s.map.pools.values().cloned().collect();
             (pools, ctx.stats.pool_usage(&s.map))
         })
@@ -715,9 +718,7 @@ async fn create_pool(State(app): App, body: Bytes) -> ApiResult<PoolInfo> {
 
 async fn get_pool(State(app): App, Path(name): Path<String>) -> ApiResult<PoolInfo> {
     Ok(Json(
-        app.mon
-            .read(|s, _| s.pool_by_name(&name).cloned())
-            .await??,
+        app.mon.read(|s| s.pool_by_name(&name).cloned()).await??,
     ))
 }
 
@@ -736,8 +737,9 @@ async fn delete_pool(
         app.mon
             .apply(|s, side| {
                 let pool = s.delete_pool(&name, q.force)?;
-                side.stats.forget_pool(pool.id);
-                side.scrubs.forget_pool(pool.id);
+                let mut book = side.book();
+                book.stats.forget_pool(pool.id);
+                book.scrubs.forget_pool(pool.id);
                 Ok(pool)
             })
             .await?,
@@ -778,7 +780,7 @@ struct PgScrubView {
 async fn list_pgs(State(app): App, Query(q): Query<PoolQuery>) -> ApiResult<PgListView> {
     let list = app
         .mon
-        .read(|s, ctx| {
+        .read_with_book(|s, ctx| {
             let pool_id = match &q.pool {
                 Some(name) => Some(s.pool_by_name(name)?.id),
                 None => None,
@@ -916,7 +918,7 @@ async fn pg_report<T>(
     op: impl Fn(&mut fastblock_mon_core::MonState) -> Result<T, ApiError>,
 ) -> ApiResult<PgReportResponse> {
     app.mon.apply(|s, _| op(s)).await?;
-    let info = app.mon.read(|s, _| s.map.pg(pg).cloned()).await?;
+    let info = app.mon.read(|s| s.map.pg(pg).cloned()).await?;
     let info = info.ok_or_else(|| {
         ApiErr(ApiError::new(
             ErrorCode::PgNotFound,
@@ -949,7 +951,7 @@ async fn list_images(
     }
     let images = app
         .mon
-        .read(|s, _| {
+        .read(|s| {
             let pool_id = match &q.pool {
                 Some(name) => Some(s.pool_by_name(name)?.id),
                 None => None,
@@ -979,9 +981,7 @@ async fn get_image(
 ) -> ApiResult<ImageInfo> {
     caller_caps(caller).check_pool(&pool)?;
     Ok(Json(
-        app.mon
-            .read(|s, _| s.image(&pool, &name).cloned())
-            .await??,
+        app.mon.read(|s| s.image(&pool, &name).cloned()).await??,
     ))
 }
 
@@ -1013,7 +1013,7 @@ async fn osd_ops(State(app): App, Path(id): Path<String>) -> ApiResult<OsdOpsRes
     let now_ms = app.mon.now_ms();
     let found = app
         .mon
-        .read(|s, ctx| {
+        .read_with_book(|s, ctx| {
             if !s.map.osds.contains_key(&id) {
                 return Err(ApiError::new(
                     ErrorCode::OsdNotFound,
@@ -1034,7 +1034,7 @@ async fn osd_ops(State(app): App, Path(id): Path<String>) -> ApiResult<OsdOpsRes
 async fn get_df(State(app): App) -> ApiResult<DfResponse> {
     Ok(Json(
         app.mon
-            .read(|s, ctx| {
+            .read_with_book(|s, ctx| {
                 let usage = ctx.stats.pool_usage(&s.map);
                 df(&s.map, &usage, &ctx.stats.spaces(&s.map))
             })
@@ -1059,7 +1059,8 @@ async fn set_full_ratio(State(app): App, body: Bytes) -> ApiResult<SpaceSettings
     let set = app
         .mon
         .apply(|s, side| {
-            s.set_full_ratio(req.ratio, &side.stats.last_spaces())?;
+            let spaces = side.book().stats.last_spaces();
+            s.set_full_ratio(req.ratio, &spaces)?;
             Ok(s.map.space.clone())
         })
         .await?;
@@ -1067,7 +1068,7 @@ async fn set_full_ratio(State(app): App, body: Bytes) -> ApiResult<SpaceSettings
 }
 
 async fn get_flags(State(app): App) -> ApiResult<Flags> {
-    Ok(Json(app.mon.read(|s, _| s.map.flags).await?))
+    Ok(Json(app.mon.read(|s| s.map.flags).await?))
 }
 
 async fn set_flag(State(app): App, Path(flag): Path<String>) -> ApiResult<Flags> {
@@ -1093,7 +1094,7 @@ async fn change_flag(app: Arc<AppState>, flag: String, value: bool) -> ApiResult
 async fn list_reclaim(State(app): App) -> ApiResult<Vec<ReclaimEntry>> {
     Ok(Json(
         app.mon
-            .read(|s, _| s.reclaim.values().cloned().collect())
+            .read(|s| s.reclaim.values().cloned().collect())
             .await?,
     ))
 }
@@ -1125,9 +1126,7 @@ async fn list_snaps(
     Path((pool, name)): Path<(String, String)>,
 ) -> ApiResult<Vec<SnapInfo>> {
     caller_caps(caller).check_pool(&pool)?;
-    Ok(Json(
-        app.mon.read(|s, _| s.list_snaps(&pool, &name)).await??,
-    ))
+    Ok(Json(app.mon.read(|s| s.list_snaps(&pool, &name)).await??))
 }
 
 /// Records the snapshot, then waits (bounded by `--snap-create-timeout-ms`) until every PG of
@@ -1156,7 +1155,7 @@ async fn create_snap(
     loop {
         let now = app
             .mon
-            .read(|s, _| {
+            .read(|s| {
                 s.snap_by_id(image, id)
                     .cloned()
                     .ok_or_else(|| timed_out(s, &last))
@@ -1176,11 +1175,11 @@ async fn create_snap(
         SnapAbort::Created(done) => return Ok(Json(done)),
         SnapAbort::Aborted { missing_pgs } => {
             app.mon
-                .read(|s, _| s.snap_timed_out_error(&last, &missing_pgs, timeout_ms))
+                .read(|s| s.snap_timed_out_error(&last, &missing_pgs, timeout_ms))
                 .await?
         }
         // The ticker aborted it between the last look and the abort.
-        SnapAbort::Gone => app.mon.read(|s, _| timed_out(s, &last)).await?,
+        SnapAbort::Gone => app.mon.read(|s| timed_out(s, &last)).await?,
     };
     tracing::warn!("{e}");
     Err(ApiErr(e))
@@ -1229,7 +1228,7 @@ async fn snap_children(
     caller.check_pool(&pool)?;
     let mut children = app
         .mon
-        .read(|s, _| s.snap_children(&pool, &name, &snap))
+        .read(|s| s.snap_children(&pool, &name, &snap))
         .await??;
     children.retain(|c| caller.sees_pool(&c.pool_name));
     Ok(Json(children))
@@ -1284,7 +1283,7 @@ async fn snap_pg_done(
 async fn list_snap_trims(State(app): App) -> ApiResult<Vec<SnapTrimEntry>> {
     Ok(Json(
         app.mon
-            .read(|s, _| s.snap_trims.values().cloned().collect())
+            .read(|s| s.snap_trims.values().cloned().collect())
             .await?,
     ))
 }

@@ -24,30 +24,54 @@ use tokio::time::Instant;
 /// How often a conflicting commit is reloaded and retried before the caller gets `conflict`.
 const COMMIT_ATTEMPTS_MAX: u32 = 3;
 
-/// Everything that exists only while this monitor leads.
+/// The persisted state as this monitor leads it, under the commit lock
+/// ([`Monitor::ctx`]): held by an operation from its decision until etcd has answered.
 pub struct LeaderCtx {
     pub fence: Fence,
     pub snapshot: Snapshot,
+}
+
+/// The leader's bookkeeping beside the persisted state: when each OSD was last heard from,
+/// IO statistics, what PG leaders reported of their scrubs. Not persisted (a new leader
+/// learns it from the next heartbeats) and not under the commit lock: heartbeats record
+/// into it while a commit waits on etcd, so that a slow commit never makes a live OSD look
+/// silent to the liveness ticker. A `std` mutex, locked for a few statements and never
+/// across an await.
+pub struct Book {
+    /// The leadership this bookkeeping belongs to; `None` while following.
+    fence: Option<Fence>,
     pub liveness: Liveness,
     pub stats: IoStats,
-    /// What PG leaders reported of their scrubs (not persisted: a new leader monitor learns
-    /// it from the next heartbeats).
     pub scrubs: ScrubStats,
 }
 
-impl LeaderCtx {
-    /// The persisted state an operation decides on, and the leader-only bookkeeping beside it
-    /// (at `now_ms` of the monitor's clock, `unix_ms` of the wall clock).
-    fn split(&mut self, now_ms: u64, unix_ms: u64) -> (&Snapshot, LeaderSide<'_>) {
-        let side = LeaderSide {
-            now_ms,
-            unix_ms,
-            liveness: &mut self.liveness,
-            stats: &mut self.stats,
-            scrubs: &mut self.scrubs,
-        };
-        (&self.snapshot, side)
+impl Book {
+    fn idle(config: LivenessConfig) -> Self {
+        Book {
+            fence: None,
+            liveness: Liveness::new(config),
+            stats: IoStats::default(),
+            scrubs: ScrubStats::default(),
+        }
     }
+
+    /// The bookkeeping of a new leadership: every OSD up in `state` gets a fresh grace
+    /// period from `now_ms`.
+    fn leading(fence: Fence, config: LivenessConfig, state: &MonState, now_ms: u64) -> Self {
+        let mut book = Book::idle(config);
+        book.fence = Some(fence);
+        for osd in state.map.osds.values().filter(|o| o.up) {
+            book.liveness.heartbeat(osd.id, now_ms);
+        }
+        book
+    }
+}
+
+/// The state last committed or loaded, for readers: they take it without waiting for the
+/// commit in progress, and see what was published.
+struct View {
+    fence: Fence,
+    state: Arc<MonState>,
 }
 
 /// How this monitor sets up authentication if it creates the cluster (etcd holds no auth
@@ -76,7 +100,12 @@ pub struct Monitor {
     pub client: etcd_client::Client,
     pub role: watch::Receiver<Role>,
     pub liveness_config: LivenessConfig,
+    /// The commit lock: one operation at a time decides and persists.
     pub ctx: Mutex<Option<LeaderCtx>>,
+    /// Leader-only bookkeeping, apart from the commit lock ([`Book`]).
+    book: std::sync::Mutex<Book>,
+    /// What readers see; set by the loads and commits under `ctx`.
+    view: std::sync::RwLock<Option<View>>,
     /// The published epoch: long-polls wait on it.
     pub epoch: watch::Sender<Epoch>,
     /// How long a snapshot may stay `creating` before it is aborted
@@ -138,6 +167,8 @@ impl Monitor {
             role,
             liveness_config,
             ctx: Mutex::new(None),
+            book: std::sync::Mutex::new(Book::idle(liveness_config)),
+            view: std::sync::RwLock::new(None),
             epoch: watch::channel(Epoch(0)).0,
             snap_create_timeout_ms: fastblock_types::api::SNAP_CREATE_TIMEOUT_MS_DEFAULT,
             pg_per_osd_max: Arc::new(std::sync::atomic::AtomicU32::new(
@@ -170,6 +201,36 @@ impl Monitor {
         matches!(*self.role.borrow(), Role::Leader { .. })
     }
 
+    /// The leader's bookkeeping, locked: hold the guard for a few statements only.
+    pub fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        // A panic while holding it leaves counters and times, each valid on its own.
+        self.book
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn set_view(&self, view: Option<View>) {
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = view;
+    }
+
+    /// The state readers see: the last one committed or loaded in the current leadership,
+    /// without waiting for a commit in progress; loaded first if there is none yet.
+    async fn current_state(&self) -> OpResult<Arc<MonState>> {
+        let fence = match &*self.role.borrow() {
+            Role::Leader { fence } => Some(*fence),
+            Role::Follower { .. } => None,
+        };
+        if let Some(fence) = fence {
+            let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(v) = view.as_ref().filter(|v| v.fence == fence) {
+                return Ok(v.state.clone());
+            }
+        }
+        let guard = self.leader_ctx().await?;
+        let ctx = guard.as_ref().ok_or_else(no_leader)?;
+        Ok(ctx.snapshot.state.clone())
+    }
+
     fn store(&self) -> EtcdStore {
         EtcdStore::new(self.client.clone(), self.keys.clone())
     }
@@ -183,6 +244,8 @@ impl Monitor {
             Role::Follower { .. } => {
                 *guard = None;
                 *self.map_log.write().expect("map log lock") = None;
+                self.set_view(None);
+                *self.book() = Book::idle(self.liveness_config);
                 Err(no_leader())
             }
             Role::Leader { fence } => {
@@ -203,11 +266,14 @@ impl Monitor {
                 if !snapshot.clear_entities.is_empty() {
                     self.reseal_clear_entities(fence, &mut snapshot).await;
                 }
-                let mut liveness = Liveness::new(self.liveness_config);
-                let now = self.now_ms();
-                // Every OSD gets a fresh grace period under a new leader.
-                for osd in snapshot.state.map.osds.values().filter(|o| o.up) {
-                    liveness.heartbeat(osd.id, now);
+                {
+                    // A reload within a leadership (after a conflict) keeps what heartbeats
+                    // told; a new leadership starts afresh, every OSD with a grace period.
+                    let mut book = self.book();
+                    if book.fence != Some(fence) {
+                        let now = self.now_ms();
+                        *book = Book::leading(fence, self.liveness_config, &snapshot.state, now);
+                    }
                 }
                 tracing::info!(epoch = %snapshot.state.map.epoch, "leading; state loaded");
                 // A reload within a leadership keeps the daemons on deltas (`MapLog::resume`);
@@ -217,14 +283,12 @@ impl Monitor {
                     let map = Arc::new(snapshot.state.map.clone());
                     *log = Some(MapLog::resume(log.take(), map));
                 }
-                self.epoch.send_replace(snapshot.state.map.epoch);
-                *guard = Some(LeaderCtx {
+                self.set_view(Some(View {
                     fence,
-                    snapshot,
-                    liveness,
-                    stats: IoStats::default(),
-                    scrubs: ScrubStats::default(),
-                });
+                    state: snapshot.state.clone(),
+                }));
+                self.epoch.send_replace(snapshot.state.map.epoch);
+                *guard = Some(LeaderCtx { fence, snapshot });
                 Ok(guard)
             }
         }
@@ -250,7 +314,7 @@ impl Monitor {
             }
             None => None,
         };
-        let mut next = snapshot.state.clone();
+        let mut next = MonState::clone(&snapshot.state);
         next.auth_bootstrap(boot.mode, admin_key)?;
         next.finish(&snapshot.state);
         match self.store().commit(fence, snapshot, next).await {
@@ -275,7 +339,7 @@ impl Monitor {
     /// the entries stay in `clear_entities`, so the next commit writes them.
     async fn reseal_clear_entities(&self, fence: Fence, snapshot: &mut Snapshot) {
         let count = snapshot.clear_entities.len();
-        let same = snapshot.state.clone();
+        let same = MonState::clone(&snapshot.state);
         match self.store().commit(fence, snapshot, same).await {
             Ok(written) => {
                 if let Some(w) = written {
@@ -300,8 +364,12 @@ impl Monitor {
         let mut guard = self.leader_ctx().await?;
         for attempt in 1..=COMMIT_ATTEMPTS_MAX {
             let ctx = guard.as_mut().ok_or_else(no_leader)?;
-            let (snapshot, mut side) = ctx.split(self.now_ms(), self.unix_ms());
-            let before = &snapshot.state;
+            let mut side = LeaderSide {
+                now_ms: self.now_ms(),
+                unix_ms: self.unix_ms(),
+                book: &self.book,
+            };
+            let before: &MonState = &ctx.snapshot.state;
             let (next, out, changed) = crate::cpu::heavy(|| {
                 let mut next = before.clone();
                 let out = op(&mut next, &mut side)?;
@@ -330,6 +398,10 @@ impl Monitor {
                         self.upkeep.record_commit(ctx.fence, &w);
                     }
                     self.record_map(&ctx.snapshot.state.map);
+                    self.set_view(Some(View {
+                        fence: ctx.fence,
+                        state: ctx.snapshot.state.clone(),
+                    }));
                     self.epoch.send_replace(epoch);
                     return Ok(out);
                 }
@@ -371,23 +443,34 @@ impl Monitor {
         }
     }
 
-    /// Reads the state without changing it.
-    pub async fn read<T>(&self, f: impl FnOnce(&MonState, &LeaderCtx) -> T) -> OpResult<T> {
-        let guard = self.leader_ctx().await?;
-        let ctx = guard.as_ref().ok_or_else(no_leader)?;
-        Ok(f(&ctx.snapshot.state, ctx))
+    /// Reads the last published state, without waiting for a commit in progress.
+    pub async fn read<T>(&self, f: impl FnOnce(&MonState) -> T) -> OpResult<T> {
+        let state = self.current_state().await?;
+        Ok(f(&state))
     }
 
-    /// Reads the state and changes only the leader's bookkeeping beside it (liveness, IO
-    /// statistics, scrub reports): no copy of the state, no commit, no epoch.
+    /// Reads the last published state and the leader's bookkeeping beside it (locked while
+    /// `f` runs: keep it short).
+    pub async fn read_with_book<T>(&self, f: impl FnOnce(&MonState, &Book) -> T) -> OpResult<T> {
+        let state = self.current_state().await?;
+        let book = self.book();
+        Ok(f(&state, &book))
+    }
+
+    /// Reads the last published state and changes only the leader's bookkeeping beside it
+    /// (liveness, IO statistics, scrub reports): no copy of the state, no commit, no epoch,
+    /// and no wait for a commit in progress (a heartbeat is recorded when it arrives).
     pub async fn observe<T>(
         &self,
         f: impl FnOnce(&MonState, &mut LeaderSide) -> OpResult<T>,
     ) -> OpResult<T> {
-        let mut guard = self.leader_ctx().await?;
-        let ctx = guard.as_mut().ok_or_else(no_leader)?;
-        let (snapshot, mut side) = ctx.split(self.now_ms(), self.unix_ms());
-        f(&snapshot.state, &mut side)
+        let state = self.current_state().await?;
+        let mut side = LeaderSide {
+            now_ms: self.now_ms(),
+            unix_ms: self.unix_ms(),
+            book: &self.book,
+        };
+        f(&state, &mut side)
     }
 
     /// Turns heartbeat silence into down/up/out every `interval`, while leading, and aborts
@@ -407,7 +490,7 @@ impl Monitor {
             let timeout_ms = self.snap_create_timeout_ms;
             let result = self
                 .apply(|state, side| {
-                    let events = side.liveness.tick(state, side.now_ms);
+                    let events = side.book().liveness.tick(state, side.now_ms);
                     state.apply_liveness(&events)?;
                     let aborted = state.tick_snaps(side.unix_ms, timeout_ms);
                     Ok((events, aborted))
@@ -435,14 +518,24 @@ impl Monitor {
     }
 }
 
-/// Leader-only bookkeeping an operation may touch besides the persisted state.
+/// What an operation may use besides the persisted state: the time, and the leader's
+/// bookkeeping ([`Book`]).
 pub struct LeaderSide<'a> {
     pub now_ms: u64,
     /// [`Monitor::unix_ms`] when the operation started.
     pub unix_ms: u64,
-    pub liveness: &'a mut Liveness,
-    pub stats: &'a mut IoStats,
-    pub scrubs: &'a mut ScrubStats,
+    book: &'a std::sync::Mutex<Book>,
+}
+
+impl LeaderSide<'_> {
+    /// The bookkeeping, locked until the guard drops. Operations run with heartbeats
+    /// recording beside them: lock it for a statement or two, never around work on the
+    /// whole state.
+    pub fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// `client.admin`'s key from the keyring at `path`, or a new one added to it (the file is

@@ -80,7 +80,7 @@ pub async fn get_public_status(
     let tasks = app.tasks.checks();
     let view = app
         .mon
-        .read(|s, ctx| {
+        .read_with_book(|s, ctx| {
             let status = status_view(&app, (s, ctx), &tasks, mons);
             public_view(status, &s.map, &ctx.stats.spaces(&s.map))
         })

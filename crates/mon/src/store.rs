@@ -31,6 +31,7 @@ use crate::txn_limits::{batches, TXN_BYTES_MAX, TXN_OPS_MAX};
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use fastblock_mon_core::MonState;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// Proof of leadership: the create revision of the leader key this monitor put.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +42,8 @@ pub struct Fence {
 /// The state as last read or written, with the revision of every key.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    pub state: MonState,
+    /// Shared with readers (`crate::service::Monitor::read`): a commit replaces it whole.
+    pub state: Arc<MonState>,
     /// The keys and values in etcd (the `mon/` keys left out).
     pub kvs: BTreeMap<String, String>,
     pub revisions: BTreeMap<String, i64>,
@@ -171,7 +173,7 @@ impl EtcdStore {
             );
         }
         Ok(Snapshot {
-            state,
+            state: Arc::new(state),
             kvs,
             revisions,
             dirty,
@@ -269,7 +271,7 @@ impl EtcdStore {
         }
         if ops.is_empty() {
             // Nothing to write, or everything went ahead (a change to PG chunks alone).
-            snapshot.state = next;
+            snapshot.state = Arc::new(next);
             if txns.count == 0 {
                 return Ok(None);
             }
@@ -295,7 +297,7 @@ impl EtcdStore {
         snapshot
             .revisions
             .retain(|k, _| !range_deleted.iter().any(|p| k.starts_with(p)));
-        snapshot.state = next;
+        snapshot.state = Arc::new(next);
         snapshot.dirty = false;
         snapshot.clear_entities.clear();
         txns.revision = revision;

@@ -27,7 +27,7 @@ async fn commit(
     snapshot: &mut Snapshot,
     op: impl FnOnce(&mut MonState),
 ) -> Result<Option<Written>, CommitError> {
-    let before = snapshot.state.clone();
+    let before = MonState::clone(&snapshot.state);
     let mut next = before.clone();
     op(&mut next);
     assert!(next.finish(&before), "the operation changes the state");
@@ -112,7 +112,7 @@ async fn a_pool_too_large_for_one_transaction_is_written_in_several_and_loads_wh
 
     // A change to PG chunks and the epoch alone (no pool version, no other key): every
     // transaction is an ahead one, and the commit is complete with them.
-    let mut next = snapshot.state.clone();
+    let mut next = MonState::clone(&snapshot.state);
     next.map.epoch = Epoch(next.map.epoch.0 + 1);
     let pgs = &mut next.map.pgmaps.get_mut(&big).unwrap().pgs;
     let seqs: Vec<u32> = pgs.keys().copied().collect();
@@ -126,10 +126,10 @@ async fn a_pool_too_large_for_one_transaction_is_written_in_several_and_loads_wh
         .unwrap();
     assert!(only_chunks.transactions > 1, "{only_chunks:?}");
     assert!(!snapshot.dirty);
-    assert_eq!(snapshot.state, next);
+    assert_eq!(*snapshot.state, next);
     let loaded = load(&client).await;
     assert!(!loaded.dirty);
-    assert_eq!(loaded.state, next);
+    assert_eq!(*loaded.state, next);
 }
 
 /// Goal: a large commit cut short (the monitor lost its leadership, or stopped, between its
@@ -232,7 +232,7 @@ async fn a_large_commit_cut_short_loads_as_a_state_to_lead_on_and_is_cleaned_up(
 async fn a_commit_dropped_while_it_waits_leaves_its_snapshot_in_doubt() {
     let (_etcd, client, fence, mut store, mut snapshot) = started().await;
     assert!(!snapshot.in_doubt);
-    let before = snapshot.state.clone();
+    let before = MonState::clone(&snapshot.state);
     let mut next = before.clone();
     create_big_pool(&mut next);
     next.finish(&before);

@@ -26,7 +26,7 @@ async fn commit(
     snapshot: &mut fastblock_mon::store::Snapshot,
     op: impl FnOnce(&mut MonState),
 ) -> u64 {
-    let before = snapshot.state.clone();
+    let before = MonState::clone(&snapshot.state);
     let mut next = before.clone();
     op(&mut next);
     next.finish(&before);

@@ -59,10 +59,10 @@ async fn entries_in_clear_load_and_the_next_commit_seals_them() {
     let keys = sealed_keys(1);
     let mut store = EtcdStore::new(client.clone(), keys.clone());
     let mut snapshot = store.load().await.unwrap();
-    assert_eq!(snapshot.state, s, "the clear entries load as they are");
+    assert_eq!(*snapshot.state, s, "the clear entries load as they are");
     assert!(snapshot.clear_entities.contains(key));
     // A commit of the same state writes the clear entries, sealed.
-    let same = snapshot.state.clone();
+    let same = MonState::clone(&snapshot.state);
     store
         .commit(fence, &mut snapshot, same)
         .await
@@ -74,7 +74,7 @@ async fn entries_in_clear_load_and_the_next_commit_seals_them() {
     assert!(stored.contains("\"sealed\""), "{stored}");
     let reloaded = EtcdStore::new(client.clone(), keys).load().await.unwrap();
     assert_eq!(
-        reloaded.state, s,
+        *reloaded.state, s,
         "the sealed entries open to the same table"
     );
     assert!(reloaded.clear_entities.is_empty());

@@ -21,6 +21,18 @@ impl Drop for Etcd {
     }
 }
 
+impl Etcd {
+    /// Sends `signal` to the member (SIGSTOP freezes it with its sockets open: requests
+    /// wait unanswered until SIGCONT).
+    #[allow(dead_code)] // not every test file that shares this module freezes etcd
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, signal);
+        }
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
