@@ -43,6 +43,7 @@ async fn the_scale_harness_drives_every_scenario_to_every_daemon() {
             "osd add",
             "image remove",
             "snapshot",
+            "mon restart",
             "rolling restart"
         ],
         "{table}"
@@ -55,7 +56,7 @@ async fn the_scale_harness_drives_every_scenario_to_every_daemon() {
     // Every daemon booted got one whole map; later events reach them as deltas.
     let boot = row(&report, "boot");
     assert_eq!(boot.full.answers, u64::from(opts.osds), "{table}");
-    for name in ["host down/out", "image remove", "snapshot"] {
+    for name in ["host down/out", "image remove", "snapshot", "mon restart"] {
         let r = row(&report, name);
         assert_eq!(r.full.answers, 0, "{name}: whole maps sent\n{table}");
         assert!(r.delta.answers >= r.daemons as u64, "{name}: {table}");

@@ -8,6 +8,7 @@
 
 use crate::error::{Result, ScaleError};
 use crate::http::http_get;
+use crate::procstat;
 use fastblock_auth::{EntityName, Secret};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,8 +26,11 @@ pub struct MonSettings {
 
 pub struct MonProcess {
     child: Option<Child>,
+    settings: MonSettings,
     dir: PathBuf,
     keep_dir: bool,
+    etcd_client: String,
+    etcd_peer: String,
     /// The monitor's API address (`127.0.0.1:port`).
     pub api: String,
     /// client.admin's key, from the keyring the monitor wrote.
@@ -42,12 +46,33 @@ impl MonProcess {
             uuid::Uuid::new_v4().simple()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| ScaleError::io(format!("mkdir {dir:?}"), e))?;
-        let api = format!("127.0.0.1:{}", free_port()?);
-        let etcd_client = format!("127.0.0.1:{}", free_port()?);
-        let etcd_peer = format!("127.0.0.1:{}", free_port()?);
+        let mut mon = MonProcess {
+            child: None,
+            settings: settings.clone(),
+            dir,
+            keep_dir: settings.keep_dir,
+            api: format!("127.0.0.1:{}", free_port()?),
+            etcd_client: format!("127.0.0.1:{}", free_port()?),
+            etcd_peer: format!("127.0.0.1:{}", free_port()?),
+            // Replaced below before `start` returns; the struct exists first so that a failed
+            // wait drops it and kills the monitor.
+            admin_key: Secret::from_bytes([0; 32]),
+        };
+        mon.spawn()?;
+        mon.admin_key = mon.wait_ready(wait).await?;
+        Ok(mon)
+    }
+
+    /// Starts the monitor process (on the same directory and addresses each time), its
+    /// output appended to `mon.log`.
+    fn spawn(&mut self) -> Result<()> {
+        let (settings, dir) = (&self.settings, &self.dir);
         let log_path = dir.join("mon.log");
-        let log = std::fs::File::create(&log_path)
-            .map_err(|e| ScaleError::io(format!("creating {log_path:?}"), e))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| ScaleError::io(format!("opening {log_path:?}"), e))?;
         let log2 = log
             .try_clone()
             .map_err(|e| ScaleError::io("duplicating the log handle", e))?;
@@ -57,13 +82,13 @@ impl MonProcess {
             .arg("--data-dir")
             .arg(dir.join("a"))
             .arg("--api-addr")
-            .arg(&api)
+            .arg(&self.api)
             .arg("--etcd-client-addr")
-            .arg(&etcd_client)
+            .arg(&self.etcd_client)
             .arg("--etcd-peer-addr")
-            .arg(&etcd_peer)
+            .arg(&self.etcd_peer)
             .arg("--initial-cluster")
-            .arg(format!("a=http://{etcd_peer}"))
+            .arg(format!("a=http://{}", self.etcd_peer))
             .arg("--osd-down-after")
             .arg(format!("{}ms", settings.osd_down_after.as_millis()))
             .arg("--osd-out-after")
@@ -89,17 +114,37 @@ impl MonProcess {
                 e,
             )
         })?;
-        let mut mon = MonProcess {
-            child: Some(child),
-            dir,
-            keep_dir: settings.keep_dir,
-            api,
-            // Replaced below before `start` returns; the struct exists first so that a failed
-            // wait drops it and kills the monitor.
-            admin_key: Secret::from_bytes([0; 32]),
-        };
-        mon.admin_key = mon.wait_ready(wait).await?;
-        Ok(mon)
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILLs the monitor (by its PID; its etcd member dies with it), waits until that
+    /// member is gone (its addresses are reused), and starts the monitor again on the same
+    /// data. Returns once it leads again, with the time from the kill.
+    pub async fn kill_and_restart(&mut self, wait: Duration) -> Result<Duration> {
+        let etcd = self
+            .pid()
+            .and_then(|p| procstat::children(p).into_iter().next());
+        let killed = tokio::time::Instant::now();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(pid) = etcd {
+            let deadline = killed + wait;
+            while procstat::alive(pid) {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ScaleError::MonStart(format!(
+                        "the etcd member (pid {pid}) still runs {wait:?} after its monitor was killed"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        self.spawn()?;
+        self.wait_ready(wait.saturating_sub(killed.elapsed()))
+            .await?;
+        Ok(killed.elapsed())
     }
 
     async fn wait_ready(&mut self, wait: Duration) -> Result<Secret> {

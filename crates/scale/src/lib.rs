@@ -49,8 +49,8 @@ pub async fn run(opts: &Options) -> Result<Report, ScaleError> {
         max_pg_per_osd: opts.max_pg_per_osd(),
         keep_dir: opts.keep_dir,
     };
-    let mon = cluster::MonProcess::start(&settings, opts.wait()).await?;
-    let mut run = scenarios::Run::new(opts, &mon);
+    let mut mon = cluster::MonProcess::start(&settings, opts.wait()).await?;
+    let mut run = scenarios::Run::new(opts, &mut mon);
     let mut report = Report {
         osds: opts.osds,
         clients: opts.clients,
@@ -63,7 +63,7 @@ pub async fn run(opts: &Options) -> Result<Report, ScaleError> {
     if let Err(e) = scenarios::run_all(&mut run, &mut report.rows).await {
         report.error = Some(format!(
             "{e}; the monitor's log ends with:\n{}",
-            mon.log_tail()
+            run.mon.log_tail()
         ));
     }
     let stats = &run.fleet.stats;

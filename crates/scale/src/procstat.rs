@@ -37,6 +37,17 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
     })
 }
 
+/// `pid` runs (exists and is not a zombie waiting to be reaped).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
 /// The children of `pid` (the monitor's etcd member), found by their parent in `/proc`.
 pub fn children(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {

@@ -9,7 +9,11 @@
 //! 4. `osd add`: one OSD more on the last host, until the rebalance is done;
 //! 5. `image remove`: an image created and removed, until the PG leaders' reclaim is done;
 //! 6. `snapshot`: a snapshot of an image in the pool, until it is `created`;
-//! 7. `rolling restart`: `--rolling-restart-osds` OSDs stopped until marked down and booted
+//! 7. `mon restart`: the monitor SIGKILLed (its etcd member dies with it) and started again
+//!    on its data; the new leader loads the state, and a change made through it reaches every
+//!    daemon as a delta, no OSD marked down meanwhile (a single monitor: its failover is its
+//!    restart);
+//! 8. `rolling restart`: `--rolling-restart-osds` OSDs stopped until marked down and booted
 //!    again, `--rolling-restart-batch-osds` at a time, under `noout`.
 
 use crate::cluster::MonProcess;
@@ -30,7 +34,7 @@ const POOL_NAME: &str = "scale";
 /// What a run holds between scenarios.
 pub struct Run<'a> {
     pub opts: &'a Options,
-    pub mon: &'a MonProcess,
+    pub mon: &'a mut MonProcess,
     pub fleet: Fleet,
     pool: Option<PoolId>,
 }
@@ -51,11 +55,12 @@ struct Event {
 }
 
 impl<'a> Run<'a> {
-    pub fn new(opts: &'a Options, mon: &'a MonProcess) -> Run<'a> {
+    pub fn new(opts: &'a Options, mon: &'a mut MonProcess) -> Run<'a> {
+        let fleet = Fleet::new(&mon.api, mon.admin_key.clone());
         Run {
             opts,
             mon,
-            fleet: Fleet::new(&mon.api, mon.admin_key.clone()),
+            fleet,
             pool: None,
         }
     }
@@ -448,6 +453,70 @@ impl<'a> Run<'a> {
             .await)
     }
 
+    pub async fn mon_restart(&mut self) -> Result<Row> {
+        let mut start = self.start();
+        let before = self.fleet.map().ok_or_else(no_map)?;
+        let mut checks = Vec::new();
+        self.reach(before.epoch, &mut checks).await?;
+        let wait = self.opts.wait();
+        let killed = Instant::now();
+        let down_for = self.mon.kill_and_restart(wait).await?;
+        // The figures of CPU are the new processes', from their start.
+        start.mon_cpu = 0.0;
+        start.etcd_cpu = Some(0.0);
+        let admin = self.fleet.admin.clone();
+        let set_noout = |on: bool| {
+            let admin = admin.clone();
+            async move {
+                admin
+                    .set_flag("noout", on)
+                    .await
+                    .map_err(|e| ScaleError::mon("setting noout through the restarted monitor", e))
+            }
+        };
+        set_noout(true).await?;
+        let set = self
+            .fleet
+            .wait_map("noout set through the restarted monitor", wait, |m| {
+                m.flags.noout
+            })
+            .await?;
+        set_noout(false).await?;
+        let settled = self
+            .fleet
+            .wait_map("noout cleared", wait, |m| !m.flags.noout)
+            .await?;
+        self.reach(settled.epoch, &mut checks).await?;
+        let marked_down: Vec<OsdId> = before
+            .osds
+            .values()
+            .filter(|o| o.up && settled.osds.get(&o.id).is_some_and(|now| !now.up))
+            .map(|o| o.id)
+            .collect();
+        checks.push(check(
+            "no OSD marked down across the monitor's restart",
+            marked_down.is_empty(),
+            format!("marked down: {marked_down:?}"),
+        ));
+        checks.push(check(
+            "the restarted monitor's state is the one it was killed with",
+            set.epoch > before.epoch && set.osds == before.osds && set.pools == before.pools,
+            format!("epoch {} before, {} after", before.epoch, set.epoch),
+        ));
+        checks.push(deltas_after_first_contact(&self.fleet, killed));
+        let event = Event {
+            what: format!(
+                "the monitor SIGKILLed and started again (leading after {:.0} ms); event from the kill to the observer holding a flag set through it",
+                down_for.as_secs_f64() * 1e3
+            ),
+            at: killed,
+            epoch: set.epoch,
+        };
+        Ok(self
+            .finish("mon restart", start, settled.epoch, event, None, checks)
+            .await)
+    }
+
     pub async fn rolling_restart(&mut self) -> Result<Row> {
         let pool = self.pool()?;
         let start = self.start();
@@ -626,7 +695,7 @@ fn deltas_after_first_contact(fleet: &Fleet, since: Instant) -> Check {
 
 /// The run's scenarios in order; stops at the first error, keeping the rows done.
 pub async fn run_all(run: &mut Run<'_>, rows: &mut Vec<Row>) -> Result<()> {
-    for step in 0..7 {
+    for step in 0..8 {
         let row = match step {
             0 => run.boot().await?,
             1 => run.pool_create().await?,
@@ -634,6 +703,7 @@ pub async fn run_all(run: &mut Run<'_>, rows: &mut Vec<Row>) -> Result<()> {
             3 => run.osd_add().await?,
             4 => run.image_remove().await?,
             5 => run.snapshot().await?,
+            6 => run.mon_restart().await?,
             _ => run.rolling_restart().await?,
         };
         // Progress on stderr (the binary shows this target at info): a large run takes minutes.
