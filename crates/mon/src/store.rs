@@ -479,9 +479,47 @@ fn full_changes(
 pub struct Pages {
     pub revision: i64,
     pub kvs: Vec<etcd_client::KeyValue>,
+    /// Times the read started again because a compaction overtook it.
+    pub restarts: u32,
 }
 
+/// A read of many pages is started again from the newest revision at most this many times
+/// when a compaction removes the revision it reads at (a new leader compacts to the current
+/// revision, `crate::etcd_maint`; a load of a 131,072-PG state takes over a hundred pages).
+pub const READ_RESTARTS_MAX: u32 = 5;
+
 pub async fn read_pages(
+    client: &mut etcd_client::Client,
+    prefix: &str,
+    page_keys: i64,
+) -> Result<Pages, etcd_client::Error> {
+    let mut restarts = 0;
+    loop {
+        match read_pages_once(client, prefix, page_keys).await {
+            Ok(mut pages) => {
+                pages.restarts = restarts;
+                return Ok(pages);
+            }
+            Err(e) if is_compacted(&e) && restarts < READ_RESTARTS_MAX => {
+                restarts += 1;
+                tracing::info!(
+                    restarts,
+                    "a compaction removed the revision a paged read was at; reading again"
+                );
+            }
+            other => return other,
+        }
+    }
+}
+
+/// etcd's `ErrCompacted` ("mvcc: required revision has been compacted"): the revision asked
+/// for is older than the last compaction.
+fn is_compacted(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(status)
+        if status.message().contains("required revision has been compacted"))
+}
+
+async fn read_pages_once(
     client: &mut etcd_client::Client,
     prefix: &str,
     page_keys: i64,
@@ -514,5 +552,9 @@ pub async fn read_pages(
             _ => break,
         }
     }
-    Ok(Pages { revision, kvs: out })
+    Ok(Pages {
+        revision,
+        kvs: out,
+        restarts: 0,
+    })
 }

@@ -81,6 +81,7 @@ pub async fn etcd() -> (Etcd, etcd_client::Client) {
 
 /// `osds` OSDs booted and a pool "p" of `pg_count` PGs of `size` replicas, finished as the
 /// monitor finishes an operation.
+#[allow(dead_code)] // not every test file that shares this module writes a state
 pub fn cluster_state(osds: u32, pg_count: u32, size: u32) -> MonState {
     let mut s = MonState::default();
     for i in 0..osds {
