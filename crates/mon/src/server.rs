@@ -264,8 +264,22 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         api_addr: config.api_addr.clone(),
     };
     let (role_tx, role_rx) = watch::channel(Role::Follower { leader: None });
+    // The lease keep-alives on a connection of their own. On the shared one they queue behind
+    // whatever it carries (a load of a 131,072-PG state is some 20 MB, a large commit several
+    // 1 MiB transactions), and a renewal answered late makes the leader step down
+    // (`crate::election`): seen at 1,000 OSDs and 131,072 PGs, where the monitor lost its
+    // leadership every few seconds, reloading the whole state each time.
+    let election_client = etcd_client::Client::connect(
+        &endpoints,
+        Some(etcd_auth::with_credentials(
+            connect_options(),
+            credentials.as_ref(),
+        )),
+    )
+    .await
+    .with_context(|| format!("connecting the election to etcd at {endpoints:?}"))?;
     let election = Arc::new(Election {
-        client: client.clone(),
+        client: election_client,
         keys: keys.clone(),
         me: me.clone(),
         lease_ttl_secs: config.lease_ttl_secs,
