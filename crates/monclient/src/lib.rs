@@ -5,6 +5,10 @@
 //!   retries of retryable errors with backoff up to a deadline, typed calls.
 //! - [`MonError`]: what a caller can act on: the monitor's typed [`ApiError`], or "no monitor
 //!   reachable" with the last cause.
+//! - [`map_watch`]: following the map in a daemon's scope, as OSDs (and the scale harness's
+//!   simulated daemons) do.
+
+pub mod map_watch;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;

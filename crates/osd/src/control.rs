@@ -9,6 +9,7 @@ use crate::keys::SharedKeyTable;
 use crate::metrics::Metrics;
 use crate::shard::{self, ShardCommand, ShardEvent, ShardHandle, ShardSpec};
 use anyhow::{Context, Result};
+use fastblock_monclient::map_watch::{MapWatch, Moved};
 use fastblock_monclient::{MonClient, MonError};
 use fastblock_pg::PgConfig;
 use fastblock_shard::report_outbox::ReportOutbox;
@@ -17,7 +18,7 @@ use fastblock_types::api::{
     BootRequest, ErrorCode, HeartbeatRequest, OsdReport, OsdSpace, ReportBatch, ReportBatchResponse,
 };
 use fastblock_types::lease::LeaseTiming;
-use fastblock_types::map_delta::{MapFollower, MapRefused, MapScope};
+use fastblock_types::map_delta::MapScope;
 use fastblock_types::OsdId;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -357,67 +358,45 @@ async fn until_done<T>(task: &mut Option<JoinHandle<T>>) -> Result<T, tokio::tas
 /// How often the reports waiting in the outbox go to the monitor, in one batch.
 const REPORT_TICK: Duration = Duration::from_millis(50);
 
-/// Long-polls the map and hands every new epoch to all shards. The monitor sends the changes
-/// since the epoch this OSD has, cut down to the PGs it takes part in
-/// (`fastblock_types::map_delta`); a whole map only at first, or after falling too far behind.
 /// A batch of reports sent to the monitor, with its answer.
 type SentBatch = (Vec<OsdReport>, Result<ReportBatchResponse, MonError>);
 
+/// Long-polls the map and hands every new epoch to all shards. The monitor sends the changes
+/// since the epoch this OSD has, cut down to the PGs it takes part in
+/// (`fastblock_types::map_delta`); a whole map only at first, or after falling too far behind.
 async fn follow_map(
     mon: Arc<MonClient>,
     metrics: Arc<Metrics>,
     osd: OsdId,
     shards: Vec<mpsc::UnboundedSender<ShardCommand>>,
     key_table: SharedKeyTable,
-    stop: tokio::sync::watch::Receiver<bool>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut follower = MapFollower::new(MapScope::Osd(osd)).with_auth_floor(mon.auth_floor());
+    let mut watch = MapWatch::new(mon.clone(), MapScope::Osd(osd), Duration::from_secs(10));
     // The key-table epoch last fetched; `None` until the first fetch succeeds.
     let mut keys_epoch: Option<u64> = None;
     while !*stop.borrow() {
-        let result = mon
-            .map_update(follower.epoch(), follower.scope(), Duration::from_secs(10))
-            .await;
-        let resp = match result {
-            Ok(resp) => resp,
-            Err(e) => {
-                tracing::warn!("map watch: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
+        let step = tokio::select! {
+            step = watch.next() => step,
+            // A dropped sender is the daemon going away too.
+            changed = stop.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => break,
+            },
         };
-        let update = resp.into_update();
-        let kind = match &update {
-            fastblock_types::map_delta::MapUpdate::Full(_) => Some(&metrics.map_full),
-            fastblock_types::map_delta::MapUpdate::Delta(_) => Some(&metrics.map_deltas),
-            fastblock_types::map_delta::MapUpdate::UpToDate => None,
+        match step.moved {
+            Moved::Full => metrics.map_full.inc(),
+            Moved::Delta => metrics.map_deltas.inc(),
         };
-        match follower.apply(update) {
-            Ok(Some(map)) => {
-                if let Some(counter) = kind {
-                    counter.inc();
-                }
-                metrics
-                    .map_epoch
-                    .set(i64::try_from(map.epoch.0).unwrap_or(i64::MAX));
-                if keys_epoch != Some(map.auth.epoch) {
-                    keys_epoch = refresh_keys(&mon, &key_table, map.auth).await;
-                }
-                for s in &shards {
-                    let _ = s.send(ShardCommand::Map(map.clone()));
-                }
-            }
-            Ok(None) => {}
-            // The next request asks for a whole map.
-            Err(MapRefused::Gap(gap)) => {
-                tracing::warn!("map watch: {gap}; fetching the whole map")
-            }
-            // The map held stays; health says so from the floor in the heartbeats. Paced: the
-            // monitor answers at once while the OSD's epoch is behind.
-            Err(refused @ MapRefused::BelowFloor { .. }) => {
-                tracing::error!("map watch: {refused}");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
+        let map = step.map;
+        metrics
+            .map_epoch
+            .set(i64::try_from(map.epoch.0).unwrap_or(i64::MAX));
+        if keys_epoch != Some(map.auth.epoch) {
+            keys_epoch = refresh_keys(&mon, &key_table, map.auth).await;
+        }
+        for s in &shards {
+            let _ = s.send(ShardCommand::Map(map.clone()));
         }
     }
 }

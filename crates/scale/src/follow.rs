@@ -1,12 +1,13 @@
-//! Following the map as a daemon does (`crates/osd/src/control.rs`, `follow_map`): long-polls
-//! for what changed since the epoch held (`MonClient::map_update`), applied by a
-//! [`MapFollower`] in the daemon's scope; every answer that moves the map is logged with its
-//! size in a [`MapCounters`], and the new map is published to the daemon's other tasks.
+//! Following the map as a daemon does: the OSD's own loop
+//! ([`fastblock_monclient::map_watch::MapWatch`], as `crates/osd/src/control.rs`'s
+//! `follow_map`), every answer that moves the map logged with its size in a [`MapCounters`],
+//! and the new map published to the daemon's other tasks.
 
 use crate::counters::{Answer, AnswerKind, MapCounters};
+use fastblock_monclient::map_watch::{MapWatch, Moved};
 use fastblock_monclient::MonClient;
 use fastblock_types::map::ClusterMap;
-use fastblock_types::map_delta::{MapFollower, MapRefused, MapScope, MapUpdate};
+use fastblock_types::map_delta::MapScope;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -22,42 +23,18 @@ pub async fn follow(
     counters: Arc<MapCounters>,
     out: watch::Sender<Option<Arc<ClusterMap>>>,
 ) {
-    let mut follower = MapFollower::new(scope).with_auth_floor(mon.auth_floor());
+    let mut watch = MapWatch::new(mon, scope, POLL_WAIT);
     loop {
-        let (resp, bytes) = match mon
-            .map_update_sized(follower.epoch(), follower.scope(), POLL_WAIT)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!("map watch: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        };
-        let update = resp.into_update();
-        let kind = match &update {
-            MapUpdate::Full(_) => AnswerKind::Full,
-            MapUpdate::Delta(_) => AnswerKind::Delta,
-            MapUpdate::UpToDate => continue,
-        };
-        match follower.apply(update) {
-            Ok(Some(map)) => {
-                counters.record(Answer {
-                    at: Instant::now(),
-                    kind,
-                    bytes: bytes as u64,
-                    epoch: map.epoch,
-                });
-                out.send_replace(Some(map));
-            }
-            Ok(None) => {}
-            // The next request asks for a whole map.
-            Err(MapRefused::Gap(gap)) => tracing::warn!("map watch: {gap}"),
-            Err(refused @ MapRefused::BelowFloor { .. }) => {
-                tracing::error!("map watch: {refused}");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
+        let step = watch.next().await;
+        counters.record(Answer {
+            at: Instant::now(),
+            kind: match step.moved {
+                Moved::Full => AnswerKind::Full,
+                Moved::Delta => AnswerKind::Delta,
+            },
+            bytes: step.body_bytes as u64,
+            epoch: step.map.epoch,
+        });
+        out.send_replace(Some(step.map));
     }
 }
