@@ -6,6 +6,13 @@
 //! state commit is guarded by (see `store.rs`). A monitor that cannot renew its lease steps down
 //! before the lease can expire on the etcd side, so two monitors never both believe they lead
 //! for longer than the renewal interval.
+//!
+//! The election runs on a thread and a tokio runtime of its own, with its own etcd
+//! connection ([`run_on_own_thread`]): on the monitor's runtime its renewals waited behind
+//! whatever kept the workers busy (a 131,072-PG state encoded, deltas cut for a thousand
+//! long-polls) and the shared connection's traffic, and at 1,000 OSDs the leader lost its
+//! lease every few seconds. Its role reaches the rest of the monitor through a `watch`, which
+//! works across runtimes.
 
 use crate::keys::Keyspace;
 use crate::store::Fence;
@@ -41,6 +48,70 @@ impl Drop for StepDownOnDrop<'_> {
     fn drop(&mut self) {
         self.0.send_replace(Role::Follower { leader: None });
     }
+}
+
+/// How to reach etcd from the election's own runtime.
+#[derive(Clone, Debug)]
+pub struct ElectionEtcd {
+    pub endpoints: Vec<String>,
+    pub options: etcd_client::ConnectOptions,
+}
+
+/// Why the election's thread ended other than by a shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum ElectionThreadError {
+    #[error("starting the election's thread or runtime: {0}")]
+    Start(#[from] std::io::Error),
+    #[error("connecting the election to etcd at {endpoints:?}: {source}")]
+    Connect {
+        endpoints: Vec<String>,
+        source: etcd_client::Error,
+    },
+    #[error("the election's thread panicked")]
+    Panicked,
+}
+
+/// Connects to etcd and runs the election (until `shutdown`) on a thread and current-thread
+/// runtime of its own; resolves when that ends. The role is published on `role` (a follower
+/// once it ends, however it ends: a panic unwinds through [`Election::run`]'s step-down).
+pub async fn run_on_own_thread(
+    etcd: ElectionEtcd,
+    keys: Keyspace,
+    me: MonMember,
+    lease_ttl_secs: i64,
+    role: watch::Sender<Role>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), ElectionThreadError> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("mon-election".into())
+        .spawn(move || {
+            let outcome = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(ElectionThreadError::Start)
+                .and_then(|runtime| {
+                    runtime.block_on(async {
+                        let client =
+                            etcd_client::Client::connect(&etcd.endpoints, Some(etcd.options))
+                                .await
+                                .map_err(|source| ElectionThreadError::Connect {
+                                    endpoints: etcd.endpoints.clone(),
+                                    source,
+                                })?;
+                        let election = Election {
+                            client,
+                            keys,
+                            me,
+                            lease_ttl_secs,
+                        };
+                        election.run(&role, shutdown).await;
+                        Ok(())
+                    })
+                });
+            let _ = done_tx.send(outcome);
+        })?;
+    done_rx.await.map_err(|_| ElectionThreadError::Panicked)?
 }
 
 impl Election {

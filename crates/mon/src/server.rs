@@ -2,7 +2,7 @@
 //! (`crate::supervise`), with a clean shutdown on SIGTERM/SIGINT or on a task failure that
 //! cannot be retried.
 
-use crate::election::{Election, Role};
+use crate::election::Role;
 use crate::etcd_auth::{self, EtcdAuthError, EtcdCredentials};
 use crate::etcd_identity;
 use crate::etcd_maint::policy::UpkeepSettings;
@@ -264,26 +264,11 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         api_addr: config.api_addr.clone(),
     };
     let (role_tx, role_rx) = watch::channel(Role::Follower { leader: None });
-    // The lease keep-alives on a connection of their own. On the shared one they queue behind
-    // whatever it carries (a load of a 131,072-PG state is some 20 MB, a large commit several
-    // 1 MiB transactions), and a renewal answered late makes the leader step down
-    // (`crate::election`): seen at 1,000 OSDs and 131,072 PGs, where the monitor lost its
-    // leadership every few seconds, reloading the whole state each time.
-    let election_client = etcd_client::Client::connect(
-        &endpoints,
-        Some(etcd_auth::with_credentials(
-            connect_options(),
-            credentials.as_ref(),
-        )),
-    )
-    .await
-    .with_context(|| format!("connecting the election to etcd at {endpoints:?}"))?;
-    let election = Arc::new(Election {
-        client: election_client,
-        keys: keys.clone(),
-        me: me.clone(),
-        lease_ttl_secs: config.lease_ttl_secs,
-    });
+    // The election on a thread, runtime and etcd connection of its own (`crate::election`).
+    let election_etcd = crate::election::ElectionEtcd {
+        endpoints: endpoints.clone(),
+        options: etcd_auth::with_credentials(connect_options(), credentials.as_ref()),
+    };
     // An external etcd is the operator's choice; the own member's client URL is checked to
     // be answered by the own member (crate::etcd_identity) before the first etcd write.
     let (own_member_tx, own_member_rx) = watch::channel(config.etcd_member.is_none());
@@ -307,8 +292,11 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     }
     let election_task = {
         let rx = shutdown_rx.clone();
+        let (keys, me) = (keys.clone(), me.clone());
+        let lease_ttl_secs = config.lease_ttl_secs;
         tasks.spawn("election", Policy::Restart, move || {
-            let (election, role, mut rx) = (election.clone(), role_tx.clone(), rx.clone());
+            let (etcd, role, mut rx) = (election_etcd.clone(), role_tx.clone(), rx.clone());
+            let (keys, me) = (keys.clone(), me.clone());
             let mut own_member = own_member_rx.clone();
             async move {
                 // No campaign (and so no etcd write: only a leader writes) before the etcd
@@ -321,7 +309,8 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
                     }
                     _ = rx.wait_for(|stop| *stop) => return Ok(()),
                 }
-                election.run(&role, rx).await;
+                crate::election::run_on_own_thread(etcd, keys, me, lease_ttl_secs, role, rx)
+                    .await?;
                 Ok(())
             }
         })

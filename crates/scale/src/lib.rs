@@ -9,7 +9,8 @@
 //! - [`sim_osd`]: a simulated OSD: apply-id, its own key, boot, heartbeats, the map followed in
 //!   its scope, PG reports in batches.
 //! - [`leader`]: what a simulated OSD reports as the leader of its PGs, from the map (pure).
-//! - [`follow`]: following the map as a daemon does, logging each answer's size.
+//! - [`follow`]: following the map through the OSD's own loop (`MapWatch`), logging each
+//!   answer's size.
 //! - [`counters`]: that log, per daemon.
 //! - [`fleet`]: the simulated daemons of a run and the observer (the whole map, as an admin
 //!   tool follows it) that timestamps events.
