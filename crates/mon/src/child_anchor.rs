@@ -32,6 +32,21 @@ fn anchor() -> &'static mpsc::Sender<Job> {
     })
 }
 
+/// Makes the child of `cmd` receive SIGKILL when the thread that forks it ends
+/// (`PR_SET_PDEATHSIG`): fork it with [`spawn`], and that is when the monitor ends.
+pub fn dies_with_its_forking_thread(cmd: &mut Command) {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no Rust state; it runs
+    // in the forked child before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Spawns `cmd` from the anchor thread, registered with the caller's tokio runtime (its
 /// `wait` and `kill` work as for any `tokio::process` child).
 pub async fn spawn(mut cmd: Command) -> std::io::Result<Child> {
@@ -52,22 +67,14 @@ pub async fn spawn(mut cmd: Command) -> std::io::Result<Child> {
 
 #[cfg(test)]
 mod tests {
-    use super::spawn;
+    use super::{dies_with_its_forking_thread, spawn};
     use std::time::Duration;
     use tokio::process::{Child, Command};
 
     fn sleeper_dying_with_its_parent_thread() -> Command {
         let mut cmd = Command::new("sleep");
         cmd.arg("30").kill_on_drop(true);
-        // SAFETY: prctl is async-signal-safe and touches no Rust state.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        dies_with_its_forking_thread(&mut cmd);
         cmd
     }
 

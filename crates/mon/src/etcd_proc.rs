@@ -100,16 +100,7 @@ impl EtcdMemberConfig {
             .arg("warn")
             .stdin(Stdio::null())
             .kill_on_drop(true);
-        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no Rust state; it
-        // runs in the forked child before exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        crate::child_anchor::dies_with_its_forking_thread(&mut cmd);
         cmd
     }
 

@@ -453,6 +453,15 @@ impl<'a> Run<'a> {
             .await)
     }
 
+    async fn set_noout(&self, on: bool) -> Result<()> {
+        self.fleet
+            .admin
+            .set_flag("noout", on)
+            .await
+            .map(|_| ())
+            .map_err(|e| ScaleError::mon("setting noout", e))
+    }
+
     pub async fn mon_restart(&mut self) -> Result<Row> {
         let mut start = self.start();
         let before = self.fleet.map().ok_or_else(no_map)?;
@@ -464,24 +473,14 @@ impl<'a> Run<'a> {
         // The figures of CPU are the new processes', from their start.
         start.mon_cpu = 0.0;
         start.etcd_cpu = Some(0.0);
-        let admin = self.fleet.admin.clone();
-        let set_noout = |on: bool| {
-            let admin = admin.clone();
-            async move {
-                admin
-                    .set_flag("noout", on)
-                    .await
-                    .map_err(|e| ScaleError::mon("setting noout through the restarted monitor", e))
-            }
-        };
-        set_noout(true).await?;
+        self.set_noout(true).await?;
         let set = self
             .fleet
             .wait_map("noout set through the restarted monitor", wait, |m| {
                 m.flags.noout
             })
             .await?;
-        set_noout(false).await?;
+        self.set_noout(false).await?;
         let settled = self
             .fleet
             .wait_map("noout cleared", wait, |m| !m.flags.noout)
@@ -527,17 +526,7 @@ impl<'a> Run<'a> {
             .opts
             .rolling_restart_osds
             .map_or(running.len(), |n| (n as usize).min(running.len()));
-        let admin = self.fleet.admin.clone();
-        let set_noout = |on: bool| {
-            let admin = admin.clone();
-            async move {
-                admin
-                    .set_flag("noout", on)
-                    .await
-                    .map_err(|e| ScaleError::mon("setting noout", e))
-            }
-        };
-        set_noout(true).await?;
+        self.set_noout(true).await?;
         let wait = self.opts.wait();
         let mut restarted = 0usize;
         let mut worst_down_ms: f64 = 0.0;
@@ -567,7 +556,7 @@ impl<'a> Run<'a> {
                 .await?;
             restarted += batch.len();
         }
-        set_noout(false).await?;
+        self.set_noout(false).await?;
         let settled = self
             .fleet
             .wait_map("every PG led by an up OSD after the restarts", wait, |m| {
