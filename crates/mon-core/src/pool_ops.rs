@@ -262,18 +262,27 @@ impl MonState {
             let Some(&size) = placeable.get(&pgmap.pool) else {
                 continue;
             };
-            for pg in pgmap.pgs.values_mut() {
-                let replaced_returned =
-                    pg.osdlist.contains(&returned) && !pg.newosdlist.contains(&returned);
-                let all_back = pg.osdlist.iter().all(|id| {
-                    osds.get(id)
-                        .is_some_and(|o| o.up && o.is_placement_target())
-                });
-                if !pg.newosdlist.is_empty()
-                    && replaced_returned
-                    && all_back
-                    && pg.osdlist.len() >= size
-                {
+            // Found first, then changed: changing through `values_mut` would copy every chunk
+            // of the pool (`PgTable`) at every OSD that comes back.
+            let cancelled: Vec<u32> = pgmap
+                .pgs
+                .iter()
+                .filter(|(_, pg)| {
+                    let replaced_returned =
+                        pg.osdlist.contains(&returned) && !pg.newosdlist.contains(&returned);
+                    let all_back = pg.osdlist.iter().all(|id| {
+                        osds.get(id)
+                            .is_some_and(|o| o.up && o.is_placement_target())
+                    });
+                    !pg.newosdlist.is_empty()
+                        && replaced_returned
+                        && all_back
+                        && pg.osdlist.len() >= size
+                })
+                .map(|(seq, _)| *seq)
+                .collect();
+            for seq in cancelled {
+                if let Some(pg) = pgmap.pgs.get_mut(&seq) {
                     pg.newosdlist.clear();
                 }
             }
