@@ -127,16 +127,22 @@ impl MapLog {
         if have.0 == 0 || have < self.oldest() || have > self.current.epoch {
             return MapUpdate::Full(scope.map(&self.current));
         }
-        let mut merged: Option<MapDelta> = None;
-        for (d, _) in self.deltas.iter().skip_while(|(d, _)| d.from < have) {
-            match &mut merged {
-                None => merged = Some(d.clone()),
-                Some(m) => m.merge(d),
-            }
-        }
-        let merged = merged.expect("have is within the kept deltas");
-        debug_assert_eq!((merged.from, merged.to), (have, self.current.epoch));
+        let mut pending = self.deltas.iter().skip_while(|(d, _)| d.from < have);
+        let (first, _) = pending.next().expect("have is within the kept deltas");
         let index = self.index.get_or_init(|| PgIndex::of(&self.current));
+        // A holder one epoch behind (the usual case) gets the one delta cut to its scope
+        // without a copy of it first: at a pool's creation that delta holds every PG of the
+        // pool, and a thousand daemons copying it each took most of the monitor's CPU.
+        let Some((second, _)) = pending.next() else {
+            debug_assert_eq!((first.from, first.to), (have, self.current.epoch));
+            return MapUpdate::Delta(scope.delta(first, &self.current, index));
+        };
+        let mut merged = first.clone();
+        merged.merge(second);
+        for (d, _) in pending {
+            merged.merge(d);
+        }
+        debug_assert_eq!((merged.from, merged.to), (have, self.current.epoch));
         MapUpdate::Delta(scope.delta(&merged, &self.current, index))
     }
 }
