@@ -67,8 +67,14 @@ async fn heartbeats_and_reads_do_not_wait_for_a_commit_etcd_sits_on() {
             .await
         })
     };
-    // The commit holds the lock and waits on the frozen etcd.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Until the commit holds the lock (it then waits on the frozen etcd), bounded.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while mon.ctx.try_lock().is_ok() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the commit takes the commit lock");
     assert!(
         !committing.is_finished(),
         "etcd is frozen: the commit waits"
