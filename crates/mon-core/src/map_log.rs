@@ -22,16 +22,24 @@ use std::sync::Arc;
 pub const MAP_LOG_ENTRIES_MAX: usize = 200_000;
 /// Epochs kept: a daemon that missed more gets a whole map.
 pub const MAP_LOG_EPOCHS_MAX: usize = 2_000;
+/// Merged deltas kept for the current epoch, one per starting epoch asked for: the holders
+/// woken by an epoch are mostly at one of a few epochs, and each merge copies every entry of
+/// the deltas it spans.
+pub const MERGED_DELTAS_MAX: usize = 8;
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct MapLog {
     current: Arc<ClusterMap>,
-    /// `current`'s PGs by OSD, built at its first use (what scoped deltas cut done sets to).
+    /// `current`'s PGs by OSD, built at its first use (what scoped deltas cut done sets to),
+    /// then advanced by each delta pushed.
     index: std::sync::OnceLock<PgIndex>,
     /// Consecutive deltas, oldest first; the last ends at `current.epoch`.
     deltas: VecDeque<(MapDelta, usize)>,
     entries: usize,
+    /// The deltas from an epoch to `current` merged, for the holders at that epoch; emptied
+    /// at each push.
+    merged: std::sync::Mutex<VecDeque<(Epoch, Arc<MapDelta>)>>,
 }
 
 fn entries(d: &MapDelta) -> usize {
@@ -65,6 +73,7 @@ impl MapLog {
             index: std::sync::OnceLock::new(),
             deltas: VecDeque::new(),
             entries: 0,
+            merged: Default::default(),
         }
     }
 
@@ -97,11 +106,15 @@ impl MapLog {
             self.current.epoch
         );
         let delta = MapDelta::between(&self.current, &next);
+        if let Some(mut index) = self.index.take() {
+            index.advance(&self.current, &delta);
+            self.index = index.into();
+        }
         let n = entries(&delta);
         self.deltas.push_back((delta, n));
         self.entries += n;
         self.current = next;
-        self.index = std::sync::OnceLock::new();
+        self.merged.get_mut().expect("merged deltas lock").clear();
         while self.entries > MAP_LOG_ENTRIES_MAX || self.deltas.len() > MAP_LOG_EPOCHS_MAX {
             let (_, n) = self.deltas.pop_front().expect("entries count kept deltas");
             self.entries -= n;
@@ -137,11 +150,28 @@ impl MapLog {
             debug_assert_eq!((first.from, first.to), (have, self.current.epoch));
             return MapUpdate::Delta(scope.delta(first, &self.current, index));
         };
-        let mut merged = first.clone();
-        merged.merge(second);
-        for (d, _) in pending {
-            merged.merge(d);
-        }
+        // Several behind: merged once per starting epoch and kept for the other holders
+        // there. Merged under the lock, so that the holders woken together by an epoch wait
+        // for one merge instead of each making it.
+        let merged = {
+            let mut kept = self.merged.lock().expect("merged deltas lock");
+            match kept.iter().find(|(from, _)| *from == have) {
+                Some((_, m)) => m.clone(),
+                None => {
+                    let mut merged = first.clone();
+                    merged.merge(second);
+                    for (d, _) in pending {
+                        merged.merge(d);
+                    }
+                    let merged = Arc::new(merged);
+                    if kept.len() == MERGED_DELTAS_MAX {
+                        kept.pop_front();
+                    }
+                    kept.push_back((have, merged.clone()));
+                    merged
+                }
+            }
+        };
         debug_assert_eq!((merged.from, merged.to), (have, self.current.epoch));
         MapUpdate::Delta(scope.delta(&merged, &self.current, index))
     }
@@ -189,6 +219,57 @@ mod tests {
         assert!(matches!(update, MapUpdate::Delta(_)));
         let m = f.apply(update).unwrap().expect("a newer map");
         assert_eq!((m.epoch, m.flags.noout), (Epoch(11), false));
+    }
+
+    /// Goal: the holders several epochs behind share one merge per starting epoch, and get
+    /// what a merge of their own would give. Method: answers for two scopes at one epoch (one
+    /// merge kept), at another epoch (a second), each against the deltas merged by hand; a
+    /// push drops what was kept.
+    #[test]
+    fn holders_at_one_epoch_share_one_merge() {
+        let mut log = MapLog::new(at(1, false));
+        for e in 2..=6 {
+            log.push(at(e, e % 2 == 0));
+        }
+        let by_hand = |from: u64| {
+            let mut m: Option<MapDelta> = None;
+            for (d, _) in log.deltas.iter().filter(|(d, _)| d.from.0 >= from) {
+                match &mut m {
+                    None => m = Some(d.clone()),
+                    Some(m) => m.merge(d),
+                }
+            }
+            m.expect("deltas from there")
+        };
+        let index = PgIndex::of(&log.current);
+        for scope in [MapScope::All, MapScope::Osd(OsdId(1))] {
+            assert_eq!(
+                log.update_for(Epoch(3), &scope),
+                MapUpdate::Delta(scope.delta(&by_hand(3), &log.current, &index))
+            );
+        }
+        assert_eq!(log.merged.lock().unwrap().len(), 1);
+        assert!(matches!(
+            log.update_for(Epoch(2), &MapScope::All),
+            MapUpdate::Delta(d) if d == by_hand(2)
+        ));
+        assert_eq!(log.merged.lock().unwrap().len(), 2);
+        // One behind: cut directly, nothing kept.
+        assert!(matches!(
+            log.update_for(Epoch(5), &MapScope::All),
+            MapUpdate::Delta(d) if d == by_hand(5)
+        ));
+        assert_eq!(log.merged.lock().unwrap().len(), 2);
+        log.push(at(7, false));
+        assert!(log.merged.lock().unwrap().is_empty());
+        let last = MERGED_DELTAS_MAX as u64 + 10;
+        for e in 8..=last {
+            log.push(at(e, e % 2 == 0));
+        }
+        for from in 1..last - 1 {
+            log.update_for(Epoch(from), &MapScope::All);
+        }
+        assert_eq!(log.merged.lock().unwrap().len(), MERGED_DELTAS_MAX);
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! and the rules of the module documentation checked on them.
 
 use super::*;
-use crate::map::{FailureDomain, ImageTable, OsdInfo, PgInfo, PgMap, PoolInfo, ReclaimEntry};
+use crate::map::{
+    FailureDomain, ImageTable, OsdInfo, PgInfo, PgMap, PoolInfo, ReclaimEntry, SnapInfo, SnapState,
+    SnapTrimEntry,
+};
 use crate::{LogIndex, PgId, PgState, Term};
 use proptest::prelude::*;
 
@@ -161,6 +164,42 @@ fn change(m: &mut ClusterMap, (kind, a, b): (u8, u32, u32)) {
                     },
                 );
             }
+            // A snapshot being marked and a trim: more PGs done, or gone.
+            if b % 5 == 0 {
+                m.snaps.remove(&id);
+                m.snap_trims.remove(&key);
+            } else {
+                let snaps = m.snaps.entry(id).or_default();
+                if snaps.is_empty() {
+                    snaps.push(SnapInfo {
+                        id: crate::SnapId(1),
+                        pool,
+                        image: id,
+                        image_name: "i".into(),
+                        name: "s".into(),
+                        state: SnapState::Creating,
+                        size_bytes: 4096,
+                        object_size_bytes: 4096,
+                        created_epoch: m.epoch,
+                        protected: false,
+                        done_pgs: BTreeSet::new(),
+                        started_at_ms: 0,
+                        parent_overlap_bytes: None,
+                    });
+                }
+                snaps[0].done_pgs.insert(b % 12);
+                let trim = m.snap_trims.entry(key).or_insert_with(|| SnapTrimEntry {
+                    id: key,
+                    pool,
+                    image: id,
+                    image_name: "i".into(),
+                    snap: crate::SnapId(1),
+                    reason: "removed".into(),
+                    epoch: m.epoch,
+                    done_pgs: BTreeSet::new(),
+                });
+                trim.done_pgs.insert(a % 9);
+            }
         }
         _ => {
             // A pool goes, or comes back.
@@ -181,6 +220,22 @@ fn change(m: &mut ClusterMap, (kind, a, b): (u8, u32, u32)) {
             }
         }
     }
+}
+
+/// Every done set a delta carries, with its pool.
+fn done_sets(d: &MapDelta) -> Vec<(PoolId, &BTreeSet<u32>)> {
+    let reclaim = d.reclaim.changed.iter().map(|(_, e)| (e.pool, &e.done_pgs));
+    let snaps = d
+        .snaps
+        .changed
+        .iter()
+        .flat_map(|(_, s)| s.iter().map(|s| (s.pool, &s.done_pgs)));
+    let trims = d
+        .snap_trims
+        .changed
+        .iter()
+        .map(|(_, t)| (t.pool, &t.done_pgs));
+    reclaim.chain(snaps).chain(trims).collect()
 }
 
 /// Maps `m0, m1, ...`, each a few random changes of the last at the next epoch.
@@ -239,10 +294,28 @@ proptest! {
         for scope in [MapScope::Osd(OsdId(who)), MapScope::Pools([PoolId(pools)].into()), MapScope::All] {
             let mut held = scope.map(&maps[0]);
             for w in maps.windows(2) {
-                let d = scope.delta(&MapDelta::between(&w[0], &w[1]), &w[1], &PgIndex::of(&w[1]));
+                let index = PgIndex::of(&w[1]);
+                let d = scope.delta(&MapDelta::between(&w[0], &w[1]), &w[1], &index);
+                // What a done set carries: an OSD's PGs of the pool, a client nothing.
+                for (pool, done) in done_sets(&d) {
+                    match &scope {
+                        MapScope::Osd(o) => prop_assert!(
+                            done.iter().all(|s| index.pgs(*o, pool).contains(s)),
+                            "{:?} cut to {:?}'s PGs {:?}", done, o, index.pgs(*o, pool)
+                        ),
+                        MapScope::Pools(_) => prop_assert!(done.is_empty()),
+                        MapScope::All => {}
+                    }
+                }
                 d.apply(&mut held).unwrap();
                 scope.prune(&mut held);
                 prop_assert_eq!(&held, &scope.map(&w[1]), "scope {:?}", scope);
+            }
+            // The index kept across the steps is the index of each map.
+            let mut index = PgIndex::of(&maps[0]);
+            for w in maps.windows(2) {
+                index.advance(&w[0], &MapDelta::between(&w[0], &w[1]));
+                prop_assert_eq!(&index, &PgIndex::of(&w[1]));
             }
             // Merged, then scoped: the same.
             let mut merged = MapDelta::between(&maps[0], &maps[1]);
