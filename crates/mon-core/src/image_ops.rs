@@ -206,7 +206,7 @@ impl MonState {
             return err(ErrorCode::ReclaimNotFound, format!("no reclaim entry {id}"));
         };
         entry.done_pgs.insert(pg.seq);
-        let finished = pgmap.pgs.keys().all(|seq| entry.done_pgs.contains(seq));
+        let finished = pgmap.all_in(&entry.done_pgs);
         if finished {
             self.reclaim.remove(&id);
         }

@@ -272,17 +272,22 @@ impl MonState {
         if !pgmap.pgs.contains_key(&pg.seq) {
             return err(ErrorCode::PgNotFound, format!("no pg {pg}"));
         }
-        let all: Vec<u32> = pgmap.pgs.keys().copied().collect();
         let entry = self.snap_mut(image, snap).expect("looked up above");
         if entry.state == SnapState::Created {
             return Ok(true);
         }
         entry.done_pgs.insert(pg.seq);
-        if all.iter().all(|seq| entry.done_pgs.contains(seq)) {
+        let done = &self
+            .snap_by_id(image, snap)
+            .expect("looked up above")
+            .done_pgs;
+        let created = self.map.pgmaps.get(&pool).is_some_and(|m| m.all_in(done));
+        if created {
+            let entry = self.snap_mut(image, snap).expect("looked up above");
             entry.state = SnapState::Created;
             entry.done_pgs.clear();
         }
-        Ok(entry.state == SnapState::Created)
+        Ok(created)
     }
 
     fn push_snap_trim(&mut self, snap: &SnapInfo, reason: &str) -> u64 {
@@ -587,7 +592,7 @@ impl MonState {
         }
         let entry = self.snap_trims.get_mut(&id).expect("looked up above");
         entry.done_pgs.insert(pg.seq);
-        let finished = pgmap.pgs.keys().all(|seq| entry.done_pgs.contains(seq));
+        let finished = pgmap.all_in(&entry.done_pgs);
         if finished {
             self.snap_trims.remove(&id);
         }

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 /// Longest a map long-poll is held.
 const LONG_POLL_MS_MAX: u64 = 60_000;
-/// How often a snapshot create call looks whether every PG confirmed.
-const SNAP_CREATE_POLL_MS: u64 = 20;
+/// Longest a snapshot create call waits between two looks at whether every PG confirmed.
+const SNAP_CREATE_LOOK_INTERVAL_MAX: Duration = Duration::from_millis(1000);
 
 pub struct AppState {
     pub mon: Arc<Monitor>,
@@ -1152,7 +1152,9 @@ async fn create_snap(
         s.snap_timed_out_error(last, &s.snap_missing_pgs(last), timeout_ms)
     };
     let mut last = snap;
+    let mut epochs = app.mon.epoch.subscribe();
     loop {
+        epochs.borrow_and_update();
         let now = app
             .mon
             .read(|s| {
@@ -1168,7 +1170,16 @@ async fn create_snap(
         if Instant::now() >= deadline {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(SNAP_CREATE_POLL_MS)).await;
+        // The snapshot changes only with a commit: look again at the next epoch rather than
+        // on a short timer (each look copies its done set, up to the pool's PG count), and at
+        // least every second (a monitor that stopped leading publishes no epoch; the look
+        // then fails with the reason).
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .min(SNAP_CREATE_LOOK_INTERVAL_MAX);
+        if let Ok(Err(_)) = tokio::time::timeout(left, epochs.changed()).await {
+            break; // the monitor is stopping
+        }
     }
     let outcome = app.mon.apply(|s, _| s.abort_snap_create(image, id)).await?;
     let e = match outcome {
