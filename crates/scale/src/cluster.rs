@@ -22,6 +22,8 @@ pub struct MonSettings {
     pub osd_out_after: Duration,
     pub max_pg_per_osd: u32,
     pub keep_dir: bool,
+    /// The monitor's `RUST_LOG`.
+    pub log_filter: String,
 }
 
 pub struct MonProcess {
@@ -100,7 +102,7 @@ impl MonProcess {
             .arg("--keyring")
             .arg(dir.join("keyring"))
             .env("FASTBLOCK_RUN_DIR", dir.join("run"))
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", &settings.log_filter)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);

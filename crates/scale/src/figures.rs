@@ -62,6 +62,9 @@ pub struct Row {
     pub delta: Traffic,
     /// Map bytes the monitor sent to the daemons in the scenario, summed.
     pub sent_bytes: u64,
+    /// The running OSDs among `daemons`, and the part of `sent_bytes` they received.
+    pub osds: usize,
+    pub osd_sent_bytes: u64,
     /// `sent_bytes` over daemons and epochs.
     pub bytes_per_epoch_per_daemon: f64,
     /// From the event's start to the observer holding the epoch that reflects it.
@@ -146,16 +149,16 @@ impl Report {
             self.max_pg_per_osd
         );
         s.push_str(&format!(
-            "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>13}\n",
+            "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>13}\n",
             "scenario", "epochs", "daemons", "full n", "full avg", "delta n", "delta avg",
-            "delta max", "KiB/daemon", "B/ep/dmn", "event ms", "spread", "settle s",
+            "delta max", "KiB/daemon", "KiB/OSD", "B/ep/dmn", "event ms", "spread", "settle s",
             "mon cpu", "mon rss", "etcd db/used"
         ));
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
         for r in &self.rows {
             s.push_str(&format!(
-                "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10.1} {:>9.0} {:>9} {:>8} {:>8.1} {:>8.2} {:>8.0}M {:>6.1}/{:<6.1}\n",
+                "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10.1} {:>9.1} {:>9.0} {:>9} {:>8} {:>8.1} {:>8.2} {:>8.0}M {:>6.1}/{:<6.1}\n",
                 r.scenario,
                 r.epochs,
                 r.daemons,
@@ -165,6 +168,7 @@ impl Report {
                 r.delta.mean_bytes,
                 r.delta.max_bytes,
                 r.sent_bytes as f64 / 1024.0 / r.daemons.max(1) as f64,
+                r.osd_sent_bytes as f64 / 1024.0 / r.osds.max(1) as f64,
                 r.bytes_per_epoch_per_daemon,
                 ms(r.event_ms),
                 ms(r.spread_ms),

@@ -126,11 +126,19 @@ impl Fleet {
 
     /// The counters of every daemon running now (OSDs not stopped, and clients).
     pub fn live_counters(&self) -> Vec<Arc<MapCounters>> {
+        self.live_osd_counters()
+            .into_iter()
+            .chain(self.clients.iter().map(|c| c.counters.clone()))
+            .collect()
+    }
+
+    /// The running OSDs' map counters alone (what an OSD receives, clients apart: a client
+    /// gets every change of its pools' PGs, an OSD those of its own PGs).
+    pub fn live_osd_counters(&self) -> Vec<Arc<MapCounters>> {
         self.osds
             .iter()
             .filter(|o| o.running())
             .map(|o| o.counters.clone())
-            .chain(self.clients.iter().map(|c| c.counters.clone()))
             .collect()
     }
 

@@ -49,6 +49,7 @@ pub async fn run(opts: &Options) -> Result<Report, ScaleError> {
         osd_out_after: std::time::Duration::from_secs(opts.osd_out_after_secs),
         max_pg_per_osd: opts.max_pg_per_osd(),
         keep_dir: opts.keep_dir,
+        log_filter: opts.mon_log.clone(),
     };
     let mut mon = cluster::MonProcess::start(&settings, opts.wait()).await?;
     let mut run = scenarios::Run::new(opts, &mut mon);

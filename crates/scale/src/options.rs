@@ -48,6 +48,10 @@ pub struct Options {
     /// Keep the monitor's directory (logs, etcd data) after the run, and print where it is.
     #[arg(long)]
     pub keep_dir: bool,
+    /// The monitor's log filter (its `RUST_LOG`) in its `mon.log`: `info` logs each snapshot,
+    /// election and large commit.
+    #[arg(long, default_value = "warn")]
+    pub mon_log: String,
 }
 
 impl Options {
@@ -67,6 +71,7 @@ impl Options {
             boot_concurrency: 8,
             mon_bin: None,
             keep_dir: false,
+            mon_log: "warn".into(),
         }
     }
 

@@ -96,6 +96,8 @@ impl<'a> Run<'a> {
         let end = Instant::now();
         let counters = self.fleet.live_counters();
         let (full, delta) = traffic(&counters, start.at, end);
+        let osd_counters = self.fleet.live_osd_counters();
+        let (osd_full, osd_delta) = traffic(&osd_counters, start.at, end);
         let epochs = settled.0.saturating_sub(start.epoch.0);
         let sent = full.bytes + delta.bytes;
         let observed = self.fleet.observed(event.epoch);
@@ -121,6 +123,8 @@ impl<'a> Run<'a> {
             full,
             delta,
             sent_bytes: sent,
+            osds: osd_counters.len(),
+            osd_sent_bytes: osd_full.bytes + osd_delta.bytes,
             bytes_per_epoch_per_daemon: sent as f64
                 / (epochs.max(1) as f64 * counters.len().max(1) as f64),
             event_ms: observed.map(|o| o.saturating_duration_since(event.at).as_secs_f64() * 1e3),
