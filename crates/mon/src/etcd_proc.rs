@@ -19,6 +19,9 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
+/// Raft entries between two snapshots of the own member (its `--snapshot-count`).
+pub const ETCD_SNAPSHOT_ENTRIES: u64 = 10_000;
+
 #[derive(Clone, Debug)]
 pub struct EtcdMemberConfig {
     pub binary: String,
@@ -87,6 +90,12 @@ impl EtcdMemberConfig {
             .arg("4096")
             .arg("--quota-backend-bytes")
             .arg(self.quota_bytes.to_string())
+            // etcd keeps its Raft log in memory from one snapshot to the next, every entry
+            // whole: 3.4's default of 100,000 entries grew the member to 19 GiB and got it
+            // OOM-killed at 131,072 PGs (`docs/scale.md`), where commits write megabytes of PG
+            // chunks. 10,000 is 3.5's default; 5,000 more stay after each snapshot.
+            .arg("--snapshot-count")
+            .arg(ETCD_SNAPSHOT_ENTRIES.to_string())
             // Elections within a second or two on a quiet loopback cluster.
             .arg("--heartbeat-interval")
             .arg("100")
