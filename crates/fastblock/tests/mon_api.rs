@@ -21,6 +21,107 @@ async fn raw(addr: &str, request: &str) -> String {
     String::from_utf8_lossy(&buf).to_string()
 }
 
+/// A raw GET with `Accept-Encoding: encoding` (none: no header): the answer's head, lower
+/// case, and its body as bytes.
+async fn raw_get(addr: &str, path: &str, encoding: Option<&str>) -> (String, Vec<u8>) {
+    let accept = encoding.map_or(String::new(), |e| format!("Accept-Encoding: {e}\r\n"));
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP head");
+    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+    (head, buf[end + 4..].to_vec())
+}
+
+/// A cluster of 4 OSDs with a pool of 256 PGs: a whole map of some 40 KB of JSON. The OSDs
+/// heartbeat while held, so that the map stays as it is.
+async fn cluster_with_a_pool(auth_mode: &'static str) -> (MonCluster, Vec<FakeOsd>) {
+    let mons = MonCluster::start(
+        1,
+        MonOptions {
+            auth_mode,
+            ..MonOptions::default()
+        },
+    )
+    .await;
+    let mut osds = Vec::new();
+    for i in 0..4 {
+        osds.push(FakeOsd::register(&mons, &format!("h{i}")).await);
+    }
+    mons.client()
+        .create_pool(&CreatePoolRequest {
+            name: "z".into(),
+            pg_count: 256,
+            size: 2,
+            failure_domain: FailureDomain::Osd,
+        })
+        .await
+        .unwrap();
+    (mons, osds)
+}
+
+/// Large answers go gzipped to a caller that accepts it, and as they are to any other
+/// (`docs/mon-api.md`, "Compression"). Method: in `sign` mode the monitor client (which
+/// accepts gzip, and checks the answer's signature once decompressed) reads a whole map of
+/// 256 PGs, far fewer bytes on the wire than its JSON; in mode `none` a raw caller reads the
+/// same map with and without `Accept-Encoding: gzip` and with gzip refused (`q=0`), and a
+/// small answer: only the first is gzipped, and it opens to the same JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_answers_are_gzipped_for_callers_that_accept_it() {
+    use fastblock_types::map_delta::MapScope;
+    use fastblock_types::Epoch;
+    let (signed, _osds) = cluster_with_a_pool("sign").await;
+    let (answer, wire_bytes) = signed
+        .client()
+        .map_update_sized(Epoch(0), &MapScope::All, Duration::ZERO)
+        .await
+        .unwrap();
+    let json_bytes = serde_json::to_vec(&answer).unwrap().len();
+    assert!(
+        wire_bytes * 4 < json_bytes,
+        "{wire_bytes} bytes on the wire for {json_bytes} of JSON"
+    );
+    let map = answer.map.expect("a whole map on first contact");
+    assert_eq!(map.pgmaps.values().map(|p| p.pgs.len()).sum::<usize>(), 256);
+    drop(signed);
+
+    let (open, _osds) = cluster_with_a_pool("none").await;
+    let addr = &open.specs[0].api;
+    let (head, plain) = raw_get(addr, "/v1/map", None).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!head.contains("content-encoding"), "{head}");
+    let (head, packed) = raw_get(addr, "/v1/map", Some("br, gzip")).await;
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    assert!(
+        packed.len() * 4 < plain.len(),
+        "{} of {}",
+        packed.len(),
+        plain.len()
+    );
+    let mut opened = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&packed[..]), &mut opened)
+        .unwrap();
+    assert_eq!(opened, plain, "the gzipped answer opens to the plain one");
+    let (head, refused) = raw_get(addr, "/v1/map", Some("gzip;q=0")).await;
+    assert!(!head.contains("content-encoding"), "{head}");
+    assert_eq!(refused, plain);
+    let (head, _) = raw_get(addr, "/status.js", Some("gzip")).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(
+        !head.contains("content-encoding"),
+        "a small answer as it is: {head}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn map_long_poll_wakes_on_change_and_times_out_without_one() {
     let mons = MonCluster::start(1, MonOptions::default()).await;

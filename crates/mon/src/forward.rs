@@ -4,6 +4,8 @@
 //! again, so requests never loop. The call is relayed byte for byte (method, path with query,
 //! body, content type and signature headers), so the leader verifies its signature; the
 //! answer comes back with the leader's signature and incarnation, which the caller checks.
+//! `Accept-Encoding` is not relayed: the leader answers plain JSON, and this monitor's own
+//! outer layer gzips it for a caller that asked (`crate::compress`).
 
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, StatusCode};

@@ -194,6 +194,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         })
         .with_state(state)
         .layer(middleware::from_fn_with_state(tasks, catch_panic))
+        // Outermost: compresses what was signed (`crate::compress`).
+        .layer(middleware::from_fn(crate::compress::compress_answer))
 }
 
 /// A handler that panics (a monitor bug) answers `internal` and is counted in health

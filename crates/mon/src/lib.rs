@@ -19,7 +19,8 @@
 //! - [`auth_http`]: authentication of every API call (signature, replay, capability per
 //!   route) and the key-table endpoints.
 //! - [`http`]: the HTTP + JSON API (`docs/mon-api.md`); [`forward`] relays calls from
-//!   followers to the leader so any monitor answers.
+//!   followers to the leader so any monitor answers; [`compress`]: gzip of large answers
+//!   for callers that accept it.
 //! - [`report_queue`]: the OSDs' report batches, applied and committed together (one epoch
 //!   for the reports of a moment).
 //! - [`stats`]: client IO and recovery rates from OSD heartbeats.
@@ -41,6 +42,7 @@
 pub mod auth_http;
 pub mod backup;
 pub mod child_anchor;
+pub mod compress;
 pub mod cpu;
 pub mod election;
 pub mod etcd_auth;

@@ -40,6 +40,21 @@ use tokio::time::Instant;
 /// monitors' relay (`fastblock_mon::forward`).
 const RESPONSE_BYTES_MAX: usize = 256 << 20;
 
+/// Decompresses a gzipped answer, refusing one that would exceed `max_bytes` (a few KiB of
+/// gzip can expand to gigabytes, and the answer is checked only once decompressed).
+fn gunzip(packed: &[u8], max_bytes: usize) -> Result<Bytes, String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(packed)
+        .take(max_bytes as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    if out.len() > max_bytes {
+        return Err(format!("larger than {max_bytes} bytes once decompressed"));
+    }
+    Ok(Bytes::from(out))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MonError {
     /// The monitor answered with an error. Transparent: its message is this error's, and
@@ -185,7 +200,7 @@ impl MonClient {
         path: &str,
         body: &Option<Bytes>,
         timeout: Duration,
-    ) -> Result<Bytes, Attempt> {
+    ) -> Result<(Bytes, usize), Attempt> {
         // Twice at most: once more for the incarnation the refusal named; a monitor that
         // refuses that too changed again meanwhile, and the caller's retry loop takes over.
         let mut result = self
@@ -208,10 +223,13 @@ impl MonClient {
         path: &str,
         body: &Option<Bytes>,
         timeout: Duration,
-    ) -> Result<Bytes, Attempt> {
+    ) -> Result<(Bytes, usize), Attempt> {
+        // Large answers (map deltas of many PGs) come gzipped (`docs/mon-api.md`,
+        // "Compression").
         let mut req = Request::builder()
             .method(method.clone())
-            .uri(format!("http://{endpoint}{path}"));
+            .uri(format!("http://{endpoint}{path}"))
+            .header(hyper::header::ACCEPT_ENCODING, "gzip");
         if body.is_some() {
             req = req.header(hyper::header::CONTENT_TYPE, "application/json");
         }
@@ -257,6 +275,7 @@ impl MonClient {
         };
         let (incarnation, reply_signature) =
             (header(HEADER_INCARNATION), header(HEADER_REPLY_SIGNATURE));
+        let encoding = header(hyper::header::CONTENT_ENCODING.as_str());
         let bytes = match tokio::time::timeout(
             timeout,
             Limited::new(resp.into_body(), RESPONSE_BYTES_MAX).collect(),
@@ -275,6 +294,23 @@ impl MonClient {
                     format!("{endpoint}: answer timed out"),
                     None,
                 ))
+            }
+        };
+        let wire_bytes = bytes.len();
+        // Decompressed before the signature is checked: the monitor signs the JSON.
+        let bytes = match encoding.as_deref() {
+            None | Some("identity") => bytes,
+            Some(e) if e.eq_ignore_ascii_case("gzip") => gunzip(&bytes, RESPONSE_BYTES_MAX)
+                .map_err(|e| {
+                    Attempt::Retry(format!("{endpoint}: the gzipped answer: {e}"), None)
+                })?,
+            Some(other) => {
+                return Err(Attempt::Final(protocol(
+                    endpoint,
+                    format!(
+                        "the answer is encoded as {other:?}, which this client did not ask for"
+                    ),
+                )))
             }
         };
         // Unsigned: taken as what it claims to be only below floor `sign`, or when it is an
@@ -307,7 +343,7 @@ impl MonClient {
             *self.incarnation.lock().unwrap_or_else(|p| p.into_inner()) = inc;
         }
         if status.is_success() {
-            return Ok(bytes);
+            return Ok((bytes, wire_bytes));
         }
         match serde_json::from_slice::<ErrorBody>(&bytes) {
             Ok(body) if body.error.retryable => Err(Attempt::Retry(
@@ -333,7 +369,7 @@ impl MonClient {
         path: &str,
         body: Option<Bytes>,
         timeout: Duration,
-    ) -> Result<Bytes, MonError> {
+    ) -> Result<(Bytes, usize), MonError> {
         let start = Instant::now();
         let mut backoff = Duration::from_millis(50);
         let mut last = String::new();
@@ -345,9 +381,9 @@ impl MonClient {
                 let index = (first + i) % n;
                 let endpoint = &self.endpoints[index];
                 match self.attempt(endpoint, &method, path, &body, timeout).await {
-                    Ok(bytes) => {
+                    Ok(answer) => {
                         self.preferred.store(index, Ordering::Relaxed);
-                        return Ok(bytes);
+                        return Ok(answer);
                     }
                     Err(Attempt::Final(e)) => return Err(e),
                     Err(Attempt::Retry(why, answer)) => {
@@ -382,7 +418,7 @@ impl MonClient {
         body: Option<&impl Serialize>,
     ) -> Result<T, MonError> {
         let body = body.map(|b| Bytes::from(serde_json::to_vec(b).expect("request serializes")));
-        let bytes = self
+        let (bytes, _) = self
             .call_raw(method, path, body, self.request_timeout)
             .await?;
         decode(&self.endpoints.join(","), &bytes)
@@ -449,7 +485,7 @@ impl MonClient {
     }
 
     /// [`MonClient::map_update`], with the byte length of the answer's body as the monitor
-    /// sent it: what a daemon pays to follow the map (the scale harness, `crates/scale`, sums
+    /// sent it (gzipped when large): what a daemon pays to follow the map (the scale harness, `crates/scale`, sums
     /// it per event).
     pub async fn map_update_sized(
         &self,
@@ -475,11 +511,11 @@ impl MonClient {
             have.0,
             timeout.as_millis()
         );
-        let bytes = self
+        let (bytes, wire_bytes) = self
             .call_raw(Method::GET, &path, None, timeout + self.request_timeout)
             .await?;
         let resp = decode(&self.endpoints.join(","), &bytes)?;
-        Ok((resp, bytes.len()))
+        Ok((resp, wire_bytes))
     }
 
     /// Waits until the epoch passes `after` (the map is returned) or `timeout` passes
@@ -494,7 +530,7 @@ impl MonClient {
             after.0,
             timeout.as_millis()
         );
-        let bytes = self
+        let (bytes, _) = self
             .call_raw(Method::GET, &path, None, timeout + self.request_timeout)
             .await?;
         decode(&self.endpoints.join(","), &bytes)
@@ -676,7 +712,7 @@ impl MonClient {
         let body = CreateSnapRequest { name: snap.into() };
         let body = Bytes::from(serde_json::to_vec(&body).expect("request serializes"));
         let timeout = self.request_timeout + Duration::from_millis(SNAP_CREATE_TIMEOUT_MS_MAX);
-        let bytes = self
+        let (bytes, _) = self
             .call_raw(
                 Method::POST,
                 &format!("/v1/images/{pool}/{name}/snaps"),
@@ -939,4 +975,30 @@ fn protocol(endpoint: &str, detail: String) -> MonError {
 fn decode<T: DeserializeOwned>(endpoint: &str, bytes: &[u8]) -> Result<T, MonError> {
     serde_json::from_slice(bytes)
         .map_err(|e| protocol(endpoint, format!("invalid JSON answer: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gunzip;
+    use std::io::Write;
+
+    fn gzip(body: &[u8]) -> Vec<u8> {
+        let mut w = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        w.write_all(body).unwrap();
+        w.finish().unwrap()
+    }
+
+    /// Goal: a gzipped answer is decompressed whole, and one that would expand past the bound
+    /// (a few KiB that make megabytes) is refused, never held. Method: 1 MiB of zeros packed,
+    /// opened with a bound above and one below its size; garbage refused.
+    #[test]
+    fn a_gzipped_answer_opens_within_its_bound_only() {
+        let body = vec![0u8; 1 << 20];
+        let packed = gzip(&body);
+        assert!(packed.len() < 8 << 10, "{} bytes", packed.len());
+        assert_eq!(&gunzip(&packed, 1 << 20).unwrap()[..], &body[..]);
+        let e = gunzip(&packed, (1 << 20) - 1).unwrap_err();
+        assert!(e.contains("larger than"), "{e}");
+        assert!(gunzip(b"not gzip at all", 1 << 20).is_err());
+    }
 }
