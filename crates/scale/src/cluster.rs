@@ -48,14 +48,15 @@ impl MonProcess {
             uuid::Uuid::new_v4().simple()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| ScaleError::io(format!("mkdir {dir:?}"), e))?;
+        let ports = free_ports(3)?;
         let mut mon = MonProcess {
             child: None,
             settings: settings.clone(),
             dir,
             keep_dir: settings.keep_dir,
-            api: format!("127.0.0.1:{}", free_port()?),
-            etcd_client: format!("127.0.0.1:{}", free_port()?),
-            etcd_peer: format!("127.0.0.1:{}", free_port()?),
+            api: format!("127.0.0.1:{}", ports[0]),
+            etcd_client: format!("127.0.0.1:{}", ports[1]),
+            etcd_peer: format!("127.0.0.1:{}", ports[2]),
             // Replaced below before `start` returns; the struct exists first so that a failed
             // wait drops it and kills the monitor.
             admin_key: Secret::from_bytes([0; 32]),
@@ -218,13 +219,46 @@ impl Drop for MonProcess {
     }
 }
 
-/// A loopback port free now (bound, then released: the monitor binds it a moment later).
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| ScaleError::io("finding a free port", e))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| ScaleError::io("finding a free port", e))
+/// `n` distinct loopback ports free now (bound, then released: the monitor binds them a moment
+/// later), below the kernel's ephemeral range: the simulated daemons hold thousands of
+/// connections, each on an ephemeral local port, and one of them took the etcd member's peer
+/// port while the monitor was down in the `mon restart` scenario (its member then failed to
+/// bind it).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    const FIRST: u16 = 10_000;
+    let mut held = Vec::new();
+    if low > FIRST {
+        // Start at a point that differs between runs, so that runs side by side rarely try
+        // the same ports first.
+        let span = u32::from(low - FIRST);
+        let start = std::process::id().wrapping_mul(7919) % span;
+        for i in 0..span {
+            if held.len() == n {
+                break;
+            }
+            let port = FIRST + ((start + i) % span) as u16;
+            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                held.push(l);
+            }
+        }
+    }
+    while held.len() < n {
+        held.push(
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .map_err(|e| ScaleError::io("finding a free port", e))?,
+        );
+    }
+    held.iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(|e| ScaleError::io("finding a free port", e))
+        })
+        .collect()
 }
 
 /// The monitor binary: the one given, else `fastblock-mon` beside the running executable (the
