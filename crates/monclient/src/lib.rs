@@ -485,8 +485,8 @@ impl MonClient {
     }
 
     /// [`MonClient::map_update`], with the byte length of the answer's body as the monitor
-    /// sent it (gzipped when large): what a daemon pays to follow the map (the scale harness, `crates/scale`, sums
-    /// it per event).
+    /// sent it (gzipped when large): what a daemon pays to follow the map (the scale harness,
+    /// `crates/scale`, sums it per event).
     pub async fn map_update_sized(
         &self,
         have: Epoch,
