@@ -10,7 +10,8 @@ use fastblock_types::map::FailureDomain;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn raw(addr: &str, request: &str) -> String {
+/// Sends `request` on a new connection and reads until the monitor closes it (bounded).
+async fn raw_bytes(addr: &str, request: &str) -> Vec<u8> {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(request.as_bytes()).await.unwrap();
     let mut buf = Vec::new();
@@ -18,22 +19,20 @@ async fn raw(addr: &str, request: &str) -> String {
         .await
         .unwrap()
         .unwrap();
-    String::from_utf8_lossy(&buf).to_string()
+    buf
+}
+
+async fn raw(addr: &str, request: &str) -> String {
+    String::from_utf8_lossy(&raw_bytes(addr, request).await).to_string()
 }
 
 /// A raw GET with `Accept-Encoding: encoding` (none: no header): the answer's head, lower
 /// case, and its body as bytes.
 async fn raw_get(addr: &str, path: &str, encoding: Option<&str>) -> (String, Vec<u8>) {
     let accept = encoding.map_or(String::new(), |e| format!("Accept-Encoding: {e}\r\n"));
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request =
         format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
-        .await
-        .unwrap()
-        .unwrap();
+    let buf = raw_bytes(addr, &request).await;
     let end = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

@@ -9,9 +9,10 @@
 
 use axum::body::{Body, HttpBody};
 use axum::extract::Request;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use fastblock_types::api::{ApiError, ErrorCode};
 use http_body_util::BodyExt;
 use std::io::Write;
 
@@ -69,11 +70,11 @@ pub async fn compress_answer(req: Request, next: Next) -> Response {
     let bytes = match body.collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
+            return crate::http::ApiErr(ApiError::new(
+                ErrorCode::Internal,
                 format!("reading the answer to compress it: {e}"),
-            )
-                .into_response()
+            ))
+            .into_response()
         }
     };
     let packed = crate::cpu::heavy(|| gzip(&bytes));
