@@ -12,7 +12,9 @@
 //! <prefix>/pgmaps/<pool id>        PgMap                  one pool's PG map: pool, version
 //!                                                         (`pgs` empty; older monitors put
 //!                                                         every PG here, still read)
-//! <prefix>/pgmaps/<pool id>/<chunk> {"<seq>":PgInfo,..}   the pool's PGs seq/256 == chunk
+//! <prefix>/pgs/<pool id>/<index>  {"<seq>":PgInfo,..}   the pool's PGs, seq/16 == index
+//! <prefix>/pgmaps/<pool id>/<chunk> {"<seq>":PgInfo,..}   seq/256 == chunk: the layout before
+//!                                                         `pgs/`, still read, then rewritten
 //! <prefix>/images/<pool id>/<name> ImageInfo
 //! <prefix>/reclaim/<id>            ReclaimEntry           data the data path must delete
 //! <prefix>/snaps/<image id>/<snap id>  SnapInfo           a live snapshot of an image
@@ -27,9 +29,9 @@
 //! <prefix>/mon/restore             RestoreMarker          the backup a restore wrote (once)
 //! ```
 //!
-//! A pool's PGs are stored in chunks of [`CHUNK_PGS`] (one etcd key each, some 40 KB), so a
-//! commit rewrites the chunks whose PGs changed, not the pool's whole PG map
-//! ([`Keyspace::changes`]); the keys of the other records are small.
+//! A pool's PGs are stored [`PG_KEY_PGS`] to a key (some 2.5 KB), so a commit rewrites the
+//! keys whose PGs changed, not the pool's whole PG map ([`Keyspace::changes`]); the keys of
+//! the other records are small.
 
 use crate::key_seal::{open_value, ClearEntity, KeyTableSeal};
 use fastblock_mon_core::auth_ops::AuthEntity;
@@ -44,7 +46,24 @@ use fastblock_types::pg_table::{PgTable, CHUNK_PGS};
 use fastblock_types::{Epoch, PoolId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::sync::Arc;
+
+/// PGs per etcd key of a pool's PGs (`pgs/<pool>/<index>`: the PGs whose `seq / PG_KEY_PGS`
+/// is `index`). An event rewrites every key holding a PG it changed, and an OSD's few hundred
+/// PGs lie spread over its pools, nearly each in a key of its own: what an OSD going down or
+/// up writes grows with this. At 256 PGs to a key (the layout before), one such event at
+/// 131,072 PGs wrote 13 MB, and etcd keeps its recent Raft log in memory: a rolling restart
+/// of 1,000 OSDs got it killed at 19 GiB (`docs/scale.md`). Smaller costs more keys, and more
+/// transactions (64 keys each) to create a large pool.
+pub const PG_KEY_PGS: u32 = 16;
+const _: () = assert!(
+    CHUNK_PGS % PG_KEY_PGS == 0,
+    "a chunk of the PG table holds whole keys"
+);
+/// PGs per key in the layout before `pgs/` (`pgmaps/<pool>/<chunk>`, `seq / 256`): read, and
+/// rewritten in `pgs/` keys by the first commit after the load.
+const OLD_KEY_PGS: u32 = 256;
 
 /// The keys under one prefix. Its values are the clear forms; with a seal (every monitor
 /// has one, from its secret: `crate::server`), what goes to etcd is sealed
@@ -162,8 +181,12 @@ impl Keyspace {
         format!("{}/images/{pool}/", self.prefix)
     }
 
-    pub fn pg_chunks_of_pool_prefix(&self, pool: u32) -> String {
-        format!("{}/pgmaps/{pool}/", self.prefix)
+    /// The prefixes of the keys holding `pool`'s PGs, in this layout and the one before.
+    pub fn pg_key_prefixes(&self, pool: u32) -> [String; 2] {
+        [
+            format!("{}/pgs/{pool}/", self.prefix),
+            format!("{}/pgmaps/{pool}/", self.prefix),
+        ]
     }
 
     pub fn snaps_of_image_prefix(&self, image: u64) -> String {
@@ -175,8 +198,17 @@ impl Keyspace {
         format!("{}/epoch", self.prefix)
     }
 
-    /// Whether `key` is a PG chunk key (`pgmaps/<pool>/<chunk>`).
-    pub fn is_pg_chunk(&self, key: &str) -> bool {
+    /// Whether `key` holds PGs (`pgs/<pool>/<index>`, or `pgmaps/<pool>/<chunk>` of the
+    /// layout before).
+    pub fn is_pg_key(&self, key: &str) -> bool {
+        self.is_old_pg_key(key)
+            || key
+                .strip_prefix(&self.prefix)
+                .is_some_and(|rest| rest.starts_with("/pgs/"))
+    }
+
+    /// Whether `key` holds PGs in the layout before `pgs/` (`pgmaps/<pool>/<chunk>`).
+    fn is_old_pg_key(&self, key: &str) -> bool {
         key.strip_prefix(&self.prefix)
             .and_then(|rest| rest.strip_prefix("/pgmaps/"))
             .is_some_and(|rest| rest.contains('/'))
@@ -209,8 +241,8 @@ impl Keyspace {
         }
         for (id, pgmap) in &state.map.pgmaps {
             out.insert(format!("{p}/pgmaps/{id}"), pgmap_header(pgmap));
-            for (index, chunk) in pgmap.pgs.chunks() {
-                out.insert(self.pg_chunk(id.0, index), json(chunk));
+            for (index, value) in pg_key_values(pgmap.pgs.iter()) {
+                out.insert(self.pg_key(id.0, index), value);
             }
         }
         for ((pool, name), image) in &state.images {
@@ -256,16 +288,17 @@ impl Keyspace {
         out
     }
 
-    /// The key of chunk `index` of `pool`'s PGs.
-    pub fn pg_chunk(&self, pool: u32, index: u32) -> String {
-        format!("{}/pgmaps/{pool}/{index}", self.prefix)
+    /// The key of `pool`'s PGs whose `seq / PG_KEY_PGS` is `index`.
+    pub fn pg_key(&self, pool: u32, index: u32) -> String {
+        format!("{}/pgs/{pool}/{index}", self.prefix)
     }
 
     /// What to write to go from `prev` (whose keys are `prev_kvs`, `encode(prev)`) to `next`:
     /// the keys to put with their values, and the keys to delete. Equal to comparing
     /// `encode(prev)` with `encode(next)` (asserted in debug builds by the store), but a PG
     /// chunk `next` shares with `prev` is neither encoded nor compared, so a commit costs what
-    /// it changed, not the size of the pools.
+    /// it changed, not the size of the pools. `prev_kvs` holds no key of the layout before
+    /// (a snapshot loaded with some is `dirty`, and its commit compares every key).
     pub fn changes(
         &self,
         prev: &MonState,
@@ -282,55 +315,64 @@ impl Keyspace {
             }
         }
         for key in prev_kvs.keys() {
-            if !self.is_pg_chunk(key) && !small.contains_key(key) {
+            if !self.is_pg_key(key) && !small.contains_key(key) {
                 deletes.push(key.clone());
             }
         }
-        // The PG chunks: those `next` shares with `prev` are unchanged.
+        // The PG keys: outside the table chunks `next` does not share with `prev` (aligned
+        // on keys), nothing changed.
         let empty = PgTable::new();
         for (pool, pgmap) in &next.map.pgmaps {
             let before = prev.map.pgmaps.get(pool).map_or(&empty, |m| &m.pgs);
-            for (index, chunk) in pgmap.pgs.chunks() {
-                if pgmap.pgs.shares_chunk(before, index) {
-                    continue;
-                }
-                let key = self.pg_chunk(pool.0, index);
-                let value = serde_json::to_string(chunk).expect("PGs always serialize");
-                if prev_kvs.get(&key) != Some(&value) {
-                    puts.push((key, value));
+            for seqs in pgmap.pgs.unshared_seq_ranges(before) {
+                let values: BTreeMap<u32, String> =
+                    pg_key_values(pgmap.pgs.range(seqs.start, seqs.end))
+                        .into_iter()
+                        .collect();
+                for index in key_indexes(&seqs) {
+                    let key = self.pg_key(pool.0, index);
+                    match values.get(&index) {
+                        Some(value) if prev_kvs.get(&key) != Some(value) => {
+                            puts.push((key, value.clone()))
+                        }
+                        Some(_) => {}
+                        None if prev_kvs.contains_key(&key) => deletes.push(key),
+                        None => {}
+                    }
                 }
             }
         }
-        for (pool, chunk_keys) in self.chunk_keys_by_pool(prev_kvs) {
-            if !prev.map.pgmaps.contains_key(&pool) {
-                // A damaged pool's PGs (`orphan_chunks`): left alone.
-                continue;
-            }
-            let table = next.map.pgmaps.get(&pool).map(|m| &m.pgs);
-            for (index, key) in chunk_keys {
-                let kept = table.is_some_and(|t| t.chunks().any(|(i, _)| i == index));
-                if !kept {
-                    deletes.push(key);
+        // A pool gone takes its PG keys along (a damaged pool's, which `prev` has no PG map
+        // for, are left alone: `orphan_chunks`).
+        for pool in prev.map.pgmaps.keys() {
+            if !next.map.pgmaps.contains_key(pool) {
+                for prefix in self.pg_key_prefixes(pool.0) {
+                    deletes.extend(
+                        prev_kvs
+                            .range(prefix.clone()..)
+                            .take_while(|(k, _)| k.starts_with(&prefix))
+                            .map(|(k, _)| k.clone()),
+                    );
                 }
             }
         }
         (puts, deletes)
     }
 
-    /// The PG chunk keys among `kvs` whose pool has no PG map key (`pgmaps/<pool>`) but was
+    /// The PG keys among `kvs` (either layout) whose pool has no PG map key (`pgmaps/<pool>`) but was
     /// created (its id is below the pool counter): a damaged pool's PGs, which neither a load
     /// nor a commit touches.
     pub fn orphan_chunks(&self, kvs: &BTreeMap<String, String>) -> BTreeSet<String> {
         let next_pool = self.next_pool_id(kvs);
-        self.chunk_keys_by_pool(kvs)
+        self.pg_keys_by_pool(kvs)
             .into_iter()
             .filter(|(pool, _)| next_pool.is_none_or(|next| pool.0 < next))
             .filter(|(pool, _)| !kvs.contains_key(&format!("{}/pgmaps/{pool}", self.prefix)))
-            .flat_map(|(_, keys)| keys.into_iter().map(|(_, k)| k))
+            .flat_map(|(_, keys)| keys)
             .collect()
     }
 
-    /// The PG chunk keys among `kvs` of a pool never created (its id is at or above the pool
+    /// The PG keys among `kvs` (either layout) of a pool never created (its id is at or above the pool
     /// counter): a large creation cut short after its chunks went ahead of the pool's own
     /// keys (`crate::store`, "Large commits"). Not part of the state; a commit after the load
     /// deletes them. None if the counters key is missing or unreadable (the load then fails
@@ -339,10 +381,10 @@ impl Keyspace {
         let Some(next_pool) = self.next_pool_id(kvs) else {
             return BTreeSet::new();
         };
-        self.chunk_keys_by_pool(kvs)
+        self.pg_keys_by_pool(kvs)
             .into_iter()
             .filter(|(pool, _)| pool.0 >= next_pool)
-            .flat_map(|(_, keys)| keys.into_iter().map(|(_, k)| k))
+            .flat_map(|(_, keys)| keys)
             .collect()
     }
 
@@ -354,24 +396,20 @@ impl Keyspace {
             .map(|c| c.next_pool_id)
     }
 
-    /// The chunk keys among `kvs`, by pool: (chunk index, key).
-    fn chunk_keys_by_pool(
-        &self,
-        kvs: &BTreeMap<String, String>,
-    ) -> BTreeMap<PoolId, Vec<(u32, String)>> {
-        let root = format!("{}/pgmaps/", self.prefix);
-        let mut out: BTreeMap<PoolId, Vec<(u32, String)>> = BTreeMap::new();
-        for key in kvs.range(root.clone()..).map(|(k, _)| k) {
-            let Some(rest) = key.strip_prefix(&root) else {
-                break;
-            };
-            let Some((pool, index)) = rest.split_once('/') else {
-                continue;
-            };
-            if let (Ok(pool), Ok(index)) = (pool.parse(), index.parse()) {
-                out.entry(PoolId(pool))
-                    .or_default()
-                    .push((index, key.clone()));
+    /// The PG keys among `kvs` (either layout), by pool.
+    fn pg_keys_by_pool(&self, kvs: &BTreeMap<String, String>) -> BTreeMap<PoolId, Vec<String>> {
+        let mut out: BTreeMap<PoolId, Vec<String>> = BTreeMap::new();
+        for root in ["pgs", "pgmaps"].map(|dir| format!("{}/{dir}/", self.prefix)) {
+            for key in kvs.range(root.clone()..).map(|(k, _)| k) {
+                let Some(rest) = key.strip_prefix(&root) else {
+                    break;
+                };
+                let Some((pool, index)) = rest.split_once('/') else {
+                    continue;
+                };
+                if let (Ok(pool), Ok(_)) = (pool.parse(), index.parse::<u32>()) {
+                    out.entry(PoolId(pool)).or_default().push(key.clone());
+                }
             }
         }
         out
@@ -396,7 +434,8 @@ impl Keyspace {
     /// Rebuilds the state from the keys under the prefix (the `mon/` keys are skipped).
     pub fn decode(&self, kvs: &BTreeMap<String, String>) -> Result<MonState, KeyError> {
         let mut state = MonState::default();
-        let mut chunks = Vec::new();
+        // The keys holding PGs: (pool, key, PGs, whether of the layout before `pgs/`).
+        let mut pg_keys = Vec::new();
         let root = self.root();
         for (key, value) in kvs {
             let Some(rest) = key.strip_prefix(&root) else {
@@ -439,18 +478,20 @@ impl Keyspace {
                     let pgmap: PgMap = serde_json::from_str(value).map_err(parse_err)?;
                     state.map.pgmaps.insert(pgmap.pool, pgmap);
                 }
-                ["pgmaps", pool, index] => {
-                    let bad_id = |what: &str| bad(format!("invalid {what} in a PG chunk key"));
+                [dir @ ("pgs" | "pgmaps"), pool, index] => {
+                    let old = *dir == "pgmaps";
+                    let per_key = if old { OLD_KEY_PGS } else { PG_KEY_PGS };
+                    let bad_id = |what: &str| bad(format!("invalid {what} in a PG key"));
                     let pool: u32 = pool.parse().map_err(|_| bad_id("pool id"))?;
-                    let index: u32 = index.parse().map_err(|_| bad_id("chunk index"))?;
+                    let index: u32 = index.parse().map_err(|_| bad_id("index"))?;
                     let pgs: BTreeMap<u32, PgInfo> =
                         serde_json::from_str(value).map_err(parse_err)?;
-                    if let Some(seq) = pgs.keys().find(|s| PgTable::chunk_index(**s) != index) {
+                    if let Some(seq) = pgs.keys().find(|s| **s / per_key != index) {
                         return Err(bad(format!(
-                            "PG {seq} does not belong in chunk {index} ({CHUNK_PGS} PGs each)"
+                            "PG {seq} does not belong in key {index} ({per_key} PGs each)"
                         )));
                     }
-                    chunks.push((PoolId(pool), key.clone(), pgs));
+                    pg_keys.push((PoolId(pool), key.clone(), pgs, old));
                 }
                 ["images", _, _] => {
                     let image: ImageInfo = serde_json::from_str(value).map_err(parse_err)?;
@@ -502,15 +543,19 @@ impl Keyspace {
                 _ => return Err(bad("unknown key".to_string())),
             }
         }
-        // PG chunks join their pool's PG map, whatever order the keys came in. Those of a pool
+        // PG keys join their pool's PG map, whatever order they came in. Those of a pool
         // without its PG map key are left where they are: the pool is damaged
         // (`PoolDamage::PgMapMissing`) and fenced, and its PGs stay in etcd for a repair.
-        for (pool, key, pgs) in chunks {
+        // The layouts before come first: a PG in a `pgs/` key as well was written later, by a
+        // rewrite in this layout cut short ("Large commits" in `crate::store`), and is taken.
+        // (A PG's `pgs/` key is the one its sequence number names: it cannot be in two.)
+        pg_keys.sort_by_key(|(_, _, _, old)| !*old);
+        for (pool, key, pgs, old) in pg_keys {
             let Some(pgmap) = state.map.pgmaps.get_mut(&pool) else {
                 continue;
             };
             for (seq, pg) in pgs {
-                if pgmap.pgs.insert(seq, pg).is_some() {
+                if pgmap.pgs.insert(seq, pg).is_some() && old {
                     return Err(KeyError {
                         key,
                         reason: format!("PG {seq} stored twice"),
@@ -532,7 +577,8 @@ impl Keyspace {
             let skip = key.starts_with(&format!("{}/mon/", self.prefix))
                 || key.ends_with("/readiness-probe")
                 || orphans.contains(key)
-                || abandoned.contains(key);
+                || abandoned.contains(key)
+                || self.is_old_pg_key(key);
             if !skip && !encoded.contains_key(key) {
                 return Err(KeyError {
                     key: key.clone(),
@@ -557,6 +603,35 @@ impl Keyspace {
         })?;
         Ok(state)
     }
+}
+
+/// The values of the PG keys holding `pgs` (in sequence order): (index, JSON), each key's
+/// PGs as `{"<seq>": PgInfo, ...}`.
+fn pg_key_values<'a>(pgs: impl Iterator<Item = (&'a u32, &'a PgInfo)>) -> Vec<(u32, String)> {
+    let mut out: Vec<(u32, String)> = Vec::new();
+    let mut group: BTreeMap<u32, &PgInfo> = BTreeMap::new();
+    let mut index = 0;
+    let json = |group: &BTreeMap<u32, &PgInfo>| {
+        serde_json::to_string(group).expect("PGs always serialize")
+    };
+    for (seq, pg) in pgs {
+        if !group.is_empty() && *seq / PG_KEY_PGS != index {
+            out.push((index, json(&group)));
+            group.clear();
+        }
+        index = *seq / PG_KEY_PGS;
+        group.insert(*seq, pg);
+    }
+    if !group.is_empty() {
+        out.push((index, json(&group)));
+    }
+    out
+}
+
+/// The indexes of the PG keys within `seqs`, a range of whole keys (a table chunk's).
+fn key_indexes(seqs: &Range<u32>) -> Range<u32> {
+    debug_assert!(seqs.start % PG_KEY_PGS == 0, "{seqs:?} starts within a key");
+    seqs.start / PG_KEY_PGS..seqs.end.div_ceil(PG_KEY_PGS)
 }
 
 /// A pool's PG map key: its pool and version, its PGs in the chunk keys. Written as a `PgMap`
@@ -681,8 +756,8 @@ mod tests {
         let orphans = ks.orphan_chunks(&kvs);
         assert_eq!(
             orphans.iter().collect::<Vec<_>>(),
-            vec!["/fb/pgmaps/1/0"],
-            "the pool's one chunk"
+            vec!["/fb/pgs/1/0"],
+            "the pool's one PG key"
         );
         kvs.retain(|k, _| !orphans.contains(k));
         assert_eq!(ks.encode(&back), kvs);
@@ -788,41 +863,96 @@ mod tests {
         assert!(ks.decode(&kvs).is_err());
     }
 
-    /// A pool's PGs come back from their chunks; a PG stored in a chunk it does not belong
-    /// in, or in two keys, is refused rather than moved.
+    /// A pool's PGs come back from their keys; a PG stored in a key it does not belong in is
+    /// refused rather than moved.
     #[test]
-    fn pg_chunks_round_trip_and_a_misplaced_pg_is_refused() {
+    fn pg_keys_round_trip_and_a_misplaced_pg_is_refused() {
+        let ks = Keyspace::new("/fb");
+        let mut state = MonState::default();
+        one_osd_pool(&mut state, 40);
+        state.finish(&MonState::default());
+        let kvs = ks.encode(&state);
+        let keys: Vec<&String> = kvs.keys().filter(|k| k.starts_with("/fb/pgs/1/")).collect();
+        assert_eq!(keys, ["/fb/pgs/1/0", "/fb/pgs/1/1", "/fb/pgs/1/2"]);
+        assert_eq!(ks.decode(&kvs).unwrap(), state);
+        // PG 20 (key 1) moved into key 0.
+        let mut moved = kvs.clone();
+        let mut k0: BTreeMap<u32, PgInfo> = serde_json::from_str(&moved["/fb/pgs/1/0"]).unwrap();
+        let mut k1: BTreeMap<u32, PgInfo> = serde_json::from_str(&moved["/fb/pgs/1/1"]).unwrap();
+        k0.insert(20, k1.remove(&20).unwrap());
+        moved.insert("/fb/pgs/1/0".into(), serde_json::to_string(&k0).unwrap());
+        moved.insert("/fb/pgs/1/1".into(), serde_json::to_string(&k1).unwrap());
+        let e = ks.decode(&moved).unwrap_err();
+        assert!(
+            e.reason
+                .contains("PG 20 does not belong in key 0 (16 PGs each)"),
+            "{e}"
+        );
+    }
+
+    /// The layouts before `pgs/` (256 PGs to a `pgmaps/<pool>/<chunk>` key, or every PG in
+    /// the pool's `pgmaps/<pool>` key) load as the same state; a PG that is in a `pgs/` key as
+    /// well (a rewrite cut short) is taken from there; a PG misplaced in the 256-PG layout, or
+    /// in both older layouts, is refused.
+    #[test]
+    fn the_layout_before_loads_and_a_pg_key_overrides_it() {
         let ks = Keyspace::new("/fb");
         let mut state = MonState::default();
         one_osd_pool(&mut state, 600);
         state.finish(&MonState::default());
-        let kvs = ks.encode(&state);
-        let chunks: Vec<&String> = kvs
-            .keys()
-            .filter(|k| k.starts_with("/fb/pgmaps/1/"))
+        let pgs = &state.map.pgmaps[&PoolId(1)].pgs;
+        let mut old: BTreeMap<String, String> = ks
+            .encode(&state)
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("/fb/pgs/"))
             .collect();
-        assert_eq!(
-            chunks,
-            ["/fb/pgmaps/1/0", "/fb/pgmaps/1/1", "/fb/pgmaps/1/2"]
+        for chunk in 0..3u32 {
+            let group: BTreeMap<u32, &PgInfo> = pgs
+                .range(chunk * 256, chunk * 256 + 256)
+                .map(|(s, p)| (*s, p))
+                .collect();
+            old.insert(
+                format!("/fb/pgmaps/1/{chunk}"),
+                serde_json::to_string(&group).unwrap(),
+            );
+        }
+        assert_eq!(ks.decode(&old).unwrap(), state);
+        // PG 300 rewritten in its `pgs/` key (key 18) with a newer version.
+        let mut mixed = old.clone();
+        let mut newer = pgs.get(&300).unwrap().clone();
+        newer.version += 1;
+        let mut key18: BTreeMap<u32, PgInfo> =
+            pgs.range(288, 304).map(|(s, p)| (*s, p.clone())).collect();
+        key18.insert(300, newer.clone());
+        mixed.insert(
+            "/fb/pgs/1/18".into(),
+            serde_json::to_string(&key18).unwrap(),
         );
-        assert_eq!(ks.decode(&kvs).unwrap(), state);
-        // PG 300 (chunk 1) moved into chunk 0.
-        let mut moved = kvs.clone();
-        let mut c0: BTreeMap<u32, PgInfo> = serde_json::from_str(&moved["/fb/pgmaps/1/0"]).unwrap();
-        let mut c1: BTreeMap<u32, PgInfo> = serde_json::from_str(&moved["/fb/pgmaps/1/1"]).unwrap();
-        c0.insert(300, c1.remove(&300).unwrap());
-        moved.insert("/fb/pgmaps/1/0".into(), serde_json::to_string(&c0).unwrap());
-        moved.insert("/fb/pgmaps/1/1".into(), serde_json::to_string(&c1).unwrap());
-        let e = ks.decode(&moved).unwrap_err();
-        assert!(
-            e.reason.contains("PG 300 does not belong in chunk 0"),
-            "{e}"
-        );
-        // PG 0 both in the pool's key (as an older monitor wrote it) and in chunk 0.
-        let mut twice = kvs.clone();
+        let back = ks.decode(&mixed).unwrap();
+        assert_eq!(back.map.pgmaps[&PoolId(1)].pgs.get(&300), Some(&newer));
+        assert_eq!(back.map.pgmaps[&PoolId(1)].pgs.len(), 600);
+        // Every PG in the pool's key as well, as the first layout had them.
         let whole = serde_json::to_string(&state.map.pgmaps[&PoolId(1)]).unwrap();
+        let mut first = mixed.clone();
+        first.retain(|k, _| !k.starts_with("/fb/pgmaps/1/"));
+        first.insert("/fb/pgmaps/1".into(), whole.clone());
+        let back = ks.decode(&first).unwrap();
+        assert_eq!(back.map.pgmaps[&PoolId(1)].pgs.get(&300), Some(&newer));
+        let mut twice = old.clone();
         twice.insert("/fb/pgmaps/1".into(), whole);
         let e = ks.decode(&twice).unwrap_err();
         assert!(e.reason.contains("stored twice"), "{e}");
+        // PG 300 (chunk 1) moved into chunk 0 of the old layout.
+        let mut c0: BTreeMap<u32, PgInfo> = serde_json::from_str(&old["/fb/pgmaps/1/0"]).unwrap();
+        let mut c1: BTreeMap<u32, PgInfo> = serde_json::from_str(&old["/fb/pgmaps/1/1"]).unwrap();
+        c0.insert(300, c1.remove(&300).unwrap());
+        old.insert("/fb/pgmaps/1/0".into(), serde_json::to_string(&c0).unwrap());
+        old.insert("/fb/pgmaps/1/1".into(), serde_json::to_string(&c1).unwrap());
+        let e = ks.decode(&old).unwrap_err();
+        assert!(
+            e.reason
+                .contains("PG 300 does not belong in key 0 (256 PGs each)"),
+            "{e}"
+        );
     }
 }

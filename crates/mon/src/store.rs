@@ -11,20 +11,23 @@
 //! ## Large commits
 //!
 //! A commit that would not fit one etcd transaction (`crate::txn_limits`: a pool of many PGs
-//! created, or an event that moves PGs in many chunks) writes its PG chunk keys ahead, in as
+//! created, or an event that moves PGs in many PG keys) writes its PG keys ahead, in as
 //! many transactions as they need, each guarded as above, the first also writing the new
 //! epoch; the last transaction writes everything else. Only the last makes the operation
 //! visible, and only after it does the monitor publish the new epoch. If the monitor stops
 //! or loses leadership in between, the next leader loads what was written:
-//! - chunks of a pool whose creation was cut short have no pool (their id is at or above the
+//! - PG keys of a pool whose creation was cut short have no pool (their id is at or above the
 //!   pool counter, which the last transaction raises): they are not part of the state and
 //!   the next commit deletes them ([`Keyspace::abandoned_chunks`]);
-//! - chunks of existing pools hold PGs that changed ahead of the rest of the operation. Each
+//! - PG keys of existing pools hold PGs that changed ahead of the rest of the operation. Each
 //!   PG on its own is one the monitor could have written (a membership target, state bits,
 //!   a leader), the load derives every PG's state again, and the epoch was already raised,
 //!   so no daemon that saw the old epoch mistakes the loaded map for it: a new leader's log
 //!   starts at the loaded epoch (a daemon behind it gets a whole map), and the same leader
 //!   reloading appends the loaded map to its log (`MapLog::resume`: the delta to it).
+//! - keys of the PG layout before `pgs/` (`crate::keys`), which the first commit after such a
+//!   load rewrites, are deleted ahead too, but after every put: a load then finds each PG in
+//!   its `pgs/` key (taken over an older one), or only in the old layout.
 
 use crate::keys::{KeyError, Keyspace};
 use crate::txn_limits::{batches, TXN_BYTES_MAX, TXN_OPS_MAX};
@@ -202,7 +205,36 @@ impl EtcdStore {
                 }
             }
         }
-        let ahead = self.ahead_of_final(&mut puts, deletes.len());
+        // Images of a deleted pool go with one range delete, and the snapshots of each of
+        // them with one more, and its PG keys with one per layout, so a pool with many images,
+        // snapshots or PGs does not exceed etcd's per-transaction operation limit.
+        let deleted_pools: Vec<u32> = snapshot
+            .state
+            .map
+            .pools
+            .keys()
+            .filter(|id| !next.map.pools.contains_key(id))
+            .map(|id| id.0)
+            .collect();
+        let mut range_deleted: Vec<String> = Vec::new();
+        for pool in &deleted_pools {
+            range_deleted.push(self.keys.images_of_pool_prefix(*pool));
+            range_deleted.extend(self.keys.pg_key_prefixes(*pool));
+        }
+        for (image, snaps) in &snapshot.state.snaps {
+            let in_deleted_pool = snaps
+                .first()
+                .is_some_and(|s| deleted_pools.contains(&s.pool.0));
+            if in_deleted_pool && !next.snaps.contains_key(image) {
+                range_deleted.push(self.keys.snaps_of_image_prefix(image.0));
+            }
+        }
+        let mut single_deletes: Vec<String> = deletes
+            .iter()
+            .filter(|key| !range_deleted.iter().any(|p| key.starts_with(p)))
+            .cloned()
+            .collect();
+        let ahead = self.ahead_of_final(&mut puts, &mut single_deletes, range_deleted.len());
         let mut txns = TxnSizes::default();
         for (i, run) in ahead.into_iter().enumerate() {
             if self.stop_after_ahead == Some(i) {
@@ -230,47 +262,20 @@ impl EtcdStore {
             final_bytes += (key.len() + stored.len()) as u64;
             ops.push(TxnOp::put(key.clone(), stored, None));
         }
-        // Images of a deleted pool go with one range delete, and the snapshots of each of
-        // them with one more, so a pool with many images and snapshots does not exceed etcd's
-        // per-transaction operation limit.
-        let deleted_pools: Vec<u32> = snapshot
-            .state
-            .map
-            .pools
-            .keys()
-            .filter(|id| !next.map.pools.contains_key(id))
-            .map(|id| id.0)
-            .collect();
-        let mut range_deleted: Vec<String> = Vec::new();
-        for pool in &deleted_pools {
-            range_deleted.push(self.keys.images_of_pool_prefix(*pool));
-            range_deleted.push(self.keys.pg_chunks_of_pool_prefix(*pool));
-        }
-        for (image, snaps) in &snapshot.state.snaps {
-            let in_deleted_pool = snaps
-                .first()
-                .is_some_and(|s| deleted_pools.contains(&s.pool.0));
-            if in_deleted_pool && !next.snaps.contains_key(image) {
-                range_deleted.push(self.keys.snaps_of_image_prefix(image.0));
-            }
-        }
         for prefix in &range_deleted {
             ops.push(TxnOp::delete(
                 prefix.clone(),
                 Some(etcd_client::DeleteOptions::new().with_prefix()),
             ));
         }
-        for key in &deletes {
-            if range_deleted.iter().any(|p| key.starts_with(p)) {
-                continue;
-            }
+        for key in &single_deletes {
             if let Some(rev) = snapshot.revisions.get(key) {
                 compares.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *rev));
             }
             ops.push(TxnOp::delete(key.clone(), None));
         }
         if ops.is_empty() {
-            // Nothing to write, or everything went ahead (a change to PG chunks alone).
+            // Nothing to write, or everything went ahead (a change to PG keys alone).
             snapshot.state = Arc::new(next);
             if txns.count == 0 {
                 return Ok(None);
@@ -331,24 +336,34 @@ impl EtcdStore {
         changes
     }
 
-    /// For a commit too large for one transaction, takes its PG chunk puts out of `puts` (with
-    /// the epoch's, which goes first) and cuts them into runs that each fit one transaction
-    /// ("Large commits" above); `other_ops` counts the final transaction's other operations.
-    /// No run if the commit fits, or has no chunk to move.
+    /// For a commit too large for one transaction, takes its PG key puts out of `puts` (with
+    /// the epoch's, which goes first) and its PG key deletes out of `deletes` (which go last),
+    /// and cuts them into runs that each fit one transaction ("Large commits" above);
+    /// `other_ops` counts the final transaction's other operations. No run if the commit
+    /// fits, or has no PG key to write or delete.
+    ///
+    /// A PG key is deleted only once every put went in: a key of the layout before `pgs/`
+    /// (whose PGs the puts wrote in `pgs/` keys, which a load prefers), or of a pool never
+    /// created. A removed pool's keys are not among `deletes` (a range delete takes them).
     fn ahead_of_final(
         &self,
         puts: &mut Vec<(String, String)>,
+        deletes: &mut Vec<String>,
         other_ops: usize,
-    ) -> Vec<Vec<(String, String)>> {
+    ) -> Vec<Vec<AheadOp>> {
         let bytes: usize = puts.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if puts.len() + other_ops <= TXN_OPS_MAX && bytes <= TXN_BYTES_MAX {
+        if puts.len() + deletes.len() + other_ops <= TXN_OPS_MAX && bytes <= TXN_BYTES_MAX {
             return Vec::new();
         }
         let epoch_key = self.keys.epoch_key();
         let (mut ahead, rest): (Vec<_>, Vec<_>) = std::mem::take(puts)
             .into_iter()
-            .partition(|(k, _)| self.keys.is_pg_chunk(k) || *k == epoch_key);
-        if !ahead.iter().any(|(k, _)| self.keys.is_pg_chunk(k)) {
+            .partition(|(k, _)| self.keys.is_pg_key(k) || *k == epoch_key);
+        let (pg_deletes, other_deletes): (Vec<_>, Vec<_>) = std::mem::take(deletes)
+            .into_iter()
+            .partition(|k| self.keys.is_pg_key(k));
+        *deletes = other_deletes;
+        if !ahead.iter().any(|(k, _)| self.keys.is_pg_key(k)) && pg_deletes.is_empty() {
             *puts = rest;
             puts.append(&mut ahead);
             return Vec::new();
@@ -356,7 +371,12 @@ impl EtcdStore {
         *puts = rest;
         // The epoch first: a load after any ahead transaction sees the new epoch.
         ahead.sort_by_key(|(k, _)| *k != epoch_key);
-        batches(ahead, |(k, v)| k.len() + v.len())
+        let ops: Vec<AheadOp> = ahead
+            .into_iter()
+            .map(|(k, v)| AheadOp::Put(k, v))
+            .chain(pg_deletes.into_iter().map(AheadOp::Delete))
+            .collect();
+        batches(ops, AheadOp::bytes)
     }
 
     /// Sends one guarded transaction of a commit; its revision if it went in. `snapshot` is in
@@ -384,7 +404,7 @@ impl EtcdStore {
         &mut self,
         fence: Fence,
         snapshot: &mut Snapshot,
-        run: Vec<(String, String)>,
+        run: Vec<AheadOp>,
     ) -> Result<(i64, u64), CommitError> {
         let mut compares = vec![Compare::create_revision(
             self.keys.leader(),
@@ -393,24 +413,60 @@ impl EtcdStore {
         )];
         let mut ops = Vec::with_capacity(run.len());
         let mut bytes = 0u64;
-        for (key, value) in &run {
+        for op in &run {
+            let key = op.key();
             compares.push(match snapshot.revisions.get(key) {
-                Some(rev) => Compare::mod_revision(key.clone(), CompareOp::Equal, *rev),
-                None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                Some(rev) => Compare::mod_revision(key.to_string(), CompareOp::Equal, *rev),
+                None => Compare::create_revision(key.to_string(), CompareOp::Equal, 0),
             });
-            let stored = self.keys.stored_value(key, value)?;
-            bytes += (key.len() + stored.len()) as u64;
-            ops.push(TxnOp::put(key.clone(), stored, None));
+            match op {
+                AheadOp::Put(key, value) => {
+                    let stored = self.keys.stored_value(key, value)?;
+                    bytes += (key.len() + stored.len()) as u64;
+                    ops.push(TxnOp::put(key.clone(), stored, None));
+                }
+                AheadOp::Delete(key) => ops.push(TxnOp::delete(key.clone(), None)),
+            }
         }
         let revision = self
             .send(snapshot, Txn::new().when(compares).and_then(ops))
             .await?;
         snapshot.dirty = true;
-        for (key, value) in run {
-            snapshot.revisions.insert(key.clone(), revision);
-            snapshot.kvs.insert(key, value);
+        for op in run {
+            match op {
+                AheadOp::Put(key, value) => {
+                    snapshot.revisions.insert(key.clone(), revision);
+                    snapshot.kvs.insert(key, value);
+                }
+                AheadOp::Delete(key) => {
+                    snapshot.revisions.remove(&key);
+                    snapshot.kvs.remove(&key);
+                }
+            }
         }
         Ok((revision, bytes))
+    }
+}
+
+/// One write of a large commit's runs ahead of its final transaction.
+enum AheadOp {
+    Put(String, String),
+    Delete(String),
+}
+
+impl AheadOp {
+    fn key(&self) -> &str {
+        match self {
+            AheadOp::Put(k, _) | AheadOp::Delete(k) => k,
+        }
+    }
+
+    /// What it weighs against a transaction's byte bound.
+    fn bytes(&self) -> usize {
+        match self {
+            AheadOp::Put(k, v) => k.len() + v.len(),
+            AheadOp::Delete(k) => k.len(),
+        }
     }
 }
 

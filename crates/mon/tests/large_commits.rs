@@ -151,7 +151,7 @@ async fn a_large_commit_cut_short_loads_as_a_state_to_lead_on_and_is_cleaned_up(
     let next_pool = snapshot.state.counters.next_pool_id;
     let leftovers = |kvs: &BTreeMap<String, (String, i64)>| {
         kvs.keys()
-            .filter(|k| k.starts_with(&format!("/fb/pgmaps/{next_pool}/")))
+            .filter(|k| k.starts_with(&format!("/fb/pgs/{next_pool}/")))
             .count()
     };
     assert!(leftovers(&written) > 0, "the first run went ahead");

@@ -205,19 +205,36 @@ impl PgTable {
         out
     }
 
-    /// The chunk `seq` belongs to (the monitor stores a pool's PGs in etcd one chunk per key).
-    pub fn chunk_index(seq: u32) -> u32 {
-        chunk_of(seq)
+    /// The PGs with `lo <= seq < hi`, in sequence order.
+    pub fn range(&self, lo: u32, hi: u32) -> impl Iterator<Item = (&u32, &PgInfo)> + '_ {
+        let chunks = if lo < hi {
+            self.chunks.range(chunk_of(lo)..=chunk_of(hi - 1))
+        } else {
+            self.chunks.range(1..1)
+        };
+        chunks.flat_map(move |(_, c)| c.range(lo..hi))
     }
 
-    /// The chunks that hold PGs, in order: their index and their PGs.
-    pub fn chunks(&self) -> impl DoubleEndedIterator<Item = (u32, &BTreeMap<u32, PgInfo>)> + '_ {
-        self.chunks.iter().map(|(i, c)| (*i, &**c))
+    /// The sequence ranges of the chunks `self` does not share with `before` (held by either
+    /// table, changed or not): outside them, the two tables hold the same PGs. Found without
+    /// looking inside a chunk, in chunk order.
+    pub fn unshared_seq_ranges(&self, before: &PgTable) -> Vec<std::ops::Range<u32>> {
+        let indexes: std::collections::BTreeSet<u32> = self
+            .chunks
+            .keys()
+            .chain(before.chunks.keys())
+            .copied()
+            .filter(|i| !self.shares_chunk(before, *i))
+            .collect();
+        indexes
+            .into_iter()
+            .map(|i| i * CHUNK_PGS..(i * CHUNK_PGS).saturating_add(CHUNK_PGS))
+            .collect()
     }
 
     /// Whether both tables hold chunk `index` and share it (then it is equal, without
     /// comparing).
-    pub fn shares_chunk(&self, other: &PgTable, index: u32) -> bool {
+    fn shares_chunk(&self, other: &PgTable, index: u32) -> bool {
         match (self.chunks.get(&index), other.chunks.get(&index)) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
@@ -445,7 +462,22 @@ mod tests {
                 .filter(|k| start_model.get(k) != m.get(k))
                 .map(|k| (k, start_model.get(&k).cloned(), m.get(&k).cloned()))
                 .collect();
-            prop_assert_eq!(diff, expected);
+            prop_assert_eq!(&diff, &expected);
+            // Every PG that differs lies in a range the table does not share with the start.
+            let unshared = t.unshared_seq_ranges(&start);
+            for (seq, _, _) in &diff {
+                prop_assert!(unshared.iter().any(|r| r.contains(seq)), "{} outside {:?}", seq, unshared);
+            }
+        }
+
+        /// `range` is the model's range, whatever the bounds.
+        #[test]
+        fn range_is_the_btreemaps(seqs in prop::collection::btree_set(0u32..3000, 0..200), lo in 0u32..3100, len in 0u32..1200) {
+            let m: BTreeMap<u32, PgInfo> = seqs.iter().map(|s| (*s, pg(*s % 7))).collect();
+            let t: PgTable = m.clone().into_iter().collect();
+            let hi = lo.saturating_add(len);
+            prop_assert!(t.range(lo, hi).eq(m.range(lo..hi)));
+            prop_assert_eq!(t.range(hi, lo).count(), 0, "a reversed range holds nothing");
         }
     }
 }
