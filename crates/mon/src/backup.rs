@@ -98,7 +98,7 @@ pub async fn read(
 ) -> Result<MonBackup, BackupError> {
     let root = keys.root();
     let mon_prefix = format!("{root}mon/");
-    let pages = crate::store::read_pages(client, &root, BACKUP_PAGE_KEYS).await?;
+    let pages = crate::store::read_state_pages(client, keys, BACKUP_PAGE_KEYS).await?;
     let revision = pages.revision;
     let mut out = BTreeMap::new();
     for kv in &pages.kvs {

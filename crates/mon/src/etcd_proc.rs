@@ -87,7 +87,7 @@ impl EtcdMemberConfig {
             .arg(&self.cluster_token)
             // Pool deletes and remaps change many keys in one transaction.
             .arg("--max-txn-ops")
-            .arg("4096")
+            .arg(crate::txn_limits::OWN_MEMBER_MAX_TXN_OPS.to_string())
             .arg("--quota-backend-bytes")
             .arg(self.quota_bytes.to_string())
             // etcd keeps its Raft log in memory from one snapshot to the next, every entry

@@ -12,7 +12,7 @@
 //! <prefix>/pgmaps/<pool id>        PgMap                  one pool's PG map: pool, version
 //!                                                         (`pgs` empty; older monitors put
 //!                                                         every PG here, still read)
-//! <prefix>/pgs/<pool id>/<index>  {"<seq>":PgInfo,..}   the pool's PGs, seq/16 == index
+//! <prefix>/pgs/<pool id>/<seq>    {"<seq>":PgInfo}        one PG of the pool
 //! <prefix>/pgmaps/<pool id>/<chunk> {"<seq>":PgInfo,..}   seq/256 == chunk: the layout before
 //!                                                         `pgs/`, still read, then rewritten
 //! <prefix>/images/<pool id>/<name> ImageInfo
@@ -29,9 +29,9 @@
 //! <prefix>/mon/restore             RestoreMarker          the backup a restore wrote (once)
 //! ```
 //!
-//! A pool's PGs are stored [`PG_KEY_PGS`] to a key (some 2.5 KB), so a commit rewrites the
-//! keys whose PGs changed, not the pool's whole PG map ([`Keyspace::changes`]); the keys of
-//! the other records are small.
+//! A pool's PGs are stored [`PG_KEY_PGS`] to a key (one: some 160 bytes), so a commit
+//! rewrites the PGs that changed, not the pool's whole PG map ([`Keyspace::changes`]); the
+//! keys of the other records are small.
 
 use crate::key_seal::{open_value, ClearEntity, KeyTableSeal};
 use fastblock_mon_core::auth_ops::AuthEntity;
@@ -50,13 +50,17 @@ use std::ops::Range;
 use std::sync::Arc;
 
 /// PGs per etcd key of a pool's PGs (`pgs/<pool>/<index>`: the PGs whose `seq / PG_KEY_PGS`
-/// is `index`). An event rewrites every key holding a PG it changed, and an OSD's few hundred
-/// PGs lie spread over its pools, nearly each in a key of its own: what an OSD going down or
-/// up writes grows with this. At 256 PGs to a key (the layout before), one such event at
-/// 131,072 PGs wrote 13 MB, and etcd keeps its recent Raft log in memory: a rolling restart
-/// of 1,000 OSDs got it killed at 19 GiB (`docs/scale.md`). Smaller costs more keys, and more
-/// transactions (64 keys each) to create a large pool.
-pub const PG_KEY_PGS: u32 = 16;
+/// is `index`). An event rewrites every key holding a PG it changed, and the PGs of the OSDs
+/// it concerns lie spread over the pool: what an event writes is this many times the PGs it
+/// changes, until every key is touched. At 256 PGs to a key (the layout before), 20 OSDs
+/// restarting at 131,072 PGs (8,000 PGs changed) wrote 13 MB per step; at 16, the same
+/// (5,000 of the 8,192 keys). etcd keeps its recent Raft log in memory, and a rolling restart
+/// of 1,000 OSDs got it killed at 19 GiB (`docs/scale.md`). One PG per key writes what
+/// changed and no more; it costs more keys to load (paged by thousands,
+/// `crate::store::LOAD_PG_PAGE_KEYS`) and more operations per commit (cut into transactions
+/// as `crate::txn_limits` says).
+pub const PG_KEY_PGS: u32 = 1;
+#[allow(clippy::modulo_one)] // one PG per key today; the bound holds for any choice
 const _: () = assert!(
     CHUNK_PGS % PG_KEY_PGS == 0,
     "a chunk of the PG table holds whole keys"
@@ -179,6 +183,11 @@ impl Keyspace {
 
     pub fn images_of_pool_prefix(&self, pool: u32) -> String {
         format!("{}/images/{pool}/", self.prefix)
+    }
+
+    /// The prefix of every pool's PG keys (`pgs/`).
+    pub fn pg_keys_root(&self) -> String {
+        format!("{}/pgs/", self.prefix)
     }
 
     /// The prefixes of the keys holding `pool`'s PGs, in this layout and the one before.
@@ -630,7 +639,9 @@ fn pg_key_values<'a>(pgs: impl Iterator<Item = (&'a u32, &'a PgInfo)>) -> Vec<(u
 
 /// The indexes of the PG keys within `seqs`, a range of whole keys (a table chunk's).
 fn key_indexes(seqs: &Range<u32>) -> Range<u32> {
-    debug_assert!(seqs.start % PG_KEY_PGS == 0, "{seqs:?} starts within a key");
+    #[allow(clippy::modulo_one)] // one PG per key today; the bound holds for any choice
+    let aligned = seqs.start % PG_KEY_PGS == 0;
+    debug_assert!(aligned, "{seqs:?} starts within a key");
     seqs.start / PG_KEY_PGS..seqs.end.div_ceil(PG_KEY_PGS)
 }
 
@@ -756,8 +767,8 @@ mod tests {
         let orphans = ks.orphan_chunks(&kvs);
         assert_eq!(
             orphans.iter().collect::<Vec<_>>(),
-            vec!["/fb/pgs/1/0"],
-            "the pool's one PG key"
+            vec!["/fb/pgs/1/0", "/fb/pgs/1/1"],
+            "the pool's PG keys"
         );
         kvs.retain(|k, _| !orphans.contains(k));
         assert_eq!(ks.encode(&back), kvs);
@@ -869,25 +880,23 @@ mod tests {
     fn pg_keys_round_trip_and_a_misplaced_pg_is_refused() {
         let ks = Keyspace::new("/fb");
         let mut state = MonState::default();
-        one_osd_pool(&mut state, 40);
+        one_osd_pool(&mut state, 3 * PG_KEY_PGS);
         state.finish(&MonState::default());
         let kvs = ks.encode(&state);
         let keys: Vec<&String> = kvs.keys().filter(|k| k.starts_with("/fb/pgs/1/")).collect();
         assert_eq!(keys, ["/fb/pgs/1/0", "/fb/pgs/1/1", "/fb/pgs/1/2"]);
         assert_eq!(ks.decode(&kvs).unwrap(), state);
-        // PG 20 (key 1) moved into key 0.
+        // The first PG of key 1 moved into key 0.
+        let seq = PG_KEY_PGS;
         let mut moved = kvs.clone();
         let mut k0: BTreeMap<u32, PgInfo> = serde_json::from_str(&moved["/fb/pgs/1/0"]).unwrap();
         let mut k1: BTreeMap<u32, PgInfo> = serde_json::from_str(&moved["/fb/pgs/1/1"]).unwrap();
-        k0.insert(20, k1.remove(&20).unwrap());
+        k0.insert(seq, k1.remove(&seq).unwrap());
         moved.insert("/fb/pgs/1/0".into(), serde_json::to_string(&k0).unwrap());
         moved.insert("/fb/pgs/1/1".into(), serde_json::to_string(&k1).unwrap());
         let e = ks.decode(&moved).unwrap_err();
-        assert!(
-            e.reason
-                .contains("PG 20 does not belong in key 0 (16 PGs each)"),
-            "{e}"
-        );
+        let expected = format!("PG {seq} does not belong in key 0 ({PG_KEY_PGS} PGs each)");
+        assert!(e.reason.contains(&expected), "{e}");
     }
 
     /// The layouts before `pgs/` (256 PGs to a `pgmaps/<pool>/<chunk>` key, or every PG in
@@ -917,16 +926,19 @@ mod tests {
             );
         }
         assert_eq!(ks.decode(&old).unwrap(), state);
-        // PG 300 rewritten in its `pgs/` key (key 18) with a newer version.
+        // PG 300 rewritten in its `pgs/` key with a newer version.
         let mut mixed = old.clone();
         let mut newer = pgs.get(&300).unwrap().clone();
         newer.version += 1;
-        let mut key18: BTreeMap<u32, PgInfo> =
-            pgs.range(288, 304).map(|(s, p)| (*s, p.clone())).collect();
-        key18.insert(300, newer.clone());
+        let index = 300 / PG_KEY_PGS;
+        let mut key: BTreeMap<u32, PgInfo> = pgs
+            .range(index * PG_KEY_PGS, (index + 1) * PG_KEY_PGS)
+            .map(|(s, p)| (*s, p.clone()))
+            .collect();
+        key.insert(300, newer.clone());
         mixed.insert(
-            "/fb/pgs/1/18".into(),
-            serde_json::to_string(&key18).unwrap(),
+            format!("/fb/pgs/1/{index}"),
+            serde_json::to_string(&key).unwrap(),
         );
         let back = ks.decode(&mixed).unwrap();
         assert_eq!(back.map.pgmaps[&PoolId(1)].pgs.get(&300), Some(&newer));

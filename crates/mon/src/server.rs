@@ -339,6 +339,9 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     mon.auth_bootstrap = config.auth.clone();
     mon.snap_create_timeout_ms = config.snap_create_timeout_ms;
     mon.pg_per_osd_max = config.pg_per_osd_max.clone();
+    if config.etcd_member.is_some() {
+        mon.txn_ops_max = crate::txn_limits::OWN_MEMBER_TXN_OPS_MAX;
+    }
     let mon = Arc::new(mon);
     let ticker = {
         let (mon, rx) = (mon.clone(), shutdown_rx.clone());

@@ -119,6 +119,9 @@ pub struct Monitor {
     /// The recent epochs as deltas, while this monitor leads (`GET /v1/map?delta=1`). A lock
     /// of its own, not the state's: the answers are cut from it concurrently.
     pub map_log: std::sync::RwLock<Option<MapLog>>,
+    /// Operations per etcd transaction of a large commit (`crate::txn_limits`): more on the
+    /// monitor's own member, whose limit it sets.
+    pub txn_ops_max: usize,
     started: Instant,
 }
 
@@ -176,6 +179,7 @@ impl Monitor {
             )),
             upkeep,
             map_log: std::sync::RwLock::new(None),
+            txn_ops_max: crate::txn_limits::TXN_OPS_MAX,
             started: Instant::now(),
         }
     }
@@ -232,7 +236,7 @@ impl Monitor {
     }
 
     fn store(&self) -> EtcdStore {
-        EtcdStore::new(self.client.clone(), self.keys.clone())
+        EtcdStore::new(self.client.clone(), self.keys.clone()).with_txn_ops_max(self.txn_ops_max)
     }
 
     /// Makes sure the context matches the role: load the state on becoming leader, drop it on

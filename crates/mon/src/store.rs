@@ -30,7 +30,7 @@
 //!   its `pgs/` key (taken over an older one), or only in the old layout.
 
 use crate::keys::{KeyError, Keyspace};
-use crate::txn_limits::{batches, TXN_BYTES_MAX, TXN_OPS_MAX};
+use crate::txn_limits::{batches_of, TXN_BYTES_MAX, TXN_OPS_MAX};
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use fastblock_mon_core::MonState;
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,6 +67,9 @@ pub struct Snapshot {
 /// answer may carry (a monitor before the chunks wrote a pool's PGs in one key of up to
 /// ~700 KB at 4,096 PGs: 4 of them fit).
 pub const LOAD_PAGE_KEYS: i64 = 4;
+/// Keys per page under `pgs/` (`crate::keys`): one PG each, a few hundred bytes, so 4,096 make
+/// at most some 2 MB, and a 131,072-PG pool loads in 32 pages, not 32,768.
+pub const LOAD_PG_PAGE_KEYS: i64 = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
@@ -121,6 +124,8 @@ pub struct EtcdStore {
     keys: Keyspace,
     /// Fault injection: a large commit stops after this many of its ahead transactions.
     stop_after_ahead: Option<usize>,
+    /// Operations per transaction ([`TXN_OPS_MAX`] unless the etcd is known to take more).
+    txn_ops_max: usize,
 }
 
 impl EtcdStore {
@@ -129,7 +134,16 @@ impl EtcdStore {
             client,
             keys,
             stop_after_ahead: None,
+            txn_ops_max: TXN_OPS_MAX,
         }
+    }
+
+    /// This store cutting its large commits into transactions of at most `ops` operations
+    /// (`crate::txn_limits::OWN_MEMBER_TXN_OPS_MAX` on the monitor's own member).
+    pub fn with_txn_ops_max(mut self, ops: usize) -> Self {
+        assert!(ops >= 1, "a transaction carries at least one operation");
+        self.txn_ops_max = ops;
+        self
     }
 
     /// Fault injection for tests: a large commit stops after `runs` of its ahead
@@ -145,7 +159,7 @@ impl EtcdStore {
         let mon_prefix = format!("{root}mon/");
         let mut kvs = BTreeMap::new();
         let mut revisions = BTreeMap::new();
-        let pages = read_pages(&mut self.client, &root, LOAD_PAGE_KEYS).await?;
+        let pages = read_state_pages(&mut self.client, &self.keys, LOAD_PAGE_KEYS).await?;
         for kv in pages.kvs {
             let key = kv.key_str().map_err(|_| LoadError::NotUtf8)?.to_string();
             // The readiness probe (`etcd_maint`) is no part of the state.
@@ -352,7 +366,7 @@ impl EtcdStore {
         other_ops: usize,
     ) -> Vec<Vec<AheadOp>> {
         let bytes: usize = puts.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if puts.len() + deletes.len() + other_ops <= TXN_OPS_MAX && bytes <= TXN_BYTES_MAX {
+        if puts.len() + deletes.len() + other_ops <= self.txn_ops_max && bytes <= TXN_BYTES_MAX {
             return Vec::new();
         }
         let epoch_key = self.keys.epoch_key();
@@ -376,7 +390,7 @@ impl EtcdStore {
             .map(|(k, v)| AheadOp::Put(k, v))
             .chain(pg_deletes.into_iter().map(AheadOp::Delete))
             .collect();
-        batches(ops, AheadOp::bytes)
+        batches_of(ops, AheadOp::bytes, self.txn_ops_max)
     }
 
     /// Sends one guarded transaction of a commit; its revision if it went in. `snapshot` is in
@@ -549,9 +563,60 @@ pub async fn read_pages(
     prefix: &str,
     page_keys: i64,
 ) -> Result<Pages, etcd_client::Error> {
+    let whole = PageRange {
+        from: prefix.to_string(),
+        end: crate::backup::prefix_end(prefix),
+        page_keys,
+    };
+    read_ranges(client, &[whole]).await
+}
+
+/// Every key of the cluster state under `keys` (the `mon/` keys too) at one revision: the PG
+/// keys ([`Keyspace::pg_keys_root`]) [`LOAD_PG_PAGE_KEYS`] at a time, the others `page_keys`
+/// at a time (some are large: a reclaim's done set, a whole pool's PGs in an older layout).
+pub async fn read_state_pages(
+    client: &mut etcd_client::Client,
+    keys: &Keyspace,
+    page_keys: i64,
+) -> Result<Pages, etcd_client::Error> {
+    let (root, pgs) = (keys.root(), keys.pg_keys_root());
+    let after_pgs = crate::backup::prefix_end(&pgs);
+    let ranges = [
+        PageRange {
+            from: root.clone(),
+            end: pgs.clone(),
+            page_keys,
+        },
+        PageRange {
+            from: pgs,
+            end: after_pgs.clone(),
+            page_keys: LOAD_PG_PAGE_KEYS,
+        },
+        PageRange {
+            from: after_pgs,
+            end: crate::backup::prefix_end(&root),
+            page_keys,
+        },
+    ];
+    read_ranges(client, &ranges).await
+}
+
+/// Keys from `from` (included) to `end` (excluded), read `page_keys` at a time.
+pub struct PageRange {
+    pub from: String,
+    pub end: String,
+    pub page_keys: i64,
+}
+
+/// The keys of `ranges`, in order, at one revision (started again from the newest when a
+/// compaction removes it, at most [`READ_RESTARTS_MAX`] times).
+pub async fn read_ranges(
+    client: &mut etcd_client::Client,
+    ranges: &[PageRange],
+) -> Result<Pages, etcd_client::Error> {
     let mut restarts = 0;
     loop {
-        match read_pages_once(client, prefix, page_keys).await {
+        match read_ranges_once(client, ranges).await {
             Ok(mut pages) => {
                 pages.restarts = restarts;
                 return Ok(pages);
@@ -575,37 +640,37 @@ fn is_compacted(e: &etcd_client::Error) -> bool {
         if status.message().contains("required revision has been compacted"))
 }
 
-async fn read_pages_once(
+async fn read_ranges_once(
     client: &mut etcd_client::Client,
-    prefix: &str,
-    page_keys: i64,
+    ranges: &[PageRange],
 ) -> Result<Pages, etcd_client::Error> {
-    let range_end = crate::backup::prefix_end(prefix);
     let mut out = Vec::new();
     let mut revision = 0i64;
-    let mut from = prefix.to_string();
-    loop {
-        let mut opts = GetOptions::new()
-            .with_range(range_end.clone())
-            .with_limit(page_keys);
-        if revision != 0 {
-            opts = opts.with_revision(revision);
-        }
-        let mut resp = client.get(from.clone(), Some(opts)).await?;
-        if revision == 0 {
-            revision = resp.header().map_or(0, |h| h.revision());
-        }
-        let more = resp.more();
-        let kvs = resp.take_kvs();
-        let next = kvs.last().map(|last| {
-            let mut next = last.key().to_vec();
-            next.push(0);
-            next
-        });
-        out.extend(kvs);
-        match next {
-            Some(next) if more => from = String::from_utf8_lossy(&next).into_owned(),
-            _ => break,
+    for range in ranges {
+        let mut from = range.from.clone();
+        loop {
+            let mut opts = GetOptions::new()
+                .with_range(range.end.clone())
+                .with_limit(range.page_keys);
+            if revision != 0 {
+                opts = opts.with_revision(revision);
+            }
+            let mut resp = client.get(from.clone(), Some(opts)).await?;
+            if revision == 0 {
+                revision = resp.header().map_or(0, |h| h.revision());
+            }
+            let more = resp.more();
+            let kvs = resp.take_kvs();
+            let next = kvs.last().map(|last| {
+                let mut next = last.key().to_vec();
+                next.push(0);
+                next
+            });
+            out.extend(kvs);
+            match next {
+                Some(next) if more => from = String::from_utf8_lossy(&next).into_owned(),
+                _ => break,
+            }
         }
     }
     Ok(Pages {

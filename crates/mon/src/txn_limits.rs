@@ -9,14 +9,26 @@
 /// room for the compares and the framing.
 pub const TXN_BYTES_MAX: usize = 1 << 20;
 /// Operations one transaction carries: with one compare per put and the leader fence, below
-/// the 128 of etcd's default `--max-txn-ops`.
+/// the 128 of etcd's default `--max-txn-ops`, which an external etcd may have.
 pub const TXN_OPS_MAX: usize = 64;
+/// The `--max-txn-ops` the monitor's own etcd member runs with (`crate::etcd_proc`).
+pub const OWN_MEMBER_MAX_TXN_OPS: usize = 4096;
+/// Operations one transaction carries on the monitor's own member: a commit of a pool's
+/// creation or of an event that changes thousands of PGs (one key each, `crate::keys`) goes
+/// in a few transactions, not hundreds (each waits for etcd's disk). A quarter of the
+/// member's limit, so the compares (one per operation) stay well within it.
+pub const OWN_MEMBER_TXN_OPS_MAX: usize = OWN_MEMBER_MAX_TXN_OPS / 4;
 
 /// Cuts `items` (in order) into runs of at most [`TXN_OPS_MAX`] items and at most
 /// [`TXN_BYTES_MAX`] bytes by `size`; an item larger than the byte bound alone gets a run of
 /// its own (etcd then judges it). Empty input, no run.
 pub fn batches<T>(items: Vec<T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
     batches_within(items, size, TXN_OPS_MAX, TXN_BYTES_MAX)
+}
+
+/// [`batches`] with runs of at most `ops_max` items (an etcd whose `--max-txn-ops` is known).
+pub fn batches_of<T>(items: Vec<T>, size: impl Fn(&T) -> usize, ops_max: usize) -> Vec<Vec<T>> {
+    batches_within(items, size, ops_max, TXN_BYTES_MAX)
 }
 
 fn batches_within<T>(

@@ -1,4 +1,4 @@
-//! A pool's PGs in etcd, 16 to a `pgs/<pool>/<index>` key (`fastblock_mon::keys`), on a real
+//! A pool's PGs in etcd, `PG_KEY_PGS` (one) to a `pgs/<pool>/<index>` key (`fastblock_mon::keys`), on a real
 //! etcd through the monitor's store: a commit that changes one PG writes that PG's key alone;
 //! a state written in a layout before (a pool's PGs in its one `pgmaps/<pool>` key, or 256 to
 //! a `pgmaps/<pool>/<chunk>` key) loads, and the first commit rewrites it in `pgs/` keys, also
@@ -67,7 +67,7 @@ async fn one_pg_changed_writes_one_key_and_the_first_layout_is_rewritten_in_keys
         PGS as usize
     );
 
-    // The first commit rewrites the pool in keys of 16 PGs.
+    // The first commit rewrites the pool in `pgs/` keys.
     commit(&mut store, fence, &mut snapshot, |s| {
         s.set_flag(fastblock_mon_core::osd_ops::Flag::NoOut, true);
     })
@@ -173,7 +173,7 @@ fn in_256_pg_chunks(keys: &Keyspace, s: &MonState) -> BTreeMap<String, String> {
 /// Goal: a cluster whose PGs are stored 256 to a key (the layout before) moves to `pgs/` keys
 /// without losing a PG, even when the move is cut short. Method: a pool of 4,096 PGs written
 /// in the old layout; the first commit after the load is cut short after one of its ahead
-/// transactions (more than one: 256 keys to put, 16 to delete), and a load then holds every
+/// transactions (more than one: 4,096 keys to put, 16 to delete), and a load then holds every
 /// PG (those written ahead from their `pgs/` keys); the next commit completes the move: no
 /// old key left, and the state loads back equal and not dirty.
 #[tokio::test]
@@ -210,7 +210,7 @@ async fn the_256_pg_layout_is_rewritten_in_pg_keys_even_when_cut_short() {
     let halfway = all_keys(&mut client).await;
     assert_eq!(old_keys(&halfway), 16, "deletes come after every put");
     assert!(
-        (1..256).contains(&new_keys(&halfway)),
+        (1..4096 / PG_KEY_PGS as usize).contains(&new_keys(&halfway)),
         "{} keys went ahead",
         new_keys(&halfway)
     );
