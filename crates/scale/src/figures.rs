@@ -76,6 +76,9 @@ pub struct Row {
     /// The monitor's CPU in the scenario, and its memory at the end.
     pub mon_cpu_secs: f64,
     pub mon: ProcSample,
+    /// The harness's own CPU in the scenario (every simulated OSD and client: one process on
+    /// the same machine as the monitor, so a busy harness lengthens `spread_ms` too).
+    pub harness_cpu_secs: f64,
     /// The etcd member's CPU in the scenario, and its memory at the end (`None`: not found).
     pub etcd_cpu_secs: Option<f64>,
     pub etcd_proc: Option<ProcSample>,
@@ -149,16 +152,16 @@ impl Report {
             self.max_pg_per_osd
         );
         s.push_str(&format!(
-            "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>13}\n",
+            "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>13}\n",
             "scenario", "epochs", "daemons", "full n", "full avg", "delta n", "delta avg",
             "delta max", "KiB/daemon", "KiB/OSD", "B/ep/dmn", "event ms", "spread", "settle s",
-            "mon cpu", "mon rss", "etcd db/used"
+            "mon cpu", "sim cpu", "mon rss", "etcd db/used"
         ));
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
         for r in &self.rows {
             s.push_str(&format!(
-                "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10.1} {:>9.1} {:>9.0} {:>9} {:>8} {:>8.1} {:>8.2} {:>8.0}M {:>6.1}/{:<6.1}\n",
+                "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10.1} {:>9.1} {:>9.0} {:>9} {:>8} {:>8.1} {:>8.2} {:>8.2} {:>8.0}M {:>6.1}/{:<6.1}\n",
                 r.scenario,
                 r.epochs,
                 r.daemons,
@@ -174,6 +177,7 @@ impl Report {
                 ms(r.spread_ms),
                 r.settle_ms / 1000.0,
                 r.mon_cpu_secs,
+                r.harness_cpu_secs,
                 mib(r.mon.rss_peak_bytes),
                 mib(r.etcd.db_size_bytes.unwrap_or(0)),
                 mib(r.etcd.db_size_in_use_bytes.unwrap_or(0)),

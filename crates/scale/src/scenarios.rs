@@ -45,6 +45,7 @@ struct Start {
     epoch: Epoch,
     mon_cpu: f64,
     etcd_cpu: Option<f64>,
+    harness_cpu: f64,
 }
 
 /// What the scenario's event was, and the epoch that reflects it.
@@ -75,6 +76,7 @@ impl<'a> Run<'a> {
             at: Instant::now(),
             epoch: self.fleet.map().map_or(Epoch(0), |m| m.epoch),
             mon_cpu: mon.map_or(0.0, |s| s.cpu_secs),
+            harness_cpu: harness_cpu_secs(),
             etcd_cpu: self
                 .etcd_pid()
                 .and_then(procstat::sample)
@@ -131,6 +133,7 @@ impl<'a> Run<'a> {
             spread_ms,
             settle_ms: end.duration_since(start.at).as_secs_f64() * 1e3,
             mon_cpu_secs: mon.cpu_secs - start.mon_cpu,
+            harness_cpu_secs: harness_cpu_secs() - start.harness_cpu,
             mon,
             etcd_cpu_secs: match (etcd_proc, start.etcd_cpu) {
                 (Some(p), Some(c)) => Some(p.cpu_secs - c),
@@ -709,4 +712,9 @@ pub async fn run_all(run: &mut Run<'_>, rows: &mut Vec<Row>) -> Result<()> {
         rows.push(row);
     }
     Ok(())
+}
+
+/// This process's CPU time so far (the simulated OSDs and clients, and the harness itself).
+fn harness_cpu_secs() -> f64 {
+    procstat::sample(std::process::id()).map_or(0.0, |s| s.cpu_secs)
 }
