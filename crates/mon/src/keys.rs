@@ -368,9 +368,9 @@ impl Keyspace {
         (puts, deletes)
     }
 
-    /// The PG keys among `kvs` (either layout) whose pool has no PG map key (`pgmaps/<pool>`) but was
-    /// created (its id is below the pool counter): a damaged pool's PGs, which neither a load
-    /// nor a commit touches.
+    /// The PG keys among `kvs` (either layout) whose pool has no PG map key (`pgmaps/<pool>`)
+    /// but was created (its id is below the pool counter): a damaged pool's PGs, which neither
+    /// a load nor a commit touches.
     pub fn orphan_chunks(&self, kvs: &BTreeMap<String, String>) -> BTreeSet<String> {
         let next_pool = self.next_pool_id(kvs);
         self.pg_keys_by_pool(kvs)
@@ -381,11 +381,11 @@ impl Keyspace {
             .collect()
     }
 
-    /// The PG keys among `kvs` (either layout) of a pool never created (its id is at or above the pool
-    /// counter): a large creation cut short after its chunks went ahead of the pool's own
-    /// keys (`crate::store`, "Large commits"). Not part of the state; a commit after the load
-    /// deletes them. None if the counters key is missing or unreadable (the load then fails
-    /// or the pools are judged as damage instead).
+    /// The PG keys among `kvs` (either layout) of a pool never created (its id is at or above
+    /// the pool counter): a large creation cut short after its PG keys went ahead of the
+    /// pool's own keys (`crate::store`, "Large commits"). Not part of the state; a commit
+    /// after the load deletes them. None if the counters key is missing or unreadable (the
+    /// load then fails or the pools are judged as damage instead).
     pub fn abandoned_chunks(&self, kvs: &BTreeMap<String, String>) -> BTreeSet<String> {
         let Some(next_pool) = self.next_pool_id(kvs) else {
             return BTreeSet::new();

@@ -1,8 +1,9 @@
-//! A pool's PGs in etcd, `PG_KEY_PGS` (one) to a `pgs/<pool>/<index>` key (`fastblock_mon::keys`), on a real
-//! etcd through the monitor's store: a commit that changes one PG writes that PG's key alone;
-//! a state written in a layout before (a pool's PGs in its one `pgmaps/<pool>` key, or 256 to
-//! a `pgmaps/<pool>/<chunk>` key) loads, and the first commit rewrites it in `pgs/` keys, also
-//! when that rewrite is cut short; a removed pool takes its keys along.
+//! A pool's PGs in etcd, `PG_KEY_PGS` (one) to a `pgs/<pool>/<index>` key
+//! (`fastblock_mon::keys`), on a real etcd through the monitor's store: a commit that changes
+//! one PG writes that PG's key alone; a state written in a layout before (a pool's PGs in its
+//! one `pgmaps/<pool>` key, or 256 to a `pgmaps/<pool>/<chunk>` key) loads, and the first
+//! commit rewrites it in `pgs/` keys, also when that rewrite is cut short; a removed pool
+//! takes its keys along.
 
 mod common;
 

@@ -466,13 +466,18 @@ mod tests {
             // Every PG that differs lies in a range the table does not share with the start.
             let unshared = t.unshared_seq_ranges(&start);
             for (seq, _, _) in &diff {
-                prop_assert!(unshared.iter().any(|r| r.contains(seq)), "{} outside {:?}", seq, unshared);
+                let inside = unshared.iter().any(|r| r.contains(seq));
+                prop_assert!(inside, "{} outside {:?}", seq, unshared);
             }
         }
 
         /// `range` is the model's range, whatever the bounds.
         #[test]
-        fn range_is_the_btreemaps(seqs in prop::collection::btree_set(0u32..3000, 0..200), lo in 0u32..3100, len in 0u32..1200) {
+        fn range_is_the_btreemaps(
+            seqs in prop::collection::btree_set(0u32..3000, 0..200),
+            lo in 0u32..3100,
+            len in 0u32..1200,
+        ) {
             let m: BTreeMap<u32, PgInfo> = seqs.iter().map(|s| (*s, pg(*s % 7))).collect();
             let t: PgTable = m.clone().into_iter().collect();
             let hi = lo.saturating_add(len);
