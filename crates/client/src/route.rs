@@ -148,7 +148,10 @@ mod tests {
         let pg_info = map.pgmaps.get_mut(&POOL).unwrap().pgs.get_mut(&0).unwrap();
         pg_info.leader = Some(OsdId(3));
         pg_info.newosdlist = vec![OsdId(2), OsdId(4)];
-        map.osds.get_mut(&OsdId(2)).unwrap().up = false;
+        std::sync::Arc::make_mut(&mut map.osds)
+            .get_mut(&OsdId(2))
+            .unwrap()
+            .up = false;
         assert_eq!(leader_candidates(&map, pg), [OsdId(3), OsdId(1)]);
         assert!(leader_candidates(&map, PgId::new(POOL, 99)).is_empty());
     }
@@ -181,7 +184,10 @@ mod tests {
             .unwrap()
             .contains("records osd.3"));
         assert_eq!(leader_moved(&sent, &now, pg, three), None);
-        now.osds.get_mut(&three).unwrap().up = false;
+        std::sync::Arc::make_mut(&mut now.osds)
+            .get_mut(&three)
+            .unwrap()
+            .up = false;
         assert_eq!(
             leader_moved(&sent, &now, pg, one),
             None,
@@ -201,7 +207,10 @@ mod tests {
     #[test]
     fn targets_use_the_shard_port() {
         let mut map = MapBuilder::new(4).osd(1, 7000).members(&[1]).build();
-        map.osds.get_mut(&OsdId(1)).unwrap().shards = 4;
+        std::sync::Arc::make_mut(&mut map.osds)
+            .get_mut(&OsdId(1))
+            .unwrap()
+            .shards = 4;
         for seq in 0..4 {
             let pg = PgId::new(POOL, seq);
             let t = target_in_map(&map, OsdId(1), pg).unwrap();

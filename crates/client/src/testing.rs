@@ -316,7 +316,7 @@ impl MapBuilder {
 
     /// An up OSD on 127.0.0.1 with one shard on `port`.
     pub fn osd(mut self, id: u32, port: u16) -> Self {
-        self.map.osds.insert(
+        std::sync::Arc::make_mut(&mut self.map.osds).insert(
             OsdId(id),
             OsdInfo {
                 id: OsdId(id),

@@ -30,7 +30,9 @@ impl MonState {
         if !self.map.osds.contains_key(&id) {
             return Err(self.missing_osd_error(id));
         }
-        Ok(self.map.osds.get_mut(&id).expect("checked above"))
+        Ok(std::sync::Arc::make_mut(&mut self.map.osds)
+            .get_mut(&id)
+            .expect("checked above"))
     }
 
     /// Registers a new OSD by its uuid and returns its id (never reused).
@@ -47,7 +49,7 @@ impl MonState {
         }
         let id = OsdId(self.counters.next_osd_id);
         self.counters.next_osd_id += 1;
-        self.map.osds.insert(
+        std::sync::Arc::make_mut(&mut self.map.osds).insert(
             id,
             OsdInfo {
                 id,

@@ -132,7 +132,7 @@ impl MonState {
                 ),
             );
         }
-        self.map.osds.remove(&id);
+        std::sync::Arc::make_mut(&mut self.map.osds).remove(&id);
         let entity = EntityName::Osd(id);
         if self.auth.entities.contains_key(&entity) {
             self.auth.entities.remove(&entity);
@@ -261,7 +261,10 @@ mod tests {
                 *list = vec![OsdId(4)];
             }
             s.mark_down(OsdId(4)).unwrap();
-            s.map.osds.get_mut(&OsdId(4)).unwrap().is_in = false;
+            std::sync::Arc::make_mut(&mut s.map.osds)
+                .get_mut(&OsdId(4))
+                .unwrap()
+                .is_in = false;
             let e = s.purge_osd(OsdId(4)).unwrap_err();
             assert_eq!(e.code, ErrorCode::OsdInUse, "{field}");
             assert!(e.message.contains("member of 1 PG (1.0)"), "{field}: {e}");
@@ -275,7 +278,10 @@ mod tests {
         s.map.pgmaps.clear();
         s.refresh_damage();
         s.mark_down(OsdId(4)).unwrap();
-        s.map.osds.get_mut(&OsdId(4)).unwrap().is_in = false;
+        std::sync::Arc::make_mut(&mut s.map.osds)
+            .get_mut(&OsdId(4))
+            .unwrap()
+            .is_in = false;
         let e = s.purge_osd(OsdId(4)).unwrap_err();
         assert_eq!(e.code, ErrorCode::OsdInUse);
         assert!(e.message.contains("pool 1 has no PG map"), "{e}");

@@ -242,7 +242,7 @@ impl Keyspace {
         if state.map.space != SpaceSettings::default() {
             out.insert(format!("{p}/space"), json(&state.map.space));
         }
-        for (id, osd) in &state.map.osds {
+        for (id, osd) in state.map.osds.iter() {
             out.insert(format!("{p}/osds/{id}"), json(osd));
         }
         for (id, pool) in &state.map.pools {
@@ -476,7 +476,7 @@ impl Keyspace {
                 }
                 ["osds", _] => {
                     let osd: OsdInfo = serde_json::from_str(value).map_err(parse_err)?;
-                    state.map.osds.insert(osd.id, osd);
+                    std::sync::Arc::make_mut(&mut state.map.osds).insert(osd.id, osd);
                 }
                 ["pools", _] => {
                     let pool: PoolInfo = serde_json::from_str(value).map_err(parse_err)?;
@@ -729,7 +729,10 @@ mod tests {
             .unwrap();
         assert!(!ks.encode(&state).contains_key("/fb/space"));
         // In, as a booted OSD is: an out OSD is never kept full (`derive_full_osds`).
-        state.map.osds.get_mut(&id).unwrap().is_in = true;
+        std::sync::Arc::make_mut(&mut state.map.osds)
+            .get_mut(&id)
+            .unwrap()
+            .is_in = true;
         let before = state.clone();
         state.set_nearfull_ratio(0.5).unwrap();
         let full = OsdSpace {

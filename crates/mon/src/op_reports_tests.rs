@@ -27,7 +27,7 @@ fn osd(id: u32, up: bool) -> OsdInfo {
 fn map(osds: &[(u32, bool)]) -> ClusterMap {
     let mut m = ClusterMap::default();
     for &(id, up) in osds {
-        m.osds.insert(OsdId(id), osd(id, up));
+        std::sync::Arc::make_mut(&mut m.osds).insert(OsdId(id), osd(id, up));
     }
     m
 }

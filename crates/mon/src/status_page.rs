@@ -227,7 +227,7 @@ mod tests {
             osd(3, true, true, false),
             osd(4, false, false, true),
         ] {
-            map.osds.insert(o.id, o);
+            std::sync::Arc::make_mut(&mut map.osds).insert(o.id, o);
         }
         map.space.full_osds.insert(OsdId(3));
         let space = OsdSpace {

@@ -165,7 +165,7 @@ mod tests {
     fn map_with(pg: serde_json::Value, down: &[u32]) -> ClusterMap {
         let mut map = ClusterMap::default();
         for id in 1..=5 {
-            map.osds.insert(OsdId(id), osd(id, !down.contains(&id)));
+            std::sync::Arc::make_mut(&mut map.osds).insert(OsdId(id), osd(id, !down.contains(&id)));
         }
         let mut pgmap: PgMap = serde_json::from_value(serde_json::json!({
             "pool": 1, "version": 1, "pgs": {}

@@ -230,7 +230,12 @@ impl MapDelta {
         MapDelta {
             from: a.epoch,
             to: b.epoch,
-            osds: KeyedDelta::between(&a.osds, &b.osds),
+            // Maps that share their OSDs (most epochs) are not compared entry by entry.
+            osds: if std::sync::Arc::ptr_eq(&a.osds, &b.osds) {
+                KeyedDelta::default()
+            } else {
+                KeyedDelta::between(&a.osds, &b.osds)
+            },
             pools: KeyedDelta::between(&a.pools, &b.pools),
             pgmaps,
             removed_pgmaps: a
@@ -275,7 +280,9 @@ impl MapDelta {
             });
         }
         assert!(self.to > self.from, "a delta moves the epoch forward");
-        self.osds.apply(&mut map.osds);
+        if !self.osds.is_empty() {
+            self.osds.apply(std::sync::Arc::make_mut(&mut map.osds));
+        }
         self.pools.apply(&mut map.pools);
         for pool in &self.removed_pgmaps {
             map.pgmaps.remove(pool);
@@ -770,6 +777,8 @@ fn resend_if<K: Ord + Clone, V>(
 }
 
 /// One answer to "what changed since epoch `e`" for one holder.
+// Made once per answer and moved a few times: the size of its variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MapUpdate {
     /// Nothing newer than what the holder has.

@@ -190,7 +190,7 @@ pub fn map(epoch: u64, osds: &[u32], pgs: &[(u32, &[u32], &[u32])]) -> Arc<Clust
         ..ClusterMap::default()
     };
     for o in osds {
-        m.osds.insert(
+        std::sync::Arc::make_mut(&mut m.osds).insert(
             OsdId(*o),
             OsdInfo {
                 id: OsdId(*o),

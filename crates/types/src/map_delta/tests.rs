@@ -50,7 +50,7 @@ fn base() -> ClusterMap {
         ..ClusterMap::default()
     };
     for id in 1..=6 {
-        m.osds.insert(OsdId(id), osd(id, true));
+        std::sync::Arc::make_mut(&mut m.osds).insert(OsdId(id), osd(id, true));
     }
     for pool in 1..=2u32 {
         m.pools.insert(
@@ -118,13 +118,13 @@ fn change(m: &mut ClusterMap, (kind, a, b): (u8, u32, u32)) {
         }
         5 => {
             let id = 1 + a % 8;
-            match m.osds.get_mut(&OsdId(id)) {
+            match std::sync::Arc::make_mut(&mut m.osds).get_mut(&OsdId(id)) {
                 Some(_) if b % 3 == 0 => {
-                    m.osds.remove(&OsdId(id));
+                    std::sync::Arc::make_mut(&mut m.osds).remove(&OsdId(id));
                 }
                 Some(o) => o.up = !o.up,
                 None => {
-                    m.osds.insert(OsdId(id), osd(id, true));
+                    std::sync::Arc::make_mut(&mut m.osds).insert(OsdId(id), osd(id, true));
                 }
             }
         }
