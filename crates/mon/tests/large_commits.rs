@@ -7,10 +7,12 @@
 
 mod common;
 
-use common::{all_keys, cluster_state, etcd, fence};
+use common::{all_keys, cluster_state, etcd, etcd_with, fence};
 use fastblock_mon::keys::Keyspace;
 use fastblock_mon::store::{CommitError, EtcdStore, Fence, Snapshot, Written};
-use fastblock_mon::txn_limits::TXN_BYTES_MAX;
+use fastblock_mon::txn_limits::{
+    OWN_MEMBER_MAX_TXN_OPS, OWN_MEMBER_TXN_OPS_MAX, TXN_BYTES_MAX, TXN_OPS_MAX,
+};
 use fastblock_mon_core::MonState;
 use fastblock_types::api::CreatePoolRequest;
 use fastblock_types::map::FailureDomain;
@@ -253,4 +255,54 @@ async fn a_commit_dropped_while_it_waits_leaves_its_snapshot_in_doubt() {
         .await
         .unwrap();
     assert_eq!(load(&client).await.state, reloaded.state);
+}
+
+/// Goal: on the monitor's own member (`--max-txn-ops 4096`) a large commit takes few
+/// transactions, and the cut is what lets it through at all. Method: a pool of 32,768 PGs (one
+/// key each) created through a store cutting at `OWN_MEMBER_TXN_OPS_MAX`, on an etcd with the
+/// own member's limit: some 32 transactions, not the 512 of 64 keys, and the state loads back
+/// whole. The same store on an etcd with the default limit (128) is refused: the figure is
+/// bound to the member's flag.
+#[tokio::test]
+async fn the_own_member_takes_large_commits_in_few_transactions() {
+    let limit = OWN_MEMBER_MAX_TXN_OPS.to_string();
+    let (_etcd, mut client) = etcd_with(&["--max-txn-ops", &limit]).await;
+    let guard = fence(&mut client).await;
+    let mut store = EtcdStore::new(client.clone(), Keyspace::new("/fb"))
+        .with_txn_ops_max(OWN_MEMBER_TXN_OPS_MAX);
+    let mut snapshot = store.load().await.unwrap();
+    commit(&mut store, guard, &mut snapshot, |s| {
+        *s = cluster_state(3, 8, 3);
+    })
+    .await
+    .unwrap();
+    let created = commit(&mut store, guard, &mut snapshot, create_big_pool)
+        .await
+        .unwrap()
+        .unwrap();
+    let keys = BIG_PGS as usize;
+    assert!(
+        created.transactions as usize <= keys / OWN_MEMBER_TXN_OPS_MAX + 2,
+        "{created:?}"
+    );
+    assert!(
+        (created.transactions as usize) < keys / TXN_OPS_MAX,
+        "{created:?}"
+    );
+    let loaded = load(&client).await;
+    assert!(!loaded.dirty);
+    assert_eq!(loaded.state, snapshot.state);
+
+    let (_default, mut client) = etcd().await;
+    let guard = fence(&mut client).await;
+    let mut store = EtcdStore::new(client.clone(), Keyspace::new("/fb"))
+        .with_txn_ops_max(OWN_MEMBER_TXN_OPS_MAX);
+    let mut snapshot = store.load().await.unwrap();
+    commit(&mut store, guard, &mut snapshot, |s| {
+        *s = cluster_state(3, 8, 3);
+    })
+    .await
+    .unwrap();
+    let refused = commit(&mut store, guard, &mut snapshot, create_big_pool).await;
+    assert!(matches!(refused, Err(CommitError::Etcd(_))), "{refused:?}");
 }

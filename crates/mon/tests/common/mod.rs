@@ -43,6 +43,11 @@ pub fn free_port() -> u16 {
 
 /// A one-member etcd on free loopback ports, in a directory of its own.
 pub async fn etcd() -> (Etcd, etcd_client::Client) {
+    etcd_with(&[]).await
+}
+
+/// [`etcd`] with more flags (`--max-txn-ops 4096`, as the monitor's own member runs).
+pub async fn etcd_with(flags: &[&str]) -> (Etcd, etcd_client::Client) {
     let dir = std::env::temp_dir().join(format!(
         "restore-etcd-{}-{}",
         std::process::id(),
@@ -59,6 +64,7 @@ pub async fn etcd() -> (Etcd, etcd_client::Client) {
         .args(["--listen-peer-urls", &peer])
         .args(["--initial-advertise-peer-urls", &peer])
         .args(["--initial-cluster", &format!("default={peer}")])
+        .args(flags)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
