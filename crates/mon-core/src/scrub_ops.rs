@@ -130,7 +130,20 @@ impl MonState {
     ) {
         for (pg, info, counters) in self.led_reports(osd, pgs) {
             let members: BTreeSet<OsdId> = info.members().copied().collect();
-            stats.record(pg, osd, counters.scrub, unix_ms, &members);
+            // An operator's request this report finishes is a scrub finished since it was
+            // asked for, whatever the counts say: a leader first heard after its scrub ended
+            // is otherwise only a baseline (a test saw `pg scrub` done and never timed).
+            let done = counters.scrub.map_or(0, |r| r.request_done);
+            let finished = self
+                .scrubs
+                .requests
+                .range(..=done)
+                .filter(|(_, r)| r.pg == pg)
+                .fold(Finished::default(), |f, (_, r)| Finished {
+                    scrub: true,
+                    deep: f.deep || r.deep,
+                });
+            stats.record(pg, osd, counters.scrub, unix_ms, &members, finished);
         }
     }
 
@@ -216,6 +229,13 @@ impl PgScrubStatus {
     }
 }
 
+/// The operators' requests a report finishes for one PG: a scrub, and whether a deep one.
+#[derive(Clone, Copy, Debug, Default)]
+struct Finished {
+    scrub: bool,
+    deep: bool,
+}
+
 #[derive(Clone, Debug, Default)]
 struct PgScrubTrack {
     status: PgScrubStatus,
@@ -242,6 +262,7 @@ impl ScrubStats {
         scrub: Option<PgScrubReport>,
         unix_ms: u64,
         members: &BTreeSet<OsdId>,
+        finished: Finished,
     ) {
         let track = self.pgs.entry(pg).or_default();
         let now = scrub.unwrap_or_default();
@@ -261,10 +282,10 @@ impl ScrubStats {
             // First heard: a baseline.
             None => (false, false),
         };
-        if scrubbed {
+        if scrubbed || finished.scrub {
             track.status.last_scrub_unix_ms = Some(unix_ms);
         }
-        if deep_scrubbed {
+        if deep_scrubbed || finished.deep {
             track.status.last_deep_scrub_unix_ms = Some(unix_ms);
         }
         if scrub.is_some() {
@@ -567,6 +588,36 @@ mod tests {
         stats.forget_osd(l);
         let st = at(&mut s, &mut stats, 600, Some(report(2, 0, 0)));
         assert_eq!(st.last_scrub_unix_ms, Some(500));
+    }
+
+    /// The leader's first report comes after the scrub an operator asked for ended (its counts
+    /// are a baseline then): finishing the request gives the PG its times all the same.
+    #[test]
+    fn a_request_finished_in_the_first_report_heard_gets_a_time() {
+        let mut s = cluster();
+        let mut stats = ScrubStats::default();
+        let l = leader(&s, pg(0));
+        let light = op(&mut s, |s| s.request_scrub(pg(0), false)).unwrap();
+        let first = [counters(pg(0), Some(report(1, 0, light.id)))];
+        assert_eq!(heartbeat(&mut s, &mut stats, l, 300, &first), vec![light]);
+        let st = stats.status(pg(0)).unwrap();
+        assert_eq!(
+            (st.last_scrub_unix_ms, st.last_deep_scrub_unix_ms),
+            (Some(300), None)
+        );
+        // The same report again finishes nothing: no new time.
+        heartbeat(&mut s, &mut stats, l, 400, &first);
+        assert_eq!(stats.status(pg(0)).unwrap().last_scrub_unix_ms, Some(300));
+        // A deep request, finished in the first report a monitor that just took over hears.
+        let deep = op(&mut s, |s| s.request_scrub(pg(0), true)).unwrap();
+        let mut fresh = ScrubStats::default();
+        let first = [counters(pg(0), Some(report(2, 1, deep.id)))];
+        assert_eq!(heartbeat(&mut s, &mut fresh, l, 500, &first), vec![deep]);
+        let st = fresh.status(pg(0)).unwrap();
+        assert_eq!(
+            (st.last_scrub_unix_ms, st.last_deep_scrub_unix_ms),
+            (Some(500), Some(500))
+        );
     }
 
     #[test]
