@@ -52,11 +52,10 @@ use std::sync::Arc;
 /// PGs per etcd key of a pool's PGs (`pgs/<pool>/<index>`: the PGs whose `seq / PG_KEY_PGS`
 /// is `index`). An event rewrites every key holding a PG it changed, and the PGs of the OSDs
 /// it concerns lie spread over the pool: what an event writes is this many times the PGs it
-/// changes, until every key is touched. At 256 PGs to a key (the layout before), 20 OSDs
-/// restarting at 131,072 PGs (8,000 PGs changed) wrote 13 MB per step; at 16, the same
-/// (5,000 of the 8,192 keys). etcd keeps its recent Raft log in memory, and a rolling restart
-/// of 1,000 OSDs got it killed at 19 GiB (`docs/scale.md`). One PG per key writes what
-/// changed and no more; it costs more keys to load (paged by thousands,
+/// changes, until every key is touched. At 256 PGs to a key (the layout before), commits of a
+/// rolling restart at 131,072 PGs commonly rewrote 13 MB (most of the 512 keys); etcd keeps
+/// its recent Raft log in memory, and the restart of 1,000 OSDs got it killed at 19 GiB
+/// (`docs/scale.md`). One PG per key writes what changed and no more; it costs more keys to load (paged by thousands,
 /// `crate::store::LOAD_PG_PAGE_KEYS`) and more operations per commit (cut into transactions
 /// as `crate::txn_limits` says).
 pub const PG_KEY_PGS: u32 = 1;
