@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{all_keys, cluster_state, etcd, etcd_with, fence};
+use common::{all_keys, cluster_state, etcd_with, fence};
 use fastblock_mon::keys::Keyspace;
 use fastblock_mon::store::{CommitError, EtcdStore, Fence, Snapshot, Written};
 use fastblock_mon::txn_limits::{
@@ -55,9 +55,24 @@ async fn started() -> (
     EtcdStore,
     Snapshot,
 ) {
-    let (etcd, mut client) = etcd().await;
+    started_with(&[], TXN_OPS_MAX).await
+}
+
+/// [`started`] on an etcd run with `flags`, the store cutting at `txn_ops_max` operations.
+async fn started_with(
+    flags: &[&str],
+    txn_ops_max: usize,
+) -> (
+    common::Etcd,
+    etcd_client::Client,
+    Fence,
+    EtcdStore,
+    Snapshot,
+) {
+    let (etcd, mut client) = etcd_with(flags).await;
     let fence = fence(&mut client).await;
-    let mut store = EtcdStore::new(client.clone(), Keyspace::new("/fb"));
+    let mut store =
+        EtcdStore::new(client.clone(), Keyspace::new("/fb")).with_txn_ops_max(txn_ops_max);
     let mut snapshot = store.load().await.unwrap();
     commit(&mut store, fence, &mut snapshot, |s| {
         *s = cluster_state(3, 8, 3);
@@ -266,17 +281,10 @@ async fn a_commit_dropped_while_it_waits_leaves_its_snapshot_in_doubt() {
 #[tokio::test]
 async fn the_own_member_takes_large_commits_in_few_transactions() {
     let limit = OWN_MEMBER_MAX_TXN_OPS.to_string();
-    let (_etcd, mut client) = etcd_with(&["--max-txn-ops", &limit]).await;
-    let guard = fence(&mut client).await;
-    let mut store = EtcdStore::new(client.clone(), Keyspace::new("/fb"))
-        .with_txn_ops_max(OWN_MEMBER_TXN_OPS_MAX);
-    let mut snapshot = store.load().await.unwrap();
-    commit(&mut store, guard, &mut snapshot, |s| {
-        *s = cluster_state(3, 8, 3);
-    })
-    .await
-    .unwrap();
-    let created = commit(&mut store, guard, &mut snapshot, create_big_pool)
+    let own = ["--max-txn-ops", limit.as_str()];
+    let (_etcd, client, fence, mut store, mut snapshot) =
+        started_with(&own, OWN_MEMBER_TXN_OPS_MAX).await;
+    let created = commit(&mut store, fence, &mut snapshot, create_big_pool)
         .await
         .unwrap()
         .unwrap();
@@ -293,16 +301,8 @@ async fn the_own_member_takes_large_commits_in_few_transactions() {
     assert!(!loaded.dirty);
     assert_eq!(loaded.state, snapshot.state);
 
-    let (_default, mut client) = etcd().await;
-    let guard = fence(&mut client).await;
-    let mut store = EtcdStore::new(client.clone(), Keyspace::new("/fb"))
-        .with_txn_ops_max(OWN_MEMBER_TXN_OPS_MAX);
-    let mut snapshot = store.load().await.unwrap();
-    commit(&mut store, guard, &mut snapshot, |s| {
-        *s = cluster_state(3, 8, 3);
-    })
-    .await
-    .unwrap();
-    let refused = commit(&mut store, guard, &mut snapshot, create_big_pool).await;
+    let (_default, _, fence, mut store, mut snapshot) =
+        started_with(&[], OWN_MEMBER_TXN_OPS_MAX).await;
+    let refused = commit(&mut store, fence, &mut snapshot, create_big_pool).await;
     assert!(matches!(refused, Err(CommitError::Etcd(_))), "{refused:?}");
 }

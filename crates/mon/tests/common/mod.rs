@@ -42,6 +42,7 @@ pub fn free_port() -> u16 {
 }
 
 /// A one-member etcd on free loopback ports, in a directory of its own.
+#[allow(dead_code)] // a test file that needs other flags calls `etcd_with` only
 pub async fn etcd() -> (Etcd, etcd_client::Client) {
     etcd_with(&[]).await
 }
