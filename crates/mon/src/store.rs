@@ -63,9 +63,9 @@ pub struct Snapshot {
     pub in_doubt: bool,
 }
 
-/// Keys per page when loading: a page of PG chunks is some 2.5 MB, below the 4 MiB a gRPC
-/// answer may carry (a monitor before the chunks wrote a pool's PGs in one key of up to
-/// ~700 KB at 4,096 PGs: 4 of them fit).
+/// Keys per page when loading, outside `pgs/` ([`LOAD_PG_PAGE_KEYS`]): below the 4 MiB a gRPC
+/// answer may carry with large values (a monitor before the PG keys wrote a pool's PGs in one
+/// key of up to ~700 KB at 4,096 PGs, or 256 to a key of some 40 KB: 4 of them fit).
 pub const LOAD_PAGE_KEYS: i64 = 4;
 /// Keys per page under `pgs/` (`crate::keys`): one PG each, a few hundred bytes, so 4,096 make
 /// at most some 2 MB, and a 131,072-PG pool loads in 32 pages, not 32,768.
