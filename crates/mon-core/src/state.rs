@@ -3,6 +3,7 @@
 use fastblock_types::map::{
     ClusterMap, Counters, ImageInfo, PgInfo, ReclaimEntry, SnapInfo, SnapTrimEntry,
 };
+use fastblock_types::osd_table::OsdTable;
 use fastblock_types::pg_table::PgChange;
 use fastblock_types::{Epoch, ImageId, OsdId, PgState, PoolId};
 use serde::{Deserialize, Serialize};
@@ -309,7 +310,7 @@ pub fn same_members(a: &[OsdId], b: &[OsdId]) -> bool {
 struct UpOsds(Vec<bool>);
 
 impl UpOsds {
-    fn of(osds: &BTreeMap<OsdId, fastblock_types::map::OsdInfo>) -> UpOsds {
+    fn of(osds: &OsdTable) -> UpOsds {
         UpOsds::from_ids(
             &osds
                 .values()

@@ -18,7 +18,7 @@ fn main() {
         args.first().copied().unwrap_or(1000),
         args.get(1).copied().unwrap_or(131_072),
     );
-    let mut osds = BTreeMap::new();
+    let mut osds = fastblock_types::osd_table::OsdTable::new();
     for id in 1..=n {
         let info: OsdInfo = serde_json::from_value(serde_json::json!({
             "id": id, "uuid": format!("u{id}"), "host": format!("h{}", (id - 1) / 20),

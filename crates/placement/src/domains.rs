@@ -5,7 +5,8 @@
 //! sorted by key and OSDs by id, so iteration order never depends on hashing.
 
 use crate::hash;
-use fastblock_types::map::{FailureDomain, OsdInfo};
+use fastblock_types::map::FailureDomain;
+use fastblock_types::osd_table::OsdTable;
 use fastblock_types::OsdId;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,11 +23,7 @@ pub(crate) enum DomainKey {
 }
 
 /// The domain key of any OSD, target or not.
-pub(crate) fn domain_key(
-    domain: FailureDomain,
-    osd: OsdId,
-    osds: &BTreeMap<OsdId, OsdInfo>,
-) -> DomainKey {
+pub(crate) fn domain_key(domain: FailureDomain, osd: OsdId, osds: &OsdTable) -> DomainKey {
     match (domain, osds.get(&osd)) {
         (FailureDomain::Osd, _) => DomainKey::Osd(osd),
         (FailureDomain::Host, Some(info)) => DomainKey::Host(info.host.clone()),
@@ -35,11 +32,7 @@ pub(crate) fn domain_key(
 }
 
 /// True if no two members of `members` share a failure domain (and no OSD appears twice).
-pub(crate) fn domains_distinct(
-    domain: FailureDomain,
-    members: &[OsdId],
-    osds: &BTreeMap<OsdId, OsdInfo>,
-) -> bool {
+pub(crate) fn domains_distinct(domain: FailureDomain, members: &[OsdId], osds: &OsdTable) -> bool {
     let keys: BTreeSet<DomainKey> = members
         .iter()
         .map(|&osd| domain_key(domain, osd, osds))
@@ -81,7 +74,7 @@ pub(crate) struct Topology {
 }
 
 impl Topology {
-    pub fn new(domain: FailureDomain, osds: &BTreeMap<OsdId, OsdInfo>) -> Topology {
+    pub fn new(domain: FailureDomain, osds: &OsdTable) -> Topology {
         let mut grouped: BTreeMap<DomainKey, Vec<OsdId>> = BTreeMap::new();
         for (&id, info) in osds {
             // The map is keyed by id; a mismatching `info.id` would be a monitor bug, but the id
@@ -135,7 +128,7 @@ impl Topology {
 
     /// Domain index of any OSD whose domain has placement targets (the OSD itself need not be a
     /// target: an out OSD on a host with in OSDs still occupies that host in its PG).
-    pub fn domain_of(&self, osd: OsdId, osds: &BTreeMap<OsdId, OsdInfo>) -> Option<usize> {
+    pub fn domain_of(&self, osd: OsdId, osds: &OsdTable) -> Option<usize> {
         match self.target_index(osd) {
             Some(i) => Some(self.osd_domain[i]),
             None => self
@@ -187,7 +180,7 @@ mod tests {
 
     #[test]
     fn topology_groups_targets_by_host() {
-        let mut osds = BTreeMap::new();
+        let mut osds = OsdTable::new();
         for (id, host, is_in) in [
             (1, "b", true),
             (2, "a", true),

@@ -15,14 +15,10 @@ use crate::choose::{choose_member, Loads};
 use crate::domains::{domains_distinct, Topology};
 use crate::primaries::balance_primaries;
 use crate::{hash, PlacementError, PoolSpec};
-use fastblock_types::map::OsdInfo;
+use fastblock_types::osd_table::OsdTable;
 use fastblock_types::OsdId;
-use std::collections::BTreeMap;
 
-pub fn place_pool(
-    spec: &PoolSpec,
-    osds: &BTreeMap<OsdId, OsdInfo>,
-) -> Result<Vec<Vec<OsdId>>, PlacementError> {
+pub fn place_pool(spec: &PoolSpec, osds: &OsdTable) -> Result<Vec<Vec<OsdId>>, PlacementError> {
     spec.validate()?;
     let topo = Topology::new(spec.failure_domain, osds);
     let available = u32::try_from(topo.domains.len()).unwrap_or(u32::MAX);

@@ -24,14 +24,14 @@
 use crate::choose::Loads;
 use crate::domains::{domains_distinct, Topology};
 use crate::{hash, PoolSpec};
-use fastblock_types::map::OsdInfo;
+use fastblock_types::osd_table::OsdTable;
 use fastblock_types::OsdId;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub fn rebalance(
     spec: &PoolSpec,
     targets: &BTreeMap<u32, Vec<OsdId>>,
-    osds: &BTreeMap<OsdId, OsdInfo>,
+    osds: &OsdTable,
     movable: &BTreeSet<u32>,
     moves_max: usize,
 ) -> BTreeMap<u32, Vec<OsdId>> {
@@ -70,7 +70,7 @@ struct Move {
 struct State<'a> {
     spec: &'a PoolSpec,
     topo: &'a Topology,
-    osds: &'a BTreeMap<OsdId, OsdInfo>,
+    osds: &'a OsdTable,
     lists: BTreeMap<u32, Vec<OsdId>>,
     loads: Loads,
     primaries: Vec<u64>,
@@ -83,7 +83,7 @@ impl<'a> State<'a> {
     fn new(
         spec: &'a PoolSpec,
         topo: &'a Topology,
-        osds: &'a BTreeMap<OsdId, OsdInfo>,
+        osds: &'a OsdTable,
         targets: &BTreeMap<u32, Vec<OsdId>>,
         movable: &BTreeSet<u32>,
     ) -> State<'a> {

@@ -9,14 +9,15 @@
 use crate::choose::{choose_member, Loads};
 use crate::domains::{domain_key, Topology};
 use crate::PoolSpec;
-use fastblock_types::map::{FailureDomain, OsdInfo};
+use fastblock_types::map::FailureDomain;
+use fastblock_types::osd_table::OsdTable;
 use fastblock_types::OsdId;
 use std::collections::BTreeMap;
 
 pub fn repair(
     spec: &PoolSpec,
     targets: &BTreeMap<u32, Vec<OsdId>>,
-    osds: &BTreeMap<OsdId, OsdInfo>,
+    osds: &OsdTable,
 ) -> BTreeMap<u32, Vec<OsdId>> {
     let topo = Topology::new(spec.failure_domain, osds);
     let mut loads = Loads::new(&topo, topo.member_loads(targets.values()));
@@ -56,7 +57,7 @@ pub fn repair(
 fn improve(
     spec: &PoolSpec,
     topo: &Topology,
-    osds: &BTreeMap<OsdId, OsdInfo>,
+    osds: &OsdTable,
     targets: &BTreeMap<u32, Vec<OsdId>>,
     changed: &mut BTreeMap<u32, Vec<OsdId>>,
     filled: &[(u32, usize)],
@@ -136,7 +137,7 @@ fn all_targets(topo: &Topology) -> Vec<usize> {
 fn replace_non_targets(
     spec: &PoolSpec,
     topo: &Topology,
-    osds: &BTreeMap<OsdId, OsdInfo>,
+    osds: &OsdTable,
     loads: &mut Loads,
     seq: u32,
     list: &mut [OsdId],
@@ -166,7 +167,7 @@ fn replace_non_targets(
 /// Out members still occupy their domain (they stay in the list until replaced).
 fn used_domains(
     topo: &Topology,
-    osds: &BTreeMap<OsdId, OsdInfo>,
+    osds: &OsdTable,
     list: &[OsdId],
     skip: Option<usize>,
 ) -> Vec<bool> {
@@ -186,7 +187,7 @@ fn used_domains(
 /// already there are the caller's; a bad input list is not made worse, and not asserted on.)
 fn assert_inserted_distinct(
     spec: &PoolSpec,
-    osds: &BTreeMap<OsdId, OsdInfo>,
+    osds: &OsdTable,
     seq: u32,
     list: &[OsdId],
     inserted: &[usize],

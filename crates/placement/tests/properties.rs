@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use fastblock_placement::{place_pool, rebalance, repair, PlacementError};
 use fastblock_types::map::FailureDomain;
+use fastblock_types::osd_table::OsdTable;
 use fastblock_types::OsdId;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -31,7 +32,7 @@ fn config() -> ProptestConfig {
 /// already holds a member of every PG and so cannot take more.
 fn check_weighted_hosts(
     lists: &std::collections::BTreeMap<u32, Vec<OsdId>>,
-    osds: &std::collections::BTreeMap<OsdId, fastblock_types::map::OsdInfo>,
+    osds: &OsdTable,
     pg_count: u32,
 ) -> Result<(), TestCaseError> {
     let loads = target_loads(lists, osds);

@@ -8,6 +8,8 @@
 //!   undersize 4, down 8, remapped 16) and their display strings.
 //! - [`pg_table`]: the PGs of a pool in chunks shared between copies, so that copying and
 //!   comparing maps costs what changed, not the pool's size.
+//! - [`osd_table`]: the map's OSDs, each shared between copies, so that an epoch that marks
+//!   OSDs down copies those OSDs, not every OSD.
 //! - [`map`]: the cluster map model (OSDs, pools, PG maps, flags, images, snapshots) exactly as it is stored
 //!   in etcd as JSON and served by the monitor.
 //! - [`pg_set`]: the bounded JSON form of a set of PG sequence numbers (`done_pgs`).
@@ -38,6 +40,7 @@ pub mod lease;
 pub mod map;
 pub mod map_delta;
 pub mod names;
+pub mod osd_table;
 pub mod panics;
 pub mod pg_set;
 pub mod pg_state;

@@ -5,6 +5,7 @@
 //! placement decision made from it, is deterministic.
 
 use crate::ids::{Epoch, ImageId, LogIndex, OsdId, PgId, PoolId, SnapId, Term};
+use crate::osd_table::OsdTable;
 use crate::pg_state::PgState;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -495,8 +496,10 @@ pub struct ClusterMap {
     pub epoch: Epoch,
     /// Shared between copies until one changes it (`Arc::make_mut`): a daemon copies its map
     /// at every epoch to apply a delta, and most epochs leave the OSDs as they were (at 1,000
-    /// OSDs a deep copy was most of what the scale harness's simulated daemons did).
-    pub osds: Arc<BTreeMap<OsdId, OsdInfo>>,
+    /// OSDs a deep copy was most of what the scale harness's simulated daemons did); an epoch
+    /// that changes some OSDs copies the table's references and those OSDs only
+    /// ([`crate::osd_table`]).
+    pub osds: Arc<OsdTable>,
     pub pools: BTreeMap<PoolId, PoolInfo>,
     pub pgmaps: BTreeMap<PoolId, PgMap>,
     pub flags: Flags,

@@ -25,6 +25,7 @@ use crate::map::{
     ClusterMap, Flags, ImageExtent, ImageTable, OsdInfo, PgInfo, PgMap, PoolInfo, ReclaimEntry,
     ScrubRequest, SnapInfo, SnapTrimEntry, SpaceSettings,
 };
+use crate::osd_table::OsdTable;
 use crate::pg_table::PgChange;
 use crate::{Epoch, ImageId, OsdId, PoolId};
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,30 @@ impl<K: Ord, V> Default for KeyedDelta<K, V> {
         KeyedDelta {
             changed: Vec::new(),
             removed: Vec::new(),
+        }
+    }
+}
+
+impl KeyedDelta<OsdId, OsdInfo> {
+    /// [`KeyedDelta::between`] for the OSD table: an OSD both tables share is unchanged
+    /// without a look.
+    fn between_osds(a: &OsdTable, b: &OsdTable) -> Self {
+        KeyedDelta {
+            changed: b
+                .iter()
+                .filter(|(id, o)| !b.shares(a, id) && a.get(id) != Some(o))
+                .map(|(id, o)| (*id, o.clone()))
+                .collect(),
+            removed: a.keys().filter(|id| !b.contains_key(id)).copied().collect(),
+        }
+    }
+
+    fn apply_osds(&self, table: &mut OsdTable) {
+        for id in &self.removed {
+            table.remove(id);
+        }
+        for (id, o) in &self.changed {
+            table.insert(*id, o.clone());
         }
     }
 }
@@ -234,7 +259,7 @@ impl MapDelta {
             osds: if std::sync::Arc::ptr_eq(&a.osds, &b.osds) {
                 KeyedDelta::default()
             } else {
-                KeyedDelta::between(&a.osds, &b.osds)
+                KeyedDelta::between_osds(&a.osds, &b.osds)
             },
             pools: KeyedDelta::between(&a.pools, &b.pools),
             pgmaps,
@@ -281,7 +306,8 @@ impl MapDelta {
         }
         assert!(self.to > self.from, "a delta moves the epoch forward");
         if !self.osds.is_empty() {
-            self.osds.apply(std::sync::Arc::make_mut(&mut map.osds));
+            self.osds
+                .apply_osds(std::sync::Arc::make_mut(&mut map.osds));
         }
         self.pools.apply(&mut map.pools);
         for pool in &self.removed_pgmaps {

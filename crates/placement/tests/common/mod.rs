@@ -3,6 +3,7 @@
 
 use fastblock_placement::{load, PoolSpec};
 use fastblock_types::map::{FailureDomain, OsdInfo};
+use fastblock_types::osd_table::OsdTable;
 use fastblock_types::{OsdId, PoolId};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,8 +36,8 @@ pub fn osd(id: u32, host: &str, status: Status) -> OsdInfo {
 
 /// A cluster from per-host OSD statuses; OSD ids are assigned 1.. in host order, hosts are named
 /// `host-<n>`.
-pub fn cluster(hosts: &[Vec<Status>]) -> BTreeMap<OsdId, OsdInfo> {
-    let mut osds = BTreeMap::new();
+pub fn cluster(hosts: &[Vec<Status>]) -> OsdTable {
+    let mut osds = OsdTable::new();
     let mut id = 1;
     for (h, statuses) in hosts.iter().enumerate() {
         for &status in statuses {
@@ -77,7 +78,7 @@ pub fn as_map(lists: &[Vec<OsdId>]) -> BTreeMap<u32, Vec<OsdId>> {
         .collect()
 }
 
-pub fn targets_of(osds: &BTreeMap<OsdId, OsdInfo>) -> Vec<OsdId> {
+pub fn targets_of(osds: &OsdTable) -> Vec<OsdId> {
     osds.values()
         .filter(|o| o.is_placement_target())
         .map(|o| o.id)
@@ -87,7 +88,7 @@ pub fn targets_of(osds: &BTreeMap<OsdId, OsdInfo>) -> Vec<OsdId> {
 /// Per target OSD (idle ones included as 0): (members, primaries).
 pub fn target_loads(
     lists: &BTreeMap<u32, Vec<OsdId>>,
-    osds: &BTreeMap<OsdId, OsdInfo>,
+    osds: &OsdTable,
 ) -> BTreeMap<OsdId, (u32, u32)> {
     let counts = load(lists);
     targets_of(osds)
@@ -105,7 +106,7 @@ pub fn spread(values: impl Iterator<Item = u32>) -> u32 {
 }
 
 /// (member spread, primary spread) over target OSDs.
-pub fn spreads(lists: &BTreeMap<u32, Vec<OsdId>>, osds: &BTreeMap<OsdId, OsdInfo>) -> (u32, u32) {
+pub fn spreads(lists: &BTreeMap<u32, Vec<OsdId>>, osds: &OsdTable) -> (u32, u32) {
     let loads = target_loads(lists, osds);
     (
         spread(loads.values().map(|l| l.0)),
@@ -114,10 +115,7 @@ pub fn spreads(lists: &BTreeMap<u32, Vec<OsdId>>, osds: &BTreeMap<OsdId, OsdInfo
 }
 
 /// Per host with targets: members held by the host's target OSDs.
-pub fn host_loads(
-    lists: &BTreeMap<u32, Vec<OsdId>>,
-    osds: &BTreeMap<OsdId, OsdInfo>,
-) -> BTreeMap<String, u32> {
+pub fn host_loads(lists: &BTreeMap<u32, Vec<OsdId>>, osds: &OsdTable) -> BTreeMap<String, u32> {
     let loads = target_loads(lists, osds);
     let mut hosts = BTreeMap::new();
     for (osd, (members, _)) in loads {
@@ -126,7 +124,7 @@ pub fn host_loads(
     hosts
 }
 
-pub fn domain_of(domain: FailureDomain, osd: OsdId, osds: &BTreeMap<OsdId, OsdInfo>) -> String {
+pub fn domain_of(domain: FailureDomain, osd: OsdId, osds: &OsdTable) -> String {
     match domain {
         FailureDomain::Osd => format!("osd.{osd}"),
         FailureDomain::Host => osds
@@ -135,16 +133,12 @@ pub fn domain_of(domain: FailureDomain, osd: OsdId, osds: &BTreeMap<OsdId, OsdIn
     }
 }
 
-pub fn distinct_domains(
-    domain: FailureDomain,
-    list: &[OsdId],
-    osds: &BTreeMap<OsdId, OsdInfo>,
-) -> bool {
+pub fn distinct_domains(domain: FailureDomain, list: &[OsdId], osds: &OsdTable) -> bool {
     let set: BTreeSet<String> = list.iter().map(|&o| domain_of(domain, o, osds)).collect();
     set.len() == list.len()
 }
 
-pub fn domain_count(domain: FailureDomain, osds: &BTreeMap<OsdId, OsdInfo>) -> u32 {
+pub fn domain_count(domain: FailureDomain, osds: &OsdTable) -> u32 {
     let set: BTreeSet<String> = targets_of(osds)
         .into_iter()
         .map(|o| domain_of(domain, o, osds))
