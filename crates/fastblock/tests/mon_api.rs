@@ -137,6 +137,20 @@ async fn map_long_poll_wakes_on_change_and_times_out_without_one() {
         start.elapsed() >= Duration::from_millis(600),
         "the poll was held"
     );
+    let metrics = format!("http://{}/metrics", mons.specs[0].api);
+    let woken_answers = |text: String| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("fastblock_mon_map_wait_answer_seconds_count "))
+            .unwrap_or_else(|| panic!("no map answer times in:\n{text}"))
+            .trim()
+            .parse()
+            .expect("a count")
+    };
+    assert_eq!(
+        woken_answers(http_get(&metrics).await.unwrap()),
+        0,
+        "a poll that ran out of time is not an answer to an epoch"
+    );
 
     let watcher = {
         let c = mons.client();
@@ -152,6 +166,8 @@ async fn map_long_poll_wakes_on_change_and_times_out_without_one() {
     let map = woke.map.expect("the new map");
     assert!(map.epoch > epoch);
     assert_eq!(map.osds.len(), 1);
+    // The woken poll is timed from the epoch's publication.
+    assert!(woken_answers(http_get(&metrics).await.unwrap()) >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

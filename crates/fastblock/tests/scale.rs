@@ -61,6 +61,17 @@ async fn the_scale_harness_drives_every_scenario_to_every_daemon() {
         assert_eq!(r.full.answers, 0, "{name}: whole maps sent\n{table}");
         assert!(r.delta.answers >= r.daemons as u64, "{name}: {table}");
     }
+    // The monitor timed the long-polls the down mark woke, and the spread's figures are in
+    // order (half the daemons, 99 %, all).
+    let down = row(&report, "host down/out");
+    assert!(down.mon_answers > 0, "no map answer timed\n{table}");
+    assert!(down.mon_answer_max_ms.is_some(), "{table}");
+    let (p50, p99, all) = (
+        down.spread_p50_ms.expect("p50"),
+        down.spread_p99_ms.expect("p99"),
+        down.spread_ms.expect("spread"),
+    );
+    assert!(p50 <= p99 && p99 <= all, "{p50} {p99} {all}\n{table}");
     // The stopped host had replicas, and they all moved.
     let moves = row(&report, "host down/out").moves.expect("moves counted");
     assert!(moves.replicas_min > 0, "{table}");

@@ -180,6 +180,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         ))
         .route_layer(middleware::from_fn_with_state(state.clone(), measure));
     let tasks = state.tasks.clone();
+    let timing = state.clone();
     Router::new()
         .route("/metrics", get(get_metrics))
         .route("/v1/mon", get(get_mon))
@@ -194,8 +195,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         })
         .with_state(state)
         .layer(middleware::from_fn_with_state(tasks, catch_panic))
-        // Outermost: compresses what was signed (`crate::compress`).
+        // Compresses what was signed (`crate::compress`).
         .layer(middleware::from_fn(crate::compress::compress_answer))
+        // Outermost: the map answers' time, compression included.
+        .layer(middleware::from_fn_with_state(timing, time_map_answer))
 }
 
 /// A handler that panics (a monitor bug) answers `internal` and is counted in health
@@ -460,25 +463,43 @@ impl MapQuery {
     }
 }
 
-async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapResponse> {
+/// A map answer to a long-poll that waited for a new epoch: when that epoch was published.
+/// The outermost layer times the answer from it (`time_map_answer`).
+#[derive(Clone, Copy, Debug)]
+struct WokenBy(Option<std::time::Instant>);
+
+async fn get_map(
+    State(app): App,
+    Query(q): Query<MapQuery>,
+) -> Result<(Extension<WokenBy>, Json<MapResponse>), ApiErr> {
     let scope = q.scope()?;
     let mut epochs = app.mon.epoch.subscribe();
+    let came = std::time::Instant::now();
+    let mut woken = WokenBy(None);
     if let Some(after) = q.after {
         // Make sure the state (and so the published epoch) is loaded before waiting on it.
         app.mon.read(|_| ()).await?;
         let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(LONG_POLL_MS_MAX));
-        let waited = tokio::time::timeout(timeout, epochs.wait_for(|e| e.0 > after))
-            .await
-            .is_ok();
-        if !waited {
-            let epoch = *epochs.borrow();
-            return Ok(Json(MapResponse {
-                epoch,
-                map: None,
-                delta: None,
-            }));
+        // Out of time, or the monitor stopping: the epoch as it is.
+        let _ = tokio::time::timeout(timeout, epochs.wait_for(|p| p.epoch.0 > after)).await;
+        let published = *epochs.borrow();
+        if published.epoch.0 <= after {
+            return Ok((
+                Extension(woken),
+                Json(MapResponse {
+                    epoch: published.epoch,
+                    map: None,
+                    delta: None,
+                }),
+            ));
+        }
+        // Timed only when the call waited for the epoch: one that came after it was late
+        // by its own doing.
+        if published.at >= came {
+            woken = WokenBy(Some(published.at));
         }
     }
+    let answer = |r: MapResponse| Ok((Extension(woken), Json(r)));
     if q.delta {
         // Cut from the log of deltas, outside the state's lock.
         app.mon.read(|_| ()).await?;
@@ -489,7 +510,7 @@ async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapRes
                 .map(|log| (log.current().epoch, log.update_for(have, &scope)))
         };
         if let Some((epoch, update)) = update {
-            return Ok(Json(match update {
+            return answer(match update {
                 MapUpdate::UpToDate => MapResponse {
                     epoch,
                     map: None,
@@ -505,15 +526,28 @@ async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> ApiResult<MapRes
                     map: Some(m),
                     delta: None,
                 },
-            }));
+            });
         }
     }
     let map = app.mon.read(|s| scope.map(&s.map)).await?;
-    Ok(Json(MapResponse {
+    answer(MapResponse {
         epoch: map.epoch,
         map: Some(map),
         delta: None,
-    }))
+    })
+}
+
+/// Times the map answers that waited for an epoch, from its publication to the answer leaving
+/// the handlers (cut, encoded, signed and compressed): the monitor's share of the time an
+/// epoch takes to reach its holders (`docs/scale.md`).
+async fn time_map_answer(State(app): App, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    if let Some(WokenBy(Some(at))) = resp.extensions().get::<WokenBy>() {
+        app.metrics
+            .map_wait_answer_seconds
+            .observe(at.elapsed().as_secs_f64());
+    }
+    resp
 }
 
 /// `GET /v1/mon/backup`: every key of the cluster's state at one etcd revision

@@ -94,6 +94,9 @@ pub struct Metrics {
     /// would fire from a stale copy.
     cluster: Registry,
     pub api_latency_seconds: Family<ApiLabels, Histogram>,
+    /// Map long-polls woken by a new epoch: from its publication to the answer leaving the
+    /// handlers (`crate::http`'s `time_map_answer`).
+    pub map_wait_answer_seconds: Histogram,
     is_leader: Gauge,
     epoch: Gauge<u64, AtomicU64>,
     osds: Gauge,
@@ -149,8 +152,17 @@ impl Metrics {
             "Monitor API request latency",
             api_latency_seconds.clone(),
         );
+        // 1 ms to 7.5 s in steps of 1.5x: fine enough that the largest answer time of an
+        // event (`fastblock-scale`'s `mon ms`) is known within half again.
+        let map_wait_answer_seconds = Histogram::new(exponential_buckets(0.001, 1.5, 23));
+        registry.register(
+            "map_wait_answer_seconds",
+            "Map long-polls woken by a new epoch: seconds from its publication to the answer sent",
+            map_wait_answer_seconds.clone(),
+        );
         let m = Metrics {
             registry,
+            map_wait_answer_seconds,
             cluster: Registry::with_prefix("fastblock_mon"),
             api_latency_seconds,
             is_leader: Gauge::default(),

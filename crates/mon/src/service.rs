@@ -93,6 +93,22 @@ impl Default for AuthBootstrap {
     }
 }
 
+/// An epoch as the monitor published it, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Published {
+    pub epoch: Epoch,
+    pub at: std::time::Instant,
+}
+
+impl Published {
+    pub fn new(epoch: Epoch) -> Self {
+        Published {
+            epoch,
+            at: std::time::Instant::now(),
+        }
+    }
+}
+
 pub struct Monitor {
     pub me: MonMember,
     pub auth_bootstrap: AuthBootstrap,
@@ -106,8 +122,9 @@ pub struct Monitor {
     book: std::sync::Mutex<Book>,
     /// What readers see; set by the loads and commits under `ctx`.
     view: std::sync::RwLock<Option<View>>,
-    /// The published epoch: long-polls wait on it.
-    pub epoch: watch::Sender<Epoch>,
+    /// The published epoch and when it was published: long-polls wait on it, and their
+    /// answers are timed from it (`fastblock_mon_map_wait_answer_seconds`).
+    pub epoch: watch::Sender<Published>,
     /// How long a snapshot may stay `creating` before it is aborted
     /// (`--snap-create-timeout-ms`).
     pub snap_create_timeout_ms: u64,
@@ -172,7 +189,7 @@ impl Monitor {
             ctx: Mutex::new(None),
             book: std::sync::Mutex::new(Book::idle(liveness_config)),
             view: std::sync::RwLock::new(None),
-            epoch: watch::channel(Epoch(0)).0,
+            epoch: watch::channel(Published::new(Epoch(0))).0,
             snap_create_timeout_ms: fastblock_types::api::SNAP_CREATE_TIMEOUT_MS_DEFAULT,
             pg_per_osd_max: Arc::new(std::sync::atomic::AtomicU32::new(
                 fastblock_mon_core::limits::PG_PER_OSD_MAX_DEFAULT,
@@ -198,7 +215,7 @@ impl Monitor {
 
     /// The epoch of the last committed change (what an answer should report).
     pub fn published_epoch(&self) -> Epoch {
-        *self.epoch.borrow()
+        self.epoch.borrow().epoch
     }
 
     pub fn is_leader(&self) -> bool {
@@ -291,7 +308,8 @@ impl Monitor {
                     fence,
                     state: snapshot.state.clone(),
                 }));
-                self.epoch.send_replace(snapshot.state.map.epoch);
+                self.epoch
+                    .send_replace(Published::new(snapshot.state.map.epoch));
                 *guard = Some(LeaderCtx { fence, snapshot });
                 Ok(guard)
             }
@@ -406,7 +424,7 @@ impl Monitor {
                         fence: ctx.fence,
                         state: ctx.snapshot.state.clone(),
                     }));
-                    self.epoch.send_replace(epoch);
+                    self.epoch.send_replace(Published::new(epoch));
                     return Ok(out);
                 }
                 Err(CommitError::Etcd(e)) => {

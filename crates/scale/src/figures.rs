@@ -69,8 +69,19 @@ pub struct Row {
     pub bytes_per_epoch_per_daemon: f64,
     /// From the event's start to the observer holding the epoch that reflects it.
     pub event_ms: Option<f64>,
-    /// From the observer holding that epoch to every running daemon holding it.
+    /// From the first daemon holding that epoch (the observer included) to the last running
+    /// daemon holding it.
     pub spread_ms: Option<f64>,
+    /// The same for half and for 99 % of the daemons.
+    pub spread_p50_ms: Option<f64>,
+    pub spread_p99_ms: Option<f64>,
+    /// The monitor's map answers woken by an epoch in the scenario
+    /// (`fastblock_mon_map_wait_answer_seconds`), and the least bucket bound under which 99 %
+    /// and all of them left the monitor, counted from their epoch's publication (infinite:
+    /// above the histogram's last bound).
+    pub mon_answers: u64,
+    pub mon_answer_p99_ms: Option<f64>,
+    pub mon_answer_max_ms: Option<f64>,
     /// The scenario's wall time until its settled state reached every daemon.
     pub settle_ms: f64,
     /// The monitor's CPU in the scenario, and its memory at the end.
@@ -152,16 +163,16 @@ impl Report {
             self.max_pg_per_osd
         );
         s.push_str(&format!(
-            "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>13}\n",
+            "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>13}\n",
             "scenario", "epochs", "daemons", "full n", "full avg", "delta n", "delta avg",
-            "delta max", "KiB/daemon", "KiB/OSD", "B/ep/dmn", "event ms", "spread", "settle s",
+            "delta max", "KiB/daemon", "KiB/OSD", "B/ep/dmn", "event ms", "spread", "mon p99", "mon max", "settle s",
             "mon cpu", "sim cpu", "mon rss", "etcd db/used"
         ));
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
         for r in &self.rows {
             s.push_str(&format!(
-                "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10.1} {:>9.1} {:>9.0} {:>9} {:>8} {:>8.1} {:>8.2} {:>8.2} {:>8.0}M {:>6.1}/{:<6.1}\n",
+                "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10.1} {:>9.1} {:>9.0} {:>9} {:>8} {:>8} {:>8} {:>8.1} {:>8.2} {:>8.2} {:>8.0}M {:>6.1}/{:<6.1}\n",
                 r.scenario,
                 r.epochs,
                 r.daemons,
@@ -175,6 +186,8 @@ impl Report {
                 r.bytes_per_epoch_per_daemon,
                 ms(r.event_ms),
                 ms(r.spread_ms),
+                ms(r.mon_answer_p99_ms),
+                ms(r.mon_answer_max_ms),
                 r.settle_ms / 1000.0,
                 r.mon_cpu_secs,
                 r.harness_cpu_secs,
@@ -189,6 +202,13 @@ impl Report {
                 s.push_str(&format!(
                     "; PGs changed {} (least {}), replicas moved {} (least {})",
                     m.pgs, m.pgs_min, m.replicas, m.replicas_min
+                ));
+            }
+            if let (Some(p50), Some(p99)) = (r.spread_p50_ms, r.spread_p99_ms) {
+                s.push_str(&format!(
+                    "; the epoch reached half the daemons in {p50:.0} ms, 99 % in {p99:.0} ms \
+                     ({} answers woken by an epoch)",
+                    r.mon_answers
                 ));
             }
             s.push('\n');

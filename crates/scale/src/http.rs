@@ -70,9 +70,116 @@ fn parse_etcd_gauges(text: &str) -> EtcdGauges {
     }
 }
 
+/// The monitor's histogram of map answers woken by an epoch
+/// (`fastblock_mon_map_wait_answer_seconds`): cumulative counts by upper bound in seconds,
+/// `+Inf` last.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AnswerTimes {
+    pub buckets: Vec<(f64, u64)>,
+}
+
+impl AnswerTimes {
+    /// The answers counted since `before` (the same histogram read earlier); a monitor
+    /// restarted in between starts from zero, and its counts are taken whole.
+    pub fn since(&self, before: &AnswerTimes) -> AnswerTimes {
+        let restarted = self.total() < before.total()
+            || self.buckets.len() != before.buckets.len()
+            || self
+                .buckets
+                .iter()
+                .zip(&before.buckets)
+                .any(|(a, b)| a.1 < b.1);
+        if restarted {
+            return self.clone();
+        }
+        AnswerTimes {
+            buckets: self
+                .buckets
+                .iter()
+                .zip(&before.buckets)
+                .map(|((le, n), (_, m))| (*le, n - m))
+                .collect(),
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.buckets.last().map_or(0, |b| b.1)
+    }
+
+    /// The least bound, in milliseconds, under which a share `q` (0 to 1) of the answers fell
+    /// (`None`: no answer; infinite: above the last bound).
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        let need = (q * total as f64).ceil().max(1.0) as u64;
+        self.buckets
+            .iter()
+            .find(|(_, n)| *n >= need)
+            .map(|(le, _)| le * 1e3)
+    }
+}
+
+/// Reads the map answers' histogram from the monitor's `/metrics` (`None`: not read).
+pub async fn answer_times(api: &str) -> Option<AnswerTimes> {
+    let text = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        http_get(&format!("http://{api}/metrics")),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    parse_answer_times(&text)
+}
+
+fn parse_answer_times(text: &str) -> Option<AnswerTimes> {
+    const NAME: &str = "fastblock_mon_map_wait_answer_seconds_bucket{le=\"";
+    let mut buckets = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(NAME) else {
+            continue;
+        };
+        let (le, count) = rest.split_once("\"} ")?;
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().ok()?
+        };
+        buckets.push((le, count.trim().parse().ok()?));
+    }
+    (!buckets.is_empty()).then_some(AnswerTimes { buckets })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answer_times_are_read_and_taken_between_two_reads() {
+        let page = |a: u64, b: u64, c: u64| {
+            format!(
+                "# TYPE fastblock_mon_map_wait_answer_seconds histogram\n\
+                 fastblock_mon_map_wait_answer_seconds_sum 1.0\n\
+                 fastblock_mon_map_wait_answer_seconds_count {c}\n\
+                 fastblock_mon_map_wait_answer_seconds_bucket{{le=\"0.001\"}} {a}\n\
+                 fastblock_mon_map_wait_answer_seconds_bucket{{le=\"0.0015\"}} {b}\n\
+                 fastblock_mon_map_wait_answer_seconds_bucket{{le=\"+Inf\"}} {c}\n"
+            )
+        };
+        let before = parse_answer_times(&page(10, 10, 10)).expect("read");
+        let after = parse_answer_times(&page(10, 109, 110)).expect("read");
+        let d = after.since(&before);
+        assert_eq!(d.total(), 100);
+        // 99 answers within 1.5 ms, the last above every bound.
+        assert_eq!(d.quantile_ms(0.99), Some(1.5));
+        assert_eq!(d.quantile_ms(1.0), Some(f64::INFINITY));
+        // A restarted monitor's counts are taken whole.
+        let restarted = parse_answer_times(&page(3, 3, 3)).expect("read");
+        assert_eq!(restarted.since(&after).quantile_ms(1.0), Some(1.0));
+        assert_eq!(AnswerTimes::default().quantile_ms(0.5), None);
+        assert_eq!(parse_answer_times("fastblock_mon_epoch 3\n"), None);
+    }
 
     #[test]
     fn gauges_are_read_by_suffix_and_not_confused_with_longer_names() {

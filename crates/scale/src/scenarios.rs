@@ -20,7 +20,7 @@ use crate::cluster::MonProcess;
 use crate::error::{Result, ScaleError};
 use crate::figures::{traffic, Check, Moves, Row};
 use crate::fleet::Fleet;
-use crate::http::etcd_gauges;
+use crate::http::{answer_times, etcd_gauges, AnswerTimes};
 use crate::options::Options;
 use crate::procstat;
 use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
@@ -46,6 +46,8 @@ struct Start {
     mon_cpu: f64,
     etcd_cpu: Option<f64>,
     harness_cpu: f64,
+    /// The monitor's map answer times so far.
+    answers: Option<AnswerTimes>,
 }
 
 /// What the scenario's event was, and the epoch that reflects it.
@@ -70,9 +72,10 @@ impl<'a> Run<'a> {
         procstat::children(self.mon.pid()?).into_iter().next()
     }
 
-    fn start(&self) -> Start {
+    async fn start(&self) -> Start {
         let mon = self.mon.pid().and_then(procstat::sample);
         Start {
+            answers: answer_times(&self.mon.api).await,
             at: Instant::now(),
             epoch: self.fleet.map().map_or(Epoch(0), |m| m.epoch),
             mon_cpu: mon.map_or(0.0, |s| s.cpu_secs),
@@ -107,9 +110,28 @@ impl<'a> Run<'a> {
             .iter()
             .map(|c| c.reached(event.epoch))
             .collect::<Option<Vec<_>>>();
-        let spread_ms = match (observed, all.and_then(|v| v.into_iter().max())) {
-            (Some(o), Some(last)) => Some(last.saturating_duration_since(o).as_secs_f64() * 1e3),
-            _ => None,
+        // From the first holder of the epoch (the observer or a daemon) to each daemon, in
+        // order: the last is the spread; the median and the 99th tell stragglers from a slow
+        // whole.
+        let offsets_ms: Option<Vec<f64>> = all.and_then(|v| {
+            let first = v.iter().copied().chain(observed).min()?;
+            let mut ms: Vec<f64> = v
+                .into_iter()
+                .map(|t| t.saturating_duration_since(first).as_secs_f64() * 1e3)
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            Some(ms)
+        });
+        let nth = |q: f64| {
+            offsets_ms.as_ref().and_then(|v| {
+                let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1)) - 1;
+                v.get(i).copied()
+            })
+        };
+        let spread_ms = nth(1.0);
+        let answers = match (answer_times(&self.mon.api).await, &start.answers) {
+            (Some(now), Some(before)) => Some(now.since(before)),
+            (now, _) => now,
         };
         let mon = self
             .mon
@@ -131,6 +153,11 @@ impl<'a> Run<'a> {
                 / (epochs.max(1) as f64 * counters.len().max(1) as f64),
             event_ms: observed.map(|o| o.saturating_duration_since(event.at).as_secs_f64() * 1e3),
             spread_ms,
+            spread_p50_ms: nth(0.5),
+            spread_p99_ms: nth(0.99),
+            mon_answers: answers.as_ref().map_or(0, AnswerTimes::total),
+            mon_answer_p99_ms: answers.as_ref().and_then(|a| a.quantile_ms(0.99)),
+            mon_answer_max_ms: answers.as_ref().and_then(|a| a.quantile_ms(1.0)),
             settle_ms: end.duration_since(start.at).as_secs_f64() * 1e3,
             mon_cpu_secs: mon.cpu_secs - start.mon_cpu,
             harness_cpu_secs: harness_cpu_secs() - start.harness_cpu,
@@ -167,7 +194,7 @@ impl<'a> Run<'a> {
     }
 
     pub async fn boot(&mut self) -> Result<Row> {
-        let start = self.start();
+        let start = self.start().await;
         let hosts: Vec<String> = (0..self.opts.osds).map(|i| self.host_name(i)).collect();
         self.fleet
             .add_osds(hosts, self.opts.boot_concurrency as usize)
@@ -198,7 +225,7 @@ impl<'a> Run<'a> {
     }
 
     pub async fn pool_create(&mut self) -> Result<Row> {
-        let start = self.start();
+        let start = self.start().await;
         let req = CreatePoolRequest {
             name: POOL_NAME.into(),
             pg_count: self.opts.pg_count,
@@ -245,7 +272,7 @@ impl<'a> Run<'a> {
         let pool = self.pool()?;
         let before = self.fleet.map().ok_or_else(no_map)?;
         let host = self.host_name(0);
-        let start = self.start();
+        let start = self.start().await;
         let mut stopped = BTreeSet::new();
         for osd in self.fleet.osds.iter_mut().filter(|o| o.host == host) {
             osd.stop();
@@ -317,7 +344,7 @@ impl<'a> Run<'a> {
     pub async fn osd_add(&mut self) -> Result<Row> {
         let pool = self.pool()?;
         let before = self.fleet.map().ok_or_else(no_map)?;
-        let start = self.start();
+        let start = self.start().await;
         let last = self.host_name(self.opts.osds.saturating_sub(1));
         self.fleet.add_osds(vec![last], 1).await?;
         let new = self.fleet.osds.last().map(|o| o.id).ok_or_else(no_map)?;
@@ -349,7 +376,7 @@ impl<'a> Run<'a> {
 
     pub async fn image_remove(&mut self) -> Result<Row> {
         self.pool()?;
-        let start = self.start();
+        let start = self.start().await;
         let image = self.create_image("scale-removed").await?;
         // The observer must see the image before its removal can be told from its absence.
         self.fleet
@@ -423,7 +450,7 @@ impl<'a> Run<'a> {
     pub async fn snapshot(&mut self) -> Result<Row> {
         self.pool()?;
         let image = self.create_image("scale-snapped").await?;
-        let start = self.start();
+        let start = self.start().await;
         let snap = self
             .fleet
             .admin
@@ -470,7 +497,7 @@ impl<'a> Run<'a> {
     }
 
     pub async fn mon_restart(&mut self) -> Result<Row> {
-        let mut start = self.start();
+        let mut start = self.start().await;
         let before = self.fleet.map().ok_or_else(no_map)?;
         let mut checks = Vec::new();
         self.reach(before.epoch, &mut checks).await?;
@@ -480,6 +507,7 @@ impl<'a> Run<'a> {
         // The figures of CPU are the new processes', from their start.
         start.mon_cpu = 0.0;
         start.etcd_cpu = Some(0.0);
+        start.answers = None;
         self.set_noout(true).await?;
         let set = self
             .fleet
@@ -525,7 +553,7 @@ impl<'a> Run<'a> {
 
     pub async fn rolling_restart(&mut self) -> Result<Row> {
         let pool = self.pool()?;
-        let start = self.start();
+        let start = self.start().await;
         let running: Vec<usize> = (0..self.fleet.osds.len())
             .filter(|i| self.fleet.osds[*i].running())
             .collect();
