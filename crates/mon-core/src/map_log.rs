@@ -12,10 +12,10 @@
 //! its daemons stay on deltas.
 
 use fastblock_types::map::ClusterMap;
-use fastblock_types::map_delta::{MapDelta, MapScope, MapUpdate, PgIndex};
+use fastblock_types::map_delta::{DeltaMembers, MapDelta, MapScope, MapUpdate, PgIndex};
 use fastblock_types::Epoch;
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Changed entries kept in all: a few times what one large event changes (a host of 20 OSDs
 /// out moves some 8,000 PGs of 131,072).
@@ -36,10 +36,20 @@ pub struct MapLog {
     index: std::sync::OnceLock<PgIndex>,
     /// Consecutive deltas, oldest first; the last ends at `current.epoch`.
     deltas: VecDeque<(MapDelta, usize)>,
+    /// The last delta's OSDs, built at the first OSD's cut of it; emptied at each push.
+    last_members: OnceLock<DeltaMembers>,
     entries: usize,
     /// The deltas from an epoch to `current` merged, for the holders at that epoch; emptied
     /// at each push.
-    merged: std::sync::Mutex<VecDeque<(Epoch, Arc<MapDelta>)>>,
+    merged: std::sync::Mutex<VecDeque<(Epoch, Arc<Merged>)>>,
+}
+
+/// Deltas merged from one epoch to the current one, with their OSDs once an OSD's cut built
+/// them.
+#[derive(Debug)]
+struct Merged {
+    delta: MapDelta,
+    members: OnceLock<DeltaMembers>,
 }
 
 fn entries(d: &MapDelta) -> usize {
@@ -72,6 +82,7 @@ impl MapLog {
             current: map,
             index: std::sync::OnceLock::new(),
             deltas: VecDeque::new(),
+            last_members: OnceLock::new(),
             entries: 0,
             merged: Default::default(),
         }
@@ -114,6 +125,7 @@ impl MapLog {
         self.deltas.push_back((delta, n));
         self.entries += n;
         self.current = next;
+        self.last_members = OnceLock::new();
         self.merged.get_mut().expect("merged deltas lock").clear();
         while self.entries > MAP_LOG_ENTRIES_MAX || self.deltas.len() > MAP_LOG_EPOCHS_MAX {
             let (_, n) = self.deltas.pop_front().expect("entries count kept deltas");
@@ -148,7 +160,7 @@ impl MapLog {
         // pool, and a thousand daemons copying it each took most of the monitor's CPU.
         let Some((second, _)) = pending.next() else {
             debug_assert_eq!((first.from, first.to), (have, self.current.epoch));
-            return MapUpdate::Delta(scope.delta(first, &self.current, index));
+            return MapUpdate::Delta(scope.delta(first, &self.current, index, &self.last_members));
         };
         // Several behind: merged once per starting epoch and kept for the other holders
         // there. Merged under the lock, so that the holders woken together by an epoch wait
@@ -163,7 +175,10 @@ impl MapLog {
                     for (d, _) in pending {
                         merged.merge(d);
                     }
-                    let merged = Arc::new(merged);
+                    let merged = Arc::new(Merged {
+                        delta: merged,
+                        members: OnceLock::new(),
+                    });
                     if kept.len() == MERGED_DELTAS_MAX {
                         kept.pop_front();
                     }
@@ -172,8 +187,11 @@ impl MapLog {
                 }
             }
         };
-        debug_assert_eq!((merged.from, merged.to), (have, self.current.epoch));
-        MapUpdate::Delta(scope.delta(&merged, &self.current, index))
+        debug_assert_eq!(
+            (merged.delta.from, merged.delta.to),
+            (have, self.current.epoch)
+        );
+        MapUpdate::Delta(scope.delta(&merged.delta, &self.current, index, &merged.members))
     }
 }
 
@@ -245,7 +263,7 @@ mod tests {
         for scope in [MapScope::All, MapScope::Osd(OsdId(1))] {
             assert_eq!(
                 log.update_for(Epoch(3), &scope),
-                MapUpdate::Delta(scope.delta(&by_hand(3), &log.current, &index))
+                MapUpdate::Delta(scope.delta(&by_hand(3), &log.current, &index, &OnceLock::new()))
             );
         }
         assert_eq!(log.merged.lock().unwrap().len(), 1);

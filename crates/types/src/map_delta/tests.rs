@@ -295,7 +295,7 @@ proptest! {
             let mut held = scope.map(&maps[0]);
             for w in maps.windows(2) {
                 let index = PgIndex::of(&w[1]);
-                let d = scope.delta(&MapDelta::between(&w[0], &w[1]), &w[1], &index);
+                let d = scope.delta(&MapDelta::between(&w[0], &w[1]), &w[1], &index, &OnceLock::new());
                 // What a done set carries: an OSD's PGs of the pool, a client nothing.
                 for (pool, done) in done_sets(&d) {
                     match &scope {
@@ -324,7 +324,7 @@ proptest! {
             }
             let mut held = scope.map(&maps[0]);
             let last = maps.last().unwrap();
-            scope.delta(&merged, last, &PgIndex::of(last)).apply(&mut held).unwrap();
+            scope.delta(&merged, last, &PgIndex::of(last), &OnceLock::new()).apply(&mut held).unwrap();
             scope.prune(&mut held);
             prop_assert_eq!(&held, &scope.map(maps.last().unwrap()));
         }
@@ -360,7 +360,12 @@ fn an_osd_learns_it_left_a_pg() {
         .unwrap();
     p.osdlist = vec![OsdId(5), OsdId(6)];
     let scope = MapScope::Osd(OsdId(1));
-    let d = scope.delta(&MapDelta::between(&a, &b), &b, &PgIndex::of(&b));
+    let d = scope.delta(
+        &MapDelta::between(&a, &b),
+        &b,
+        &PgIndex::of(&b),
+        &OnceLock::new(),
+    );
     let entries = &d.pgmaps[0].changed;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].left, vec![OsdId(1), OsdId(2), OsdId(3)]);
@@ -447,12 +452,12 @@ fn done_sets_in_a_delta_are_cut_to_what_each_holder_needs() {
     let index = PgIndex::of(&b);
     let done = |d: &MapDelta| d.reclaim.changed[0].1.done_pgs.clone();
     assert_eq!(done(&whole).len(), 50_001);
-    let mine = MapScope::Osd(OsdId(1)).delta(&whole, &b, &index);
+    let mine = MapScope::Osd(OsdId(1)).delta(&whole, &b, &index, &OnceLock::new());
     let expected: BTreeSet<u32> = (0..=50_000u32)
         .filter(|s| s % 600 == 0 || (s + 1) % 600 == 0)
         .collect();
     assert_eq!(done(&mine), expected);
-    let client = MapScope::Pools([pool].into()).delta(&whole, &b, &index);
+    let client = MapScope::Pools([pool].into()).delta(&whole, &b, &index, &OnceLock::new());
     assert!(done(&client).is_empty());
     // What goes over the wire: the OSD's share of a whole pool's bitmap.
     let bytes = |d: &MapDelta| serde_json::to_string(d).unwrap().len();
@@ -468,4 +473,78 @@ fn done_sets_in_a_delta_are_cut_to_what_each_holder_needs() {
     mine.apply(&mut held).unwrap();
     scope.prune(&mut held);
     assert_eq!(held, scope.map(&b));
+}
+
+/// Goal: a delta's members list, for each OSD, exactly the changed entries an OSD's cut keeps
+/// (named after the change or among those that left), once each and in order. Method: two
+/// pools' changes naming OSDs as voters, a learner that is also a voter, and a departed OSD,
+/// against the entries picked by hand.
+#[test]
+fn delta_members_list_each_osds_entries_once_in_order() {
+    let entry = |seq: u32, pg: PgInfo, left: &[u32]| PgEntry {
+        seq,
+        pg,
+        left: left.iter().map(|o| OsdId(*o)).collect(),
+    };
+    let mut learner = pg(&[1, 2], 1);
+    learner.learners = vec![OsdId(2)];
+    let delta = MapDelta {
+        from: Epoch(1),
+        to: Epoch(2),
+        pgmaps: vec![
+            PgMapDelta {
+                pool: PoolId(1),
+                version: 2,
+                changed: vec![
+                    entry(0, pg(&[1, 2, 3], 1), &[]),
+                    entry(5, learner, &[4]),
+                    entry(9, pg(&[3, 4], 3), &[]),
+                ],
+                removed: vec![7],
+            },
+            PgMapDelta {
+                pool: PoolId(2),
+                version: 1,
+                changed: vec![entry(1, pg(&[2], 2), &[1])],
+                removed: Vec::new(),
+            },
+        ],
+        ..MapDelta::default()
+    };
+    let m = DeltaMembers::of(&delta);
+    assert_eq!(m.entries(OsdId(1), PoolId(1)), [0, 1]);
+    assert_eq!(
+        m.entries(OsdId(2), PoolId(1)),
+        [0, 1],
+        "named twice in 5, once"
+    );
+    assert_eq!(m.entries(OsdId(4), PoolId(1)), [1, 2], "left 5, joined 9");
+    assert_eq!(m.entries(OsdId(1), PoolId(2)), [0], "left pool 2's PG 1");
+    assert!(m.entries(OsdId(9), PoolId(1)).is_empty());
+    assert!(m.entries(OsdId(3), PoolId(2)).is_empty());
+    // The cut for osd.4 takes those entries and every removal.
+    let current = ClusterMap {
+        epoch: Epoch(2),
+        ..ClusterMap::default()
+    };
+    let cut =
+        MapScope::Osd(OsdId(4)).delta(&delta, &current, &PgIndex::of(&current), &OnceLock::new());
+    let seqs: Vec<(PoolId, Vec<u32>, Vec<u32>)> = cut
+        .pgmaps
+        .iter()
+        .map(|d| {
+            (
+                d.pool,
+                d.changed.iter().map(|e| e.seq).collect(),
+                d.removed.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seqs,
+        [
+            (PoolId(1), vec![5, 9], vec![7]),
+            (PoolId(2), vec![], vec![])
+        ]
+    );
 }
