@@ -85,6 +85,16 @@ async fn large_answers_are_gzipped_for_callers_that_accept_it() {
         .await
         .unwrap();
     let json_bytes = serde_json::to_vec(&answer).unwrap().len();
+    // A second holder of the scope gets the answer encoded for the first
+    // (`crate::map_answers`), signed for its own call: it verifies and reads the same.
+    let (again, again_bytes) = signed
+        .client()
+        .map_update_sized(Epoch(0), &MapScope::All, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(again_bytes, wire_bytes);
+    assert_eq!(serde_json::to_vec(&again).unwrap().len(), json_bytes);
+    assert!(again.map.is_some_and(|m| m.epoch == answer.epoch));
     assert!(
         wire_bytes * 4 < json_bytes,
         "{wire_bytes} bytes on the wire for {json_bytes} of JSON"

@@ -7,7 +7,7 @@
 //! verifies. A follower's relay asks the leader for plain JSON and compresses for its own
 //! caller (`crate::forward`). Format: `docs/mon-api.md`, "Compression".
 
-use axum::body::{Body, HttpBody};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::Next;
@@ -77,7 +77,16 @@ pub async fn compress_answer(req: Request, next: Next) -> Response {
             .into_response()
         }
     };
-    let packed = crate::cpu::heavy(|| gzip(&bytes));
+    // A body shared between callers (`crate::map_answers`) is compressed once for all.
+    let shared = parts
+        .extensions
+        .get::<crate::map_answers::SharedAnswer>()
+        .filter(|s| s.0.json == bytes)
+        .cloned();
+    let packed = match shared {
+        Some(s) => crate::cpu::heavy(|| s.0.gzip().clone()),
+        None => Bytes::from(crate::cpu::heavy(|| gzip(&bytes))),
+    };
     parts
         .headers
         .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));

@@ -57,6 +57,8 @@ pub struct AppState {
     pub config_relay: Arc<crate::osd_config::ConfigRelay>,
     /// The OSDs' report batches, committed together (`crate::report_queue`).
     pub reports: crate::report_queue::ReportQueue,
+    /// Map answers shared by the holders of one scope (`crate::map_answers`).
+    pub map_answers: crate::map_answers::SharedAnswers,
 }
 
 type App = State<Arc<AppState>>;
@@ -468,10 +470,7 @@ impl MapQuery {
 #[derive(Clone, Copy, Debug)]
 struct WokenBy(Option<std::time::Instant>);
 
-async fn get_map(
-    State(app): App,
-    Query(q): Query<MapQuery>,
-) -> Result<(Extension<WokenBy>, Json<MapResponse>), ApiErr> {
+async fn get_map(State(app): App, Query(q): Query<MapQuery>) -> Result<Response, ApiErr> {
     let scope = q.scope()?;
     let mut epochs = app.mon.epoch.subscribe();
     let came = std::time::Instant::now();
@@ -491,7 +490,8 @@ async fn get_map(
                     map: None,
                     delta: None,
                 }),
-            ));
+            )
+                .into_response());
         }
         // Timed only when the call waited for the epoch: one that came after it was late
         // by its own doing.
@@ -499,34 +499,52 @@ async fn get_map(
             woken = WokenBy(Some(published.at));
         }
     }
-    let answer = |r: MapResponse| Ok((Extension(woken), Json(r)));
+    let answer = |r: MapResponse| Ok((Extension(woken), Json(r)).into_response());
     if q.delta {
         // Cut from the log of deltas, outside the state's lock.
         app.mon.read(|_| ()).await?;
         let have = Epoch(q.after.unwrap_or(0));
-        let update = {
-            let log = app.mon.map_log.read().expect("map log lock");
-            log.as_ref()
-                .map(|log| (log.current().epoch, log.update_for(have, &scope)))
-        };
-        if let Some((epoch, update)) = update {
-            return answer(match update {
-                MapUpdate::UpToDate => MapResponse {
-                    epoch,
-                    map: None,
-                    delta: None,
-                },
-                MapUpdate::Delta(d) => MapResponse {
-                    epoch,
-                    map: None,
-                    delta: Some(d),
-                },
-                MapUpdate::Full(m) => MapResponse {
-                    epoch,
-                    map: Some(m),
-                    delta: None,
-                },
+        let log = app.mon.map_log.read().expect("map log lock");
+        if let Some(epoch) = log.as_ref().map(|l| l.current().epoch) {
+            if matches!(scope, MapScope::Osd(_)) {
+                let update = log.as_ref().map(|l| l.update_for(have, &scope));
+                drop(log);
+                return answer(map_response(epoch, update.unwrap_or(MapUpdate::UpToDate)));
+            }
+            // A client's or an admin's scope: the same answer for every holder at `have`,
+            // cut under the log's lock and encoded after it. Holders asking together wait
+            // for the one encoding (`crate::cpu::heavy`: off this worker's other tasks).
+            let key = crate::map_answers::AnswerKey {
+                epoch,
+                have,
+                scope: scope.clone(),
+            };
+            let mut log = Some(log);
+            let shared = crate::cpu::heavy(|| {
+                app.map_answers.get_or_encode(key, || {
+                    let held = log.take()?;
+                    let update = held.as_ref()?.update_for(have, &scope);
+                    drop(held);
+                    if update == MapUpdate::UpToDate {
+                        return None;
+                    }
+                    let json = serde_json::to_vec(&map_response(epoch, update));
+                    Some(Bytes::from(json.expect("a map encodes as JSON")))
+                })
             });
+            drop(log);
+            let Some(shared) = shared else {
+                return answer(map_response(epoch, MapUpdate::UpToDate));
+            };
+            let mut resp = (
+                [(header::CONTENT_TYPE, "application/json")],
+                shared.json.clone(),
+            )
+                .into_response();
+            resp.extensions_mut().insert(woken);
+            resp.extensions_mut()
+                .insert(crate::map_answers::SharedAnswer(shared));
+            return Ok(resp);
         }
     }
     let map = app.mon.read(|s| scope.map(&s.map)).await?;
@@ -535,6 +553,26 @@ async fn get_map(
         map: Some(map),
         delta: None,
     })
+}
+
+fn map_response(epoch: Epoch, update: MapUpdate) -> MapResponse {
+    match update {
+        MapUpdate::UpToDate => MapResponse {
+            epoch,
+            map: None,
+            delta: None,
+        },
+        MapUpdate::Delta(d) => MapResponse {
+            epoch,
+            map: None,
+            delta: Some(d),
+        },
+        MapUpdate::Full(m) => MapResponse {
+            epoch,
+            map: Some(m),
+            delta: None,
+        },
+    }
 }
 
 /// Times the map answers that waited for an epoch, from its publication to the answer leaving

@@ -20,7 +20,8 @@
 //!   route) and the key-table endpoints.
 //! - [`http`]: the HTTP + JSON API (`docs/mon-api.md`); [`forward`] relays calls from
 //!   followers to the leader so any monitor answers; [`compress`]: gzip of large answers
-//!   for callers that accept it.
+//!   for callers that accept it; [`map_answers`]: map answers cut, encoded and compressed once
+//!   for all the holders of one scope.
 //! - [`report_queue`]: the OSDs' report batches, applied and committed together (one epoch
 //!   for the reports of a moment).
 //! - [`stats`]: client IO and recovery rates from OSD heartbeats.
@@ -53,6 +54,7 @@ pub mod forward;
 pub mod http;
 pub mod key_seal;
 pub mod keys;
+pub mod map_answers;
 pub mod metrics;
 pub mod op_reports;
 pub mod osd_config;

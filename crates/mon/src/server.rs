@@ -371,6 +371,7 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         incarnation: fastblock_auth::request::new_incarnation()
             .map_err(|e| anyhow::anyhow!("drawing the monitor's incarnation: {e}"))?,
         config_relay: Default::default(),
+        map_answers: Default::default(),
         expected_mons: config
             .etcd_member
             .as_ref()
