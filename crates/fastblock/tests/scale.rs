@@ -72,6 +72,10 @@ async fn the_scale_harness_drives_every_scenario_to_every_daemon() {
         down.spread_ms.expect("spread"),
     );
     assert!(p50 <= p99 && p99 <= all, "{p50} {p99} {all}\n{table}");
+    // The pool's placement was timed with its decision.
+    let create = row(&report, "pool create");
+    assert!(create.decisions > 0, "{table}");
+    assert!(create.decide_max_ms.is_some_and(f64::is_finite), "{table}");
     // The stopped host had replicas, and they all moved.
     let moves = row(&report, "host down/out").moves.expect("moves counted");
     assert!(moves.replicas_min > 0, "{table}");

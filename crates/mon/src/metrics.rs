@@ -142,6 +142,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Exports the monitor's decision times (`Monitor::decide_seconds`).
+    pub fn register_decide_seconds(&mut self, decide_seconds: Histogram) {
+        self.registry.register(
+            "decide_seconds",
+            "Seconds each monitor operation took to decide (placement included)",
+            decide_seconds,
+        );
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("fastblock_mon");
         let api_latency_seconds = Family::<ApiLabels, Histogram>::new_with_constructor(|| {

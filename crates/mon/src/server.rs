@@ -361,10 +361,12 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
             crate::report_queue::run(mon.clone(), rx.clone(), stop.clone())
         })
     };
+    let mut metrics = Metrics::new();
+    metrics.register_decide_seconds(mon.decide_seconds.clone());
     let app = Arc::new(AppState {
         reports,
         mon,
-        metrics: Metrics::new(),
+        metrics,
         forwarder: Forwarder::default(),
         tasks: tasks.clone(),
         replays: Default::default(),

@@ -82,6 +82,11 @@ pub struct Row {
     pub mon_answers: u64,
     pub mon_answer_p99_ms: Option<f64>,
     pub mon_answer_max_ms: Option<f64>,
+    /// The monitor's operations decided in the scenario (`fastblock_mon_decide_seconds`), and
+    /// the least bucket bound over the longest: placement's time is in the decisions that
+    /// place (the pool's creation, an OSD out or added).
+    pub decisions: u64,
+    pub decide_max_ms: Option<f64>,
     /// The scenario's wall time until its settled state reached every daemon.
     pub settle_ms: f64,
     /// The monitor's CPU in the scenario, and its memory at the end.
@@ -163,16 +168,16 @@ impl Report {
             self.max_pg_per_osd
         );
         s.push_str(&format!(
-            "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>13}\n",
+            "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>13}\n",
             "scenario", "epochs", "daemons", "full n", "full avg", "delta n", "delta avg",
-            "delta max", "KiB/daemon", "KiB/OSD", "B/ep/dmn", "event ms", "spread", "mon p99", "mon max", "settle s",
+            "delta max", "KiB/daemon", "KiB/OSD", "B/ep/dmn", "event ms", "spread", "mon p99", "mon max", "decide", "settle s",
             "mon cpu", "sim cpu", "mon rss", "etcd db/used"
         ));
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
         for r in &self.rows {
             s.push_str(&format!(
-                "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10.1} {:>9.1} {:>9.0} {:>9} {:>8} {:>8} {:>8} {:>8.1} {:>8.2} {:>8.2} {:>8.0}M {:>6.1}/{:<6.1}\n",
+                "{:<16} {:>6} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10.1} {:>9.1} {:>9.0} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8.1} {:>8.2} {:>8.2} {:>8.0}M {:>6.1}/{:<6.1}\n",
                 r.scenario,
                 r.epochs,
                 r.daemons,
@@ -188,6 +193,7 @@ impl Report {
                 ms(r.spread_ms),
                 ms(r.mon_answer_p99_ms),
                 ms(r.mon_answer_max_ms),
+                ms(r.decide_max_ms),
                 r.settle_ms / 1000.0,
                 r.mon_cpu_secs,
                 r.harness_cpu_secs,

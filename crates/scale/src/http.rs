@@ -70,18 +70,18 @@ fn parse_etcd_gauges(text: &str) -> EtcdGauges {
     }
 }
 
-/// The monitor's histogram of map answers woken by an epoch
-/// (`fastblock_mon_map_wait_answer_seconds`): cumulative counts by upper bound in seconds,
-/// `+Inf` last.
+/// One of the monitor's histograms (the map answers woken by an epoch,
+/// `fastblock_mon_map_wait_answer_seconds`; its decisions, `fastblock_mon_decide_seconds`):
+/// cumulative counts by upper bound in seconds, `+Inf` last.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct AnswerTimes {
+pub struct Buckets {
     pub buckets: Vec<(f64, u64)>,
 }
 
-impl AnswerTimes {
-    /// The answers counted since `before` (the same histogram read earlier); a monitor
+impl Buckets {
+    /// The events counted since `before` (the same histogram read earlier); a monitor
     /// restarted in between starts from zero, and its counts are taken whole.
-    pub fn since(&self, before: &AnswerTimes) -> AnswerTimes {
+    pub fn since(&self, before: &Buckets) -> Buckets {
         let restarted = self.total() < before.total()
             || self.buckets.len() != before.buckets.len()
             || self
@@ -92,7 +92,7 @@ impl AnswerTimes {
         if restarted {
             return self.clone();
         }
-        AnswerTimes {
+        Buckets {
             buckets: self
                 .buckets
                 .iter()
@@ -106,8 +106,8 @@ impl AnswerTimes {
         self.buckets.last().map_or(0, |b| b.1)
     }
 
-    /// The least bound, in milliseconds, under which a share `q` (0 to 1) of the answers fell
-    /// (`None`: no answer; infinite: above the last bound).
+    /// The least bound, in milliseconds, under which a share `q` (0 to 1) of the events fell
+    /// (`None`: none counted; infinite: above the last bound).
     pub fn quantile_ms(&self, q: f64) -> Option<f64> {
         let total = self.total();
         if total == 0 {
@@ -121,8 +121,13 @@ impl AnswerTimes {
     }
 }
 
-/// Reads the map answers' histogram from the monitor's `/metrics` (`None`: not read).
-pub async fn answer_times(api: &str) -> Option<AnswerTimes> {
+/// The map answers' histogram.
+pub const MAP_ANSWERS: &str = "fastblock_mon_map_wait_answer_seconds";
+/// The decisions' histogram.
+pub const DECISIONS: &str = "fastblock_mon_decide_seconds";
+
+/// Reads the histogram `name` from the monitor's `/metrics` (`None`: not read).
+pub async fn histogram(api: &str, name: &str) -> Option<Buckets> {
     let text = tokio::time::timeout(
         std::time::Duration::from_secs(5),
         http_get(&format!("http://{api}/metrics")),
@@ -130,14 +135,14 @@ pub async fn answer_times(api: &str) -> Option<AnswerTimes> {
     .await
     .ok()?
     .ok()?;
-    parse_answer_times(&text)
+    parse_histogram(&text, name)
 }
 
-fn parse_answer_times(text: &str) -> Option<AnswerTimes> {
-    const NAME: &str = "fastblock_mon_map_wait_answer_seconds_bucket{le=\"";
+fn parse_histogram(text: &str, name: &str) -> Option<Buckets> {
+    let prefix = format!("{name}_bucket{{le=\"");
     let mut buckets = Vec::new();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix(NAME) else {
+        let Some(rest) = line.strip_prefix(prefix.as_str()) else {
             continue;
         };
         let (le, count) = rest.split_once("\"} ")?;
@@ -148,7 +153,7 @@ fn parse_answer_times(text: &str) -> Option<AnswerTimes> {
         };
         buckets.push((le, count.trim().parse().ok()?));
     }
-    (!buckets.is_empty()).then_some(AnswerTimes { buckets })
+    (!buckets.is_empty()).then_some(Buckets { buckets })
 }
 
 #[cfg(test)]
@@ -167,18 +172,26 @@ mod tests {
                  fastblock_mon_map_wait_answer_seconds_bucket{{le=\"+Inf\"}} {c}\n"
             )
         };
-        let before = parse_answer_times(&page(10, 10, 10)).expect("read");
-        let after = parse_answer_times(&page(10, 109, 110)).expect("read");
+        let before = parse_histogram(&page(10, 10, 10), MAP_ANSWERS).expect("read");
+        let after = parse_histogram(&page(10, 109, 110), MAP_ANSWERS).expect("read");
         let d = after.since(&before);
         assert_eq!(d.total(), 100);
         // 99 answers within 1.5 ms, the last above every bound.
         assert_eq!(d.quantile_ms(0.99), Some(1.5));
         assert_eq!(d.quantile_ms(1.0), Some(f64::INFINITY));
         // A restarted monitor's counts are taken whole.
-        let restarted = parse_answer_times(&page(3, 3, 3)).expect("read");
+        let restarted = parse_histogram(&page(3, 3, 3), MAP_ANSWERS).expect("read");
         assert_eq!(restarted.since(&after).quantile_ms(1.0), Some(1.0));
-        assert_eq!(AnswerTimes::default().quantile_ms(0.5), None);
-        assert_eq!(parse_answer_times("fastblock_mon_epoch 3\n"), None);
+        assert_eq!(Buckets::default().quantile_ms(0.5), None);
+        assert_eq!(
+            parse_histogram("fastblock_mon_epoch 3\n", MAP_ANSWERS),
+            None
+        );
+        assert_eq!(
+            parse_histogram(&page(1, 1, 1), DECISIONS),
+            None,
+            "another histogram"
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::cluster::MonProcess;
 use crate::error::{Result, ScaleError};
 use crate::figures::{traffic, Check, Moves, Row};
 use crate::fleet::Fleet;
-use crate::http::{answer_times, etcd_gauges, AnswerTimes};
+use crate::http::{etcd_gauges, histogram, Buckets, DECISIONS, MAP_ANSWERS};
 use crate::options::Options;
 use crate::procstat;
 use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
@@ -46,8 +46,9 @@ struct Start {
     mon_cpu: f64,
     etcd_cpu: Option<f64>,
     harness_cpu: f64,
-    /// The monitor's map answer times so far.
-    answers: Option<AnswerTimes>,
+    /// The monitor's map answer times and decision times so far.
+    answers: Option<Buckets>,
+    decisions: Option<Buckets>,
 }
 
 /// What the scenario's event was, and the epoch that reflects it.
@@ -75,7 +76,8 @@ impl<'a> Run<'a> {
     async fn start(&self) -> Start {
         let mon = self.mon.pid().and_then(procstat::sample);
         Start {
-            answers: answer_times(&self.mon.api).await,
+            answers: histogram(&self.mon.api, MAP_ANSWERS).await,
+            decisions: histogram(&self.mon.api, DECISIONS).await,
             at: Instant::now(),
             epoch: self.fleet.map().map_or(Epoch(0), |m| m.epoch),
             mon_cpu: mon.map_or(0.0, |s| s.cpu_secs),
@@ -129,10 +131,12 @@ impl<'a> Run<'a> {
             })
         };
         let spread_ms = nth(1.0);
-        let answers = match (answer_times(&self.mon.api).await, &start.answers) {
+        let since = |now: Option<Buckets>, before: &Option<Buckets>| match (now, before) {
             (Some(now), Some(before)) => Some(now.since(before)),
             (now, _) => now,
         };
+        let answers = since(histogram(&self.mon.api, MAP_ANSWERS).await, &start.answers);
+        let decisions = since(histogram(&self.mon.api, DECISIONS).await, &start.decisions);
         let mon = self
             .mon
             .pid()
@@ -155,7 +159,9 @@ impl<'a> Run<'a> {
             spread_ms,
             spread_p50_ms: nth(0.5),
             spread_p99_ms: nth(0.99),
-            mon_answers: answers.as_ref().map_or(0, AnswerTimes::total),
+            mon_answers: answers.as_ref().map_or(0, Buckets::total),
+            decisions: decisions.as_ref().map_or(0, Buckets::total),
+            decide_max_ms: decisions.as_ref().and_then(|d| d.quantile_ms(1.0)),
             mon_answer_p99_ms: answers.as_ref().and_then(|a| a.quantile_ms(0.99)),
             mon_answer_max_ms: answers.as_ref().and_then(|a| a.quantile_ms(1.0)),
             settle_ms: end.duration_since(start.at).as_secs_f64() * 1e3,
@@ -508,6 +514,7 @@ impl<'a> Run<'a> {
         start.mon_cpu = 0.0;
         start.etcd_cpu = Some(0.0);
         start.answers = None;
+        start.decisions = None;
         self.set_noout(true).await?;
         let set = self
             .fleet
