@@ -20,7 +20,7 @@ use crate::cluster::MonProcess;
 use crate::error::{Result, ScaleError};
 use crate::figures::{traffic, Check, Moves, Row};
 use crate::fleet::Fleet;
-use crate::http::{etcd_gauges, histogram, Buckets, DECISIONS, MAP_ANSWERS};
+use crate::http::{etcd_gauges, histogram, metrics_page, Buckets, DECISIONS, MAP_ANSWERS};
 use crate::options::Options;
 use crate::procstat;
 use fastblock_types::api::{CreateImageRequest, CreatePoolRequest};
@@ -74,10 +74,12 @@ impl<'a> Run<'a> {
     }
 
     async fn start(&self) -> Start {
+        // Read before the CPU figures start.
+        let page = metrics_page(&self.mon.api).await;
         let mon = self.mon.pid().and_then(procstat::sample);
         Start {
-            answers: histogram(&self.mon.api, MAP_ANSWERS).await,
-            decisions: histogram(&self.mon.api, DECISIONS).await,
+            answers: histogram(page.as_deref(), MAP_ANSWERS),
+            decisions: histogram(page.as_deref(), DECISIONS),
             at: Instant::now(),
             epoch: self.fleet.map().map_or(Epoch(0), |m| m.epoch),
             mon_cpu: mon.map_or(0.0, |s| s.cpu_secs),
@@ -135,13 +137,15 @@ impl<'a> Run<'a> {
             (Some(now), Some(before)) => Some(now.since(before)),
             (now, _) => now,
         };
-        let answers = since(histogram(&self.mon.api, MAP_ANSWERS).await, &start.answers);
-        let decisions = since(histogram(&self.mon.api, DECISIONS).await, &start.decisions);
         let mon = self
             .mon
             .pid()
             .and_then(procstat::sample)
             .unwrap_or_default();
+        // Read after the CPU figures end.
+        let page = metrics_page(&self.mon.api).await;
+        let answers = since(histogram(page.as_deref(), MAP_ANSWERS), &start.answers);
+        let decisions = since(histogram(page.as_deref(), DECISIONS), &start.decisions);
         let etcd_proc = self.etcd_pid().and_then(procstat::sample);
         Row {
             scenario: name.to_string(),
@@ -173,7 +177,7 @@ impl<'a> Run<'a> {
                 _ => None,
             },
             etcd_proc,
-            etcd: etcd_gauges(&self.mon.api).await,
+            etcd: etcd_gauges(page.as_deref()),
             moves,
             checks,
         }
