@@ -77,7 +77,7 @@ pub struct Row {
     pub spread_p99_ms: Option<f64>,
     /// The monitor's map answers woken by an epoch in the scenario
     /// (`fastblock_mon_map_wait_answer_seconds`), and the least bucket bound under which 99 %
-    /// and all of them left the monitor, counted from their epoch's publication (infinite:
+    /// and all of them were handed to its HTTP server, counted from their epoch's publication (infinite:
     /// above the histogram's last bound).
     pub mon_answers: u64,
     pub mon_answer_p99_ms: Option<f64>,

@@ -71,22 +71,6 @@ impl OsdTable {
         self.osds.values().map(|o| &**o)
     }
 
-    /// Every OSD, to change: copies each one another table shares. For a change of some
-    /// OSDs only, use [`OsdTable::get_mut`].
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut OsdInfo> + '_ {
-        self.osds.values_mut().map(Arc::make_mut)
-    }
-
-    /// Like [`OsdTable::values_mut`], with the ids.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&OsdId, &mut OsdInfo)> + '_ {
-        self.osds.iter_mut().map(|(id, o)| (id, Arc::make_mut(o)))
-    }
-
-    /// Keeps the OSDs `keep` says yes to.
-    pub fn retain(&mut self, mut keep: impl FnMut(&OsdId, &OsdInfo) -> bool) {
-        self.osds.retain(|id, o| keep(id, o));
-    }
-
     /// Whether the two tables hold the same OSD at `id` by sharing it (then equal without a
     /// look).
     pub fn shares(&self, other: &OsdTable, id: &OsdId) -> bool {
