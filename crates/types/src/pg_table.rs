@@ -392,6 +392,15 @@ mod tests {
             .filter(|(i, a)| Arc::ptr_eq(a, &c.chunks[i]))
             .count();
         assert_eq!(shared, t.chunks.len() - 1);
+        // And of that chunk, only the PG changed: the others are still shared.
+        let (a, b) = (&t.chunks[&(700 / CHUNK_PGS)], &c.chunks[&(700 / CHUNK_PGS)]);
+        let kept = a.iter().filter(|(s, p)| Arc::ptr_eq(p, &b[*s])).count();
+        assert_eq!(kept, a.len() - 1);
+        assert_eq!(
+            t.get(&700).unwrap().leader,
+            Some(OsdId(1)),
+            "the original is unchanged"
+        );
         // A change to a copy that changes nothing copies nothing.
         let mut d2 = t.clone();
         assert_eq!(
