@@ -3,7 +3,7 @@
 use fastblock_types::map::{
     ClusterMap, Counters, ImageInfo, PgInfo, ReclaimEntry, SnapInfo, SnapTrimEntry,
 };
-use fastblock_types::osd_table::OsdTable;
+use fastblock_types::osd_table::UpOsds;
 use fastblock_types::pg_table::PgChange;
 use fastblock_types::{Epoch, ImageId, OsdId, PgState, PoolId};
 use serde::{Deserialize, Serialize};
@@ -303,39 +303,6 @@ impl MonState {
 /// runs for every PG of every operation.
 pub fn same_members(a: &[OsdId], b: &[OsdId]) -> bool {
     a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
-}
-
-/// Which OSDs are up, by id, for lookups without searching the OSD map (one per member of
-/// every PG an operation derives).
-struct UpOsds(Vec<bool>);
-
-impl UpOsds {
-    fn of(osds: &OsdTable) -> UpOsds {
-        UpOsds::from_ids(
-            &osds
-                .values()
-                .filter(|o| o.up)
-                .map(|o| o.id)
-                .collect::<Vec<_>>(),
-        )
-    }
-
-    fn from_ids(ids: &[OsdId]) -> UpOsds {
-        let len = ids.iter().map(|o| o.0 as usize + 1).max().unwrap_or(0);
-        let mut up = vec![false; len];
-        for id in ids {
-            up[id.0 as usize] = true;
-        }
-        UpOsds(up)
-    }
-
-    fn is_up(&self, id: OsdId) -> bool {
-        self.0.get(id.0 as usize).copied().unwrap_or(false)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// A PG with its derived fields as they should be (see [`MonState::derive_pg_states`]), or

@@ -17,11 +17,13 @@
 
 use fastblock_types::api::{LeaderElectedRequest, MembershipFinishedRequest, OsdReport};
 use fastblock_types::map::{ClusterMap, PgInfo, SnapState};
+use fastblock_types::osd_table::UpOsds;
 use fastblock_types::{LogIndex, OsdId, PgId, Term};
 
 /// Every report `me` would send for the PGs of `map` it leads, in PG order, at most `max`.
 pub fn reports(map: &ClusterMap, me: OsdId, max: usize) -> Vec<OsdReport> {
-    let up = Up::of(map);
+    // Built once per map: looked up for each of the OSD's PGs.
+    let up = UpOsds::of(&map.osds);
     let mut out = Vec::new();
     for (pool, pgmap) in &map.pgmaps {
         for (seq, pg) in pgmap.pgs.iter() {
@@ -46,40 +48,21 @@ pub fn reports(map: &ClusterMap, me: OsdId, max: usize) -> Vec<OsdReport> {
     out
 }
 
-/// The OSDs up in a map, by id: looked up a few times for each of an OSD's PGs at every map
-/// it receives, a thousand OSDs at a time in one harness, where a search of the map's OSD table
-/// each time was the harness's largest cost.
-pub struct Up(Vec<bool>);
-
-impl Up {
-    pub fn of(map: &ClusterMap) -> Up {
-        let len = map.osds.keys().next_back().map_or(0, |o| o.0 as usize + 1);
-        let mut up = vec![false; len];
-        for (id, o) in map.osds.iter() {
-            up[id.0 as usize] = o.up;
-        }
-        Up(up)
-    }
-
-    fn has(&self, osd: OsdId) -> bool {
-        self.0.get(osd.0 as usize).copied().unwrap_or(false)
-    }
-
-    fn majority(&self, voters: &[OsdId]) -> bool {
-        voters.is_empty() || voters.iter().filter(|o| self.has(**o)).count() * 2 > voters.len()
-    }
+/// Whether a majority of `voters` is up (none: trivially).
+fn majority_up(up: &UpOsds, voters: &[OsdId]) -> bool {
+    voters.is_empty() || voters.iter().filter(|o| up.is_up(**o)).count() * 2 > voters.len()
 }
 
 /// Who leads `pg` in this model: the voters that can lead are the incoming ones while joint.
-pub fn leader_of(up: &Up, pg: &PgInfo) -> Option<OsdId> {
+pub fn leader_of(up: &UpOsds, pg: &PgInfo) -> Option<OsdId> {
     let joint = !pg.joint_voters.is_empty();
     let candidates = if joint { &pg.joint_voters } else { &pg.osdlist };
-    if !up.majority(&pg.osdlist) || !up.majority(&pg.joint_voters) {
+    if !majority_up(up, &pg.osdlist) || !majority_up(up, &pg.joint_voters) {
         return None;
     }
     match pg.leader {
-        Some(l) if candidates.contains(&l) && up.has(l) => Some(l),
-        _ => candidates.iter().copied().find(|o| up.has(*o)),
+        Some(l) if candidates.contains(&l) && up.is_up(l) => Some(l),
+        _ => candidates.iter().copied().find(|o| up.is_up(*o)),
     }
 }
 

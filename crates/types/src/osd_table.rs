@@ -81,6 +81,41 @@ impl OsdTable {
     }
 }
 
+/// Which OSDs are up, by id, for lookups without searching the OSD table: the monitor's
+/// decisions look up every member of every PG they derive, and each simulated OSD of the
+/// scale harness the members of each of its PGs at every map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpOsds(Vec<bool>);
+
+impl UpOsds {
+    pub fn of(osds: &OsdTable) -> UpOsds {
+        UpOsds::from_ids(
+            &osds
+                .values()
+                .filter(|o| o.up)
+                .map(|o| o.id)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    pub fn from_ids(ids: &[OsdId]) -> UpOsds {
+        let len = ids.iter().map(|o| o.0 as usize + 1).max().unwrap_or(0);
+        let mut up = vec![false; len];
+        for id in ids {
+            up[id.0 as usize] = true;
+        }
+        UpOsds(up)
+    }
+
+    pub fn is_up(&self, id: OsdId) -> bool {
+        self.0.get(id.0 as usize).copied().unwrap_or(false)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 impl std::fmt::Debug for OsdTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_map().entries(self.iter()).finish()
