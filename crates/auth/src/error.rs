@@ -41,6 +41,14 @@ pub enum AuthError {
     /// since the caller last heard): sign it again for `current`.
     #[error("the call was signed for another monitor incarnation (the monitor restarted or the leader changed); sign it again for {current}")]
     StaleIncarnation { current: String },
+    /// A ticket that does not open at this OSD (made for another, altered, or of another
+    /// cluster) or is not for it.
+    #[error("bad ticket: {0}")]
+    BadTicket(String),
+    /// A ticket past its expiry (plus the clock skew allowed): the holder asks the monitor for
+    /// a new one.
+    #[error("the ticket of {entity} expired {expired_s_ago} s ago: ask the monitor for a new one")]
+    TicketExpired { entity: String, expired_s_ago: u64 },
     #[error("malformed authentication message: {0}")]
     Malformed(String),
     #[error("the peer wants auth mode {peer}, this end runs {ours}")]

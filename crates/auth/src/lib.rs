@@ -12,11 +12,15 @@
 //! - [`keyring`]: the keyring file (format, mode 0600, default location).
 //! - [`private_file`]: [`write_private`], the one writer of files only their owner may read.
 //! - [`request`]: signatures of monitor API requests and responses, and the replay cache.
-//! - [`handshake`]: the data-plane challenge-response handshake (sans-IO: both ends are pure
-//!   state machines fed with the peer's messages and with nonces drawn by the caller).
+//! - [`ticket`]: tickets the monitor issues for one entity to speak to one OSD, sealed under
+//!   that OSD's service key, with the session key the holder proves (Kerberos' and cephx's
+//!   shape: no OSD holds any key but its own).
+//! - [`handshake`]: the data-plane challenge-response handshake over a ticket (sans-IO: both
+//!   ends are pure state machines fed with the peer's messages, nonces and the time).
 //! - [`frame`]: per-connection frame protection after the handshake: an authentication tag on
 //!   every frame (`sign`) or authenticated encryption of every payload (`secure`).
-//! - [`table`]: [`KeyTable`], the data keys, caps and generations an OSD checks peers against.
+//! - [`table`]: [`EntityTable`], the entities' caps and generations (no keys) an OSD checks
+//!   tickets and open connections against for revocation.
 //! - [`error`]: [`AuthError`], one variant per cause a user must be told about.
 //!
 //! Cryptography is `ring`'s: HMAC-SHA256 for derivations and proofs, AES-256-GCM for frames
@@ -33,6 +37,7 @@ pub mod private_file;
 pub mod request;
 pub mod secret;
 pub mod table;
+pub mod ticket;
 
 pub use caps::Caps;
 pub use entity::EntityName;
@@ -41,4 +46,4 @@ pub use fastblock_types::auth::{AuthMode, AuthSettings};
 pub use keyring::{Keyring, KeyringEntry};
 pub use private_file::{write_private, Existing};
 pub use secret::{open_blob, random_bytes, seal_blob, KeyBinding, Secret};
-pub use table::KeyTable;
+pub use table::EntityTable;

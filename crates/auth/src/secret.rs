@@ -1,7 +1,8 @@
 //! Keys. An entity key never leaves the keyring and the monitor's key table; each use gets
 //! its own key derived from it with HMAC-SHA256, so a key learned by one party cannot be used
-//! for another purpose: the monitor key signs API requests, the data key proves the entity to
-//! OSDs. OSDs hold data keys only, so a compromised OSD cannot administer the cluster.
+//! for another purpose: the monitor key signs API requests, an OSD's service key opens the
+//! tickets the monitor issues for it (`crate::ticket`), the seal key opens what the monitor
+//! sends its owner sealed. No entity ever holds another's key or a key derived from it.
 
 use crate::error::AuthError;
 use base64::engine::general_purpose::STANDARD;
@@ -13,8 +14,8 @@ use ring::rand::{SecureRandom, SystemRandom};
 pub const SECRET_BYTES: usize = 32;
 /// Label of the derived key that signs monitor API calls.
 const LABEL_MON: &[u8] = b"fastblock-v1 mon";
-/// Label of the derived key that proves an entity to OSDs.
-const LABEL_DATA: &[u8] = b"fastblock-v1 data";
+/// Label of an OSD's service key: the key its tickets are sealed under.
+const LABEL_SERVICE: &[u8] = b"fastblock-v1 service";
 /// Label of the derived key that encrypts keys sent to their owner.
 const LABEL_SEAL: &[u8] = b"fastblock-v1 seal";
 
@@ -96,9 +97,10 @@ impl Secret {
         self.derive(LABEL_MON)
     }
 
-    /// The key that proves this entity to OSDs (the only form of it OSDs ever hold).
-    pub fn data_key(&self) -> Secret {
-        self.derive(LABEL_DATA)
+    /// An OSD's service key (derived from `osd.N`'s key): the monitor seals the tickets it
+    /// issues for OSD N under it, and only OSD N (and the monitor) can open them.
+    pub fn service_key(&self) -> Secret {
+        self.derive(LABEL_SERVICE)
     }
 
     /// Short, non-secret fingerprint for logs and listings (first 8 bytes of a derived MAC).
@@ -163,13 +165,32 @@ pub fn seal_blob(
     plaintext: &[u8],
     binding: &KeyBinding<'_>,
 ) -> Result<Vec<u8>, AuthError> {
+    seal_with_aad(&blob_key(owner_key), plaintext, &binding.aad())
+}
+
+/// Opens what [`seal_blob`] made for `owner_key` with the same `binding`.
+pub fn open_blob(
+    owner_key: &Secret,
+    sealed: &[u8],
+    binding: &KeyBinding<'_>,
+) -> Result<Vec<u8>, AuthError> {
+    open_with_aad(&blob_key(owner_key), sealed, &binding.aad())
+        .map_err(|_| AuthError::BadSignature(format!("sealed key of {}", binding.entity)))
+}
+
+/// `nonce (12) || ciphertext || tag (16)`: AES-256-GCM of `plaintext` under `key` with a
+/// fresh random nonce, `aad` as associated data.
+pub(crate) fn seal_with_aad(
+    key: &LessSafeKey,
+    plaintext: &[u8],
+    aad: &[u8],
+) -> Result<Vec<u8>, AuthError> {
     let nonce_bytes = random_bytes::<NONCE_BYTES>()?;
-    let key = blob_key(owner_key);
     let mut buf = plaintext.to_vec();
     let tag = key
         .seal_in_place_separate_tag(
             Nonce::assume_unique_for_key(nonce_bytes),
-            aead::Aad::from(binding.aad()),
+            aead::Aad::from(aad),
             &mut buf,
         )
         .map_err(|_| AuthError::Random)?;
@@ -180,11 +201,12 @@ pub fn seal_blob(
     Ok(out)
 }
 
-/// Opens what [`seal_blob`] made for `owner_key` with the same `binding`.
-pub fn open_blob(
-    owner_key: &Secret,
+/// Opens what [`seal_with_aad`] made under `key` with the same `aad`; an error names no
+/// cause beyond "does not open" (the caller says what it was opening).
+pub(crate) fn open_with_aad(
+    key: &LessSafeKey,
     sealed: &[u8],
-    binding: &KeyBinding<'_>,
+    aad: &[u8],
 ) -> Result<Vec<u8>, AuthError> {
     if sealed.len() < NONCE_BYTES + TAG_BYTES {
         return Err(AuthError::Malformed(format!(
@@ -195,18 +217,22 @@ pub fn open_blob(
     let (nonce, rest) = sealed.split_at(NONCE_BYTES);
     let nonce: [u8; NONCE_BYTES] = nonce.try_into().expect("split at 12");
     let mut buf = rest.to_vec();
-    let plain = blob_key(owner_key)
+    let plain = key
         .open_in_place(
             Nonce::assume_unique_for_key(nonce),
-            aead::Aad::from(binding.aad()),
+            aead::Aad::from(aad),
             &mut buf,
         )
-        .map_err(|_| AuthError::BadSignature(format!("sealed key of {}", binding.entity)))?;
+        .map_err(|_| AuthError::BadSignature("a sealed blob".into()))?;
     Ok(plain.to_vec())
 }
 
-fn blob_key(owner_key: &Secret) -> LessSafeKey {
-    let k = owner_key.derive(LABEL_SEAL);
+/// The AES-256-GCM key for blobs sealed for the owner of `owner_key`.
+pub(crate) fn blob_key(owner_key: &Secret) -> LessSafeKey {
+    aead_key(&owner_key.derive(LABEL_SEAL))
+}
+
+pub(crate) fn aead_key(k: &Secret) -> LessSafeKey {
     LessSafeKey::new(UnboundKey::new(&AES_256_GCM, k.as_bytes()).expect("32-byte AES key"))
 }
 
@@ -232,7 +258,7 @@ mod tests {
     #[test]
     fn derived_keys_differ_by_purpose_and_macs_separate_parts() {
         let k = Secret::from_bytes([7; 32]);
-        assert_ne!(k.mon_key(), k.data_key());
+        assert_ne!(k.mon_key(), k.service_key());
         assert_ne!(k.mon_key(), k);
         // Length prefixes: ("ab","c") and ("a","bc") are different messages.
         assert_ne!(k.mac(&[b"ab", b"c"]), k.mac(&[b"a", b"bc"]));

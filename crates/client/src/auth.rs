@@ -4,13 +4,14 @@
 
 use bytes::BytesMut;
 use fastblock_auth::frame::{FrameOpener, FrameSealer};
-use fastblock_auth::handshake::{Connector, NONCE_BYTES};
+use fastblock_auth::handshake::{Connector, HeldTicket, NONCE_BYTES};
 use fastblock_auth::{AuthError, AuthMode, EntityName, Keyring, Secret};
 use fastblock_wire::{encode_frame, Frame, FrameDecoder, Kind, Protection, Reply, Status};
 use std::path::Path;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Who a client or an OSD is on the data plane: its entity and its entity key.
+/// Who a client or an OSD is: its entity and its entity key (which signs its monitor calls and
+/// opens the session keys of its tickets; it never crosses the network).
 pub type Credentials = (EntityName, Secret);
 
 /// Reads `entity`'s key from the keyring at `path` (`fastblock_auth::keyring::resolve_path`
@@ -24,15 +25,15 @@ pub fn load_credentials(path: &Path, entity: &EntityName) -> Result<Credentials,
 /// Why a handshake did not give a session.
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
-    /// The OSD answered with an error (`AuthFailed`, `AuthRequired`, ... ; `NotReady` while it
-    /// has no key table yet). Final unless the status is retryable.
+    /// The OSD answered with an error (`AuthFailed`, `AuthRequired`, ...; `StaleTicket` for a
+    /// ticket issued before a rotation it knows of). Final unless the status is retryable.
     #[error("{peer} refused the handshake: {status:?}: {message}")]
     Refused {
         peer: String,
         status: Status,
         message: String,
     },
-    /// The OSD's answer is wrong: it does not hold our key (an impostor, or another
+    /// The OSD's answer is wrong: it could not open our ticket (an impostor, or another
     /// cluster), or it broke the protocol. Final.
     #[error("{peer}: {error}")]
     Auth { peer: String, error: AuthError },
@@ -107,13 +108,14 @@ fn unexpected(frame: &Frame, wanted: Kind, peer: &str) -> HandshakeError {
     }
 }
 
-/// Runs the handshake as `credentials` in `mode` on a fresh connection to `peer` and checks
-/// the OSD's proof. The caller bounds it with a timeout. Bytes read past `AuthDone` stay in
-/// `buf` (an OSD sends none before the first request).
+/// Runs the handshake as `entity` with `ticket` (its ticket for this OSD) in `mode` on a fresh
+/// connection to `peer` and checks the OSD's proof. The caller bounds it with a timeout. Bytes
+/// read past `AuthDone` stay in `buf` (an OSD sends none before the first request).
 pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     buf: &mut BytesMut,
-    credentials: &Credentials,
+    entity: &EntityName,
+    ticket: &HeldTicket,
     mode: AuthMode,
     peer: &str,
 ) -> Result<Protected, HandshakeError> {
@@ -126,8 +128,7 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         why: format!("write: {e}"),
     };
     let nonce = fastblock_auth::random_bytes::<NONCE_BYTES>().map_err(auth)?;
-    let (entity, key) = credentials;
-    let (mut connector, hello) = Connector::start(entity.clone(), key, mode, nonce);
+    let (mut connector, hello) = Connector::start(entity.clone(), ticket, mode, nonce);
     let mut out = BytesMut::new();
     encode_frame(Kind::AuthHello, 1, &[&hello], &mut out);
     stream.write_all(&out).await.map_err(io)?;

@@ -147,8 +147,15 @@ impl Cluster {
     }
 
     fn build(config: ClientConfig, mon: Option<Arc<MonClient>>, map: ClusterMap) -> Arc<Cluster> {
+        // Tickets come from the monitor; a client over an injected map is given its tickets
+        // (`Cluster::tickets`).
+        let tickets = match (&mon, &config.credentials) {
+            (Some(mon), _) => crate::tickets::Tickets::from_monitor(mon.clone()),
+            (None, Some((entity, _))) => Some(crate::tickets::Tickets::given(entity.clone())),
+            (None, None) => None,
+        };
         Arc::new_cyclic(|me| Cluster {
-            pool: ConnPool::new(config.connect_timeout, config.credentials.clone()),
+            pool: ConnPool::new(config.connect_timeout, tickets),
             inflight: Semaphore::new(config.inflight_ops_max),
             config,
             mon,
@@ -255,13 +262,13 @@ impl Cluster {
         self.mon.as_deref()
     }
 
-    /// Whether an OSD's refusal of this client's handshake (`status`) is the OSD lagging: an
-    /// OSD learns a key from its key table, which follows the map a moment after the monitor
-    /// adds the key, so a client using a key just added may meet an OSD that does not know it
-    /// yet. The monitor is asked (a signed call, with the same key): while it accepts the key,
-    /// the refusal is retried like any retryable error; once it does not (the key was removed,
-    /// or is wrong) or cannot be asked, the refusal is final.
-    pub(crate) async fn refusal_is_lag(&self, status: Option<fastblock_wire::Status>) -> bool {
+    /// Whether an OSD's refusal of this client's handshake (`status`) may pass with a new
+    /// ticket: the ticket presented was sealed under a key the OSD no longer has (its key was
+    /// rotated since), and the refused handshake dropped it. The monitor is asked (a signed
+    /// call, with the same key): while it accepts the key, the refusal is retried like any
+    /// retryable error, with a ticket fetched anew; once it does not (the key was removed, or
+    /// is wrong) or cannot be asked, the refusal is final.
+    pub(crate) async fn refusal_may_pass(&self, status: Option<fastblock_wire::Status>) -> bool {
         if status != Some(fastblock_wire::Status::AuthFailed) {
             return false;
         }
@@ -269,6 +276,12 @@ impl Cluster {
             Some(mon) => mon.map().await.is_ok(),
             None => false,
         }
+    }
+
+    /// The tickets this client holds for OSDs (`None` without a key). A client over an
+    /// injected map gets none from a monitor: give them with [`crate::tickets::Tickets::insert`].
+    pub fn tickets(&self) -> Option<&Arc<crate::tickets::Tickets>> {
+        self.pool.tickets()
     }
 
     /// The newest map this client has.

@@ -17,10 +17,12 @@
 //! refused handshake is final ([`ConnectError::Refused`]): the caller fails the IO instead of
 //! retrying with the same credentials.
 
-use crate::auth::{Credentials, HandshakeError};
+use crate::auth::HandshakeError;
+use crate::tickets::Tickets;
 use bytes::BytesMut;
 use fastblock_auth::frame::{FrameOpener, FrameSealer};
 use fastblock_auth::AuthMode;
+use fastblock_types::OsdId;
 use fastblock_wire::{FrameDecoder, Kind, Protection, Reply, Request, Status, TAG_BYTES};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -135,17 +137,40 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Connects to `address:port` within `timeout` and starts the connection's task.
-    /// In `mode` sign or secure, it authenticates with `credentials` first.
+    /// Connects to `address:port` (a shard of `osd`) within `timeout` and starts the
+    /// connection's task. In `mode` sign or secure, it authenticates with a ticket for `osd`
+    /// from `tickets` first.
     pub(crate) async fn connect(
         address: &str,
         port: u16,
+        osd: OsdId,
         timeout: Duration,
-        credentials: Option<&Credentials>,
+        tickets: Option<&Tickets>,
         mode: AuthMode,
     ) -> Result<Conn, ConnectError> {
         let peer = peer_name(address, port);
         let retry = ConnectError::Retry;
+        let ticket = match (mode.authenticates(), tickets) {
+            (false, _) => None,
+            (true, None) => {
+                return Err(ConnectError::Refused {
+                    status: None,
+                    message: format!(
+                        "the cluster requires authentication (auth mode {mode}) and this client has no key (give a keyring and an entity name)"
+                    ),
+                })
+            }
+            (true, Some(tickets)) => match tickets.get(osd).await {
+                Ok(t) => Some((tickets, t)),
+                Err(e) if e.is_retryable() => return Err(retry(e.to_string())),
+                Err(e) => {
+                    return Err(ConnectError::Refused {
+                        status: None,
+                        message: format!("authenticating as {}: {e}", tickets.entity()),
+                    })
+                }
+            },
+        };
         let mut stream =
             match tokio::time::timeout(timeout, TcpStream::connect((address, port))).await {
                 Err(_) => {
@@ -170,32 +195,37 @@ impl Conn {
             return Err(retry(format!("SO_LINGER on {peer}: {e}")));
         }
         let mut buffer = BytesMut::with_capacity(READ_CHUNK_BYTES);
-        let (sealer, opener) = if mode.authenticates() {
-            let Some(credentials) = credentials else {
-                return Err(ConnectError::Refused {
-                    status: None,
-                    message: format!(
-                        "the cluster requires authentication (auth mode {mode}) and this client has no key (give a keyring and an entity name)"
-                    ),
-                });
-            };
-            let handshake =
-                crate::auth::connect(&mut stream, &mut buffer, credentials, mode, &peer);
+        let (sealer, opener) = if let Some((tickets, ticket)) = ticket {
+            let handshake = crate::auth::connect(
+                &mut stream,
+                &mut buffer,
+                tickets.entity(),
+                &ticket,
+                mode,
+                &peer,
+            );
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                 Err(_) => {
                     return Err(retry(format!(
                         "handshake with {peer} timed out after {HANDSHAKE_TIMEOUT:?}"
                     )))
                 }
-                Ok(Err(e)) if e.is_retryable() => return Err(retry(e.to_string())),
                 Ok(Err(e)) => {
+                    // The next connect asks for a new ticket: this one was issued before a
+                    // rotation (of our key or the OSD's) or a change of caps, or has expired.
+                    if !matches!(e, HandshakeError::Io { .. }) {
+                        tickets.forget(osd);
+                    }
+                    if e.is_retryable() {
+                        return Err(retry(e.to_string()));
+                    }
                     let status = match &e {
                         HandshakeError::Refused { status, .. } => Some(*status),
                         _ => None,
                     };
                     return Err(ConnectError::Refused {
                         status,
-                        message: format!("authenticating as {}: {e}", credentials.0),
+                        message: format!("authenticating as {}: {e}", tickets.entity()),
                     });
                 }
                 Ok(Ok(p)) => (Some(p.sealer), Some(p.opener)),
@@ -522,25 +552,31 @@ type Slot = tokio::sync::Mutex<Option<Arc<Conn>>>;
 pub(crate) struct ConnPool {
     slots: Mutex<HashMap<(String, u16), Arc<Slot>>>,
     connect_timeout: Duration,
-    credentials: Option<Credentials>,
+    tickets: Option<Arc<Tickets>>,
 }
 
 impl ConnPool {
-    pub(crate) fn new(connect_timeout: Duration, credentials: Option<Credentials>) -> Self {
+    pub(crate) fn tickets(&self) -> Option<&Arc<Tickets>> {
+        self.tickets.as_ref()
+    }
+
+    pub(crate) fn new(connect_timeout: Duration, tickets: Option<Arc<Tickets>>) -> Self {
         ConnPool {
             slots: Mutex::new(HashMap::new()),
             connect_timeout,
-            credentials,
+            tickets,
         }
     }
 
-    /// An open connection to `address:port`, reusing the current one unless it has closed.
-    /// Returns whether a new connection was made, for the client's counters. `mode` is the
-    /// map's auth mode: a connection opened in another mode is replaced.
+    /// An open connection to `address:port` (a shard of `osd`), reusing the current one
+    /// unless it has closed. Returns whether a new connection was made, for the client's
+    /// counters. `mode` is the map's auth mode: a connection opened in another mode is
+    /// replaced.
     pub(crate) async fn get(
         &self,
         address: &str,
         port: u16,
+        osd: OsdId,
         mode: AuthMode,
     ) -> Result<(Arc<Conn>, bool), ConnectError> {
         let slot = {
@@ -563,8 +599,9 @@ impl ConnPool {
             Conn::connect(
                 address,
                 port,
+                osd,
                 self.connect_timeout,
-                self.credentials.as_ref(),
+                self.tickets.as_deref(),
                 mode,
             )
             .await?,
@@ -589,6 +626,7 @@ mod tests {
         let conn = Conn::connect(
             "127.0.0.1",
             port,
+            OsdId(1),
             Duration::from_secs(5),
             None,
             AuthMode::None,

@@ -66,13 +66,17 @@ impl Cluster {
                 continue;
             };
             let mode = map.auth.mode;
-            let (conn, fresh) = match self.pool.get(&target.address, target.port, mode).await {
+            let (conn, fresh) = match self
+                .pool
+                .get(&target.address, target.port, target.osd, mode)
+                .await
+            {
                 Ok(conn) => conn,
                 Err(ConnectError::Refused { status, message }) => {
-                    if self.refusal_is_lag(status).await {
+                    if self.refusal_may_pass(status).await {
                         return Err(NoLeader::Retry(format!(
-                            "{target}: {message}; the monitor accepts this client's key: the \
-                             OSD's key table is behind"
+                            "{target}: {message}; the monitor accepts this client's key: \
+                             retrying with a new ticket"
                         )));
                     }
                     return Err(NoLeader::Final(ClientError::Auth {

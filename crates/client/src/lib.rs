@@ -19,9 +19,12 @@
 //! - `leader`: leader discovery (`GetLeader` to the PG's members).
 //! - `retry`: the per-object-request loop: carries out `policy` in real time, keeps the
 //!   caches, enforces the deadline.
+//! - [`auth`]: the connecting end of the data-plane handshake and frame protection.
 //! - `conn`: one multiplexed TCP connection per (address, port): a writer task batching
 //!   frames into one `write_all`, a reader task matching replies to requests by id.
 //! - [`split`]: pure IO splitting at object boundaries.
+//! - [`tickets`]: [`tickets::Tickets`], the tickets this entity holds for the OSDs it connects
+//!   to (the OSDs' peer links use it too).
 //! - [`image`]: [`Image`], async block IO on one image.
 //! - [`blocking`]: [`BlockingImage`], the same IO for synchronous callers.
 //! - [`usage`]: [`usage::ImageUsage`], what an image holds on the OSDs (`Image::usage`).
@@ -57,6 +60,7 @@ pub mod route;
 pub mod split;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod tickets;
 pub mod usage;
 pub mod zeros;
 

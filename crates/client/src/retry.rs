@@ -91,7 +91,11 @@ impl Cluster {
             Err(crate::leader::NoLeader::Retry(why)) => return Step::RetryLater(why),
         };
         let mode = self.cache.map().auth.mode;
-        let conn = match self.pool.get(&target.address, target.port, mode).await {
+        let conn = match self
+            .pool
+            .get(&target.address, target.port, target.osd, mode)
+            .await
+        {
             Ok((conn, fresh)) => {
                 if fresh {
                     Counters::bump(&self.counters.connects);
@@ -99,10 +103,10 @@ impl Cluster {
                 conn
             }
             Err(crate::conn::ConnectError::Refused { status, message }) => {
-                if self.refusal_is_lag(status).await {
+                if self.refusal_may_pass(status).await {
                     return Step::RetryLater(format!(
-                        "{target}: {message}; the monitor accepts this client's key: the OSD's \
-                         key table is behind"
+                        "{target}: {message}; the monitor accepts this client's key: \
+                         retrying with a new ticket"
                     ));
                 }
                 return Step::Fail(ClientError::Auth {

@@ -81,7 +81,7 @@ pub enum Need {
     Any,
     /// Caps `admin` (every change but the OSDs' own calls).
     Admin,
-    /// Caps `osd` (PG reports, reclaim, snapshot mark and trim confirmations, the data-key
+    /// Caps `osd` (PG reports, reclaim, snapshot mark and trim confirmations, the entity
     /// table).
     OsdCap,
     /// Only `osd.{id}` for the `{id}` in the path (boot, heartbeat).
@@ -101,7 +101,9 @@ pub fn need_of(method: &Method, route: &str) -> Need {
         | ("POST", "/v1/reclaim/{id}/pgs/{pgid}")
         | ("POST", "/v1/snaps/{image}/{snap}/pgs/{pgid}")
         | ("POST", "/v1/snaptrim/{id}/pgs/{pgid}")
-        | ("GET", "/v1/auth/data-keys") => Need::OsdCap,
+        | ("GET", "/v1/auth/entities") => Need::OsdCap,
+        // Every entity asks for its own tickets (the answer is sealed for it).
+        ("POST", "/v1/auth/tickets") => Need::Any,
         // The key table lists who can do what: administrators only. A backup holds it.
         ("GET", "/v1/auth" | "/v1/mon/backup") => Need::Admin,
         // An op dump names the PGs and clients at work: administrators only.
@@ -471,43 +473,116 @@ pub async fn auth_set_mode(State(app): App, body: Bytes) -> ApiResult<AuthSettin
     ))
 }
 
-/// Every entity's data key, sealed for the calling OSD.
-pub async fn auth_data_keys(
-    State(app): App,
-    Extension(caller): Extension<CallerKey>,
-) -> ApiResult<AuthDataKeysResponse> {
-    let Some(osd_key) = caller.0 else {
-        return Err(ApiErr(ApiError::new(
-            ErrorCode::AuthRequired,
-            "auth mode none has no key table to send (and no key to seal it with)",
-        )));
-    };
+/// Every entity's caps and generation, no keys: what OSDs judge tickets and connections
+/// against.
+pub async fn auth_entities(State(app): App) -> ApiResult<AuthEntitiesResponse> {
     let (settings, entities) = app
         .mon
         .read(|s| (s.map.auth, s.auth.entities.clone()))
         .await?;
-    let mut out = Vec::with_capacity(entities.len());
-    for (name, e) in &entities {
-        let (entity, caps) = (name.to_string(), e.caps.to_string());
-        let binding = KeyBinding {
-            entity: &entity,
-            caps: &caps,
-            generation: e.generation,
-            epoch: settings.epoch,
-        };
-        let sealed =
-            seal_blob(&osd_key, e.key.data_key().as_bytes(), &binding).map_err(internal)?;
-        out.push(AuthDataKeyEntry {
-            entity,
-            caps,
-            generation: e.generation,
-            sealed_data_key: STANDARD.encode(sealed),
-        });
-    }
-    Ok(Json(AuthDataKeysResponse {
+    Ok(Json(AuthEntitiesResponse {
         epoch: settings.epoch,
         mode: settings.mode,
-        entities: out,
+        entities: entities
+            .iter()
+            .map(|(name, e)| AuthEntityEntry {
+                entity: name.to_string(),
+                caps: e.caps.to_string(),
+                generation: e.generation,
+            })
+            .collect(),
+    }))
+}
+
+/// Tickets for the caller to speak to the OSDs it names (`docs/security.md`, "Tickets"): each
+/// sealed under the target OSD's service key with the caller's entity, caps, generation, the
+/// table's epoch and an expiry; its session key sealed for the caller.
+pub async fn auth_tickets(
+    State(app): App,
+    Extension(caller): Extension<CallerKey>,
+    Extension(who): Extension<Authenticated>,
+    body: Bytes,
+) -> ApiResult<TicketsResponse> {
+    let (Some(caller_key), Some(entity)) = (caller.0, who.0) else {
+        return Err(ApiErr(ApiError::new(
+            ErrorCode::AuthRequired,
+            "auth mode none has no tickets (connections to OSDs are not authenticated)",
+        )));
+    };
+    let req: TicketsRequest = parse(&body)?;
+    if req.osds.len() > TICKETS_PER_CALL_MAX {
+        return Err(ApiErr(ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "{} OSDs in one call: at most {TICKETS_PER_CALL_MAX}",
+                req.osds.len()
+            ),
+        )));
+    }
+    let wanted: Vec<EntityName> = req
+        .osds
+        .iter()
+        .map(|id| EntityName::Osd(fastblock_types::OsdId(*id)))
+        .collect();
+    let (auth_epoch, holder, targets) = app
+        .mon
+        .read(move |s| {
+            let holder = s
+                .auth
+                .entities
+                .get(&entity)
+                .map(|e| (entity.clone(), e.caps.to_string(), e.generation));
+            let targets: Vec<(u32, Option<Secret>)> = wanted
+                .iter()
+                .map(|name| {
+                    let id = name.osd().expect("an osd name").0;
+                    (id, s.auth.entities.get(name).map(|e| e.key.service_key()))
+                })
+                .collect();
+            (s.map.auth.epoch, holder, targets)
+        })
+        .await?;
+    let Some((entity, caps, generation)) = holder else {
+        // Removed between the call's check and now.
+        return Err(ApiErr(ApiError::new(
+            ErrorCode::AuthFailed,
+            "the caller's key was removed",
+        )));
+    };
+    let expires_unix_s = now_unix_s() + fastblock_auth::ticket::TICKET_LIFETIME_SECS;
+    let mut tickets = Vec::with_capacity(targets.len());
+    let mut unknown = Vec::new();
+    for (osd, service_key) in targets {
+        let Some(service_key) = service_key else {
+            unknown.push(osd);
+            continue;
+        };
+        let claims = fastblock_auth::ticket::TicketClaims {
+            entity: entity.clone(),
+            caps: caps.clone(),
+            generation,
+            auth_epoch,
+            target: fastblock_types::OsdId(osd),
+            expires_unix_s,
+        };
+        let issued = fastblock_auth::ticket::issue(&service_key, &claims).map_err(internal)?;
+        let sealed = fastblock_auth::ticket::seal_session_key(
+            &caller_key,
+            &issued.ticket,
+            &issued.session_key,
+        )
+        .map_err(internal)?;
+        tickets.push(TicketEntry {
+            osd,
+            ticket: STANDARD.encode(&issued.ticket),
+            sealed_session_key: STANDARD.encode(sealed),
+        });
+    }
+    Ok(Json(TicketsResponse {
+        auth_epoch,
+        expires_unix_s,
+        tickets,
+        unknown,
     }))
 }
 
@@ -534,7 +609,8 @@ mod tests {
         assert_eq!(need_of(&get, "/v1/auth"), Need::Admin);
         assert_eq!(need_of(&get, "/v1/osds/{id}/ops"), Need::Admin);
         assert_eq!(need_of(&post, "/v1/osds/{id}/config"), Need::Admin);
-        assert_eq!(need_of(&get, "/v1/auth/data-keys"), Need::OsdCap);
+        assert_eq!(need_of(&get, "/v1/auth/entities"), Need::OsdCap);
+        assert_eq!(need_of(&post, "/v1/auth/tickets"), Need::Any);
         assert_eq!(need_of(&post, "/v1/osds/{id}/boot"), Need::OsdSelf);
         assert_eq!(need_of(&post, "/v1/osds/{id}/heartbeat"), Need::OsdSelf);
         assert_eq!(need_of(&post, "/v1/osds/{id}/purge"), Need::Admin);

@@ -163,7 +163,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(auth_http::auth_list).post(auth_http::auth_add),
         )
         .route("/v1/auth/mode", put(auth_http::auth_set_mode))
-        .route("/v1/auth/data-keys", get(auth_http::auth_data_keys))
+        .route("/v1/auth/entities", get(auth_http::auth_entities))
+        .route("/v1/auth/tickets", post(auth_http::auth_tickets))
         .route("/v1/auth/{entity}", delete(auth_http::auth_rm))
         .route("/v1/auth/{entity}/caps", post(auth_http::auth_caps))
         .route("/v1/auth/{entity}/rotate", post(auth_http::auth_rotate))

@@ -918,10 +918,61 @@ impl MonClient {
         .await
     }
 
-    /// Every entity's data key, sealed for the calling OSD (open it with
-    /// `KeyTable::from_response` and the OSD's own key).
-    pub async fn auth_data_keys(&self) -> Result<AuthDataKeysResponse, MonError> {
-        self.get("/v1/auth/data-keys").await
+    /// Every entity's caps and generation (OSDs only; `EntityTable::from_response`).
+    pub async fn auth_entities(&self) -> Result<AuthEntitiesResponse, MonError> {
+        self.get("/v1/auth/entities").await
+    }
+
+    /// Tickets for this client's entity to speak to `osds` (at most
+    /// [`TICKETS_PER_CALL_MAX`]), each with its session key opened with this client's key.
+    /// OSDs the monitor has no key for are left out.
+    pub async fn tickets(
+        &self,
+        osds: &[OsdId],
+    ) -> Result<Vec<(OsdId, fastblock_auth::handshake::HeldTicket)>, MonError> {
+        assert!(
+            osds.len() <= TICKETS_PER_CALL_MAX,
+            "tickets asked in batches"
+        );
+        let endpoint = self.endpoints.join(",");
+        let Some((entity, own)) = &self.credentials else {
+            return Err(protocol(&endpoint, "tickets need a key".into()));
+        };
+        let req = TicketsRequest {
+            osds: osds.iter().map(|o| o.0).collect(),
+        };
+        let resp: TicketsResponse = self.post("/v1/auth/tickets", &req).await?;
+        let mut out = Vec::with_capacity(resp.tickets.len());
+        for t in resp.tickets {
+            let bad =
+                |what: String| protocol(&endpoint, format!("ticket for osd.{}: {what}", t.osd));
+            let ticket = STANDARD.decode(&t.ticket).map_err(|e| bad(e.to_string()))?;
+            let sealed = STANDARD
+                .decode(&t.sealed_session_key)
+                .map_err(|e| bad(e.to_string()))?;
+            let claims =
+                fastblock_auth::ticket::claims_of(&ticket).map_err(|e| bad(e.to_string()))?;
+            // What the ticket says of its holder must be what we asked for: the session key
+            // below is bound to these bytes, so a ticket for another entity or OSD would be
+            // refused by the OSD anyway; this says so at once.
+            if &claims.entity != entity || claims.target.0 != t.osd || !req.osds.contains(&t.osd) {
+                return Err(bad(format!(
+                    "issued to {} for osd.{}",
+                    claims.entity, claims.target.0
+                )));
+            }
+            let session_key = fastblock_auth::ticket::open_session_key(own, &ticket, &sealed)
+                .map_err(|e| bad(e.to_string()))?;
+            out.push((
+                OsdId(t.osd),
+                fastblock_auth::handshake::HeldTicket {
+                    ticket,
+                    session_key,
+                    claims,
+                },
+            ));
+        }
+        Ok(out)
     }
 
     /// Opens a key the monitor sealed for this client's key (or sent in clear in mode none).

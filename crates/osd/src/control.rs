@@ -119,6 +119,8 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
     }
     let mon = Arc::new(mon.with_auth_floor(config.auth_floor));
     tracing::info!(floor = %mon.auth_floor(), "auth floor");
+    // This OSD's tickets to its peers, asked of the monitor as its links need them.
+    let tickets = fastblock_client::tickets::Tickets::from_monitor(mon.clone());
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let seed = u64::from_le_bytes(identity.uuid_bytes()?[..8].try_into().expect("8 bytes"))
         ^ std::time::SystemTime::now()
@@ -176,6 +178,7 @@ pub async fn run(config: OsdConfig, key_table: SharedKeyTable) -> Result<()> {
             host_space_reserve_bytes: config.host_space_reserve_bytes,
             keys: key_table.clone(),
             credentials: credentials.clone(),
+            tickets: tickets.clone(),
             faults: fault_file
                 .as_ref()
                 .map_or_else(fastblock_store::FaultPlan::new, |f| f.plan(index)),
@@ -401,9 +404,9 @@ async fn follow_map(
     }
 }
 
-/// Fetches the data-key table for key-table epoch `auth.epoch` and publishes it. Returns the
-/// epoch fetched, or `None` to try again at the next map (a failure is logged; the shards keep
-/// the table they have).
+/// Fetches the entity table (caps and generations) for key-table epoch `auth.epoch` and
+/// publishes it. Returns the epoch fetched, or `None` to try again at the next map (a failure
+/// is logged; the shards keep the table they have).
 async fn refresh_keys(
     mon: &MonClient,
     shared: &SharedKeyTable,
@@ -412,7 +415,7 @@ async fn refresh_keys(
     if !auth.mode.authenticates() {
         crate::keys::publish(
             shared,
-            fastblock_auth::KeyTable {
+            fastblock_auth::EntityTable {
                 epoch: auth.epoch,
                 mode: auth.mode,
                 entries: Default::default(),
@@ -420,18 +423,18 @@ async fn refresh_keys(
         );
         return Some(auth.epoch);
     }
-    let Some((_, own)) = mon.credentials() else {
+    if mon.credentials().is_none() {
         tracing::warn!(mode = %auth.mode, "the cluster authenticates but this OSD has no keyring");
         return None;
-    };
-    let resp = match mon.auth_data_keys().await {
+    }
+    let resp = match mon.auth_entities().await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!("fetching the key table: {e}");
             return None;
         }
     };
-    match fastblock_auth::KeyTable::from_response(&resp, own) {
+    match fastblock_auth::EntityTable::from_response(&resp) {
         Ok(table) => {
             let epoch = table.epoch;
             tracing::info!(epoch, entities = table.entries.len(), "key table updated");
@@ -439,7 +442,7 @@ async fn refresh_keys(
             Some(epoch)
         }
         Err(e) => {
-            tracing::warn!("opening the key table: {e}");
+            tracing::warn!("reading the entity table: {e}");
             None
         }
     }

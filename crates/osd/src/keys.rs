@@ -1,29 +1,31 @@
-//! The OSD's own key and the key table it checks peers against.
+//! The OSD's own key and the entity table it checks peers against.
 //!
 //! `mkfs` writes the OSD's keyring beside its identity (`<data>.keyring`, mode 0600, entity
-//! `osd.N`); the daemon signs its monitor calls with it. The control task fetches the data-key
-//! table whenever the map's `auth.epoch` moves and publishes it through a
-//! [`SharedKeyTable`], which the shards read when they authenticate connections.
+//! `osd.N`); the daemon signs its monitor calls with it, opens the tickets peers present with
+//! the service key derived from it, and asks the monitor for its own tickets to other OSDs.
+//! It holds no other entity's key. The control task fetches the entity table (caps and
+//! generations, no keys) whenever the map's `auth.epoch` moves and publishes it through a
+//! [`SharedKeyTable`], which the shards read to judge tickets and close revoked connections.
 
 use anyhow::{Context, Result};
-use fastblock_auth::{EntityName, KeyTable, Keyring, Secret};
+use fastblock_auth::{EntityName, EntityTable, Keyring, Secret};
 use fastblock_types::OsdId;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-/// The current key table, replaced whole (readers clone the inner `Arc` and drop the lock).
-pub type SharedKeyTable = Arc<RwLock<Arc<KeyTable>>>;
+/// The current entity table, replaced whole (readers clone the inner `Arc` and drop the lock).
+pub type SharedKeyTable = Arc<RwLock<Arc<EntityTable>>>;
 
 pub fn new_shared() -> SharedKeyTable {
-    Arc::new(RwLock::new(Arc::new(KeyTable::default())))
+    Arc::new(RwLock::new(Arc::new(EntityTable::default())))
 }
 
 /// The table now.
-pub fn current(shared: &SharedKeyTable) -> Arc<KeyTable> {
+pub fn current(shared: &SharedKeyTable) -> Arc<EntityTable> {
     shared.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-pub fn publish(shared: &SharedKeyTable, table: KeyTable) {
+pub fn publish(shared: &SharedKeyTable, table: EntityTable) {
     *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(table);
 }
 

@@ -762,21 +762,50 @@ pub struct AuthCapsRequest {
     pub caps: String,
 }
 
-/// `GET /v1/auth/data-keys` (OSDs only): every entity's data key, sealed for the calling OSD
-/// (base64 of `seal_blob(OSD's entity key, data key)`), and the table's epoch.
+/// `GET /v1/auth/entities` (OSDs only): every entity's caps and generation, no keys, and the
+/// key table's epoch. OSDs judge tickets and open connections against it for revocation.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AuthDataKeysResponse {
+pub struct AuthEntitiesResponse {
     pub epoch: u64,
     pub mode: crate::auth::AuthMode,
-    pub entities: Vec<AuthDataKeyEntry>,
+    pub entities: Vec<AuthEntityEntry>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AuthDataKeyEntry {
+pub struct AuthEntityEntry {
     pub entity: String,
     pub caps: String,
     pub generation: u64,
-    pub sealed_data_key: String,
+}
+
+/// The most OSDs one `POST /v1/auth/tickets` may ask tickets for.
+pub const TICKETS_PER_CALL_MAX: usize = 1024;
+
+/// `POST /v1/auth/tickets`: tickets for the caller to speak to these OSDs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TicketsRequest {
+    pub osds: Vec<u32>,
+}
+
+/// The answer: one ticket per OSD the key table holds a key for (the others are listed in
+/// `unknown`), each with its session key sealed for the caller (`docs/security.md`,
+/// "Tickets").
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TicketsResponse {
+    pub auth_epoch: u64,
+    pub expires_unix_s: u64,
+    pub tickets: Vec<TicketEntry>,
+    #[serde(default)]
+    pub unknown: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TicketEntry {
+    pub osd: u32,
+    /// Base64 of the ticket (`crates/auth/src/ticket.rs`).
+    pub ticket: String,
+    /// Base64 of the session key sealed under the caller's key, bound to the ticket.
+    pub sealed_session_key: String,
 }
 
 /// `PUT /v1/auth/mode`: the cluster's new auth mode. Answered with the map's new

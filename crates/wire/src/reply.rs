@@ -112,11 +112,15 @@ pub enum Status {
     /// The leader's copy of a block the request reads is bad and is being repaired from
     /// another replica (`docs/design/repair.md`). Retryable: retry after a short pause.
     Repairing = 21,
+    /// The handshake's ticket was issued before a rotation of the entity's key or a change of
+    /// its caps that this OSD knows of: ask the monitor for a new ticket and connect again.
+    /// Retryable. The connection is closed after this reply.
+    StaleTicket = 22,
 }
 
 impl Status {
     /// Every status, for tests and exhaustive tables.
-    pub const ALL: [Status; 22] = [
+    pub const ALL: [Status; 23] = [
         Status::Ok,
         Status::NotLeader,
         Status::NotReady,
@@ -139,6 +143,7 @@ impl Status {
         Status::SnapInProgress,
         Status::ObjectAbsent,
         Status::Repairing,
+        Status::StaleTicket,
     ];
 
     /// The status with this wire value, if any.
@@ -159,6 +164,7 @@ impl Status {
             | Status::StaleEpoch
             | Status::SnapInProgress
             | Status::Repairing
+            | Status::StaleTicket
             | Status::Timeout => true,
             Status::Ok
             | Status::InvalidArgument

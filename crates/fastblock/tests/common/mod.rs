@@ -356,7 +356,11 @@ impl MonCluster {
                 .auth_mode
                 .parse()
                 .expect("a valid auth mode");
-            *TEST_AUTH.lock().unwrap() = Some(((fastblock_auth::EntityName::admin(), key), mode));
+            *TEST_AUTH.lock().unwrap() = Some(TestAuth {
+                credentials: (fastblock_auth::EntityName::admin(), key),
+                mode,
+                monitors: cluster.endpoints(),
+            });
         } else {
             *TEST_AUTH.lock().unwrap() = None;
         }
@@ -1116,14 +1120,49 @@ pub async fn wait_all_active(client: &MonClient, timeout: Duration) {
     }
 }
 
-/// client.admin's credentials and the mode of the last cluster this test process started
-/// (nextest runs one test per process), for [`WireConn`].
-static TEST_AUTH: std::sync::Mutex<
-    Option<(
-        fastblock_client::auth::Credentials,
-        fastblock_auth::AuthMode,
-    )>,
-> = std::sync::Mutex::new(None);
+/// client.admin's credentials, the mode and the monitors of the last cluster this test process
+/// started (nextest runs one test per process), for [`WireConn`].
+#[derive(Clone)]
+struct TestAuth {
+    credentials: fastblock_client::auth::Credentials,
+    mode: fastblock_auth::AuthMode,
+    monitors: Vec<String>,
+}
+
+static TEST_AUTH: std::sync::Mutex<Option<TestAuth>> = std::sync::Mutex::new(None);
+
+/// client.admin's ticket for the OSD listening at `addr` (one of its shard ports), asked of
+/// the monitor like a client's.
+async fn test_ticket(
+    auth: &TestAuth,
+    addr: &str,
+) -> Result<fastblock_auth::handshake::HeldTicket, String> {
+    let (entity, key) = auth.credentials.clone();
+    let mon = fastblock_monclient::MonClient::new(auth.monitors.clone())
+        .with_credentials(entity, key)
+        .with_deadline(Duration::from_secs(20));
+    let map = mon
+        .map()
+        .await
+        .map_err(|e| format!("map: {e}"))?
+        .map
+        .ok_or("the monitor answered without a map")?;
+    let osd = map
+        .osds
+        .values()
+        .find(|o| {
+            (0..o.shards.max(1)).any(|i| format!("{}:{}", o.address, o.port + i as u16) == addr)
+        })
+        .map(|o| o.id)
+        .ok_or_else(|| format!("no OSD of the map listens at {addr}"))?;
+    let mut got = mon
+        .tickets(&[osd])
+        .await
+        .map_err(|e| format!("ticket for osd.{}: {e}", osd.0))?;
+    got.pop()
+        .map(|(_, t)| t)
+        .ok_or_else(|| format!("no ticket for osd.{}", osd.0))
+}
 
 /// A raw data-plane connection for tests: one request at a time. In a cluster that
 /// authenticates it completes the handshake as client.admin and protects every frame sent
@@ -1154,14 +1193,15 @@ impl WireConn {
         let mut buf = bytes::BytesMut::new();
         let auth = TEST_AUTH.lock().unwrap().clone();
         let protected = match auth {
-            Some((credentials, mode)) => Some(
+            Some(auth) => Some(
                 tokio::time::timeout(
                     Duration::from_secs(10),
                     fastblock_client::auth::connect(
                         &mut stream,
                         &mut buf,
-                        &credentials,
-                        mode,
+                        &auth.credentials.0,
+                        &test_ticket(&auth, addr).await?,
+                        auth.mode,
                         addr,
                     ),
                 )

@@ -11,7 +11,8 @@ use super::Clock;
 use crate::keys::SharedKeyTable;
 use bytes::BytesMut;
 use fastblock_auth::frame::{FrameOpener, FrameSealer};
-use fastblock_auth::handshake::{Acceptor, NONCE_BYTES};
+use fastblock_auth::handshake::{Acceptor, AcceptorIdentity, NONCE_BYTES};
+use fastblock_auth::table::TicketRefusal;
 use fastblock_auth::{AuthError, AuthMode, Caps, EntityName};
 use fastblock_shard::{ConnId, Input};
 use fastblock_types::map::ClusterMap;
@@ -31,23 +32,21 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// the reply is not lost to a reset.
 const REFUSED_DRAIN: Duration = Duration::from_secs(1);
 
-/// Who an authenticated peer is, as the key table said at its handshake.
+/// Who an authenticated peer is, as its ticket said at its handshake.
 #[derive(Debug)]
 pub struct PeerAuth {
     pub entity: EntityName,
     pub generation: u64,
     pub caps: Caps,
+    /// The key table's epoch when the ticket was issued.
+    pub ticket_epoch: u64,
 }
 
 impl PeerAuth {
     /// Whether the current table still lets this connection stay open: same entity, same
-    /// generation, same caps.
-    pub fn still_valid(&self, table: &fastblock_auth::KeyTable) -> bool {
-        table.still_valid(&self.entity, self.generation)
-            && table
-                .entries
-                .get(&self.entity)
-                .is_some_and(|e| e.caps == self.caps)
+    /// generation, same caps (or a table older than the ticket, which knows nothing newer).
+    pub fn still_valid(&self, table: &fastblock_auth::EntityTable) -> bool {
+        table.still_valid(&self.entity, self.generation, &self.caps, self.ticket_epoch)
     }
 }
 
@@ -56,6 +55,10 @@ pub struct AuthContext {
     /// The shard's newest map (pool names for caps; the auth epoch).
     pub map: RefCell<Arc<ClusterMap>>,
     pub keys: SharedKeyTable,
+    /// This OSD's id and service key (derived from its own key; `None` without a keyring):
+    /// the tickets peers present open with it, and with nothing else.
+    pub me: OsdId,
+    pub service_key: Option<fastblock_auth::Secret>,
 }
 
 /// A request the peer may not make.
@@ -169,7 +172,16 @@ fn send_error(outbox: &SharedOutbox, request_id: u64, status: Status, message: &
     });
 }
 
-/// The acceptor's handshake. Err: why it failed, after the error reply was sent.
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The acceptor's handshake: the Hello's ticket must open with this OSD's service key, be
+/// for this OSD, unexpired, and not older than a rotation, change of caps or removal the
+/// entity table knows of. Err: why it failed, after the error reply was sent.
 async fn handshake(
     stream: &mut OwnedReadHalf,
     buf: &mut BytesMut,
@@ -191,24 +203,38 @@ async fn handshake(
         send_error(outbox, hello.request_id, status, &why);
         why
     };
+    let Some(service_key) = &ctx.service_key else {
+        return Err(failed(
+            Status::AuthFailed,
+            format!("auth mode {mode} and this OSD has no key (its keyring) to open tickets with"),
+        ));
+    };
     let nonce = fastblock_auth::random_bytes::<NONCE_BYTES>()
         .map_err(|e| failed(Status::Internal, e.to_string()))?;
     let table = crate::keys::current(&ctx.keys);
     let mut acceptor = Acceptor::new(mode, nonce);
-    let (entity, challenge) = match acceptor.on_hello(&hello.payload, |e| table.data_key(e)) {
+    let me = AcceptorIdentity {
+        service_key,
+        osd: ctx.me,
+        now_unix_s: now_unix_s(),
+    };
+    let (claims, challenge) = match acceptor.on_hello(&hello.payload, &me) {
         Ok(ok) => ok,
-        // A table older than the map may just not have the entity yet: retryable.
-        Err(e @ AuthError::UnknownEntity(_)) if table.epoch < ctx.map.borrow().auth.epoch => {
-            return Err(failed(
-                Status::NotReady,
-                format!(
-                    "{e}; this OSD's key table (epoch {}) is being refreshed",
-                    table.epoch
-                ),
-            ))
+        // Expired: the holder asks for a new ticket.
+        Err(e @ AuthError::TicketExpired { .. }) => {
+            return Err(failed(Status::StaleTicket, e.to_string()))
         }
         Err(e) => return Err(failed(Status::AuthFailed, e.to_string())),
     };
+    match table.judge(&claims) {
+        Ok(()) => {}
+        Err(TicketRefusal::Stale(why)) => return Err(failed(Status::StaleTicket, why)),
+        Err(TicketRefusal::Revoked(why)) => return Err(failed(Status::AuthFailed, why)),
+    }
+    let caps: Caps = claims
+        .caps
+        .parse()
+        .map_err(|e: AuthError| failed(Status::AuthFailed, format!("ticket caps: {e}")))?;
     send(outbox, |b| {
         encode_frame(Kind::AuthChallenge, hello.request_id, &[&challenge], b)
     });
@@ -222,20 +248,15 @@ async fn handshake(
     let (done, session) = acceptor
         .on_proof(&proof.payload)
         .map_err(|e| failed(Status::AuthFailed, e.to_string()))?;
-    let Some(entry) = table.entries.get(&entity) else {
-        return Err(failed(
-            Status::AuthFailed,
-            format!("unknown entity {entity}"),
-        ));
-    };
     send(outbox, |b| {
         encode_frame(Kind::AuthDone, proof.request_id, &[&done], b)
     });
     Ok((
         PeerAuth {
-            entity,
-            generation: entry.generation,
-            caps: entry.caps.clone(),
+            entity: claims.entity,
+            generation: claims.generation,
+            caps,
+            ticket_epoch: claims.auth_epoch,
         },
         FrameOpener::new(mode, &session.to_acceptor),
         FrameSealer::new(mode, &session.to_connector),
@@ -411,6 +432,7 @@ mod tests {
             entity: entity.parse().unwrap(),
             generation: 1,
             caps: caps.parse().unwrap(),
+            ticket_epoch: 1,
         }
     }
 
@@ -473,8 +495,9 @@ mod tests {
     mod tcp {
         use super::*;
         use crate::shard::net::{writer_task, Outbox};
+        use fastblock_auth::handshake::ticket_for_test;
         use fastblock_auth::table::TableEntry;
-        use fastblock_auth::{KeyTable, Secret};
+        use fastblock_auth::{EntityTable, Secret};
         use fastblock_client::auth::{connect, open_frame, seal_frame, HandshakeError, Protected};
         use std::collections::VecDeque;
         use tokio::io::AsyncWriteExt;
@@ -483,19 +506,22 @@ mod tests {
         struct Osd {
             addr: std::net::SocketAddr,
             inputs: InputQueue,
+            /// This OSD's own key (osd.1's): the tickets below are issued for it.
+            key: Secret,
+            table: EntityTable,
         }
 
-        fn table(mode: AuthMode, keys: &[(&str, &Secret, &str)]) -> KeyTable {
-            let mut t = KeyTable {
+        /// The entity table (no keys): who exists, with which caps.
+        fn table(mode: AuthMode, keys: &[(&str, &Secret, &str)]) -> EntityTable {
+            let mut t = EntityTable {
                 epoch: 1,
                 mode,
-                ..KeyTable::default()
+                ..EntityTable::default()
             };
-            for (name, key, caps) in keys {
+            for (name, _key, caps) in keys {
                 t.entries.insert(
                     name.parse().unwrap(),
                     TableEntry {
-                        data_key: key.data_key(),
                         caps: caps.parse().unwrap(),
                         generation: 1,
                     },
@@ -504,17 +530,20 @@ mod tests {
             t
         }
 
-        /// An acceptor like a shard's, serving every connection on a local port.
-        async fn osd(mode: AuthMode, table: KeyTable) -> Osd {
+        /// An acceptor like a shard's (osd.1's), serving every connection on a local port.
+        async fn osd(mode: AuthMode, table: EntityTable) -> Osd {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             let inputs: InputQueue = Rc::new(RefCell::new(VecDeque::new()));
             let mut map = map_with_pools();
             map.auth.mode = mode;
             map.auth.epoch = 1;
+            let key = Secret::generate().unwrap();
             let ctx = Rc::new(AuthContext {
                 map: RefCell::new(Arc::new(map)),
-                keys: Arc::new(std::sync::RwLock::new(Arc::new(table))),
+                keys: Arc::new(std::sync::RwLock::new(Arc::new(table.clone()))),
+                me: OsdId(1),
+                service_key: Some(key.service_key()),
             });
             let queue = inputs.clone();
             tokio::task::spawn_local(async move {
@@ -537,7 +566,12 @@ mod tests {
                     conn += 1;
                 }
             });
-            Osd { addr, inputs }
+            Osd {
+                addr,
+                inputs,
+                key,
+                table,
+            }
         }
 
         /// Requests that reached the core, by kind.
@@ -586,17 +620,44 @@ mod tests {
             stream.write_all(&out).await.unwrap();
         }
 
+        /// A ticket for `who` (holding `key`) to this OSD, with the caps the table gives it
+        /// (`admin` if it has none), issued under `osd_key`'s service key: the OSD's own
+        /// for a genuine ticket, any other for a forged one.
+        fn ticket(
+            osd: &Osd,
+            who: &str,
+            key: &Secret,
+            osd_key: &Secret,
+        ) -> fastblock_auth::handshake::HeldTicket {
+            let entity: EntityName = who.parse().unwrap();
+            let caps = osd
+                .table
+                .entries
+                .get(&entity)
+                .map_or("admin".to_string(), |e| e.caps.to_string());
+            ticket_for_test(&entity, key, &caps, OsdId(1), osd_key, u64::MAX / 2).unwrap()
+        }
+
+        async fn open_with(
+            osd: &Osd,
+            who: &str,
+            ticket: &fastblock_auth::handshake::HeldTicket,
+            mode: AuthMode,
+        ) -> Result<(TcpStream, BytesMut, Protected), HandshakeError> {
+            let mut stream = TcpStream::connect(osd.addr).await.unwrap();
+            let mut buf = BytesMut::new();
+            let entity: EntityName = who.parse().unwrap();
+            let p = connect(&mut stream, &mut buf, &entity, ticket, mode, "osd").await?;
+            Ok((stream, buf, p))
+        }
+
         async fn open(
             osd: &Osd,
             who: &str,
             key: &Secret,
             mode: AuthMode,
         ) -> Result<(TcpStream, BytesMut, Protected), HandshakeError> {
-            let mut stream = TcpStream::connect(osd.addr).await.unwrap();
-            let mut buf = BytesMut::new();
-            let creds = (who.parse().unwrap(), key.clone());
-            let p = connect(&mut stream, &mut buf, &creds, mode, "osd").await?;
-            Ok((stream, buf, p))
+            open_with(osd, who, &ticket(osd, who, key, &osd.key), mode).await
         }
 
         fn local<F: std::future::Future>(f: F) -> F::Output {
@@ -641,24 +702,27 @@ mod tests {
                     table(AuthMode::Sign, &[("client.a", &key, "pool=a")]),
                 )
                 .await;
-                let wrong = Secret::generate().unwrap();
-                match open(&osd, "client.a", &wrong, AuthMode::Sign).await {
+                // A ticket forged without this OSD's key.
+                let forged = ticket(&osd, "client.a", &key, &Secret::generate().unwrap());
+                match open_with(&osd, "client.a", &forged, AuthMode::Sign).await {
                     Err(HandshakeError::Refused {
                         status: Status::AuthFailed,
                         message,
                         ..
                     }) => {
-                        assert!(message.contains("signature"), "{message}")
+                        assert!(message.contains("does not open"), "{message}")
                     }
                     other => panic!("{:?}", other.map(|_| ())),
                 }
+                // A genuine ticket of an entity the table (at the ticket's epoch) does not hold:
+                // removed.
                 match open(&osd, "client.nobody", &key, AuthMode::Sign).await {
                     Err(HandshakeError::Refused {
                         status: Status::AuthFailed,
                         message,
                         ..
                     }) => {
-                        assert!(message.contains("unknown entity"), "{message}")
+                        assert!(message.contains("not in this OSD's key table"), "{message}")
                     }
                     other => panic!("{:?}", other.map(|_| ())),
                 }
@@ -673,7 +737,7 @@ mod tests {
                 // Record a genuine handshake's Hello and Proof, replay them on a new connection.
                 let (mut c, hello) = fastblock_auth::handshake::Connector::start(
                     "client.a".parse().unwrap(),
-                    &key,
+                    &ticket(&osd, "client.a", &key, &osd.key),
                     AuthMode::Sign,
                     [7; 32],
                 );

@@ -66,11 +66,15 @@ pub struct ShardSpec {
     /// Bytes the file system holding the metadata keeps free (`--host-space-reserve`; None:
     /// derived from the store's geometry, `ShardConfig::host_space_reserve_bytes`).
     pub host_space_reserve_bytes: Option<u64>,
-    /// The key table handshakes are checked against (refreshed by the control task).
+    /// The entity table tickets and connections are judged against (refreshed by the
+    /// control task).
     pub keys: crate::keys::SharedKeyTable,
-    /// This OSD's entity (`osd.N`) and entity key, to authenticate its peer links when the
-    /// map's auth mode is not none (from its keyring).
+    /// This OSD's entity (`osd.N`) and entity key (from its keyring): its service key, which
+    /// opens the tickets peers present, is derived from it.
     pub credentials: Option<fastblock_client::auth::Credentials>,
+    /// This OSD's tickets to its peers, for its peer links when the map's auth mode is not
+    /// none.
+    pub tickets: Option<Arc<fastblock_client::tickets::Tickets>>,
     /// The fault plan of the shard's disk: empty unless the test-only
     /// `--fault-injection-file` fills it ([`crate::faults`]).
     pub faults: FaultPlan,

@@ -38,7 +38,7 @@ use super::{Clock, ShardCommand, ShardDisk, ShardEvent, ShardSpec, ShardStats, S
 use crate::region::RegionDisk;
 use crate::stages::Stage;
 use bytes::BytesMut;
-use fastblock_auth::{AuthMode, KeyTable};
+use fastblock_auth::{AuthMode, EntityTable};
 use fastblock_shard::{ConnId, Effects, Input, PeerSend, Report, ShardConfig, ShardCore};
 use fastblock_store::{UringDisk, UringOptions};
 use fastblock_types::map::ClusterMap;
@@ -95,7 +95,7 @@ pub struct Runtime {
     /// The map and key table the connections' authentication reads.
     auth: Rc<AuthContext>,
     /// The key table the open connections were last checked against.
-    keys_checked: Arc<KeyTable>,
+    keys_checked: Arc<EntityTable>,
     /// Whether a map arrived: connections are served only then, in the map's auth mode.
     map_received: bool,
 }
@@ -221,6 +221,8 @@ impl Runtime {
             auth: Rc::new(AuthContext {
                 map: RefCell::new(Arc::new(ClusterMap::default())),
                 keys: spec.keys.clone(),
+                me: spec.osd,
+                service_key: spec.credentials.as_ref().map(|(_, key)| key.service_key()),
             }),
             keys_checked: crate::keys::current(&spec.keys),
             map_received: false,
@@ -703,7 +705,7 @@ impl Runtime {
         };
         let auth = mode
             .authenticates()
-            .then(|| (mode, self.spec.credentials.clone()));
+            .then(|| (mode, osd, self.spec.tickets.clone()));
         tokio::task::spawn_local(connect_peer(
             addr,
             hello,
@@ -752,13 +754,25 @@ impl Runtime {
     }
 }
 
+/// How a peer link authenticates: the map's mode, the peer, and this OSD's tickets (`None`:
+/// no keyring).
+type PeerAuthSpec = (
+    AuthMode,
+    OsdId,
+    Option<Arc<fastblock_client::tickets::Tickets>>,
+);
+
+/// Longest a peer link waits for a ticket from the monitor before it counts as failed (and is
+/// tried again like any failed connect).
+const TICKET_WAIT: Duration = Duration::from_secs(5);
+
 /// Connects a peer link: the frames queued meanwhile follow a `Hello`. A failed attempt
 /// leaves the link closed (after a pause), so the next send connects again.
 #[allow(clippy::too_many_arguments)]
 async fn connect_peer(
     addr: String,
     hello: Request,
-    auth: Option<(AuthMode, Option<fastblock_client::auth::Credentials>)>,
+    auth: Option<PeerAuthSpec>,
     target: SharedOutbox,
     conn: ConnId,
     inputs: InputQueue,
@@ -791,21 +805,44 @@ async fn connect_peer(
     let _ = stream.set_nodelay(true);
     let mut buf = BytesMut::new();
     let mut opener = None;
-    if let Some((mode, credentials)) = &auth {
-        let Some(credentials) = credentials else {
+    if let Some((mode, peer, tickets)) = &auth {
+        let Some(tickets) = tickets else {
             return failed(Some(format!(
                 "auth mode {mode} and this OSD has no key (its keyring)"
             )))
             .await;
         };
-        let handshake =
-            fastblock_client::auth::connect(&mut stream, &mut buf, credentials, *mode, &addr);
+        let ticket = match tokio::time::timeout(TICKET_WAIT, tickets.get(*peer)).await {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return failed(Some(e.to_string())).await,
+            Err(_) => {
+                return failed(Some(format!(
+                    "no ticket for osd.{} from the monitor within {TICKET_WAIT:?}",
+                    peer.0
+                )))
+                .await
+            }
+        };
+        let handshake = fastblock_client::auth::connect(
+            &mut stream,
+            &mut buf,
+            tickets.entity(),
+            &ticket,
+            *mode,
+            &addr,
+        );
         match tokio::time::timeout(super::auth::HANDSHAKE_TIMEOUT, handshake).await {
             Ok(Ok(p)) => {
                 target.borrow_mut().sealer = Some(p.sealer);
                 opener = Some(p.opener);
             }
-            Ok(Err(e)) => return failed(Some(e.to_string())).await,
+            Ok(Err(e)) => {
+                // The next attempt asks for a new ticket (see `Conn::connect`).
+                if !matches!(e, fastblock_client::auth::HandshakeError::Io { .. }) {
+                    tickets.forget(*peer);
+                }
+                return failed(Some(e.to_string())).await;
+            }
             Err(_) => return failed(Some("handshake timed out".into())).await,
         }
     }

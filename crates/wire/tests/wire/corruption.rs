@@ -435,7 +435,8 @@ fn retryable_statuses_are_exactly_the_transient_ones() {
             Status::StaleEpoch,
             Status::Timeout,
             Status::SnapInProgress,
-            Status::Repairing
+            Status::Repairing,
+            Status::StaleTicket
         ]
     );
     for status in Status::ALL {
@@ -445,7 +446,8 @@ fn retryable_statuses_are_exactly_the_transient_ones() {
     assert_eq!(Status::from_u16(17), Some(Status::PermissionDenied));
     assert_eq!(Status::from_u16(20), Some(Status::ObjectAbsent));
     assert_eq!(Status::from_u16(21), Some(Status::Repairing));
-    assert_eq!(Status::from_u16(22), None);
+    assert_eq!(Status::from_u16(22), Some(Status::StaleTicket));
+    assert_eq!(Status::from_u16(23), None);
 }
 
 #[test]
