@@ -97,7 +97,7 @@ async fn three_monitors_survive_the_leader_sigkill() {
     );
     for s in &mons.specs {
         assert!(
-            members.contains(&format!("http://{}", s.etcd_peer)),
+            members.contains(&format!("https://{}", s.etcd_peer)),
             "{members}"
         );
     }

@@ -196,6 +196,7 @@ mod tests {
             initial_cluster: "a=http://127.0.0.1:2380,b=http://10.0.0.2:2380".into(),
             cluster_token: "fastblock".into(),
             quota_bytes: 2 << 30,
+            peer_tls: None,
         }
     }
 

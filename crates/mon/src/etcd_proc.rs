@@ -37,6 +37,9 @@ pub struct EtcdMemberConfig {
     /// etcd's `--quota-backend-bytes`: past it the member raises `NOSPACE` and refuses writes
     /// (`--etcd-quota-bytes`; `crate::etcd_maint` keeps the database well below it).
     pub quota_bytes: u64,
+    /// The peer links' TLS files (`crate::etcd_tls`): `None` runs them in clear (a member
+    /// created before peer TLS).
+    pub peer_tls: Option<crate::etcd_tls::PeerTlsFiles>,
 }
 
 /// The member names of an etcd `--initial-cluster` value (`name=http://ip:port,...`).
@@ -55,7 +58,39 @@ impl EtcdMemberConfig {
 
     /// The peer URL the member advertises (and is listed with in etcd's member list).
     pub fn peer_url(&self) -> String {
-        format!("http://{}", self.peer_addr)
+        format!("{}://{}", self.peer_scheme(), self.peer_addr)
+    }
+
+    fn peer_scheme(&self) -> &'static str {
+        if self.peer_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The host part of the peer address (what its certificate names).
+    pub fn peer_host(&self) -> String {
+        match self.peer_addr.rsplit_once(':') {
+            Some((host, _)) => host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            None => self.peer_addr.clone(),
+        }
+    }
+
+    /// `--initial-cluster` as etcd gets it: the operator writes every member's peer URL with
+    /// `http://`; with peer TLS every monitor turns them into `https://` the same way.
+    fn initial_cluster_arg(&self) -> String {
+        if self.peer_tls.is_none() {
+            return self.initial_cluster.clone();
+        }
+        self.initial_cluster
+            .split(',')
+            .map(|m| m.trim().replacen("=http://", "=https://", 1))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn command(&self) -> Command {
@@ -80,7 +115,7 @@ impl EtcdMemberConfig {
             .arg("--initial-advertise-peer-urls")
             .arg(&peer_url)
             .arg("--initial-cluster")
-            .arg(&self.initial_cluster)
+            .arg(self.initial_cluster_arg())
             .arg("--initial-cluster-state")
             .arg(state)
             .arg("--initial-cluster-token")
@@ -109,6 +144,16 @@ impl EtcdMemberConfig {
             .arg("warn")
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        if let Some(tls) = &self.peer_tls {
+            // Both ends of every peer link show a certificate of the monitors' CA.
+            cmd.arg("--peer-cert-file")
+                .arg(tls.cert())
+                .arg("--peer-key-file")
+                .arg(tls.key())
+                .arg("--peer-trusted-ca-file")
+                .arg(tls.ca())
+                .arg("--peer-client-cert-auth");
+        }
         crate::child_anchor::dies_with_its_forking_thread(&mut cmd);
         cmd
     }

@@ -2,7 +2,9 @@
 //!
 //! Module map:
 //! - [`etcd_proc`]: starts and supervises the monitor's own etcd member (the default) and
-//!   stops it on exit; [`etcd_identity`] checks that the etcd at its addresses is really it.
+//!   stops it on exit; [`etcd_identity`] checks that the etcd at its addresses is really it;
+//!   [`etcd_tls`] makes the certificates of its mutually authenticated peer links from the
+//!   monitor secret.
 //! - [`secret`]: the monitor secret, the same file on every monitor, and what is derived from
 //!   it; [`etcd_auth`]: etcd's authentication, on in the own member, and the monitor's
 //!   credentials.
@@ -50,6 +52,7 @@ pub mod etcd_auth;
 pub mod etcd_identity;
 pub mod etcd_maint;
 pub mod etcd_proc;
+pub mod etcd_tls;
 pub mod forward;
 pub mod http;
 pub mod key_seal;

@@ -22,6 +22,8 @@ pub const HKDF_SALT: &[u8] = b"fastblock monitor secret v1";
 pub const LABEL_KEY_TABLE: &[u8] = b"fastblock key table seal v1";
 /// HKDF info of the own etcd member's `root` password (`crate::etcd_auth`).
 pub const LABEL_ETCD_ROOT: &[u8] = b"fastblock etcd root password v1";
+/// HKDF info of the seed of the Ed25519 key of the etcd members' peer CA (`crate::etcd_tls`).
+pub const LABEL_ETCD_PEER_CA: &[u8] = b"fastblock etcd peer ca v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
@@ -135,6 +137,13 @@ impl MonSecret {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
+    }
+
+    /// The seed of the Ed25519 key that signs the etcd members' peer certificates: the same
+    /// on every monitor of the cluster, so each can issue its own member's certificate and
+    /// trust the others' without any file but the secret (`crate::etcd_tls`).
+    pub fn etcd_peer_ca_seed(&self) -> [u8; 32] {
+        self.derive(LABEL_ETCD_PEER_CA)
     }
 
     fn derive(&self, label: &[u8]) -> [u8; 32] {

@@ -211,6 +211,22 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
     let secret = MonSecret::load_or_create(&config.mon_secret_file, sole_member)
         .map_err(Misconfiguration::new)?;
     let seal = Arc::new(KeyTableSeal::new(&secret));
+    let mut config = config;
+    if let Some(member) = config.etcd_member.as_mut() {
+        if crate::etcd_tls::peer_tls_for(&member.data_dir) {
+            let dir = crate::etcd_tls::tls_dir(&member.data_dir);
+            member.peer_tls = Some(
+                crate::etcd_tls::prepare(&secret, &dir, &member.peer_host())
+                    .map_err(Misconfiguration::new)?,
+            );
+        } else {
+            tracing::warn!(
+                peer = %member.peer_url(),
+                "this etcd member was created before peer TLS: its peer links stay in clear \
+                 (docs/operations.md, \"Monitor database\")"
+            );
+        }
+    }
     let credentials = match &config.etcd_member {
         Some(_) => Some(EtcdCredentials::root(&secret)),
         None => config.etcd_credentials.clone(),

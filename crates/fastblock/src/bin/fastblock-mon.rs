@@ -295,6 +295,8 @@ async fn main() {
                 .unwrap_or_else(|| format!("{}=http://{}", args.name, args.etcd_peer_addr)),
             cluster_token: "fastblock".to_string(),
             quota_bytes: args.etcd_quota_bytes,
+            // Set at start from the monitor secret (`fastblock_mon::etcd_tls`).
+            peer_tls: None,
         })
     } else {
         None
