@@ -63,13 +63,6 @@ impl std::fmt::Debug for Tickets {
     }
 }
 
-fn now_unix_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// Whether a ticket is still good for a new connection: more than half its life left.
 fn fresh(t: &HeldTicket, now: u64) -> bool {
     t.claims.expires_unix_s.saturating_sub(now) > TICKET_LIFETIME_SECS / 2
@@ -127,7 +120,7 @@ impl Tickets {
 
     /// A ticket for a new connection to `osd`.
     pub async fn get(&self, osd: OsdId) -> Result<HeldTicket, TicketError> {
-        if let Some(t) = self.cached(osd, now_unix_s()) {
+        if let Some(t) = self.cached(osd, fastblock_monclient::now_unix_s()) {
             return Ok(t);
         }
         let Some(mon) = &self.mon else {
@@ -135,7 +128,7 @@ impl Tickets {
         };
         lock(&self.wanted).insert(osd);
         let _fetching = self.fetch.lock().await;
-        if let Some(t) = self.cached(osd, now_unix_s()) {
+        if let Some(t) = self.cached(osd, fastblock_monclient::now_unix_s()) {
             return Ok(t);
         }
         // Everyone waiting so far, this OSD first (it is still in the set: no fetch since

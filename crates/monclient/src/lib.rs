@@ -1019,7 +1019,9 @@ impl MonClient {
     }
 }
 
-fn now_unix_s() -> u64 {
+/// Seconds since the Unix epoch by this host's clock (0 before it): what signed calls and
+/// tickets are timed by.
+pub fn now_unix_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

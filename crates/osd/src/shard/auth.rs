@@ -172,13 +172,6 @@ fn send_error(outbox: &SharedOutbox, request_id: u64, status: Status, message: &
     });
 }
 
-fn now_unix_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// The acceptor's handshake: the Hello's ticket must open with this OSD's service key, be
 /// for this OSD, unexpired, and not older than a rotation, change of caps or removal the
 /// entity table knows of. Err: why it failed, after the error reply was sent.
@@ -216,7 +209,7 @@ async fn handshake(
     let me = AcceptorIdentity {
         service_key,
         osd: ctx.me,
-        now_unix_s: now_unix_s(),
+        now_unix_s: fastblock_monclient::now_unix_s(),
     };
     let (claims, challenge) = match acceptor.on_hello(&hello.payload, &me) {
         Ok(ok) => ok,
