@@ -39,10 +39,11 @@ pub const REQUEST_SKEW_S_MAX: u64 = 300;
 /// heartbeat a second each, and report batches and map polls while the cluster changes); about
 /// 256 MiB at most ([`ReplayCache`]).
 pub const REPLAY_NONCES_MAX: usize = 4 << 20;
-/// Nonces one entity may have remembered at once: about 218 signed calls per second for the
-/// whole window, far above what a daemon makes (an OSD: a heartbeat a second and a report
-/// batch at most every 50 ms), so that one key, even one limited to a pool, cannot fill the
-/// cache and have every other entity's calls refused (64 such keys would be needed).
+/// Nonces one entity may have remembered at once by default: about 218 signed calls per second
+/// for the whole window, far above what a daemon makes (an OSD: a heartbeat a second and a
+/// report batch at most every 50 ms), so that one key, even one limited to a pool, cannot fill
+/// the cache and have every other entity's calls refused (64 such keys would be needed). The
+/// monitor's `--signed-calls-per-entity-max` sets it (at most [`REPLAY_NONCES_MAX`] / 16).
 pub const REPLAY_NONCES_PER_ENTITY_MAX: usize = 1 << 16;
 const NONCE_BYTES: usize = 16;
 
@@ -276,8 +277,10 @@ type Seen = (EntitySlot, [u8; NONCE_BYTES]);
 /// plus the set's control bytes and spare capacity; measured with 1 Mi nonces of 1,000
 /// entities, where the cache keyed by strings took 310): [`REPLAY_NONCES_MAX`] of them hold
 /// about 256 MiB.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReplayCache {
+    /// Nonces one entity may have remembered at once.
+    per_entity_max: usize,
     seen: HashSet<Seen>,
     by_time: BTreeMap<u64, Vec<Seen>>,
     /// Each entity with nonces in the cache: its name and how many; forgotten at none.
@@ -286,7 +289,30 @@ pub struct ReplayCache {
     next_slot: EntitySlot,
 }
 
+impl Default for ReplayCache {
+    fn default() -> Self {
+        ReplayCache::with_per_entity_max(REPLAY_NONCES_PER_ENTITY_MAX)
+    }
+}
+
 impl ReplayCache {
+    /// A cache where one entity may have at most `per_entity_max` calls remembered (1 to
+    /// [`REPLAY_NONCES_MAX`] / 16, so that at least 16 entities fit whole).
+    pub fn with_per_entity_max(per_entity_max: usize) -> ReplayCache {
+        assert!(
+            (1..=REPLAY_NONCES_MAX / 16).contains(&per_entity_max),
+            "per-entity bound {per_entity_max} out of range"
+        );
+        ReplayCache {
+            per_entity_max,
+            seen: HashSet::new(),
+            by_time: BTreeMap::new(),
+            entities: HashMap::new(),
+            slots: HashMap::new(),
+            next_slot: 0,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.seen.len()
     }
@@ -337,7 +363,7 @@ impl ReplayCache {
                 return Err(AuthError::Replayed(name));
             }
             let mine = self.entities[&slot].1;
-            if mine >= REPLAY_NONCES_PER_ENTITY_MAX {
+            if mine >= self.per_entity_max {
                 return Err(AuthError::EntityCallsMax {
                     entity: name,
                     calls: mine,

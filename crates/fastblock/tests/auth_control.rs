@@ -487,3 +487,61 @@ async fn a_pool_limited_client_sees_only_its_pools_images() {
         .to_string();
     assert!(ls.contains("a/x") && !ls.contains("b/y"), "{ls}");
 }
+
+/// A key that makes signed calls as fast as it can, here a tenant's limited to one pool, is
+/// refused once it has made its share of the replay window's calls (200 on this monitor,
+/// `--signed-calls-per-entity-max`), and only it: client.admin's calls and an OSD's
+/// heartbeats are served meanwhile, so one key cannot deny service to the others by filling
+/// the monitor's replay cache (docs/security.md, "Monitor calls").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_cannot_fill_the_replay_cache_of_a_running_monitor() {
+    const SHARE: usize = 200;
+    let mons = MonCluster::start(
+        1,
+        MonOptions {
+            extra_args: vec!["--signed-calls-per-entity-max".into(), SHARE.to_string()],
+            ..MonOptions::default()
+        },
+    )
+    .await;
+    let admin = mons.client();
+    let osd = FakeOsd::register(&mons, "h0").await;
+    let tenant = admin.auth_add("client.tenant", "pool=a").await.unwrap();
+    let tenant = MonClient::new(mons.endpoints())
+        .with_credentials(tenant.entity, tenant.key)
+        .with_deadline(Duration::from_secs(10));
+    let mut served = 0;
+    let refusal = loop {
+        match tenant.pools().await {
+            Ok(_) => served += 1,
+            Err(e) => break e,
+        }
+        assert!(served <= SHARE, "more than its share was served");
+    };
+    assert_eq!(refusal.code(), Some(ErrorCode::AuthFailed), "{refusal}");
+    assert!(
+        refusal
+            .to_string()
+            .contains(&format!("client.tenant made {SHARE} signed requests")),
+        "{refusal}"
+    );
+    // Its share, less the call that learned the monitor's incarnation (refused before its
+    // nonce is remembered).
+    assert!(served >= SHARE - 1, "served {served}");
+    // The others are served.
+    admin.status().await.expect("client.admin is served");
+    let beat = osd
+        .client()
+        .heartbeat(
+            osd.id,
+            &fastblock_types::api::HeartbeatRequest {
+                uuid: osd.uuid.clone(),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(beat.is_ok(), "the OSD's heartbeat is served: {beat:?}");
+    // And the tenant stays refused.
+    let again = tenant.pools().await.unwrap_err();
+    assert_eq!(again.code(), Some(ErrorCode::AuthFailed), "{again}");
+}

@@ -55,6 +55,9 @@ pub struct MonConfig {
     /// With an external etcd, the user to log in as (`--etcd-user`); the own member is
     /// always logged in to as `root` (`crate::etcd_auth`).
     pub etcd_credentials: Option<EtcdCredentials>,
+    /// Signed calls one entity may make within the replay window before the next are refused
+    /// (`--signed-calls-per-entity-max`; `fastblock_auth::request::ReplayCache`).
+    pub signed_calls_per_entity_max: usize,
 }
 
 /// How long the monitor waits for an external etcd to answer at its start.
@@ -385,7 +388,9 @@ pub async fn run(config: MonConfig) -> anyhow::Result<()> {
         metrics,
         forwarder: Forwarder::default(),
         tasks: tasks.clone(),
-        replays: Default::default(),
+        replays: std::sync::Mutex::new(fastblock_auth::request::ReplayCache::with_per_entity_max(
+            config.signed_calls_per_entity_max,
+        )),
         incarnation: fastblock_auth::request::new_incarnation()
             .map_err(|e| anyhow::anyhow!("drawing the monitor's incarnation: {e}"))?,
         config_relay: Default::default(),

@@ -124,6 +124,11 @@ struct Args {
     /// (docs/operations.md, "Backing up and restoring the monitors").
     #[arg(long)]
     restore_from: Option<PathBuf>,
+    /// Signed calls one entity may make within the 300 s replay window; past it its calls are
+    /// refused (auth_failed) while every other entity's go on, so one key cannot deny service
+    /// to the others (docs/security.md, "Monitor calls"); 1 to 262144.
+    #[arg(long, default_value_t = fastblock_auth::request::REPLAY_NONCES_PER_ENTITY_MAX, value_parser = calls_per_entity_arg)]
+    signed_calls_per_entity_max: usize,
     /// The monitor secret: 32 random bytes, mode 0600, the same file on every monitor (copy
     /// the first monitor's). The key table in etcd is sealed under it and the own etcd
     /// member's root password derived from it. Made if missing only by a monitor alone in its
@@ -169,6 +174,18 @@ fn ratio_arg(input: &str) -> Result<u32, String> {
         return Err(format!("{input} is not between 0 and 1 (exclusive)"));
     }
     Ok((r * 1_000_000.0).round() as u32)
+}
+
+/// `--signed-calls-per-entity-max`: 1..=REPLAY_NONCES_MAX / 16 (at least 16 entities fit the
+/// replay cache whole).
+fn calls_per_entity_arg(text: &str) -> Result<usize, String> {
+    let max = fastblock_auth::request::REPLAY_NONCES_MAX / 16;
+    match text.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{text:?} must be a number of calls from 1 to {max}"
+        )),
+    }
 }
 
 /// `--snap-create-timeout-ms`: 1..=SNAP_CREATE_TIMEOUT_MS_MAX, so the create call's answer
@@ -339,6 +356,7 @@ async fn main() {
             .mon_secret_file
             .unwrap_or_else(|| args.data_dir.join("mon.secret")),
         etcd_credentials,
+        signed_calls_per_entity_max: args.signed_calls_per_entity_max,
     };
     if let Err(e) = run(config).await {
         eprintln!("error: {e:#}");
