@@ -11,7 +11,7 @@
 
 use crate::header::{
     build_header, reseal_header, Kind, FLAGS_OFFSET, FLAG_SEALED, FLAG_SIGNED, HEADER_BYTES,
-    PAYLOAD_CRC_OFFSET, TAG_BYTES, TAG_HEADER_BYTES,
+    TAG_BYTES, TAG_HEADER_BYTES,
 };
 use crate::WireError;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -294,7 +294,7 @@ pub fn encode_frame(kind: Kind, request_id: u64, payload_parts: &[&[u8]], out: &
 /// Protects the frame that starts at `out[start..]` (one whole unprotected frame, the last
 /// in `out`) in place: sets its flag (`SIGNED`, or `SEALED` if `encrypts`), lets `protect`
 /// tag (and, sealed, encrypt in place) the payload given the header bytes the tag covers,
-/// refreshes the crcs and appends the tag. The payload is never copied.
+/// refreshes the header crc and appends the tag. The payload is never copied.
 ///
 /// # Panics
 /// If `out[start..]` is not exactly one frame (a caller bug).
@@ -320,11 +320,8 @@ pub fn protect_frame(
     header[FLAGS_OFFSET..FLAGS_OFFSET + 2].copy_from_slice(&flags.to_le_bytes());
     let covered: [u8; TAG_HEADER_BYTES] = header[..TAG_HEADER_BYTES].try_into().expect("20");
     let tag = protect(&covered, payload);
-    if encrypts {
-        // The payload crc covers the payload as sent: the ciphertext.
-        let crc = crc32c::crc32c(payload);
-        header[PAYLOAD_CRC_OFFSET..PAYLOAD_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
-    }
+    // The payload CRC stays the plaintext's, as encoded: the receiver checks the tag instead
+    // (`FrameDecoder::decode_mut`), so nothing is computed again over the ciphertext.
     reseal_header(header);
     out.extend_from_slice(&tag);
 }

@@ -104,7 +104,7 @@ fn handshake_kind_header_bytes() {
 }
 
 #[test]
-fn a_sealed_frame_carries_the_crc_of_its_ciphertext() {
+fn a_protected_frames_payload_is_judged_by_its_tag_not_its_crc() {
     let mut out = BytesMut::new();
     encode_frame(Kind::Write, 5, &[&[7u8; 100]], &mut out);
     protect_frame(&mut out, 0, true, |_, payload| {
@@ -114,7 +114,8 @@ fn a_sealed_frame_carries_the_crc_of_its_ciphertext() {
         TAG
     });
     assert_eq!(out.len(), 32 + 100 + 16);
-    let frame = one_frame(&out).expect("the crc matches the bytes as sent");
+    // The crc field is the plaintext's, not what is sent: not checked, the tag is.
+    let frame = one_frame(&out).expect("a sealed frame decodes for its opener");
     assert_eq!(frame.protection, Protection::Sealed(TAG));
     assert!(frame.payload.iter().all(|b| *b == 7 ^ 0x5a));
     // decode_mut gives a payload to decrypt in place.
@@ -125,6 +126,18 @@ fn a_sealed_frame_carries_the_crc_of_its_ciphertext() {
         .unwrap();
     m.payload.iter_mut().for_each(|b| *b ^= 0x5a);
     assert!(m.freeze().payload.iter().all(|b| *b == 7));
+    // A damaged payload: a protected frame goes to its opener (whose tag check fails), an
+    // unprotected one is a framing error.
+    let mut damaged = out.to_vec();
+    damaged[40] ^= 1;
+    assert!(one_frame(&damaged).is_ok());
+    let mut plain = BytesMut::new();
+    encode_frame(Kind::Write, 5, &[&[7u8; 100]], &mut plain);
+    plain[40] ^= 1;
+    assert!(matches!(
+        one_frame(&plain),
+        Err(WireError::BadPayloadCrc { .. })
+    ));
 }
 
 #[test]
