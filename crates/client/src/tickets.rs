@@ -131,8 +131,8 @@ impl Tickets {
         if let Some(t) = self.cached(osd, fastblock_monclient::now_unix_s()) {
             return Ok(t);
         }
-        // Everyone waiting so far, this OSD first (it is still in the set: no fetch since
-        // took it, or the ticket would be here).
+        // Everyone waiting so far, this OSD first (a fetch since may have taken it from the
+        // set and come back without its ticket: asked again here).
         let batch: Vec<OsdId> = {
             let mut wanted = lock(&self.wanted);
             wanted.remove(&osd);
