@@ -43,6 +43,14 @@ pub enum HandshakeError {
 }
 
 impl HandshakeError {
+    /// Whether the ticket presented is spent: the OSD refused the handshake or could not
+    /// open the ticket (issued before a rotation of either key or a change of caps, or
+    /// expired), so the next connection asks the monitor for a new one. A broken connection
+    /// says nothing of the ticket.
+    pub fn spends_ticket(&self) -> bool {
+        !matches!(self, HandshakeError::Io { .. })
+    }
+
     /// Whether a new connection may succeed (the OSD or the network may heal).
     pub fn is_retryable(&self) -> bool {
         match self {

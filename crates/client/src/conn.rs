@@ -211,9 +211,7 @@ impl Conn {
                     )))
                 }
                 Ok(Err(e)) => {
-                    // The next connect asks for a new ticket: this one was issued before a
-                    // rotation (of our key or the OSD's) or a change of caps, or has expired.
-                    if !matches!(e, HandshakeError::Io { .. }) {
+                    if e.spends_ticket() {
                         tickets.forget(osd);
                     }
                     if e.is_retryable() {

@@ -837,8 +837,7 @@ async fn connect_peer(
                 opener = Some(p.opener);
             }
             Ok(Err(e)) => {
-                // The next attempt asks for a new ticket (see `Conn::connect`).
-                if !matches!(e, fastblock_client::auth::HandshakeError::Io { .. }) {
+                if e.spends_ticket() {
                     tickets.forget(*peer);
                 }
                 return failed(Some(e.to_string())).await;
